@@ -1,0 +1,363 @@
+//! Shared harness for the integration tests and benchmarks: start the real `csi`
+//! binary on a temporary Unix socket, talk gRPC to it, kill it, restart it, and clean up
+//! every loop device and file it made, also when a test fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+use overcast_api::csi_v1 as csi;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+pub use overcast_api::csi_v1;
+
+pub type IdentityClient = csi::identity_client::IdentityClient<Channel>;
+pub type ControllerClient = csi::controller_client::ControllerClient<Channel>;
+pub type NodeClient = csi::node_client::NodeClient<Channel>;
+
+pub const NODE_ID: &str = "test-node";
+pub const ZONE: &str = "zone-a";
+pub const REGION: &str = "region-1";
+pub const ZONE_KEY: &str = "topology.kubernetes.io/zone";
+pub const REGION_KEY: &str = "topology.kubernetes.io/region";
+pub const MIB: i64 = 1 << 20;
+
+/// The path of a workspace binary, built if missing (tests of this package do not make
+/// cargo build other packages' binaries).
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test> or target/<profile>/<bench>
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let path = dir.join(name);
+    if !path.exists() {
+        let profile_release = dir.ends_with("release");
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.args(["build", "--bin", name]);
+        if profile_release {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo build");
+        assert!(status.success(), "cargo build --bin {name} failed");
+    }
+    path
+}
+
+/// A running `csi` process with its own socket and state directory.
+pub struct Csi {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub state_dir: PathBuf,
+    pub log: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+impl Csi {
+    /// Starts `csi --mode all` with extra `args` and waits until it is ready.
+    pub async fn start(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[]).await
+    }
+
+    pub async fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("overcast-it-")
+            .tempdir()
+            .expect("tempdir");
+        let socket = dir.path().join("csi.sock");
+        let state_dir = dir.path().join("state");
+        let log = dir.path().join("csi.log");
+        let mut csi = Self {
+            child: None,
+            socket,
+            state_dir,
+            log,
+            dir,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        csi.spawn();
+        csi.wait_ready(Duration::from_secs(20)).await;
+        csi
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let mut cmd = Command::new(binary("csi"));
+        cmd.arg(format!("--endpoint=unix://{}", self.socket.display()))
+            .arg(format!("--state-dir={}", self.state_dir.display()))
+            .arg(format!("--node-id={NODE_ID}"))
+            .arg(format!("--zone={ZONE}"))
+            .arg(format!("--region={REGION}"))
+            .args(&self.args)
+            .env_remove("CSI_ENDPOINT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        self.child = Some(cmd.spawn().expect("spawn csi"));
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Waits until Probe answers ready.
+    pub async fn wait_ready(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "csi exited with {status} before it was ready; log:\n{}",
+                    self.log_text()
+                );
+            }
+            if let Ok(channel) = connect(&self.socket).await {
+                let mut identity = csi::identity_client::IdentityClient::new(channel);
+                if let Ok(resp) = identity.probe(csi::ProbeRequest {}).await {
+                    if resp.into_inner().ready == Some(true) {
+                        return;
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "csi not ready after {timeout:?}; log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait; returns the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+        child.wait().expect("wait")
+    }
+
+    /// Starts the process again on the same socket and state, and waits for it.
+    pub async fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+        self.wait_ready(Duration::from_secs(20)).await;
+    }
+
+    pub async fn channel(&self) -> Channel {
+        connect(&self.socket).await.expect("connect")
+    }
+
+    pub async fn identity(&self) -> IdentityClient {
+        csi::identity_client::IdentityClient::new(self.channel().await)
+    }
+
+    pub async fn controller(&self) -> ControllerClient {
+        csi::controller_client::ControllerClient::new(self.channel().await)
+    }
+
+    pub async fn node(&self) -> NodeClient {
+        csi::node_client::NodeClient::new(self.channel().await)
+    }
+
+    pub fn disks_dir(&self) -> PathBuf {
+        self.state_dir.join("disks")
+    }
+
+    /// Files in the disks directory.
+    pub fn disk_files(&self) -> Vec<String> {
+        let mut out: Vec<String> = std::fs::read_dir(self.disks_dir())
+            .map(|rd| {
+                rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort();
+        out
+    }
+
+    /// Loop devices (index, backing file) whose file is in this instance's state.
+    pub fn loops(&self) -> Vec<(u32, PathBuf)> {
+        loops_under(&self.state_dir)
+    }
+}
+
+impl Drop for Csi {
+    fn drop(&mut self) {
+        self.kill9();
+        detach_loops_under(&self.state_dir);
+    }
+}
+
+/// Connects a gRPC channel over the Unix socket at `path`.
+pub async fn connect(path: &Path) -> Result<Channel, tonic::transport::Error> {
+    let path = path.to_owned();
+    Endpoint::from_static("http://[::]:50051")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        }))
+        .await
+}
+
+/// Every bound loop device whose backing file lies under `dir`.
+pub fn loops_under(dir: &Path) -> Vec<(u32, PathBuf)> {
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return vec![];
+    };
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/sys/block") else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(index) = name
+            .strip_prefix("loop")
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(file) = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))
+        else {
+            continue;
+        };
+        let file = PathBuf::from(file.trim_end().trim_end_matches(" (deleted)"));
+        if file.starts_with(&dir) {
+            out.push((index, file));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Detaches every loop device backed by a file under `dir` (test cleanup).
+pub fn detach_loops_under(dir: &Path) {
+    for (index, _) in loops_under(dir) {
+        let _ = Command::new("losetup")
+            .arg("-d")
+            .arg(format!("/dev/loop{index}"))
+            .status();
+    }
+}
+
+/// Size in bytes of a block device, from sysfs.
+pub fn block_size_bytes(index: u32) -> u64 {
+    std::fs::read_to_string(format!("/sys/block/loop{index}/size"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map_or(0, |sectors| sectors * 512)
+}
+
+pub fn mount_cap(fs: &str) -> csi::VolumeCapability {
+    use csi::volume_capability::{access_mode::Mode, AccessMode, AccessType, MountVolume};
+    csi::VolumeCapability {
+        access_type: Some(AccessType::Mount(MountVolume {
+            fs_type: fs.into(),
+            ..Default::default()
+        })),
+        access_mode: Some(AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+    }
+}
+
+pub fn block_cap() -> csi::VolumeCapability {
+    use csi::volume_capability::{access_mode::Mode, AccessMode, AccessType, BlockVolume};
+    csi::VolumeCapability {
+        access_type: Some(AccessType::Block(BlockVolume {})),
+        access_mode: Some(AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+    }
+}
+
+pub fn create_request(name: &str, bytes: i64) -> csi::CreateVolumeRequest {
+    csi::CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(csi::CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![mount_cap("ext4")],
+        ..Default::default()
+    }
+}
+
+pub fn publish_request(volume_id: &str, readonly: bool) -> csi::ControllerPublishVolumeRequest {
+    csi::ControllerPublishVolumeRequest {
+        volume_id: volume_id.into(),
+        node_id: NODE_ID.into(),
+        volume_capability: Some(mount_cap("ext4")),
+        readonly,
+        ..Default::default()
+    }
+}
+
+pub fn unpublish_request(volume_id: &str) -> csi::ControllerUnpublishVolumeRequest {
+    csi::ControllerUnpublishVolumeRequest {
+        volume_id: volume_id.into(),
+        node_id: NODE_ID.into(),
+        ..Default::default()
+    }
+}
+
+pub fn delete_request(volume_id: &str) -> csi::DeleteVolumeRequest {
+    csi::DeleteVolumeRequest {
+        volume_id: volume_id.into(),
+        ..Default::default()
+    }
+}
+
+pub fn expand_request(volume_id: &str, bytes: i64) -> csi::ControllerExpandVolumeRequest {
+    csi::ControllerExpandVolumeRequest {
+        volume_id: volume_id.into(),
+        capacity_range: Some(csi::CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        volume_capability: Some(mount_cap("ext4")),
+        ..Default::default()
+    }
+}
+
+/// Reads the RSS of `pid` in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}

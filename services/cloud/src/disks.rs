@@ -1,0 +1,95 @@
+//! The disk capability: name-idempotent create, get, list, delete, attach, detach,
+//! expand. The CSI controller is written against this trait alone.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::Result;
+
+/// A placement domain, spelled with the well-known Kubernetes topology keys so that CSI
+/// topology and the node labels the cloud-controller-manager sets agree.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Zone {
+    pub region: String,
+    pub zone: String,
+}
+
+/// What to create. `parameters` shape the disk (the cloud validates them and records
+/// them, so a repeated create can be compared); `metadata` only labels it (the PVC and
+/// PV names external-provisioner sends), for operators and orphan detection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskSpec {
+    pub name: String,
+    pub size_bytes: u64,
+    pub zone: Zone,
+    pub parameters: BTreeMap<String, String>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attachment {
+    pub node: String,
+    pub readonly: bool,
+    /// What the node needs to find the disk (a device path, a serial, a WWN).
+    pub publish_context: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiskCondition {
+    Healthy,
+    Abnormal(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disk {
+    pub id: String,
+    pub name: String,
+    pub size_bytes: u64,
+    pub zone: Zone,
+    pub parameters: BTreeMap<String, String>,
+    pub metadata: BTreeMap<String, String>,
+    pub attachments: Vec<Attachment>,
+    pub condition: DiskCondition,
+}
+
+#[async_trait]
+pub trait Disks: Send + Sync + 'static {
+    /// The zones this cloud can place a disk in, preferred first.
+    fn zones(&self) -> Vec<Zone>;
+    /// Smallest disk, and the unit every disk size is rounded up to.
+    fn size_granularity(&self) -> u64;
+    /// Largest disk the cloud can make.
+    fn max_disk_size(&self) -> u64;
+    /// How many disks one node can have attached.
+    fn max_attachments_per_node(&self) -> u64;
+    /// Whether disks made with `parameters` may together exceed the free space (thin
+    /// provisioning), so one disk may be larger than what is available now.
+    fn overcommits(&self, parameters: &BTreeMap<String, String>) -> bool;
+    /// Checks the disk-shaping parameters of a create; unknown keys are refused.
+    fn validate_parameters(&self, parameters: &BTreeMap<String, String>) -> Result<()>;
+
+    /// Creates a disk, or returns the one that already carries `spec.name` when its
+    /// parameters match (`ParameterMismatch` otherwise).
+    async fn create_disk(&self, spec: DiskSpec) -> Result<Disk>;
+    async fn disk(&self, id: &str) -> Result<Disk>;
+    async fn disk_by_name(&self, name: &str) -> Result<Option<Disk>>;
+    /// All disks, sorted by id (the order pagination relies on).
+    async fn list_disks(&self) -> Result<Vec<Disk>>;
+    /// Deletes a detached disk: `NotFound` when it is gone, `FailedPrecondition` while
+    /// attached.
+    async fn delete_disk(&self, id: &str) -> Result<()>;
+    /// Attaches to `node`; attaching again with the same mode returns the same attachment.
+    async fn attach_disk(&self, id: &str, node: &str, readonly: bool) -> Result<Attachment>;
+    /// Detaches from `node`; a disk that is not attached there is already detached.
+    async fn detach_disk(&self, id: &str, node: &str) -> Result<()>;
+    /// Grows the disk to at least `size_bytes` (never shrinks); returns the new size.
+    async fn expand_disk(&self, id: &str, size_bytes: u64) -> Result<u64>;
+    /// Bytes available for new disks in `zone` (all zones when `None`).
+    async fn available_capacity(&self, zone: Option<&Zone>) -> Result<u64>;
+    /// Whether `node` is an instance disks can be attached to.
+    async fn node_exists(&self, node: &str) -> Result<bool>;
+    /// Answers only when the cloud and its store do.
+    async fn probe(&self) -> Result<()>;
+}

@@ -1,0 +1,104 @@
+//! Backing files: sparse by default, fully allocated when thick provisioning is asked
+//! for, grown in place.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsFd;
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{fallocate, FallocateFlags};
+
+use crate::{CloudError, Result};
+
+/// Creates `path` (which must not exist) with `size` bytes.
+pub fn create(path: &Path, size: u64, thick: bool) -> Result<()> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| CloudError::io(format!("create {}", path.display()), e))?;
+    let sized = size_file(&file, path, size, thick);
+    if sized.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    sized
+}
+
+/// Grows `path` to `size` bytes; never shrinks it.
+pub fn grow(path: &Path, size: u64, thick: bool) -> Result<()> {
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| CloudError::io(format!("open {}", path.display()), e))?;
+    let current = file
+        .metadata()
+        .map_err(|e| CloudError::io(format!("stat {}", path.display()), e))?
+        .len();
+    if current >= size {
+        return Ok(());
+    }
+    size_file(&file, path, size, thick)
+}
+
+fn size_file(file: &File, path: &Path, size: u64, thick: bool) -> Result<()> {
+    let len = i64::try_from(size)
+        .map_err(|_| CloudError::OutOfRange(format!("size {size} is too large")))?;
+    if thick {
+        match fallocate(file.as_fd(), FallocateFlags::empty(), 0, len) {
+            Ok(()) => return Ok(()),
+            Err(Errno::ENOSPC) => {
+                return Err(CloudError::ResourceExhausted(format!(
+                    "not enough space for {size} bytes at {}",
+                    path.display()
+                )))
+            }
+            Err(e) => {
+                return Err(CloudError::io(
+                    format!("allocate {}", path.display()),
+                    io::Error::from(e),
+                ))
+            }
+        }
+    }
+    file.set_len(size)
+        .map_err(|e| CloudError::io(format!("resize {}", path.display()), e))
+}
+
+/// Bytes an unprivileged writer can still allocate in the filesystem holding `dir`.
+pub fn available_bytes(dir: &Path) -> Result<u64> {
+    let st = nix::sys::statvfs::statvfs(dir)
+        .map_err(|e| CloudError::io(format!("statvfs {}", dir.display()), io::Error::from(e)))?;
+    Ok(st.blocks_available() as u64 * st.fragment_size() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    #[test]
+    fn thin_files_are_sparse_and_thick_ones_allocated() {
+        let dir = tempfile::tempdir().unwrap();
+        let thin = dir.path().join("thin.img");
+        let thick = dir.path().join("thick.img");
+        create(&thin, 8 << 20, false).unwrap();
+        create(&thick, 8 << 20, true).unwrap();
+        assert_eq!(std::fs::metadata(&thin).unwrap().len(), 8 << 20);
+        assert_eq!(std::fs::metadata(&thin).unwrap().blocks(), 0);
+        assert!(std::fs::metadata(&thick).unwrap().blocks() * 512 >= 8 << 20);
+        assert!(
+            create(&thin, 1 << 20, false).is_err(),
+            "an existing file is never reused"
+        );
+        grow(&thin, 16 << 20, false).unwrap();
+        grow(&thin, 4 << 20, false).unwrap();
+        assert_eq!(
+            std::fs::metadata(&thin).unwrap().len(),
+            16 << 20,
+            "grow never shrinks"
+        );
+        assert!(available_bytes(dir.path()).unwrap() > 0);
+    }
+}

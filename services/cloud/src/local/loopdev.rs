@@ -1,0 +1,270 @@
+//! Loop devices through the kernel's own interface: `/dev/loop-control` hands out a
+//! free device, `LOOP_CONFIGURE` binds a backing file, `LOOP_SET_CAPACITY` tells it the
+//! file grew, `LOOP_CLR_FD` unbinds. No `losetup`: the driver does this work itself.
+//!
+//! Sysfs (`/sys/block/loopN/loop/backing_file`) is the source of truth for which file a
+//! device backs; every destructive call checks it first, because device numbers are
+//! reused and another process may own the device by now.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+
+const LOOP_MAJOR: u64 = 7;
+const LO_FLAGS_READ_ONLY: u32 = 1;
+const LO_NAME_SIZE: usize = 64;
+const LO_KEY_SIZE: usize = 32;
+
+/// `struct loop_info64` from `<linux/loop.h>`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; LO_NAME_SIZE],
+    lo_crypt_name: [u8; LO_NAME_SIZE],
+    lo_encrypt_key: [u8; LO_KEY_SIZE],
+    lo_init: [u64; 2],
+}
+
+/// `struct loop_config` from `<linux/loop.h>` (kernel 5.8+).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct LoopConfig {
+    fd: u32,
+    block_size: u32,
+    info: LoopInfo64,
+    reserved: [u64; 8],
+}
+
+nix::ioctl_none_bad!(loop_ctl_get_free, 0x4C82);
+nix::ioctl_write_int_bad!(loop_set_fd, 0x4C00);
+nix::ioctl_none_bad!(loop_clr_fd, 0x4C01);
+nix::ioctl_write_ptr_bad!(loop_set_status64, 0x4C04, LoopInfo64);
+nix::ioctl_none_bad!(loop_set_capacity, 0x4C07);
+nix::ioctl_write_ptr_bad!(loop_configure, 0x4C0A, LoopConfig);
+
+/// The device node of loop device `index`.
+pub fn device_path(index: u32) -> PathBuf {
+    PathBuf::from(format!("/dev/loop{index}"))
+}
+
+/// Parses `/dev/loopN` back into `N`.
+pub fn index_of(device: &Path) -> Option<u32> {
+    device.to_str()?.strip_prefix("/dev/loop")?.parse().ok()
+}
+
+/// The file loop device `index` is bound to, or `None` when it is unbound or absent.
+pub fn backing_file(index: u32) -> Option<PathBuf> {
+    let raw = std::fs::read_to_string(format!("/sys/block/loop{index}/loop/backing_file")).ok()?;
+    let raw = raw.trim_end_matches('\n');
+    // The kernel appends " (deleted)" once the file is unlinked; such a device backs no
+    // file of ours any more.
+    if raw.is_empty() || raw.ends_with(" (deleted)") {
+        return None;
+    }
+    Some(PathBuf::from(raw))
+}
+
+/// Every bound loop device and its backing file.
+pub fn bound_devices() -> io::Result<Vec<(u32, PathBuf)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/sys/block")? {
+        let name = entry?.file_name();
+        let Some(index) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("loop"))
+            .and_then(|n| n.parse().ok())
+        else {
+            continue;
+        };
+        if let Some(file) = backing_file(index) {
+            out.push((index, file));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Binds `file` to a free loop device and returns the device's index. `label` is
+/// recorded as the device's file name field (what `losetup -l` shows as the name).
+pub fn attach(file: &Path, readonly: bool, label: &str) -> io::Result<u32> {
+    let backing = OpenOptions::new()
+        .read(true)
+        .write(!readonly)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(file)?;
+    let control = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/loop-control")?;
+    // Another process can take the device between GET_FREE and the bind: the bind then
+    // fails with EBUSY and we ask for another one.
+    for _ in 0..32 {
+        // SAFETY: LOOP_CTL_GET_FREE takes no argument and returns an index or -1.
+        let index = unsafe { loop_ctl_get_free(control.as_raw_fd()) }.map_err(io::Error::from)?;
+        let index = u32::try_from(index).map_err(|_| io::Error::other("negative loop index"))?;
+        let device = open_device(index, true)?;
+        match bind(&device, &backing, readonly, label) {
+            Ok(()) => return Ok(index),
+            Err(Errno::EBUSY) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(io::Error::other("no free loop device after 32 attempts"))
+}
+
+fn bind(device: &File, backing: &File, readonly: bool, label: &str) -> Result<(), Errno> {
+    let mut info = LoopInfo64 {
+        lo_device: 0,
+        lo_inode: 0,
+        lo_rdevice: 0,
+        lo_offset: 0,
+        lo_sizelimit: 0,
+        lo_number: 0,
+        lo_encrypt_type: 0,
+        lo_encrypt_key_size: 0,
+        lo_flags: if readonly { LO_FLAGS_READ_ONLY } else { 0 },
+        lo_file_name: [0; LO_NAME_SIZE],
+        lo_crypt_name: [0; LO_NAME_SIZE],
+        lo_encrypt_key: [0; LO_KEY_SIZE],
+        lo_init: [0; 2],
+    };
+    let n = label.len().min(LO_NAME_SIZE - 1);
+    info.lo_file_name[..n].copy_from_slice(&label.as_bytes()[..n]);
+    let config = LoopConfig {
+        fd: backing.as_raw_fd() as u32,
+        block_size: 0,
+        info,
+        reserved: [0; 8],
+    };
+    // SAFETY: `config` is a valid, fully initialised `struct loop_config` that outlives
+    // the call; the kernel only reads it.
+    match unsafe { loop_configure(device.as_raw_fd(), &config) } {
+        Ok(_) => Ok(()),
+        // Kernels before 5.8 lack LOOP_CONFIGURE: bind, then set the status.
+        Err(Errno::EINVAL | Errno::ENOTTY) => {
+            // SAFETY: LOOP_SET_FD takes the backing file descriptor by value.
+            unsafe { loop_set_fd(device.as_raw_fd(), backing.as_raw_fd()) }?;
+            // SAFETY: `info` is a valid `struct loop_info64` the kernel only reads.
+            if let Err(e) = unsafe { loop_set_status64(device.as_raw_fd(), &info) } {
+                // SAFETY: unbinding what we just bound.
+                let _ = unsafe { loop_clr_fd(device.as_raw_fd()) };
+                return Err(e);
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Unbinds loop device `index` if, and only if, it is bound to `file`. Returns whether
+/// it did. A device still open elsewhere (mounted) is unbound by the kernel on last
+/// close.
+pub fn detach(index: u32, file: &Path) -> io::Result<bool> {
+    if backing_file(index).as_deref() != Some(file) {
+        return Ok(false);
+    }
+    let device = open_device(index, false)?;
+    // SAFETY: LOOP_CLR_FD takes no argument.
+    match unsafe { loop_clr_fd(device.as_raw_fd()) } {
+        Ok(_) | Err(Errno::ENXIO) => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Tells loop device `index` (bound to `file`) that its backing file changed size.
+pub fn refresh_capacity(index: u32, file: &Path) -> io::Result<()> {
+    if backing_file(index).as_deref() != Some(file) {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("/dev/loop{index} does not back {}", file.display()),
+        ));
+    }
+    let device = open_device(index, false)?;
+    // SAFETY: LOOP_SET_CAPACITY takes no argument.
+    unsafe { loop_set_capacity(device.as_raw_fd()) }.map_err(io::Error::from)?;
+    Ok(())
+}
+
+/// Whether the loop subsystem is usable here.
+pub fn available() -> io::Result<()> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/loop-control")
+        .map(drop)
+}
+
+fn open_device(index: u32, create_node: bool) -> io::Result<File> {
+    let path = device_path(index);
+    match OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(&path)
+    {
+        Ok(f) => Ok(f),
+        // A /dev without devtmpfs (some containers) lacks nodes for devices the kernel
+        // just created: make the node ourselves.
+        Err(e) if e.kind() == io::ErrorKind::NotFound && create_node => {
+            make_node(&path, index)?;
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(&path)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn make_node(path: &Path, index: u32) -> io::Result<()> {
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+    match mknod(
+        path,
+        SFlag::S_IFBLK,
+        Mode::from_bits_truncate(0o660),
+        makedev(LOOP_MAJOR, index.into()),
+    ) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let meta = std::fs::metadata(path)?;
+    if !meta.file_type().is_block_device() {
+        return Err(io::Error::other(format!(
+            "{} is not a block device",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn struct_layouts_match_the_kernel_abi() {
+        assert_eq!(std::mem::size_of::<LoopInfo64>(), 232);
+        assert_eq!(std::mem::size_of::<LoopConfig>(), 304);
+    }
+
+    #[test]
+    fn device_paths_round_trip() {
+        assert_eq!(index_of(&device_path(17)), Some(17));
+        assert_eq!(index_of(Path::new("/dev/loopx")), None);
+        assert_eq!(index_of(Path::new("/dev/sda")), None);
+    }
+}

@@ -1,0 +1,555 @@
+//! The embedded local cloud: disks are sparse files in a state directory, attaching one
+//! binds it to a loop device on this host, and the only instance is this host.
+//!
+//! Metadata lives in [`store`]; on start [`reconcile`] makes the kernel and the disks
+//! directory agree with it, so a crash at any point is repaired by a restart.
+
+mod files;
+mod id;
+pub mod loopdev;
+mod reconcile;
+mod store;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+
+pub use id::DiskId;
+use store::{AttachmentRecord, DiskRecord, Mutation, Store};
+
+use crate::{Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, Result, Zone};
+
+/// StorageClass parameter asking for a fully allocated (thick) backing file.
+pub const PARAM_THICK: &str = "thickProvisioning";
+/// Publish context key: the loop device the disk is attached as.
+pub const CTX_DEVICE_PATH: &str = "devicePath";
+/// Publish context key: the disk's backing file, which identifies the loop device even
+/// after a re-attach gave it another number.
+pub const CTX_BACKING_FILE: &str = "backingFile";
+
+const MIB: u64 = 1 << 20;
+/// ext4's largest file with 4 KiB blocks.
+const MAX_DISK_SIZE: u64 = 16 << 40;
+
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    pub state_dir: PathBuf,
+    /// This host's name as nodes know it (the CSI node id).
+    pub node_name: String,
+    pub zone: Zone,
+    pub max_attachments_per_node: u64,
+}
+
+pub struct LocalCloud {
+    cfg: LocalConfig,
+    disks_dir: PathBuf,
+    store: Store,
+    index: Arc<Mutex<Index>>,
+    /// Serialises loop allocation: concurrent GET_FREE calls would race for one device.
+    attach_lock: Arc<Mutex<()>>,
+}
+
+#[derive(Default)]
+struct Index {
+    disks: BTreeMap<String, DiskRecord>,
+    by_name: HashMap<String, String>,
+    /// Names being created and ids being changed: a second caller gets `Busy`.
+    creating: HashSet<String>,
+    busy: HashSet<String>,
+    /// Attach slots taken by attaches still in flight, per node.
+    reserved: HashMap<String, u64>,
+}
+
+impl LocalCloud {
+    /// Opens the state directory (creating it), reconciles it with the kernel, and
+    /// returns a cloud ready to serve.
+    pub async fn open(cfg: LocalConfig) -> Result<Self> {
+        let state_dir = cfg.state_dir.clone();
+        let (cfg, disks_dir, store, records) = tokio::task::spawn_blocking(move || -> Result<_> {
+            std::fs::create_dir_all(state_dir.join("disks"))
+                .map_err(|e| CloudError::io(format!("create {}", state_dir.display()), e))?;
+            let state_dir = std::fs::canonicalize(&state_dir)
+                .map_err(|e| CloudError::io(format!("resolve {}", state_dir.display()), e))?;
+            let disks_dir = state_dir.join("disks");
+            let store = Store::open(&state_dir.join("store.redb"))?;
+            let records = store.load()?;
+            Ok((LocalConfig { state_dir, ..cfg }, disks_dir, store, records))
+        })
+        .await
+        .map_err(|e| CloudError::Store(format!("open task: {e}")))??;
+
+        let records = reconcile::run(&disks_dir, &cfg.node_name, &store, records).await?;
+        let mut index = Index::default();
+        for r in records {
+            index.by_name.insert(r.name.clone(), r.id.clone());
+            index.disks.insert(r.id.clone(), r);
+        }
+        Ok(Self {
+            cfg,
+            disks_dir,
+            store,
+            index: Arc::new(Mutex::new(index)),
+            attach_lock: Arc::new(Mutex::new(())),
+        })
+    }
+
+    pub fn config(&self) -> &LocalConfig {
+        &self.cfg
+    }
+
+    fn index(&self) -> MutexGuard<'_, Index> {
+        // A panic while holding the lock leaves plain data behind; keep serving it.
+        self.index.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn path_of(&self, id: &DiskId) -> PathBuf {
+        self.disks_dir.join(id.file_name())
+    }
+
+    /// Marks `id` busy until the returned claim drops; `Busy` if it already is.
+    fn claim(&self, raw_id: &str) -> Result<(DiskId, Claim)> {
+        let id = DiskId::parse(raw_id).ok_or_else(|| CloudError::not_found("disk", raw_id))?;
+        let mut index = self.index();
+        if !index.busy.insert(id.as_str().to_owned()) {
+            return Err(CloudError::Busy(format!(
+                "an operation on disk {id} is in progress"
+            )));
+        }
+        let claim = Claim {
+            index: Arc::clone(&self.index),
+            key: id.as_str().to_owned(),
+            name: false,
+        };
+        Ok((id, claim))
+    }
+
+    fn record(&self, id: &DiskId) -> Result<DiskRecord> {
+        self.index()
+            .disks
+            .get(id.as_str())
+            .cloned()
+            .ok_or_else(|| CloudError::not_found("disk", id.as_str()))
+    }
+
+    fn to_disk(&self, record: &DiskRecord, check: bool) -> Disk {
+        let path = DiskId::parse(&record.id)
+            .map(|id| self.path_of(&id))
+            .unwrap_or_default();
+        let attachments = record
+            .attachments
+            .iter()
+            .map(|a| Attachment {
+                node: a.node.clone(),
+                readonly: a.readonly,
+                publish_context: publish_context(a.loop_index, &path),
+            })
+            .collect();
+        let condition = if check {
+            condition(record, &path, &self.cfg.node_name)
+        } else {
+            DiskCondition::Healthy
+        };
+        Disk {
+            id: record.id.clone(),
+            name: record.name.clone(),
+            size_bytes: record.size_bytes,
+            zone: record.zone.clone(),
+            parameters: record.parameters.clone(),
+            metadata: record.metadata.clone(),
+            attachments,
+            condition,
+        }
+    }
+
+    async fn put(&self, record: DiskRecord) -> Result<()> {
+        self.store.commit(Mutation::Put(record.clone())).await?;
+        self.index().disks.insert(record.id.clone(), record);
+        Ok(())
+    }
+}
+
+/// Releases a busy id (or a name being created) when dropped, however the operation ends.
+struct Claim {
+    index: Arc<Mutex<Index>>,
+    key: String,
+    name: bool,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        if self.name {
+            index.creating.remove(&self.key);
+        } else {
+            index.busy.remove(&self.key);
+        }
+    }
+}
+
+/// Drops an attach slot reservation when the attach ends, successfully or not.
+struct Reservation {
+    index: Arc<Mutex<Index>>,
+    node: String,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = index.reserved.get_mut(&self.node) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+fn publish_context(loop_index: u32, path: &Path) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            CTX_DEVICE_PATH.to_owned(),
+            loopdev::device_path(loop_index).display().to_string(),
+        ),
+        (CTX_BACKING_FILE.to_owned(), path.display().to_string()),
+    ])
+}
+
+fn condition(record: &DiskRecord, path: &Path, this_node: &str) -> DiskCondition {
+    match std::fs::metadata(path) {
+        Err(_) => {
+            return DiskCondition::Abnormal(format!("backing file {} is missing", path.display()))
+        }
+        Ok(m) if m.len() < record.size_bytes => {
+            return DiskCondition::Abnormal(format!(
+                "backing file {} holds {} bytes, the disk {}",
+                path.display(),
+                m.len(),
+                record.size_bytes
+            ))
+        }
+        Ok(_) => {}
+    }
+    for a in record.attachments.iter().filter(|a| a.node == this_node) {
+        if loopdev::backing_file(a.loop_index).as_deref() != Some(path) {
+            return DiskCondition::Abnormal(format!(
+                "/dev/loop{} no longer backs the disk",
+                a.loop_index
+            ));
+        }
+    }
+    DiskCondition::Healthy
+}
+
+fn parse_thick(parameters: &BTreeMap<String, String>) -> Result<bool> {
+    match parameters.get(PARAM_THICK).map(String::as_str) {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(CloudError::InvalidArgument(format!(
+            "parameter {PARAM_THICK} must be \"true\" or \"false\", not {other:?}"
+        ))),
+    }
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| CloudError::io("blocking task", std::io::Error::other(e.to_string())))?
+}
+
+#[async_trait]
+impl Disks for LocalCloud {
+    fn zones(&self) -> Vec<Zone> {
+        vec![self.cfg.zone.clone()]
+    }
+
+    fn size_granularity(&self) -> u64 {
+        MIB
+    }
+
+    fn max_disk_size(&self) -> u64 {
+        MAX_DISK_SIZE
+    }
+
+    fn max_attachments_per_node(&self) -> u64 {
+        self.cfg.max_attachments_per_node
+    }
+
+    fn overcommits(&self, parameters: &BTreeMap<String, String>) -> bool {
+        !matches!(parse_thick(parameters), Ok(true))
+    }
+
+    fn validate_parameters(&self, parameters: &BTreeMap<String, String>) -> Result<()> {
+        if let Some(unknown) = parameters.keys().find(|k| k.as_str() != PARAM_THICK) {
+            return Err(CloudError::InvalidArgument(format!(
+                "unknown parameter {unknown:?} (the local cloud accepts {PARAM_THICK})"
+            )));
+        }
+        parse_thick(parameters).map(drop)
+    }
+
+    async fn create_disk(&self, spec: DiskSpec) -> Result<Disk> {
+        self.validate_parameters(&spec.parameters)?;
+        let thick = parse_thick(&spec.parameters)?;
+        if spec.zone != self.cfg.zone {
+            return Err(CloudError::ResourceExhausted(format!(
+                "the local cloud serves zone {}/{}, not {}/{}",
+                self.cfg.zone.region, self.cfg.zone.zone, spec.zone.region, spec.zone.zone
+            )));
+        }
+        if spec.size_bytes == 0 || spec.size_bytes > MAX_DISK_SIZE || spec.size_bytes % MIB != 0 {
+            return Err(CloudError::OutOfRange(format!(
+                "disk size {} is not a whole number of MiB between 1 MiB and {MAX_DISK_SIZE}",
+                spec.size_bytes
+            )));
+        }
+        let _claim = {
+            let mut index = self.index();
+            if let Some(id) = index.by_name.get(&spec.name) {
+                let existing = &index.disks[id];
+                if existing.thick != thick
+                    || existing.zone != spec.zone
+                    || existing.size_bytes < spec.size_bytes
+                {
+                    return Err(CloudError::ParameterMismatch {
+                        name: spec.name,
+                        reason: format!(
+                            "disk {} has {} bytes, thick={}",
+                            existing.id, existing.size_bytes, existing.thick
+                        ),
+                    });
+                }
+                return Ok(self.to_disk(existing, false));
+            }
+            if !index.creating.insert(spec.name.clone()) {
+                return Err(CloudError::Busy(format!(
+                    "disk named {:?} is being created",
+                    spec.name
+                )));
+            }
+            Claim {
+                index: Arc::clone(&self.index),
+                key: spec.name.clone(),
+                name: true,
+            }
+        };
+
+        let id = DiskId::generate();
+        let path = self.path_of(&id);
+        let size = spec.size_bytes;
+        let file = path.clone();
+        blocking(move || files::create(&file, size, thick)).await?;
+        let record = DiskRecord {
+            id: id.as_str().to_owned(),
+            name: spec.name.clone(),
+            size_bytes: size,
+            zone: spec.zone,
+            thick,
+            parameters: spec.parameters,
+            metadata: spec.metadata,
+            created_unix: now_unix(),
+            attachments: vec![],
+        };
+        if let Err(e) = self.store.commit(Mutation::Put(record.clone())).await {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+        let mut index = self.index();
+        index.by_name.insert(record.name.clone(), record.id.clone());
+        let disk = self.to_disk(&record, false);
+        index.disks.insert(record.id.clone(), record);
+        Ok(disk)
+    }
+
+    async fn disk(&self, raw_id: &str) -> Result<Disk> {
+        let id = DiskId::parse(raw_id).ok_or_else(|| CloudError::not_found("disk", raw_id))?;
+        let record = self.record(&id)?;
+        Ok(self.to_disk(&record, true))
+    }
+
+    async fn disk_by_name(&self, name: &str) -> Result<Option<Disk>> {
+        let index = self.index();
+        Ok(index
+            .by_name
+            .get(name)
+            .map(|id| self.to_disk(&index.disks[id], false)))
+    }
+
+    async fn list_disks(&self) -> Result<Vec<Disk>> {
+        let records: Vec<DiskRecord> = self.index().disks.values().cloned().collect();
+        Ok(records.iter().map(|r| self.to_disk(r, true)).collect())
+    }
+
+    async fn delete_disk(&self, raw_id: &str) -> Result<()> {
+        let (id, _claim) = self.claim(raw_id)?;
+        let record = self.record(&id)?;
+        if let Some(a) = record.attachments.first() {
+            return Err(CloudError::FailedPrecondition(format!(
+                "disk {id} is attached to node {}",
+                a.node
+            )));
+        }
+        // Forget the disk first: a crash before the unlink leaves a file no record
+        // names, which the next start removes.
+        self.store
+            .commit(Mutation::Delete(id.as_str().to_owned()))
+            .await?;
+        {
+            let mut index = self.index();
+            index.disks.remove(id.as_str());
+            index.by_name.remove(&record.name);
+        }
+        let path = self.path_of(&id);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(CloudError::io(format!("remove {}", path.display()), e)),
+        }
+    }
+
+    async fn attach_disk(&self, raw_id: &str, node: &str, readonly: bool) -> Result<Attachment> {
+        if node != self.cfg.node_name {
+            return Err(CloudError::not_found("node", node));
+        }
+        let (id, _claim) = self.claim(raw_id)?;
+        let mut record = self.record(&id)?;
+        let path = self.path_of(&id);
+        if let Some(pos) = record.attachments.iter().position(|a| a.node == node) {
+            let current = &record.attachments[pos];
+            if current.readonly != readonly {
+                return Err(CloudError::FailedPrecondition(format!(
+                    "disk {id} is attached to node {node} with readonly={}",
+                    current.readonly
+                )));
+            }
+            if loopdev::backing_file(current.loop_index).as_deref() == Some(path.as_path()) {
+                return Ok(self.to_disk(&record, false).attachments.swap_remove(pos));
+            }
+            // The device vanished behind our back: attach again below.
+            record.attachments.remove(pos);
+        }
+        let _slot = {
+            let mut index = self.index();
+            let used = index
+                .disks
+                .values()
+                .flat_map(|r| &r.attachments)
+                .filter(|a| a.node == node)
+                .count() as u64;
+            let reserved = index.reserved.entry(node.to_owned()).or_default();
+            if used + *reserved >= self.cfg.max_attachments_per_node {
+                return Err(CloudError::ResourceExhausted(format!(
+                    "node {node} already has {} disks attached (limit {})",
+                    used + *reserved,
+                    self.cfg.max_attachments_per_node
+                )));
+            }
+            *reserved += 1;
+            Reservation {
+                index: Arc::clone(&self.index),
+                node: node.to_owned(),
+            }
+        };
+        let lock = Arc::clone(&self.attach_lock);
+        let file = path.clone();
+        let label = id.as_str().to_owned();
+        let loop_index = blocking(move || {
+            let _serial = lock.lock().unwrap_or_else(|p| p.into_inner());
+            loopdev::attach(&file, readonly, &label)
+                .map_err(|e| CloudError::io(format!("attach {}", file.display()), e))
+        })
+        .await?;
+        record.attachments.push(AttachmentRecord {
+            node: node.to_owned(),
+            loop_index,
+            readonly,
+        });
+        if let Err(e) = self.put(record.clone()).await {
+            let _ = loopdev::detach(loop_index, &path);
+            return Err(e);
+        }
+        Ok(Attachment {
+            node: node.to_owned(),
+            readonly,
+            publish_context: publish_context(loop_index, &path),
+        })
+    }
+
+    async fn detach_disk(&self, raw_id: &str, node: &str) -> Result<()> {
+        let (id, _claim) = self.claim(raw_id)?;
+        let mut record = self.record(&id)?;
+        let Some(pos) = record.attachments.iter().position(|a| a.node == node) else {
+            return Ok(());
+        };
+        let attachment = record.attachments.remove(pos);
+        let path = self.path_of(&id);
+        blocking(move || {
+            loopdev::detach(attachment.loop_index, &path)
+                .map(drop)
+                .map_err(|e| {
+                    CloudError::io(format!("detach /dev/loop{}", attachment.loop_index), e)
+                })
+        })
+        .await?;
+        self.put(record).await
+    }
+
+    async fn expand_disk(&self, raw_id: &str, size_bytes: u64) -> Result<u64> {
+        let (id, _claim) = self.claim(raw_id)?;
+        let mut record = self.record(&id)?;
+        if size_bytes <= record.size_bytes {
+            return Ok(record.size_bytes);
+        }
+        if size_bytes > MAX_DISK_SIZE || size_bytes % MIB != 0 {
+            return Err(CloudError::OutOfRange(format!(
+                "disk size {size_bytes} is not a whole number of MiB up to {MAX_DISK_SIZE}"
+            )));
+        }
+        let path = self.path_of(&id);
+        let thick = record.thick;
+        let loops: Vec<u32> = record
+            .attachments
+            .iter()
+            .filter(|a| a.node == self.cfg.node_name)
+            .map(|a| a.loop_index)
+            .collect();
+        blocking(move || {
+            files::grow(&path, size_bytes, thick)?;
+            for index in loops {
+                loopdev::refresh_capacity(index, &path)
+                    .map_err(|e| CloudError::io(format!("resize /dev/loop{index}"), e))?;
+            }
+            Ok(())
+        })
+        .await?;
+        record.size_bytes = size_bytes;
+        self.put(record).await?;
+        Ok(size_bytes)
+    }
+
+    async fn available_capacity(&self, zone: Option<&Zone>) -> Result<u64> {
+        if zone.is_some_and(|z| *z != self.cfg.zone) {
+            return Ok(0);
+        }
+        files::available_bytes(&self.cfg.state_dir)
+    }
+
+    async fn node_exists(&self, node: &str) -> Result<bool> {
+        Ok(node == self.cfg.node_name)
+    }
+
+    async fn probe(&self) -> Result<()> {
+        self.store.check()?;
+        loopdev::available()
+            .map_err(|e| CloudError::Unavailable(format!("/dev/loop-control: {e}")))?;
+        std::fs::metadata(&self.disks_dir)
+            .map(drop)
+            .map_err(|e| CloudError::Unavailable(format!("{}: {e}", self.disks_dir.display())))
+    }
+}

@@ -1,0 +1,148 @@
+//! CreateVolume, DeleteVolume and ControllerExpandVolume: the calls that make, remove
+//! and grow disks.
+
+use overcast_api::csi_v1 as csi;
+use overcast_cloud::{CloudError, DiskSpec};
+use tonic::Status;
+use tracing::instrument;
+
+use super::{volume_of, ControllerService};
+use crate::errors::to_status;
+use crate::validation::{self, is_block};
+
+impl ControllerService {
+    #[instrument(skip_all, fields(volume.name = %req.name))]
+    pub(super) async fn create(
+        &self,
+        req: csi::CreateVolumeRequest,
+    ) -> Result<csi::CreateVolumeResponse, Status> {
+        let name = validation::volume_name(&req.name)?;
+        validation::capabilities(&req.volume_capabilities)?;
+        if req.volume_content_source.is_some() {
+            // Neither CLONE_VOLUME nor snapshots are advertised.
+            return Err(Status::invalid_argument(
+                "volume_content_source is not supported",
+            ));
+        }
+        if !req.mutable_parameters.is_empty() {
+            return Err(Status::invalid_argument(
+                "mutable_parameters is not supported (no MODIFY_VOLUME)",
+            ));
+        }
+        let (parameters, metadata) = validation::split_parameters(&req.parameters);
+        let op = format!("create volume {name:?}");
+        self.cloud
+            .validate_parameters(&parameters)
+            .map_err(|e| to_status(&op, e))?;
+        let zones = self.cloud.zones();
+        let zone = validation::pick_zone(req.accessibility_requirements.as_ref(), &zones)?;
+        let size = validation::disk_size(
+            req.capacity_range.as_ref(),
+            self.default_size,
+            self.cloud.size_granularity(),
+            self.cloud.max_disk_size(),
+        )?;
+
+        let _guard = self.inflight.name(name)?;
+        // Idempotency by name: an existing disk answers if it fits what is asked now.
+        if let Some(disk) = self
+            .cloud
+            .disk_by_name(name)
+            .await
+            .map_err(|e| to_status(&op, e))?
+        {
+            let fits = validation::size_fits(disk.size_bytes, req.capacity_range.as_ref())?;
+            let same_params = disk.parameters == parameters;
+            let placed = match &req.accessibility_requirements {
+                Some(r) if !r.requisite.is_empty() => r
+                    .requisite
+                    .iter()
+                    .any(|t| validation::topology_matches(t, &disk.zone)),
+                _ => true,
+            };
+            if !(fits && same_params && placed) {
+                return Err(Status::already_exists(format!(
+                    "{op}: volume {} exists with {} bytes, parameters {:?}, zone {}/{}",
+                    disk.id, disk.size_bytes, disk.parameters, disk.zone.region, disk.zone.zone
+                )));
+            }
+            return Ok(csi::CreateVolumeResponse {
+                volume: Some(volume_of(&disk)),
+            });
+        }
+        let spec = DiskSpec {
+            name: name.to_owned(),
+            size_bytes: size,
+            zone,
+            parameters,
+            metadata,
+        };
+        let disk = self
+            .cloud
+            .create_disk(spec)
+            .await
+            .map_err(|e| to_status(&op, e))?;
+        Ok(csi::CreateVolumeResponse {
+            volume: Some(volume_of(&disk)),
+        })
+    }
+
+    #[instrument(skip_all, fields(volume.id = %req.volume_id))]
+    pub(super) async fn delete(
+        &self,
+        req: csi::DeleteVolumeRequest,
+    ) -> Result<csi::DeleteVolumeResponse, Status> {
+        let id = validation::require("volume_id", &req.volume_id)?;
+        let _guard = self.inflight.volume(id)?;
+        match self.cloud.delete_disk(id).await {
+            // Deleting what is gone succeeds: the CO may be retrying a delete that worked.
+            Ok(()) | Err(CloudError::NotFound { .. }) => Ok(csi::DeleteVolumeResponse {}),
+            Err(e) => Err(to_status(&format!("delete volume {id}"), e)),
+        }
+    }
+
+    #[instrument(skip_all, fields(volume.id = %req.volume_id))]
+    pub(super) async fn expand(
+        &self,
+        req: csi::ControllerExpandVolumeRequest,
+    ) -> Result<csi::ControllerExpandVolumeResponse, Status> {
+        let id = validation::require("volume_id", &req.volume_id)?;
+        let range = req
+            .capacity_range
+            .as_ref()
+            .ok_or_else(|| Status::invalid_argument("capacity_range is required"))?;
+        if req.volume_capability.is_some() {
+            validation::capability(req.volume_capability.as_ref())?;
+        }
+        let op = format!("expand volume {id}");
+        let _guard = self.inflight.volume(id)?;
+        let disk = self.cloud.disk(id).await.map_err(|e| to_status(&op, e))?;
+        let (required, limit) = validation::range_bounds(Some(range))?;
+        let granularity = self.cloud.size_granularity();
+        let target = required
+            .div_ceil(granularity)
+            .saturating_mul(granularity)
+            .max(disk.size_bytes);
+        if limit != 0 && target > limit {
+            return Err(Status::out_of_range(format!(
+                "{op}: the volume has {} bytes and cannot fit under limit_bytes {limit}",
+                disk.size_bytes
+            )));
+        }
+        if target > self.cloud.max_disk_size() {
+            return Err(Status::out_of_range(format!(
+                "{op}: {target} bytes exceeds the largest disk"
+            )));
+        }
+        let size = self
+            .cloud
+            .expand_disk(id, target)
+            .await
+            .map_err(|e| to_status(&op, e))?;
+        Ok(csi::ControllerExpandVolumeResponse {
+            capacity_bytes: i64::try_from(size).unwrap_or(i64::MAX),
+            // A block volume has no filesystem for the node to grow.
+            node_expansion_required: !is_block(req.volume_capability.as_ref()),
+        })
+    }
+}

@@ -1,0 +1,160 @@
+//! The Controller service, written against the cloud's [`Disks`] capability alone.
+//! Every call validates its request, takes the volume's in-flight guard, asks the cloud
+//! whether the desired state already holds, and only then acts.
+
+mod create;
+mod publish;
+mod query;
+
+use std::sync::Arc;
+
+use overcast_api::csi_v1 as csi;
+use overcast_cloud::{Disk, DiskCondition, Disks};
+use tonic::{Request, Response, Status};
+
+use crate::inflight::Inflight;
+use crate::validation::topology_of;
+
+use csi::controller_service_capability::rpc::Type as Rpc;
+
+pub struct ControllerService {
+    cloud: Arc<dyn Disks>,
+    inflight: Inflight,
+    default_size: u64,
+}
+
+impl ControllerService {
+    pub fn new(cloud: Arc<dyn Disks>, default_size: u64) -> Self {
+        Self {
+            cloud,
+            inflight: Inflight::default(),
+            default_size,
+        }
+    }
+}
+
+const CAPABILITIES: [Rpc; 10] = [
+    Rpc::CreateDeleteVolume,
+    Rpc::PublishUnpublishVolume,
+    Rpc::ListVolumes,
+    Rpc::GetCapacity,
+    Rpc::PublishReadonly,
+    Rpc::ExpandVolume,
+    Rpc::ListVolumesPublishedNodes,
+    Rpc::VolumeCondition,
+    Rpc::GetVolume,
+    Rpc::SingleNodeMultiWriter,
+];
+
+/// The CSI view of a cloud disk.
+fn volume_of(disk: &Disk) -> csi::Volume {
+    csi::Volume {
+        capacity_bytes: i64::try_from(disk.size_bytes).unwrap_or(i64::MAX),
+        volume_id: disk.id.clone(),
+        volume_context: Default::default(),
+        content_source: None,
+        accessible_topology: vec![topology_of(&disk.zone)],
+    }
+}
+
+fn condition_of(disk: &Disk) -> csi::VolumeCondition {
+    match &disk.condition {
+        DiskCondition::Healthy => csi::VolumeCondition {
+            abnormal: false,
+            message: "healthy".into(),
+        },
+        DiskCondition::Abnormal(why) => csi::VolumeCondition {
+            abnormal: true,
+            message: why.clone(),
+        },
+    }
+}
+
+fn published_nodes(disk: &Disk) -> Vec<String> {
+    disk.attachments.iter().map(|a| a.node.clone()).collect()
+}
+
+#[tonic::async_trait]
+impl csi::controller_server::Controller for ControllerService {
+    async fn create_volume(
+        &self,
+        request: Request<csi::CreateVolumeRequest>,
+    ) -> Result<Response<csi::CreateVolumeResponse>, Status> {
+        self.create(request.into_inner()).await.map(Response::new)
+    }
+
+    async fn delete_volume(
+        &self,
+        request: Request<csi::DeleteVolumeRequest>,
+    ) -> Result<Response<csi::DeleteVolumeResponse>, Status> {
+        self.delete(request.into_inner()).await.map(Response::new)
+    }
+
+    async fn controller_publish_volume(
+        &self,
+        request: Request<csi::ControllerPublishVolumeRequest>,
+    ) -> Result<Response<csi::ControllerPublishVolumeResponse>, Status> {
+        self.publish(request.into_inner()).await.map(Response::new)
+    }
+
+    async fn controller_unpublish_volume(
+        &self,
+        request: Request<csi::ControllerUnpublishVolumeRequest>,
+    ) -> Result<Response<csi::ControllerUnpublishVolumeResponse>, Status> {
+        self.unpublish(request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        request: Request<csi::ValidateVolumeCapabilitiesRequest>,
+    ) -> Result<Response<csi::ValidateVolumeCapabilitiesResponse>, Status> {
+        self.validate(request.into_inner()).await.map(Response::new)
+    }
+
+    async fn list_volumes(
+        &self,
+        request: Request<csi::ListVolumesRequest>,
+    ) -> Result<Response<csi::ListVolumesResponse>, Status> {
+        self.list(request.into_inner()).await.map(Response::new)
+    }
+
+    async fn get_capacity(
+        &self,
+        request: Request<csi::GetCapacityRequest>,
+    ) -> Result<Response<csi::GetCapacityResponse>, Status> {
+        self.capacity(request.into_inner()).await.map(Response::new)
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        _: Request<csi::ControllerGetCapabilitiesRequest>,
+    ) -> Result<Response<csi::ControllerGetCapabilitiesResponse>, Status> {
+        let capabilities = CAPABILITIES
+            .iter()
+            .map(|t| csi::ControllerServiceCapability {
+                r#type: Some(csi::controller_service_capability::Type::Rpc(
+                    csi::controller_service_capability::Rpc { r#type: *t as i32 },
+                )),
+            })
+            .collect();
+        Ok(Response::new(csi::ControllerGetCapabilitiesResponse {
+            capabilities,
+        }))
+    }
+
+    async fn controller_expand_volume(
+        &self,
+        request: Request<csi::ControllerExpandVolumeRequest>,
+    ) -> Result<Response<csi::ControllerExpandVolumeResponse>, Status> {
+        self.expand(request.into_inner()).await.map(Response::new)
+    }
+
+    async fn controller_get_volume(
+        &self,
+        request: Request<csi::ControllerGetVolumeRequest>,
+    ) -> Result<Response<csi::ControllerGetVolumeResponse>, Status> {
+        self.get(request.into_inner()).await.map(Response::new)
+    }
+}

@@ -1,0 +1,189 @@
+//! The read-only calls: ValidateVolumeCapabilities, ListVolumes, GetCapacity and
+//! ControllerGetVolume.
+
+use overcast_api::csi_v1 as csi;
+use tonic::Status;
+use tracing::instrument;
+
+use super::{condition_of, published_nodes, volume_of, ControllerService};
+use crate::errors::to_status;
+use crate::validation;
+
+/// ListVolumes tokens name the last volume of the previous page; ids sort, so a page
+/// boundary survives volumes being created or deleted between calls.
+const TOKEN_PREFIX: &str = "after:";
+
+impl ControllerService {
+    #[instrument(skip_all, fields(volume.id = %req.volume_id))]
+    pub(super) async fn validate(
+        &self,
+        req: csi::ValidateVolumeCapabilitiesRequest,
+    ) -> Result<csi::ValidateVolumeCapabilitiesResponse, Status> {
+        let id = validation::require("volume_id", &req.volume_id)?;
+        if req.volume_capabilities.is_empty() {
+            return Err(Status::invalid_argument("volume_capabilities is required"));
+        }
+        let disk = self
+            .cloud
+            .disk(id)
+            .await
+            .map_err(|e| to_status(&format!("validate volume {id}"), e))?;
+        let unconfirmed = |message: String| csi::ValidateVolumeCapabilitiesResponse {
+            confirmed: None,
+            message,
+        };
+        if let Some(problem) = req
+            .volume_capabilities
+            .iter()
+            .find_map(validation::capability_problem)
+        {
+            return Ok(unconfirmed(problem));
+        }
+        let (parameters, _) = validation::split_parameters(&req.parameters);
+        if !req.parameters.is_empty() && parameters != disk.parameters {
+            return Ok(unconfirmed(format!(
+                "the volume was created with parameters {:?}",
+                disk.parameters
+            )));
+        }
+        if !req.mutable_parameters.is_empty() {
+            return Ok(unconfirmed("mutable_parameters are not supported".into()));
+        }
+        Ok(csi::ValidateVolumeCapabilitiesResponse {
+            confirmed: Some(csi::validate_volume_capabilities_response::Confirmed {
+                volume_context: req.volume_context,
+                volume_capabilities: req.volume_capabilities,
+                parameters: req.parameters,
+                mutable_parameters: Default::default(),
+            }),
+            message: String::new(),
+        })
+    }
+
+    #[instrument(skip_all)]
+    pub(super) async fn list(
+        &self,
+        req: csi::ListVolumesRequest,
+    ) -> Result<csi::ListVolumesResponse, Status> {
+        let max = usize::try_from(req.max_entries)
+            .map_err(|_| Status::invalid_argument("max_entries is negative"))?;
+        let after = match req.starting_token.as_str() {
+            "" => None,
+            token => match token.strip_prefix(TOKEN_PREFIX) {
+                Some(id) if !id.is_empty() => Some(id.to_owned()),
+                _ => {
+                    return Err(Status::aborted(format!(
+                        "starting_token {token:?} was not issued by this driver"
+                    )))
+                }
+            },
+        };
+        let disks = self
+            .cloud
+            .list_disks()
+            .await
+            .map_err(|e| to_status("list volumes", e))?;
+        let mut rest = disks
+            .iter()
+            .filter(|d| after.as_deref().is_none_or(|a| d.id.as_str() > a))
+            .peekable();
+        let mut entries = Vec::new();
+        while let Some(disk) = rest.next() {
+            entries.push(csi::list_volumes_response::Entry {
+                volume: Some(volume_of(disk)),
+                status: Some(csi::list_volumes_response::VolumeStatus {
+                    published_node_ids: published_nodes(disk),
+                    volume_condition: Some(condition_of(disk)),
+                }),
+            });
+            if max != 0 && entries.len() == max {
+                break;
+            }
+        }
+        let next_token = match rest.peek() {
+            Some(_) => entries
+                .last()
+                .and_then(|e| e.volume.as_ref())
+                .map(|v| format!("{TOKEN_PREFIX}{}", v.volume_id))
+                .unwrap_or_default(),
+            None => String::new(),
+        };
+        Ok(csi::ListVolumesResponse {
+            entries,
+            next_token,
+        })
+    }
+
+    #[instrument(skip_all)]
+    pub(super) async fn capacity(
+        &self,
+        req: csi::GetCapacityRequest,
+    ) -> Result<csi::GetCapacityResponse, Status> {
+        let (parameters, _) = validation::split_parameters(&req.parameters);
+        self.cloud
+            .validate_parameters(&parameters)
+            .map_err(|e| to_status("get capacity", e))?;
+        let zones = self.cloud.zones();
+        let zone = match &req.accessible_topology {
+            None => None,
+            Some(t) => match zones.iter().find(|z| validation::topology_matches(t, z)) {
+                Some(z) => Some(z),
+                // A segment we do not serve has no capacity for us.
+                None => return Ok(empty_capacity()),
+            },
+        };
+        if req
+            .volume_capabilities
+            .iter()
+            .any(|c| validation::capability_problem(c).is_some())
+        {
+            return Ok(empty_capacity());
+        }
+        let available = match zone {
+            Some(z) => self.cloud.available_capacity(Some(z)).await,
+            None => self.cloud.available_capacity(None).await,
+        }
+        .map_err(|e| to_status("get capacity", e))?;
+        let available = i64::try_from(available).unwrap_or(i64::MAX);
+        // A thin disk may be larger than the free space; a thick one may not.
+        let max_disk = i64::try_from(self.cloud.max_disk_size()).unwrap_or(i64::MAX);
+        let largest = if self.cloud.overcommits(&parameters) {
+            max_disk
+        } else {
+            available.min(max_disk)
+        };
+        Ok(csi::GetCapacityResponse {
+            available_capacity: available,
+            maximum_volume_size: Some(largest),
+            minimum_volume_size: Some(i64::try_from(self.cloud.size_granularity()).unwrap_or(0)),
+        })
+    }
+
+    #[instrument(skip_all, fields(volume.id = %req.volume_id))]
+    pub(super) async fn get(
+        &self,
+        req: csi::ControllerGetVolumeRequest,
+    ) -> Result<csi::ControllerGetVolumeResponse, Status> {
+        let id = validation::require("volume_id", &req.volume_id)?;
+        let disk = self
+            .cloud
+            .disk(id)
+            .await
+            .map_err(|e| to_status(&format!("get volume {id}"), e))?;
+        Ok(csi::ControllerGetVolumeResponse {
+            volume: Some(volume_of(&disk)),
+            status: Some(csi::controller_get_volume_response::VolumeStatus {
+                published_node_ids: published_nodes(&disk),
+                volume_condition: Some(condition_of(&disk)),
+            }),
+        })
+    }
+}
+
+fn empty_capacity() -> csi::GetCapacityResponse {
+    csi::GetCapacityResponse {
+        available_capacity: 0,
+        maximum_volume_size: None,
+        minimum_volume_size: None,
+    }
+}

@@ -1,0 +1,142 @@
+//! Picks the services for the mode, builds the cloud they share, and serves them on
+//! the CSI socket until shutdown.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use overcast_api::csi_v1 as csi;
+use overcast_cloud::local::{LocalCloud, LocalConfig};
+use overcast_cloud::{Disks, Zone};
+use overcast_runtime::{socket, GrpcLogLayer, GrpcMetrics};
+use prometheus_client::registry::Registry;
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::Server;
+
+use crate::controller::ControllerService;
+use crate::identity::IdentityService;
+use crate::node::NodeService;
+use crate::options::{CloudKind, Options};
+
+pub struct Driver {
+    options: Options,
+    socket_path: PathBuf,
+    listener: UnixListener,
+    cloud: Option<Arc<dyn Disks>>,
+    registry: Registry,
+    metrics: Arc<GrpcMetrics>,
+}
+
+impl Driver {
+    /// Builds the cloud (controller modes only: a node needs none) and binds the socket.
+    pub async fn start(options: Options) -> anyhow::Result<Self> {
+        let socket_path = socket::parse_endpoint(&options.endpoint)?;
+        let cloud: Option<Arc<dyn Disks>> = if options.mode.controller() {
+            Some(open_cloud(&options).await?)
+        } else {
+            None
+        };
+        let listener = socket::bind(&socket_path)
+            .await
+            .with_context(|| format!("bind {}", socket_path.display()))?;
+        let mut registry = Registry::default();
+        let metrics = GrpcMetrics::register(&mut registry, "csi");
+        Ok(Self {
+            options,
+            socket_path,
+            listener,
+            cloud,
+            registry,
+            metrics,
+        })
+    }
+
+    /// Serves until `shutdown` resolves, then removes the socket.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let Self {
+            options,
+            socket_path,
+            listener,
+            cloud,
+            registry,
+            metrics,
+        } = self;
+        let zone = Zone {
+            region: options.region.clone(),
+            zone: options.zone.clone(),
+        };
+        let node_id = options.node_id();
+
+        if let Some(addr) = options.metrics_address {
+            let probe_cloud = cloud.clone();
+            let health: overcast_runtime::http::HealthCheck = Arc::new(move || {
+                let cloud = probe_cloud.clone();
+                Box::pin(async move {
+                    match cloud {
+                        Some(c) => c.probe().await.map_err(|e| e.to_string()),
+                        None => Ok(()),
+                    }
+                })
+            });
+            let bound = overcast_runtime::http::serve(addr, Arc::new(registry), health).await?;
+            tracing::info!(address = %bound, "serving /metrics and /healthz");
+        }
+
+        let identity = IdentityService::new(
+            options.driver_name.clone(),
+            options.mode.controller(),
+            cloud.clone(),
+        );
+        let controller = cloud.map(|c| {
+            csi::controller_server::ControllerServer::new(ControllerService::new(
+                c,
+                options.default_volume_size,
+            ))
+        });
+        let node = options.mode.node().then(|| {
+            csi::node_server::NodeServer::new(NodeService::new(
+                node_id.clone(),
+                options.max_volumes_per_node,
+                zone,
+            ))
+        });
+        tracing::info!(
+            endpoint = %socket_path.display(),
+            driver = %options.driver_name,
+            mode = ?options.mode,
+            node.id = %node_id,
+            "serving CSI"
+        );
+        let result = Server::builder()
+            .layer(GrpcLogLayer::new(Some(metrics)))
+            .add_service(csi::identity_server::IdentityServer::new(identity))
+            .add_optional_service(controller)
+            .add_optional_service(node)
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+            .await;
+        socket::remove(&socket_path);
+        result.context("serve CSI")
+    }
+}
+
+async fn open_cloud(options: &Options) -> anyhow::Result<Arc<dyn Disks>> {
+    match options.cloud {
+        CloudKind::Local => {
+            let config = LocalConfig {
+                state_dir: options.state_dir.clone(),
+                node_name: options.node_id(),
+                zone: Zone {
+                    region: options.region.clone(),
+                    zone: options.zone.clone(),
+                },
+                max_attachments_per_node: options.max_volumes_per_node,
+            };
+            let cloud = LocalCloud::open(config).await.with_context(|| {
+                format!("open the local cloud in {}", options.state_dir.display())
+            })?;
+            Ok(Arc::new(cloud))
+        }
+    }
+}

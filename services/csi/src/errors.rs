@@ -1,0 +1,71 @@
+//! The one place a cloud error becomes a gRPC status, per the CSI spec's error tables.
+//! Handlers that give a variant another meaning (DeleteVolume treats NotFound as
+//! success) match it before calling here.
+
+use overcast_cloud::CloudError;
+use tonic::{Code, Status};
+
+/// `op` names the operation and its object: "create volume pvc-1".
+pub fn to_status(op: &str, err: CloudError) -> Status {
+    let code = match &err {
+        CloudError::NotFound { .. } => Code::NotFound,
+        CloudError::ParameterMismatch { .. } => Code::AlreadyExists,
+        CloudError::FailedPrecondition(_) => Code::FailedPrecondition,
+        CloudError::Busy(_) => Code::Aborted,
+        CloudError::ResourceExhausted(_) => Code::ResourceExhausted,
+        CloudError::OutOfRange(_) => Code::OutOfRange,
+        CloudError::InvalidArgument(_) => Code::InvalidArgument,
+        CloudError::Unavailable(_) => Code::Unavailable,
+        CloudError::Io { .. } => Code::Internal,
+        CloudError::Store(_) => Code::Internal,
+    };
+    Status::new(code, format!("{op}: {err}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cloud_error_has_its_code() {
+        let cases = [
+            (CloudError::not_found("disk", "d"), Code::NotFound),
+            (
+                CloudError::ParameterMismatch {
+                    name: "n".into(),
+                    reason: "r".into(),
+                },
+                Code::AlreadyExists,
+            ),
+            (
+                CloudError::FailedPrecondition("attached".into()),
+                Code::FailedPrecondition,
+            ),
+            (CloudError::Busy("busy".into()), Code::Aborted),
+            (
+                CloudError::ResourceExhausted("full".into()),
+                Code::ResourceExhausted,
+            ),
+            (CloudError::OutOfRange("big".into()), Code::OutOfRange),
+            (
+                CloudError::InvalidArgument("bad".into()),
+                Code::InvalidArgument,
+            ),
+            (CloudError::Unavailable("down".into()), Code::Unavailable),
+            (
+                CloudError::io("write", std::io::Error::other("eio")),
+                Code::Internal,
+            ),
+            (CloudError::Store("corrupt".into()), Code::Internal),
+        ];
+        for (err, code) in cases {
+            let status = to_status("attach volume v to node n", err);
+            assert_eq!(status.code(), code);
+            assert!(
+                status.message().starts_with("attach volume v to node n: "),
+                "{}",
+                status.message()
+            );
+        }
+    }
+}

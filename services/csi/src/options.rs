@@ -1,0 +1,107 @@
+//! Command-line flags, in the kubernetes-csi spelling; each also reads an environment
+//! variable so manifests can set them either way.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use overcast_runtime::LogFormat;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Identity + Controller: runs next to the cloud credentials.
+    Controller,
+    /// Identity + Node: runs on every node, needs no cloud.
+    Node,
+    /// All three services in one process (a single-node cluster, tests).
+    All,
+}
+
+impl Mode {
+    pub fn controller(self) -> bool {
+        matches!(self, Self::Controller | Self::All)
+    }
+
+    pub fn node(self) -> bool {
+        matches!(self, Self::Node | Self::All)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CloudKind {
+    /// The embedded local cloud: sparse files attached as loop devices.
+    Local,
+}
+
+#[derive(Debug, Clone, Parser)]
+#[command(name = "csi", version, about = "Overcast CSI driver")]
+pub struct Options {
+    /// Where to serve CSI: unix:///path/to/csi.sock.
+    #[arg(long, env = "CSI_ENDPOINT", default_value = "unix:///csi/csi.sock")]
+    pub endpoint: String,
+
+    /// Which CSI services to serve.
+    #[arg(long, env = "CSI_MODE", value_enum, default_value = "all")]
+    pub mode: Mode,
+
+    /// The driver's name (GetPluginInfo, CSIDriver object, StorageClass provisioner).
+    #[arg(
+        long,
+        env = "CSI_DRIVER_NAME",
+        default_value = "local.csi.overcast.dev"
+    )]
+    pub driver_name: String,
+
+    /// This node's id as the cloud knows it; defaults to the hostname.
+    #[arg(long, env = "KUBE_NODE_NAME")]
+    pub node_id: Option<String>,
+
+    /// Which cloud provider to use.
+    #[arg(long, env = "CSI_CLOUD", value_enum, default_value = "local")]
+    pub cloud: CloudKind,
+
+    /// Local cloud: the directory holding disk files and the metadata store.
+    #[arg(long, env = "CSI_STATE_DIR", default_value = "/var/lib/overcast/local")]
+    pub state_dir: PathBuf,
+
+    /// Local cloud: the zone this host is in (topology.kubernetes.io/zone).
+    #[arg(long, env = "CSI_ZONE", default_value = "local")]
+    pub zone: String,
+
+    /// Local cloud: the region this host is in (topology.kubernetes.io/region).
+    #[arg(long, env = "CSI_REGION", default_value = "local")]
+    pub region: String,
+
+    /// How many volumes one node can have attached (NodeGetInfo, and the local
+    /// cloud's attach limit).
+    #[arg(long, env = "CSI_MAX_VOLUMES_PER_NODE", default_value_t = 128)]
+    pub max_volumes_per_node: u64,
+
+    /// Size of a volume whose CreateVolume names no capacity.
+    #[arg(long, env = "CSI_DEFAULT_VOLUME_SIZE", default_value_t = 1 << 30)]
+    pub default_volume_size: u64,
+
+    /// Log format: text or json.
+    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// Serve Prometheus metrics and /healthz on this address (off when unset).
+    #[arg(long, env = "CSI_METRICS_ADDRESS")]
+    pub metrics_address: Option<SocketAddr>,
+}
+
+impl Options {
+    pub fn node_id(&self) -> String {
+        self.node_id.clone().unwrap_or_else(hostname)
+    }
+}
+
+fn hostname() -> String {
+    nix_hostname().unwrap_or_else(|| "localhost".to_owned())
+}
+
+fn nix_hostname() -> Option<String> {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = raw.trim();
+    (!name.is_empty()).then(|| name.to_owned())
+}

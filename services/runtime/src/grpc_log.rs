@@ -1,0 +1,196 @@
+//! One tower layer that logs every gRPC call's method, code and latency and counts it
+//! in Prometheus metrics. Handlers do not log what they return; this layer does, once.
+//! It sees only the path and the status, never a request body, so secrets cannot leak
+//! through it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tonic::codegen::http;
+use tower::{Layer, Service};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    method: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    method: String,
+}
+
+/// Calls by method and code, and their latency by method.
+pub struct GrpcMetrics {
+    calls: Family<CallLabels, Counter>,
+    latency: Family<MethodLabels, Histogram, fn() -> Histogram>,
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 µs to ~1.6 s.
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+}
+
+impl GrpcMetrics {
+    /// Creates the metrics and registers them under `prefix` (e.g. `csi`).
+    pub fn register(registry: &mut Registry, prefix: &str) -> Arc<Self> {
+        let metrics = Arc::new(Self {
+            calls: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram),
+        });
+        let sub = registry.sub_registry_with_prefix(prefix);
+        sub.register(
+            "grpc_calls",
+            "gRPC calls served, by method and code",
+            metrics.calls.clone(),
+        );
+        sub.register(
+            "grpc_call_duration_seconds",
+            "gRPC call latency, by method",
+            metrics.latency.clone(),
+        );
+        metrics
+    }
+
+    fn observe(&self, method: &str, code: tonic::Code, seconds: f64) {
+        self.calls
+            .get_or_create(&CallLabels {
+                method: method.to_owned(),
+                code: code_name(code),
+            })
+            .inc();
+        self.latency
+            .get_or_create(&MethodLabels {
+                method: method.to_owned(),
+            })
+            .observe(seconds);
+    }
+}
+
+fn code_name(code: tonic::Code) -> String {
+    format!("{code:?}")
+}
+
+#[derive(Clone, Default)]
+pub struct GrpcLogLayer {
+    metrics: Option<Arc<GrpcMetrics>>,
+}
+
+impl GrpcLogLayer {
+    pub fn new(metrics: Option<Arc<GrpcMetrics>>) -> Self {
+        Self { metrics }
+    }
+}
+
+impl<S> Layer<S> for GrpcLogLayer {
+    type Service = GrpcLog<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        GrpcLog {
+            inner,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct GrpcLog<S> {
+    inner: S,
+    metrics: Option<Arc<GrpcMetrics>>,
+}
+
+impl<S, B, RB> Service<http::Request<B>> for GrpcLog<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let method = req.uri().path().to_owned();
+        let metrics = self.metrics.clone();
+        let started = Instant::now();
+        let response = self.inner.call(req);
+        Box::pin(async move {
+            let result = response.await;
+            let elapsed = started.elapsed();
+            // Unary errors travel "trailers-only": grpc-status sits in the headers. A
+            // response without it carries its status in trailers, which for our unary
+            // services means success.
+            let (code, message) = match &result {
+                Ok(resp) => {
+                    let headers = resp.headers();
+                    let code = headers
+                        .get("grpc-status")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<i32>().ok())
+                        .map_or(tonic::Code::Ok, tonic::Code::from_i32);
+                    let message = headers
+                        .get("grpc-message")
+                        .and_then(|v| v.to_str().ok())
+                        .map(percent_decode);
+                    (code, message)
+                }
+                Err(_) => (tonic::Code::Unknown, Some("transport error".to_owned())),
+            };
+            let latency_us = elapsed.as_micros() as u64;
+            if code == tonic::Code::Ok {
+                tracing::debug!(%method, code = ?code, latency_us, "rpc");
+            } else {
+                tracing::info!(%method, code = ?code, latency_us, message = message.as_deref().unwrap_or(""), "rpc");
+            }
+            if let Some(m) = metrics {
+                m.observe(&method, code, elapsed.as_secs_f64());
+            }
+            result
+        })
+    }
+}
+
+/// grpc-message is percent-encoded on the wire.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_messages_are_percent_decoded() {
+        assert_eq!(
+            percent_decode("volume%20id%20is%20empty"),
+            "volume id is empty"
+        );
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("a%2"), "a%2");
+    }
+}
