@@ -20,6 +20,9 @@ use crate::identity::IdentityService;
 use crate::node::NodeService;
 use crate::options::{CloudKind, Options};
 
+/// How long a shutdown waits for open connections to finish.
+const DRAIN_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub struct Driver {
     options: Options,
     socket_path: PathBuf,
@@ -109,15 +112,34 @@ impl Driver {
             node.id = %node_id,
             "serving CSI"
         );
-        let result = Server::builder()
+        let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = Server::builder()
             .layer(GrpcLogLayer::new(Some(metrics)))
             .add_service(csi::identity_server::IdentityServer::new(identity))
             .add_optional_service(controller)
             .add_optional_service(node)
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-            .await;
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
+                shutdown.await;
+                let _ = stopping_tx.send(());
+            });
+        // Graceful shutdown lets calls in flight finish, but the sidecars and kubelet keep
+        // idle connections open indefinitely: past the drain period, stop regardless.
+        let drain_expired = async move {
+            if stopping_rx.await.is_ok() {
+                tokio::time::sleep(DRAIN_PERIOD).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let result = tokio::select! {
+            r = server => r.context("serve CSI"),
+            () = drain_expired => {
+                tracing::warn!(period = ?DRAIN_PERIOD, "connections still open after the drain period; stopping");
+                Ok(())
+            }
+        };
         socket::remove(&socket_path);
-        result.context("serve CSI")
+        result
     }
 }
 

@@ -1,0 +1,175 @@
+//! The `csi` process as an operator meets it: modes, signals, sockets, logs, metrics.
+
+use std::time::Duration;
+
+use overcast_integration::csi_v1 as csi;
+use overcast_integration::*;
+use tonic::Code;
+
+#[tokio::test]
+async fn sigterm_shuts_down_cleanly_and_removes_the_socket() {
+    let mut csi = Csi::start(&[]).await;
+    assert!(csi.socket.exists());
+    // An idle client connection stays open, as the sidecars' do.
+    let _idle = csi.channel().await;
+    let started = std::time::Instant::now();
+    let status = csi.terminate();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "shutdown is bounded"
+    );
+    assert!(status.success(), "exit status {status}");
+    assert!(!csi.socket.exists(), "the socket is removed on shutdown");
+}
+
+#[tokio::test]
+async fn a_stale_socket_is_replaced_but_a_live_one_is_not_stolen() {
+    let mut csi = Csi::start(&[]).await;
+    // A crash leaves the socket file behind; the next start serves on it anyway.
+    csi.kill9();
+    assert!(csi.socket.exists());
+    csi.restart().await;
+    // A second driver on the same live socket refuses to start.
+    let out = std::process::Command::new(binary("csi"))
+        .arg(format!("--endpoint=unix://{}", csi.socket.display()))
+        .arg("--mode=node")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("served by another process"));
+    csi.identity()
+        .await
+        .probe(csi::ProbeRequest {})
+        .await
+        .expect("the first driver still serves");
+}
+
+#[tokio::test]
+async fn node_mode_serves_no_controller_and_reports_its_node() {
+    let csi = Csi::start(&["--mode=node", "--max-volumes-per-node=17"]).await;
+    let caps = csi
+        .identity()
+        .await
+        .get_plugin_capabilities(csi::GetPluginCapabilitiesRequest {})
+        .await
+        .unwrap();
+    let has_controller = caps.into_inner().capabilities.iter().any(|c| {
+        matches!(&c.r#type, Some(csi::plugin_capability::Type::Service(s))
+            if s.r#type() == csi::plugin_capability::service::Type::ControllerService)
+    });
+    assert!(!has_controller);
+    let err = csi
+        .controller()
+        .await
+        .create_volume(create_request("x", MIB))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unimplemented);
+    assert!(
+        !csi.state_dir.join("store.redb").exists(),
+        "a node opens no cloud state"
+    );
+    let info = csi
+        .node()
+        .await
+        .node_get_info(csi::NodeGetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.node_id, NODE_ID);
+    assert_eq!(info.max_volumes_per_node, 17);
+    let segments = info.accessible_topology.unwrap().segments;
+    assert_eq!(segments.get(ZONE_KEY).map(String::as_str), Some(ZONE));
+    assert_eq!(segments.get(REGION_KEY).map(String::as_str), Some(REGION));
+}
+
+#[tokio::test]
+async fn secrets_never_reach_the_log_even_at_trace_level() {
+    let csi = Csi::start_with_env(&["--log-format=json"], &[("RUST_LOG", "trace")]).await;
+    let mut c = csi.controller().await;
+    let secret = "S3cr3t-Value-For-Log-Test";
+    let secrets: std::collections::HashMap<String, String> =
+        [("password".to_owned(), secret.to_owned())].into();
+    let v = c
+        .create_volume(csi::CreateVolumeRequest {
+            secrets: secrets.clone(),
+            ..create_request("sec", MIB)
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    c.controller_publish_volume(csi::ControllerPublishVolumeRequest {
+        secrets: secrets.clone(),
+        ..publish_request(&v.volume_id, false)
+    })
+    .await
+    .unwrap();
+    c.controller_unpublish_volume(csi::ControllerUnpublishVolumeRequest {
+        secrets: secrets.clone(),
+        ..unpublish_request(&v.volume_id)
+    })
+    .await
+    .unwrap();
+    let bad = c
+        .delete_volume(csi::DeleteVolumeRequest {
+            volume_id: String::new(),
+            secrets,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let log = csi.log_text();
+    assert!(
+        log.contains("/csi.v1.Controller/CreateVolume"),
+        "the gRPC layer logged the calls:\n{log}"
+    );
+    assert!(
+        log.contains("InvalidArgument"),
+        "errors are logged with their code"
+    );
+    assert!(!log.contains(secret), "a secret leaked into the log");
+    for line in log.lines() {
+        assert!(
+            line.starts_with('{'),
+            "--log-format=json writes JSON lines: {line}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn metrics_and_healthz_are_served() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let csi = Csi::start(&[&format!("--metrics-address=127.0.0.1:{port}")]).await;
+    csi.controller()
+        .await
+        .create_volume(create_request("m", MIB))
+        .await
+        .unwrap();
+    let get = |path: &str| {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-s",
+                "-w",
+                "\n%{http_code}",
+                &format!("http://127.0.0.1:{port}{path}"),
+            ])
+            .output();
+        String::from_utf8_lossy(&out.expect("curl").stdout).into_owned()
+    };
+    let metrics = get("/metrics");
+    assert!(metrics.ends_with("200"), "{metrics}");
+    assert!(
+        metrics.contains(
+            r#"csi_grpc_calls_total{method="/csi.v1.Controller/CreateVolume",code="Ok"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains("csi_grpc_call_duration_seconds_bucket"));
+    assert!(get("/healthz").ends_with("200"));
+}
