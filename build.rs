@@ -16,6 +16,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let fds = protox::compile(&files, [&root])?;
+    // Kept for the wire test that pins every field number.
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out.join("descriptors.bin"),
+        prost::Message::encode_to_vec(&fds),
+    )?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

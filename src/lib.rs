@@ -14,3 +14,6 @@ pub mod pluginregistration {
 }
 
 pub use csi::v1 as csi_v1;
+
+/// The compiled descriptors of every proto under `proto/`, for tests that pin the wire.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
