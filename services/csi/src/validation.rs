@@ -262,7 +262,7 @@ mod tests {
         let size = |r: Option<csi::CapacityRange>| {
             disk_size(r.as_ref(), GIB, MIB, 16 * GIB).map_err(|s| s.code())
         };
-        use tonic::Code::*;
+        use tonic::Code::{InvalidArgument, OutOfRange};
         let cases: [(Option<csi::CapacityRange>, Result<u64, tonic::Code>); 10] = [
             (None, Ok(GIB)),
             (range(0, 0), Ok(GIB)),
