@@ -24,26 +24,36 @@ pub const ZONE_KEY: &str = "topology.kubernetes.io/zone";
 pub const REGION_KEY: &str = "topology.kubernetes.io/region";
 pub const MIB: i64 = 1 << 20;
 
-/// The path of a workspace binary, built if missing (tests of this package do not make
-/// cargo build other packages' binaries).
+/// The path of a workspace binary, freshly built. `cargo test` builds only the
+/// binaries of packages that have integration tests of their own, so the harness
+/// builds the workspace's binaries itself, once per test process (a no-op when they
+/// are up to date), in the profile the test itself was built in.
 pub fn binary(name: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     let exe = std::env::current_exe().expect("current exe");
-    // target/<profile>/deps/<test> or target/<profile>/<bench>
+    // target/<profile>/deps/<test>
     let mut dir = exe.parent().expect("exe dir").to_path_buf();
     if dir.ends_with("deps") {
         dir.pop();
     }
-    let path = dir.join(name);
-    if !path.exists() {
-        let profile_release = dir.ends_with("release");
+    BUILT.get_or_init(|| {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("workspace root");
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.args(["build", "--bin", name]);
-        if profile_release {
+        cmd.current_dir(workspace)
+            .args(["build", "--workspace", "--bins"]);
+        if dir.ends_with("release") {
             cmd.arg("--release");
         }
+        if let Some(target) = dir.parent() {
+            cmd.env("CARGO_TARGET_DIR", target);
+        }
         let status = cmd.status().expect("run cargo build");
-        assert!(status.success(), "cargo build --bin {name} failed");
-    }
+        assert!(status.success(), "cargo build --workspace --bins failed");
+    });
+    let path = dir.join(name);
+    assert!(path.exists(), "{} was not built", path.display());
     path
 }
 
@@ -98,6 +108,10 @@ impl Csi {
         let mut cmd = Command::new(binary("csi"));
         cmd.arg(format!("--endpoint=unix://{}", self.socket.display()))
             .arg(format!("--state-dir={}", self.state_dir.display()))
+            .arg(format!(
+                "--node-state-dir={}",
+                self.dir.path().join("node").display()
+            ))
             .arg(format!("--node-id={NODE_ID}"))
             .arg(format!("--zone={ZONE}"))
             .arg(format!("--region={REGION}"))
@@ -215,8 +229,48 @@ impl Csi {
 impl Drop for Csi {
     fn drop(&mut self) {
         self.kill9();
+        unmount_under(self.dir.path());
         detach_loops_under(&self.state_dir);
     }
+}
+
+/// Unmounts every mount point under `dir`, deepest first (test cleanup).
+pub fn unmount_under(dir: &Path) {
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return;
+    };
+    for _ in 0..4 {
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut points: Vec<PathBuf> = text
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .map(|p| PathBuf::from(p.replace("\\040", " ")))
+            .filter(|p| p.starts_with(&dir))
+            .collect();
+        if points.is_empty() {
+            return;
+        }
+        points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        for p in points {
+            let _ = nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+/// Whether `path` is a mount point now.
+pub fn is_mount_point(path: &Path) -> bool {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|p| Path::new(p) == path)
+}
+
+/// The mount options of the topmost mount at `path`.
+pub fn mount_options(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .rfind(|l| l.split(' ').nth(4).is_some_and(|p| Path::new(p) == path))
+        .and_then(|l| l.split(' ').nth(5).map(str::to_owned))
 }
 
 /// Connects a gRPC channel over the Unix socket at `path`.
@@ -361,3 +415,19 @@ pub fn rss_kib(pid: u32) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// Whether this process holds capability `cap` (its number, e.g. 24 for
+/// CAP_SYS_RESOURCE) in its effective set.
+pub fn has_capability(cap: u32) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|mask| mask & (1 << cap) != 0)
+}
+
+/// CAP_SYS_RESOURCE: the kernel asks for it to resize a mounted ext4 filesystem.
+pub const CAP_SYS_RESOURCE: u32 = 24;

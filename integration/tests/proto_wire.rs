@@ -89,11 +89,10 @@ fn parse(table: &str) -> BTreeMap<String, BTreeMap<String, i32>> {
         .collect()
 }
 
-fn descriptors() -> (
-    BTreeMap<String, BTreeMap<String, i32>>,
-    BTreeMap<String, BTreeMap<String, i32>>,
-    Vec<String>,
-) {
+/// Name -> (member -> number), for messages and for enums.
+type Table = BTreeMap<String, BTreeMap<String, i32>>;
+
+fn descriptors() -> (Table, Table, Vec<String>) {
     let set = FileDescriptorSet::decode(overcast_api::FILE_DESCRIPTOR_SET).expect("descriptor set");
     let mut messages = BTreeMap::new();
     let mut enums = BTreeMap::new();

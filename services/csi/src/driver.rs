@@ -17,7 +17,7 @@ use tonic::transport::Server;
 
 use crate::controller::ControllerService;
 use crate::identity::IdentityService;
-use crate::node::NodeService;
+use crate::node::{NodeService, NodeState};
 use crate::options::{CloudKind, Options};
 
 /// How long a shutdown waits for open connections to finish.
@@ -98,13 +98,23 @@ impl Driver {
                 options.default_volume_size,
             ))
         });
-        let node = options.mode.node().then(|| {
-            csi::node_server::NodeServer::new(NodeService::new(
-                node_id.clone(),
-                options.max_volumes_per_node,
-                zone,
-            ))
-        });
+        let node = match options.mode.node() {
+            true => {
+                let state = NodeState::open(&options.node_state_dir).with_context(|| {
+                    format!("open node state in {}", options.node_state_dir.display())
+                })?;
+                let wait = std::time::Duration::from_secs(options.device_wait_seconds);
+                let service = NodeService::new(
+                    node_id.clone(),
+                    options.max_volumes_per_node,
+                    zone,
+                    state,
+                    wait,
+                );
+                Some(csi::node_server::NodeServer::new(service))
+            }
+            false => None,
+        };
         tracing::info!(
             endpoint = %socket_path.display(),
             driver = %options.driver_name,

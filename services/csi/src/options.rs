@@ -64,6 +64,18 @@ pub struct Options {
     #[arg(long, env = "CSI_STATE_DIR", default_value = "/var/lib/overcast/local")]
     pub state_dir: PathBuf,
 
+    /// Node: where the node service records what it staged and published.
+    #[arg(
+        long,
+        env = "CSI_NODE_STATE_DIR",
+        default_value = "/var/lib/overcast/node"
+    )]
+    pub node_state_dir: PathBuf,
+
+    /// Node: how long NodeStageVolume waits for an attached disk to appear.
+    #[arg(long, env = "CSI_DEVICE_WAIT_SECONDS", default_value_t = 30)]
+    pub device_wait_seconds: u64,
+
     /// Local cloud: the zone this host is in (topology.kubernetes.io/zone).
     #[arg(long, env = "CSI_ZONE", default_value = "local")]
     pub zone: String,

@@ -276,7 +276,7 @@ mod tests {
             (range(17 * GIB as i64, 0), Err(OutOfRange)),
         ];
         for (r, want) in cases {
-            assert_eq!(size(r.clone()), want, "{r:?}");
+            assert_eq!(size(r), want, "{r:?}");
         }
         assert!(size_fits(2 * MIB, range(MIB as i64, 0).as_ref()).unwrap());
         assert!(!size_fits(2 * MIB, range(3 * MIB as i64, 0).as_ref()).unwrap());

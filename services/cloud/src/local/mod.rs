@@ -303,7 +303,10 @@ impl Disks for LocalCloud {
                 self.cfg.zone.region, self.cfg.zone.zone, spec.zone.region, spec.zone.zone
             )));
         }
-        if spec.size_bytes == 0 || spec.size_bytes > MAX_DISK_SIZE || spec.size_bytes % MIB != 0 {
+        if spec.size_bytes == 0
+            || spec.size_bytes > MAX_DISK_SIZE
+            || !spec.size_bytes.is_multiple_of(MIB)
+        {
             return Err(CloudError::OutOfRange(format!(
                 "disk size {} is not a whole number of MiB between 1 MiB and {MAX_DISK_SIZE}",
                 spec.size_bytes
@@ -506,7 +509,7 @@ impl Disks for LocalCloud {
         if size_bytes <= record.size_bytes {
             return Ok(record.size_bytes);
         }
-        if size_bytes > MAX_DISK_SIZE || size_bytes % MIB != 0 {
+        if size_bytes > MAX_DISK_SIZE || !size_bytes.is_multiple_of(MIB) {
             return Err(CloudError::OutOfRange(format!(
                 "disk size {size_bytes} is not a whole number of MiB up to {MAX_DISK_SIZE}"
             )));

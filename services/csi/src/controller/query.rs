@@ -88,7 +88,7 @@ impl ControllerService {
             .filter(|d| after.as_deref().is_none_or(|a| d.id.as_str() > a))
             .peekable();
         let mut entries = Vec::new();
-        while let Some(disk) = rest.next() {
+        for disk in rest.by_ref() {
             entries.push(csi::list_volumes_response::Entry {
                 volume: Some(volume_of(disk)),
                 status: Some(csi::list_volumes_response::VolumeStatus {

@@ -1,0 +1,167 @@
+//! The Node service: make an attached disk usable by a pod. It never talks to the
+//! cloud: the device is found from what ControllerPublishVolume put in the publish
+//! context; what was staged and published where is recorded in [`state`], and the
+//! kernel's mount table is checked before every action.
+
+mod publish;
+mod stage;
+mod state;
+mod stats;
+
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use overcast_api::csi_v1 as csi;
+use overcast_cloud::Zone;
+use overcast_mount::MountError;
+use tonic::{Request, Response, Status};
+
+use crate::inflight::Inflight;
+use crate::validation::topology_of;
+pub use state::NodeState;
+
+use csi::node_service_capability::rpc::Type as Rpc;
+
+pub struct NodeService {
+    node_id: String,
+    max_volumes: u64,
+    zone: Zone,
+    inflight: Inflight,
+    state: NodeState,
+    device_wait: Duration,
+}
+
+impl NodeService {
+    pub fn new(
+        node_id: String,
+        max_volumes: u64,
+        zone: Zone,
+        state: NodeState,
+        device_wait: Duration,
+    ) -> Self {
+        Self {
+            node_id,
+            max_volumes,
+            zone,
+            inflight: Inflight::default(),
+            state,
+            device_wait,
+        }
+    }
+}
+
+const CAPABILITIES: [Rpc; 5] = [
+    Rpc::StageUnstageVolume,
+    Rpc::GetVolumeStats,
+    Rpc::ExpandVolume,
+    Rpc::VolumeCondition,
+    Rpc::SingleNodeMultiWriter,
+];
+
+/// A path field: required, absolute, without `..` (a CO path is used as given, so it
+/// must not climb out of where the CO put it).
+fn path_field(field: &str, value: &str) -> Result<PathBuf, Status> {
+    if value.is_empty() {
+        return Err(Status::invalid_argument(format!("{field} is required")));
+    }
+    let path = Path::new(value);
+    if !path.is_absolute()
+        || path.components().any(|c| c == Component::ParentDir)
+        || value.contains('\0')
+    {
+        return Err(Status::invalid_argument(format!(
+            "{field} {value:?} must be an absolute path without .."
+        )));
+    }
+    Ok(path.to_owned())
+}
+
+/// Node-side failures as gRPC statuses; `op` names the call and its volume.
+fn mount_status(op: &str, err: MountError) -> Status {
+    let code = match &err {
+        MountError::DeviceNotFound(_) => tonic::Code::NotFound,
+        MountError::Invalid(_) => tonic::Code::InvalidArgument,
+        MountError::Timeout { .. } => tonic::Code::DeadlineExceeded,
+        MountError::Io { .. } | MountError::Command { .. } => tonic::Code::Internal,
+    };
+    Status::new(code, format!("{op}: {err}"))
+}
+
+fn io_status(op: &str, err: std::io::Error) -> Status {
+    Status::internal(format!("{op}: {err}"))
+}
+
+#[tonic::async_trait]
+impl csi::node_server::Node for NodeService {
+    async fn node_stage_volume(
+        &self,
+        request: Request<csi::NodeStageVolumeRequest>,
+    ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
+        self.stage(request.into_inner()).await.map(Response::new)
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        request: Request<csi::NodeUnstageVolumeRequest>,
+    ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
+        self.unstage(request.into_inner()).await.map(Response::new)
+    }
+
+    async fn node_publish_volume(
+        &self,
+        request: Request<csi::NodePublishVolumeRequest>,
+    ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
+        self.publish(request.into_inner()).await.map(Response::new)
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<csi::NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
+        self.unpublish(request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        request: Request<csi::NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
+        self.stats(request.into_inner()).await.map(Response::new)
+    }
+
+    async fn node_expand_volume(
+        &self,
+        request: Request<csi::NodeExpandVolumeRequest>,
+    ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
+        self.expand(request.into_inner()).await.map(Response::new)
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Request<csi::NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
+        let capabilities = CAPABILITIES
+            .iter()
+            .map(|t| csi::NodeServiceCapability {
+                r#type: Some(csi::node_service_capability::Type::Rpc(
+                    csi::node_service_capability::Rpc { r#type: *t as i32 },
+                )),
+            })
+            .collect();
+        Ok(Response::new(csi::NodeGetCapabilitiesResponse {
+            capabilities,
+        }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<csi::NodeGetInfoRequest>,
+    ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
+        Ok(Response::new(csi::NodeGetInfoResponse {
+            node_id: self.node_id.clone(),
+            max_volumes_per_node: i64::try_from(self.max_volumes).unwrap_or(i64::MAX),
+            accessible_topology: Some(topology_of(&self.zone)),
+        }))
+    }
+}

@@ -1,0 +1,177 @@
+//! NodeGetVolumeStats and NodeExpandVolume: usage of a staged or published volume and
+//! its condition as the node sees it; growing its filesystem online.
+
+use std::path::Path;
+
+use overcast_api::csi_v1 as csi;
+use overcast_mount::{device, format, mountinfo};
+use tonic::Status;
+use tracing::instrument;
+
+use super::state::NodeVolume;
+use super::{mount_status, path_field, NodeService};
+use crate::validation;
+
+use csi::volume_usage::Unit;
+
+fn usage(unit: Unit, total: u64, available: u64, used: u64) -> csi::VolumeUsage {
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    csi::VolumeUsage {
+        total: n(total),
+        available: n(available),
+        used: n(used),
+        unit: unit as i32,
+    }
+}
+
+fn condition(abnormal: Option<String>) -> csi::VolumeCondition {
+    match abnormal {
+        Some(message) => csi::VolumeCondition {
+            abnormal: true,
+            message,
+        },
+        None => csi::VolumeCondition {
+            abnormal: false,
+            message: "healthy".into(),
+        },
+    }
+}
+
+/// Why the device behind (major, minor) is not healthy, if it is not.
+fn device_problem(major: u32, minor: u32) -> Option<String> {
+    if !device::exists(major, minor) {
+        return Some(format!("device {major}:{minor} is gone"));
+    }
+    // A loop device outlives its file while mounted; the disk is gone all the same.
+    let backing =
+        std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/loop/backing_file"))
+            .ok()?;
+    let backing = backing.trim_end();
+    (backing.ends_with(" (deleted)") || !Path::new(backing).exists())
+        .then(|| format!("the device's backing file {backing} is gone"))
+}
+
+impl NodeService {
+    /// The record of `id` if `path` is one of its staging or target paths.
+    fn recorded(&self, id: &str, path: &Path) -> Option<(NodeVolume, Option<bool>)> {
+        let v = self.state.get(id)?;
+        if let Some(ro) = v.targets.get(path) {
+            let ro = Some(*ro);
+            return Some((v, ro));
+        }
+        (v.staging.as_deref() == Some(path)).then_some((v, None))
+    }
+
+    #[instrument(skip_all, fields(volume.id = %req.volume_id))]
+    pub(super) async fn stats(
+        &self,
+        req: csi::NodeGetVolumeStatsRequest,
+    ) -> Result<csi::NodeGetVolumeStatsResponse, Status> {
+        let id = validation::require("volume_id", &req.volume_id)?;
+        let path = path_field("volume_path", &req.volume_path)?;
+        let op = format!("stats of volume {id} at {}", path.display());
+        let Some((record, readonly)) = self.recorded(id, &path) else {
+            return Err(Status::not_found(format!(
+                "{op}: not a path this volume is staged or published at"
+            )));
+        };
+        let Some(mount) = mountinfo::top(&path).map_err(|e| mount_status(&op, e))? else {
+            return Ok(csi::NodeGetVolumeStatsResponse {
+                usage: vec![],
+                volume_condition: Some(condition(Some(format!(
+                    "{} is no longer mounted",
+                    path.display()
+                )))),
+            });
+        };
+        if record.block {
+            let dev = record.device.clone().unwrap_or_default();
+            let problem = match device::numbers(&path) {
+                Ok((major, minor)) => device_problem(major, minor),
+                Err(e) => Some(e.to_string()),
+            };
+            let size = device::size_bytes(&dev).unwrap_or(0);
+            return Ok(csi::NodeGetVolumeStatsResponse {
+                usage: vec![usage(Unit::Bytes, size, 0, 0)],
+                volume_condition: Some(condition(problem)),
+            });
+        }
+        let st = nix::sys::statvfs::statvfs(&path)
+            .map_err(|e| Status::internal(format!("{op}: statvfs: {e}")))?;
+        let frsize = st.fragment_size() as u64;
+        let (blocks, bfree, bavail) = (
+            st.blocks() as u64,
+            st.blocks_free() as u64,
+            st.blocks_available() as u64,
+        );
+        let (files, ffree, favail) = (
+            st.files() as u64,
+            st.files_free() as u64,
+            st.files_available() as u64,
+        );
+        let problem = device_problem(mount.major, mount.minor).or_else(|| {
+            (mount.readonly() && readonly != Some(true))
+                .then(|| format!("{} went read-only", path.display()))
+        });
+        Ok(csi::NodeGetVolumeStatsResponse {
+            usage: vec![
+                usage(
+                    Unit::Bytes,
+                    blocks * frsize,
+                    bavail * frsize,
+                    (blocks - bfree) * frsize,
+                ),
+                usage(Unit::Inodes, files, favail, files - ffree),
+            ],
+            volume_condition: Some(condition(problem)),
+        })
+    }
+
+    #[instrument(skip_all, fields(volume.id = %req.volume_id))]
+    pub(super) async fn expand(
+        &self,
+        req: csi::NodeExpandVolumeRequest,
+    ) -> Result<csi::NodeExpandVolumeResponse, Status> {
+        let id = validation::require("volume_id", &req.volume_id)?;
+        let path = path_field("volume_path", &req.volume_path)?;
+        if req.volume_capability.is_some() {
+            validation::capability(req.volume_capability.as_ref())?;
+        }
+        let (required, limit) = validation::range_bounds(req.capacity_range.as_ref())?;
+        let op = format!("expand volume {id} at {}", path.display());
+        let _guard = self.inflight.volume(id)?;
+        let Some((record, _)) = self.recorded(id, &path) else {
+            return Err(Status::not_found(format!(
+                "{op}: not a path this volume is staged or published at"
+            )));
+        };
+        let dev = record
+            .device
+            .clone()
+            .ok_or_else(|| Status::failed_precondition(format!("{op}: no device recorded")))?;
+        let size = device::size_bytes(&dev).map_err(|e| mount_status(&op, e))?;
+        if size < required {
+            return Err(Status::out_of_range(format!(
+                "{op}: the device has {size} bytes, {required} were asked for"
+            )));
+        }
+        if limit != 0 && size > limit {
+            return Err(Status::out_of_range(format!(
+                "{op}: the device has {size} bytes, more than limit_bytes {limit}"
+            )));
+        }
+        if !(record.block || validation::is_block(req.volume_capability.as_ref())) {
+            let Some(mount) = mountinfo::top(&path).map_err(|e| mount_status(&op, e))? else {
+                return Err(Status::failed_precondition(format!(
+                    "{op}: nothing is mounted there"
+                )));
+            };
+            format::grow(&dev, &path, &mount.fs_type)
+                .await
+                .map_err(|e| mount_status(&op, e))?;
+        }
+        Ok(csi::NodeExpandVolumeResponse {
+            capacity_bytes: i64::try_from(size).unwrap_or(i64::MAX),
+        })
+    }
+}

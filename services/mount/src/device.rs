@@ -1,0 +1,231 @@
+//! Finding the attached disk on the node from the publish context alone: the node
+//! never asks the cloud. Loop devices are found by their backing file, cloud disks by
+//! serial or WWN under /dev/disk/by-id and /sys/block; the device may take a while to
+//! appear after attach, so lookups wait a bounded time.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::{MountError, Result};
+
+/// Publish-context keys the controllers write.
+pub const CTX_DEVICE_PATH: &str = "devicePath";
+pub const CTX_BACKING_FILE: &str = "backingFile";
+pub const CTX_SERIAL: &str = "serial";
+pub const CTX_WWN: &str = "wwn";
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceHint {
+    pub device_path: Option<PathBuf>,
+    pub backing_file: Option<PathBuf>,
+    pub serial: Option<String>,
+    pub wwn: Option<String>,
+}
+
+impl DeviceHint {
+    pub fn from_context(ctx: &HashMap<String, String>) -> Result<Self> {
+        let hint = Self {
+            device_path: ctx.get(CTX_DEVICE_PATH).map(PathBuf::from),
+            backing_file: ctx.get(CTX_BACKING_FILE).map(PathBuf::from),
+            serial: ctx.get(CTX_SERIAL).filter(|s| !s.is_empty()).cloned(),
+            wwn: ctx.get(CTX_WWN).filter(|s| !s.is_empty()).cloned(),
+        };
+        if hint == Self::default() {
+            return Err(MountError::Invalid(format!(
+                "publish_context names no device ({CTX_DEVICE_PATH}, {CTX_BACKING_FILE}, {CTX_SERIAL} or {CTX_WWN})"
+            )));
+        }
+        if let Some(p) = &hint.device_path {
+            if !p.starts_with("/dev/")
+                || p.components().any(|c| c == std::path::Component::ParentDir)
+            {
+                return Err(MountError::Invalid(format!(
+                    "{CTX_DEVICE_PATH} {} is not a path under /dev",
+                    p.display()
+                )));
+            }
+        }
+        Ok(hint)
+    }
+
+    fn describe(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+/// Waits up to `timeout` for the device `hint` names.
+pub async fn find(hint: &DeviceHint, timeout: Duration) -> Result<PathBuf> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if let Some(path) = find_once(hint) {
+            return Ok(path);
+        }
+        if Instant::now() >= deadline {
+            return Err(MountError::DeviceNotFound(hint.describe()));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
+
+pub fn find_once(hint: &DeviceHint) -> Option<PathBuf> {
+    if let Some(file) = &hint.backing_file {
+        // The recorded device first (cheap), then every loop device.
+        if let Some(dev) = hint.device_path.as_deref().filter(|d| loop_backs(d, file)) {
+            return Some(dev.to_owned());
+        }
+        return loop_for(file);
+    }
+    if let Some(serial) = &hint.serial {
+        if let Some(dev) = by_id(serial).or_else(|| by_sysfs("serial", serial)) {
+            return Some(dev);
+        }
+    }
+    if let Some(wwn) = &hint.wwn {
+        if let Some(dev) = by_sysfs("wwid", wwn) {
+            return Some(dev);
+        }
+    }
+    if hint.serial.is_none() && hint.wwn.is_none() {
+        return hint.device_path.clone().filter(|p| is_block_device(p));
+    }
+    None
+}
+
+fn loop_backs(device: &Path, file: &Path) -> bool {
+    let Some(name) = device.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    read_trimmed(&format!("/sys/block/{name}/loop/backing_file"))
+        .is_some_and(|b| Path::new(&b) == file)
+}
+
+fn loop_for(file: &Path) -> Option<PathBuf> {
+    std::fs::read_dir("/sys/block")
+        .ok()?
+        .flatten()
+        .find_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.starts_with("loop").then_some(())?;
+            let backing = read_trimmed(&format!("/sys/block/{name}/loop/backing_file"))?;
+            (Path::new(&backing) == file).then(|| PathBuf::from(format!("/dev/{name}")))
+        })
+}
+
+/// `/dev/disk/by-id/<bus>-<serial>` links, as udev names virtio and SCSI disks (the
+/// serial is often cut to 20 characters, so a prefix match counts).
+fn by_id(serial: &str) -> Option<PathBuf> {
+    let entries = std::fs::read_dir("/dev/disk/by-id").ok()?;
+    let short: String = serial.chars().take(20).collect();
+    entries.flatten().find_map(|e| {
+        let name = e.file_name().into_string().ok()?;
+        let matches = name.ends_with(serial) || name.ends_with(&short);
+        (matches && !name.contains("-part"))
+            .then(|| std::fs::canonicalize(e.path()).ok())
+            .flatten()
+    })
+}
+
+/// `/sys/block/<dev>/{serial,device/serial,wwid,device/wwid}`.
+fn by_sysfs(attr: &str, want: &str) -> Option<PathBuf> {
+    std::fs::read_dir("/sys/block")
+        .ok()?
+        .flatten()
+        .find_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let hit = [
+                format!("/sys/block/{name}/{attr}"),
+                format!("/sys/block/{name}/device/{attr}"),
+            ]
+            .iter()
+            .filter_map(|p| read_trimmed(p))
+            .any(|v| v == want || v.ends_with(want) || want.starts_with(&v) && v.len() >= 20);
+            hit.then(|| PathBuf::from(format!("/dev/{name}")))
+        })
+}
+
+fn read_trimmed(path: &str) -> Option<String> {
+    let s = std::fs::read_to_string(path).ok()?;
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_owned())
+}
+
+pub fn is_block_device(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
+}
+
+/// The (major, minor) of a block device node.
+pub fn numbers(path: &Path) -> Result<(u32, u32)> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| MountError::io(format!("stat {}", path.display()), e))?;
+    if !meta.file_type().is_block_device() {
+        return Err(MountError::Invalid(format!(
+            "{} is not a block device",
+            path.display()
+        )));
+    }
+    let rdev = meta.rdev();
+    Ok((
+        nix::sys::stat::major(rdev) as u32,
+        nix::sys::stat::minor(rdev) as u32,
+    ))
+}
+
+/// Whether the kernel still has a block device with these numbers.
+pub fn exists(major: u32, minor: u32) -> bool {
+    Path::new(&format!("/sys/dev/block/{major}:{minor}")).exists()
+}
+
+/// The device node of (major, minor), from its uevent.
+pub fn node_of(major: u32, minor: u32) -> Option<PathBuf> {
+    let uevent = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent")).ok()?;
+    uevent
+        .lines()
+        .find_map(|l| l.strip_prefix("DEVNAME="))
+        .map(|n| PathBuf::from(format!("/dev/{n}")))
+}
+
+nix::ioctl_read!(blk_get_size64, 0x12, 114, u64);
+
+/// Size of a block device in bytes.
+pub fn size_bytes(path: &Path) -> Result<u64> {
+    let file =
+        File::open(path).map_err(|e| MountError::io(format!("open {}", path.display()), e))?;
+    let mut size = 0u64;
+    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer we pass.
+    unsafe { blk_get_size64(file.as_raw_fd(), &mut size) }
+        .map_err(|e| MountError::io(format!("size of {}", path.display()), e.into()))?;
+    Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_context_must_name_a_device_under_dev() {
+        assert!(DeviceHint::from_context(&HashMap::new()).is_err());
+        let ctx = |k: &str, v: &str| HashMap::from([(k.to_owned(), v.to_owned())]);
+        assert!(DeviceHint::from_context(&ctx(CTX_DEVICE_PATH, "/etc/passwd")).is_err());
+        assert!(DeviceHint::from_context(&ctx(CTX_DEVICE_PATH, "/dev/../etc/passwd")).is_err());
+        let hint = DeviceHint::from_context(&ctx(CTX_SERIAL, "abc")).unwrap();
+        assert_eq!(hint.serial.as_deref(), Some("abc"));
+    }
+
+    #[tokio::test]
+    async fn a_missing_device_is_reported_after_the_wait() {
+        let hint = DeviceHint {
+            serial: Some("no-such-serial-overcast".into()),
+            ..Default::default()
+        };
+        let started = Instant::now();
+        let err = find(&hint, Duration::from_millis(100)).await.unwrap_err();
+        assert!(matches!(err, MountError::DeviceNotFound(_)));
+        assert!(started.elapsed() >= Duration::from_millis(100));
+    }
+}

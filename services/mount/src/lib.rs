@@ -1,0 +1,39 @@
+//! Node-side disk handling every cloud shares: find the attached device from what the
+//! controller put in the publish context, probe it, format it only when blank, mount it
+//! with system calls, read the mount table, grow the filesystem.
+
+pub mod device;
+pub mod format;
+pub mod mountinfo;
+pub mod mounts;
+
+use std::io;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("{context}: {source}")]
+    Io { context: String, source: io::Error },
+    #[error("{command} failed ({status}): {stderr}")]
+    Command {
+        command: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("{command} did not finish within {seconds} s")]
+    Timeout { command: String, seconds: u64 },
+    #[error("no device found for {0} within the wait")]
+    DeviceNotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl MountError {
+    pub fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Self::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+pub type Result<T, E = MountError> = std::result::Result<T, E>;
