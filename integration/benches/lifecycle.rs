@@ -16,7 +16,11 @@ const SIZE: i64 = 16 * MIB;
 
 fn sh(program: &str, args: &[&str]) -> String {
     let out = Command::new(program).args(args).output().expect("spawn");
-    assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
@@ -26,7 +30,11 @@ fn baseline(dir: &Path, i: usize) -> Duration {
     let target = dir.join("raw-target");
     std::fs::create_dir_all(&staging).expect("staging");
     std::fs::create_dir_all(&target).expect("target");
-    let (f, s, t) = (file.to_str().expect("utf8"), staging.to_str().expect("utf8"), target.to_str().expect("utf8"));
+    let (f, s, t) = (
+        file.to_str().expect("utf8"),
+        staging.to_str().expect("utf8"),
+        target.to_str().expect("utf8"),
+    );
     let started = Instant::now();
     sh("truncate", &["-s", "16M", f]);
     let dev = sh("losetup", &["-f", "--show", f]);
@@ -46,9 +54,20 @@ async fn driver(c: &mut ControllerClient, n: &mut NodeClient, dir: &Path, i: usi
     std::fs::create_dir_all(&staging).expect("staging");
     let cap = mount_cap("ext4");
     let started = Instant::now();
-    let v = c.create_volume(create_request(&format!("life-{i}"), SIZE)).await.expect("create").into_inner().volume.expect("volume");
+    let v = c
+        .create_volume(create_request(&format!("life-{i}"), SIZE))
+        .await
+        .expect("create")
+        .into_inner()
+        .volume
+        .expect("volume");
     let id = v.volume_id;
-    let ctx = c.controller_publish_volume(publish_request(&id, false)).await.expect("attach").into_inner().publish_context;
+    let ctx = c
+        .controller_publish_volume(publish_request(&id, false))
+        .await
+        .expect("attach")
+        .into_inner()
+        .publish_context;
     n.node_stage_volume(csi::NodeStageVolumeRequest {
         volume_id: id.clone(),
         publish_context: ctx.clone(),
@@ -68,13 +87,21 @@ async fn driver(c: &mut ControllerClient, n: &mut NodeClient, dir: &Path, i: usi
     })
     .await
     .expect("publish");
-    n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest { volume_id: id.clone(), target_path: target.display().to_string() })
+    n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+        volume_id: id.clone(),
+        target_path: target.display().to_string(),
+    })
+    .await
+    .expect("unpublish");
+    n.node_unstage_volume(csi::NodeUnstageVolumeRequest {
+        volume_id: id.clone(),
+        staging_target_path: staging.display().to_string(),
+    })
+    .await
+    .expect("unstage");
+    c.controller_unpublish_volume(unpublish_request(&id))
         .await
-        .expect("unpublish");
-    n.node_unstage_volume(csi::NodeUnstageVolumeRequest { volume_id: id.clone(), staging_target_path: staging.display().to_string() })
-        .await
-        .expect("unstage");
-    c.controller_unpublish_volume(unpublish_request(&id)).await.expect("detach");
+        .expect("detach");
     c.delete_volume(delete_request(&id)).await.expect("delete");
     started.elapsed()
 }
@@ -89,7 +116,11 @@ fn ms(d: Duration) -> String {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let runs = if std::env::args().any(|a| a == "--quick") { 10 } else { 60 };
+    let runs = if std::env::args().any(|a| a == "--quick") {
+        10
+    } else {
+        60
+    };
     let csi = Csi::start(&[]).await;
     let mut c = csi.controller().await;
     let mut n = csi.node().await;
@@ -107,12 +138,23 @@ async fn main() {
     println!("## Volume lifecycle, 16 MiB ext4 ({runs} runs each, interleaved)\n");
     println!("| | p50 | p99 |");
     println!("|---|---|---|");
-    println!("| csi driver (8 gRPC calls) | {} | {} |", ms(pct(&ours, 0.5)), ms(pct(&ours, 0.99)));
-    println!("| raw baseline (9 standard tools) | {} | {} |", ms(pct(&raw, 0.5)), ms(pct(&raw, 0.99)));
+    println!(
+        "| csi driver (8 gRPC calls) | {} | {} |",
+        ms(pct(&ours, 0.5)),
+        ms(pct(&ours, 0.99))
+    );
+    println!(
+        "| raw baseline (9 standard tools) | {} | {} |",
+        ms(pct(&raw, 0.5)),
+        ms(pct(&raw, 0.99))
+    );
     println!(
         "\n- ratio driver/baseline: p50 {:.2}, p99 {:.2}",
         pct(&ours, 0.5).as_secs_f64() / pct(&raw, 0.5).as_secs_f64(),
         pct(&ours, 0.99).as_secs_f64() / pct(&raw, 0.99).as_secs_f64()
     );
-    assert!(csi.loops().is_empty() && csi.disk_files().is_empty(), "the driver cleaned up");
+    assert!(
+        csi.loops().is_empty() && csi.disk_files().is_empty(),
+        "the driver cleaned up"
+    );
 }

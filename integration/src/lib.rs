@@ -431,3 +431,115 @@ pub fn has_capability(cap: u32) -> bool {
 
 /// CAP_SYS_RESOURCE: the kernel asks for it to resize a mounted ext4 filesystem.
 pub const CAP_SYS_RESOURCE: u32 = 24;
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// HTTP GET on loopback with curl: (status, body).
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-m",
+            "5",
+            "-w",
+            "\n%{http_code}",
+            &format!("http://127.0.0.1:{port}{path}"),
+        ])
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+/// A running `registrar` process registering the driver at `csi_socket`.
+pub struct Registrar {
+    child: Option<Child>,
+    pub registry: PathBuf,
+    pub log: PathBuf,
+    pub health_port: u16,
+}
+
+/// The CSI socket path as the tests tell kubelet to dial it.
+pub const KUBELET_PATH: &str = "/var/lib/kubelet/plugins/it.csi.overcast.dev/csi.sock";
+
+impl Registrar {
+    pub fn start(csi_socket: &Path, dir: &Path) -> Self {
+        Self::start_with(csi_socket, dir, &["--socket-check-interval-ms=100"])
+    }
+
+    pub fn start_with(csi_socket: &Path, dir: &Path, extra: &[&str]) -> Self {
+        let registry = dir.join("plugins_registry");
+        let log = dir.join("registrar.log");
+        let health_port = free_port();
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log");
+        let child = Command::new(binary("registrar"))
+            .arg(format!("--csi-address=unix://{}", csi_socket.display()))
+            .arg(format!("--kubelet-registration-path={KUBELET_PATH}"))
+            .arg(format!("--plugin-registration-dir={}", registry.display()))
+            .arg(format!("--health-address=127.0.0.1:{health_port}"))
+            .arg("--probe-timeout-ms=500")
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .expect("spawn registrar");
+        Self {
+            child: Some(child),
+            registry,
+            log,
+            health_port,
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+        child.wait().expect("wait")
+    }
+}
+
+impl Drop for Registrar {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Polls `cond` every 20 ms for up to `timeout`.
+pub async fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cond()
+}

@@ -2,6 +2,7 @@
 //! endpoints, shutdown on signals, the gRPC logging/metrics layer and a small HTTP
 //! server for `/metrics` and `/healthz`.
 
+pub mod client;
 pub mod grpc_log;
 pub mod http;
 pub mod logging;
