@@ -6,7 +6,26 @@
 
 mod disks;
 mod error;
+pub mod instances;
+pub mod load_balancers;
 pub mod local;
+
+use std::sync::Arc;
 
 pub use disks::{Attachment, Disk, DiskCondition, DiskSpec, Disks, Zone};
 pub use error::{CloudError, Result};
+pub use instances::{AddressType, Instance, InstanceState, Instances, NodeAddress};
+pub use load_balancers::{
+    Backend, LbPort, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers, Protocol, Route, Routes,
+};
+
+/// A cloud and the capabilities it has. Services start only the controllers whose
+/// capability is present, and say which they skipped.
+#[derive(Clone, Default)]
+pub struct Cloud {
+    pub name: &'static str,
+    pub disks: Option<Arc<dyn Disks>>,
+    pub instances: Option<Arc<dyn Instances>>,
+    pub load_balancers: Option<Arc<dyn LoadBalancers>>,
+    pub routes: Option<Arc<dyn Routes>>,
+}

@@ -6,6 +6,8 @@
 
 mod files;
 mod id;
+pub mod instances;
+pub mod lb;
 pub mod loopdev;
 mod reconcile;
 mod store;
