@@ -1,0 +1,181 @@
+//! The `ccm` binary against a real Kubernetes API server. Runs only when
+//! `OVERCAST_TEST_KUBECONFIG` names a kubeconfig for a disposable cluster (the test
+//! creates and deletes Node and Service objects prefixed `overcast-it-`); otherwise it
+//! says clearly that it was skipped.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Client, Config};
+use overcast_integration::*;
+use serde_json::json;
+
+const ENV: &str = "OVERCAST_TEST_KUBECONFIG";
+
+struct Ccm(Child);
+
+impl Drop for Ccm {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn client(path: &str) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(path).expect("read kubeconfig");
+    let config = Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("kubeconfig");
+    Client::try_from(config).expect("client")
+}
+
+async fn wait_for<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    for _ in 0..150 {
+        if let Some(v) = f().await {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test]
+async fn ccm_initializes_deletes_taints_and_balances_on_a_real_api_server() {
+    let Ok(kubeconfig) = std::env::var(ENV) else {
+        eprintln!("SKIPPED: set {ENV} to a disposable cluster's kubeconfig to run the CCM against a real API server");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let instances = dir.path().join("instances.json");
+    std::fs::write(
+        &instances,
+        json!([
+            {"name": "overcast-it-new", "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]},
+            {"name": "overcast-it-off", "state": "shutdown"},
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let c = client(&kubeconfig).await;
+    let nodes: Api<Node> = Api::all(c.clone());
+    for name in ["overcast-it-new", "overcast-it-gone", "overcast-it-off"] {
+        let _ = nodes.delete(name, &DeleteParams::default()).await;
+    }
+    let node = |name: &str, taint: bool| -> Node {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "spec": {"taints": if taint { json!([{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}]) } else { json!([]) }},
+        }))
+        .unwrap()
+    };
+    nodes
+        .create(&PostParams::default(), &node("overcast-it-new", true))
+        .await
+        .unwrap();
+    nodes
+        .create(&PostParams::default(), &node("overcast-it-gone", false))
+        .await
+        .unwrap();
+    nodes
+        .create(&PostParams::default(), &node("overcast-it-off", false))
+        .await
+        .unwrap();
+
+    let port = free_port();
+    let _ccm = Ccm(Command::new(binary("ccm"))
+        .arg(format!("--kubeconfig={kubeconfig}"))
+        .arg(format!("--instances-file={}", instances.display()))
+        .arg("--node-name=overcast-it-host")
+        .arg("--zone=zone-a")
+        .arg("--region=region-1")
+        .arg("--lb-pool=127.242.0.0/24")
+        .arg("--leader-elect-lease-name=overcast-it-ccm")
+        .arg(format!("--metrics-address=127.0.0.1:{port}"))
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap());
+
+    let initialized = wait_for("initialization", async || {
+        let n = nodes.get("overcast-it-new").await.ok()?;
+        let spec = n.spec.clone()?;
+        (spec.provider_id.as_deref() == Some("local://overcast-it-new")).then_some(n)
+    })
+    .await;
+    let labels = initialized.metadata.labels.unwrap();
+    assert_eq!(labels["topology.kubernetes.io/zone"], "zone-a");
+    assert!(labels["node.kubernetes.io/instance-type"].starts_with("local."));
+    assert!(!initialized
+        .spec
+        .unwrap()
+        .taints
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t.key.contains("uninitialized")));
+    // A node with no Ready condition is NotReady: gone instance → deleted; shut down → tainted.
+    wait_for("deletion", async || {
+        nodes
+            .get_opt("overcast-it-gone")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    wait_for("shutdown taint", async || {
+        let n = nodes.get("overcast-it-off").await.ok()?;
+        n.spec?
+            .taints?
+            .iter()
+            .any(|t| t.key == "node.cloudprovider.kubernetes.io/shutdown")
+            .then_some(())
+    })
+    .await;
+
+    let services: Api<Service> = Api::namespaced(c.clone(), "default");
+    let _ = services
+        .delete("overcast-it-lb", &DeleteParams::default())
+        .await;
+    let svc: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "overcast-it-lb"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "none"}, "ports": [{"port": 18080, "protocol": "TCP"}]},
+    }))
+    .unwrap();
+    services.create(&PostParams::default(), &svc).await.unwrap();
+    let ip = wait_for("an ingress address", async || {
+        let s = services.get("overcast-it-lb").await.ok()?;
+        s.status?.load_balancer?.ingress?.first()?.ip.clone()
+    })
+    .await;
+    assert!(ip.starts_with("127.242.0."), "{ip}");
+    services
+        .delete("overcast-it-lb", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the finalizer released", async || {
+        services
+            .get_opt("overcast-it-lb")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    for name in ["overcast-it-new", "overcast-it-off"] {
+        let _ = nodes.delete(name, &DeleteParams::default()).await;
+    }
+}
+
+#[tokio::test]
+async fn ccm_without_a_cluster_fails_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-kubeconfig");
+    let out = Command::new(binary("ccm"))
+        .arg(format!("--kubeconfig={}", missing.display()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no-kubeconfig"), "{err}");
+}

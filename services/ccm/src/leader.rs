@@ -1,0 +1,215 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, as kube-controller-manager and
+//! the upstream cloud-controller-managers do it: take the lease when it is free or
+//! expired, renew it every retry period, and stop leading (the process exits, so another
+//! replica takes over cleanly) when a renewal has not succeeded within the deadline.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{ObjectMeta, PostParams};
+use kube::Api;
+
+use crate::Result;
+
+#[derive(Debug, Clone)]
+pub struct Election {
+    pub name: String,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl Election {
+    /// Takes the lease or renews it; `Ok(true)` when we hold it now.
+    pub async fn try_acquire_or_renew(&self, api: &Api<Lease>) -> Result<bool> {
+        let now = Timestamp::now();
+        let existing = match api.get_opt(&self.name).await? {
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.name.clone()),
+                        ..Default::default()
+                    },
+                    spec: Some(self.spec(now, now, 0)),
+                };
+                return match api.create(&PostParams::default(), &lease).await {
+                    Ok(_) => Ok(true),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                    Err(e) => Err(e.into()),
+                };
+            }
+            Some(l) => l,
+        };
+        let spec = existing.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.as_deref().unwrap_or_default();
+        let transitions = spec.lease_transitions.unwrap_or(0);
+        let next = if holder == self.identity {
+            let acquired = spec.acquire_time.map(|t| t.0).unwrap_or(now);
+            self.spec(acquired, now, transitions)
+        } else {
+            let duration =
+                SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
+            let renewed = spec.renew_time.map(|t| t.0);
+            let expired =
+                renewed.is_none_or(|r| r.checked_add(duration).is_ok_and(|end| end < now));
+            if !holder.is_empty() && !expired {
+                return Ok(false);
+            }
+            self.spec(now, now, transitions + 1)
+        };
+        // Replace carries the resourceVersion we read: two contenders cannot both win.
+        let lease = Lease {
+            metadata: existing.metadata,
+            spec: Some(next),
+        };
+        match api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn spec(&self, acquired: Timestamp, renewed: Timestamp, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(self.lease_duration.as_secs() as i32),
+            acquire_time: Some(MicroTime(acquired)),
+            renew_time: Some(MicroTime(renewed)),
+            lease_transitions: Some(transitions),
+            ..Default::default()
+        }
+    }
+
+    /// Waits until we lead.
+    pub async fn acquire(&self, api: &Api<Lease>) {
+        loop {
+            match self.try_acquire_or_renew(api).await {
+                Ok(true) => {
+                    tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
+                    return;
+                }
+                Ok(false) => tracing::debug!(lease = %self.name, "another replica leads"),
+                Err(e) => tracing::warn!(error = %e, "leader election"),
+            }
+            tokio::time::sleep(self.retry_period).await;
+        }
+    }
+
+    /// Renews until a renewal misses the deadline; then returns (leadership is lost).
+    pub async fn hold(&self, api: &Api<Lease>) {
+        let mut last = Instant::now();
+        loop {
+            tokio::time::sleep(self.retry_period).await;
+            match self.try_acquire_or_renew(api).await {
+                Ok(true) => last = Instant::now(),
+                Ok(false) => {
+                    tracing::error!(lease = %self.name, "another replica took the lease");
+                    return;
+                }
+                Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+            }
+            if last.elapsed() > self.renew_deadline {
+                tracing::error!(lease = %self.name, "could not renew the lease in time");
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::testing::{mock, serve, status_reply, Call};
+
+    fn election() -> Election {
+        Election {
+            name: "overcast-ccm".into(),
+            identity: "me".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
+    const PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/overcast-ccm";
+
+    fn lease(holder: &str, renewed_secs_ago: i64) -> serde_json::Value {
+        let renewed = Timestamp::now()
+            .checked_sub(SignedDuration::from_secs(renewed_secs_ago))
+            .unwrap();
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "overcast-ccm", "namespace": "kube-system", "resourceVersion": "5"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15, "renewTime": MicroTime(renewed), "leaseTransitions": 3}
+        })
+    }
+
+    async fn attempt(calls: Vec<Call>) -> (bool, usize) {
+        let (client, handle) = mock();
+        let server = tokio::spawn(serve(handle, calls));
+        let api: Api<Lease> = Api::namespaced(client, "kube-system");
+        let won = election().try_acquire_or_renew(&api).await.unwrap();
+        drop(api);
+        (won, server.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_missing_lease_is_created_and_held() {
+        let calls = vec![
+            Call::new("GET", PATH, status_reply(404, "NotFound")).status(404),
+            Call::new(
+                "POST",
+                "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases",
+                lease("me", 0),
+            )
+            .checking(|b| {
+                assert_eq!(b["spec"]["holderIdentity"], "me");
+                assert_eq!(b["spec"]["leaseDurationSeconds"], 15);
+            }),
+        ];
+        assert_eq!(attempt(calls).await, (true, 2));
+    }
+
+    #[tokio::test]
+    async fn a_live_lease_of_another_is_respected_an_expired_one_taken() {
+        assert_eq!(
+            attempt(vec![Call::new("GET", PATH, lease("other", 3))]).await,
+            (false, 1)
+        );
+        let calls = vec![
+            Call::new("GET", PATH, lease("other", 60)),
+            Call::new("PUT", PATH, lease("me", 0)).checking(|b| {
+                assert_eq!(b["spec"]["holderIdentity"], "me");
+                assert_eq!(b["spec"]["leaseTransitions"], 4);
+                assert_eq!(
+                    b["metadata"]["resourceVersion"], "5",
+                    "replace is guarded by the version read"
+                );
+            }),
+        ];
+        assert_eq!(attempt(calls).await, (true, 2));
+    }
+
+    #[tokio::test]
+    async fn our_own_lease_is_renewed_and_a_lost_race_is_not_leadership() {
+        let calls = vec![
+            Call::new("GET", PATH, lease("me", 5)),
+            Call::new("PUT", PATH, lease("me", 0))
+                .checking(|b| assert_eq!(b["spec"]["leaseTransitions"], 3)),
+        ];
+        assert_eq!(attempt(calls).await, (true, 2));
+        let calls = vec![
+            Call::new("GET", PATH, lease("other", 60)),
+            Call::new("PUT", PATH, status_reply(409, "Conflict")).status(409),
+        ];
+        assert_eq!(attempt(calls).await, (false, 2));
+    }
+}

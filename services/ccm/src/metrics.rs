@@ -1,0 +1,98 @@
+//! Controller metrics: reconciles and their errors by kind, durations, cloud calls.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    pub controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub controller: String,
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CloudCallLabel {
+    pub call: String,
+}
+
+pub struct Metrics {
+    pub reconciles: Family<ControllerLabel, Counter>,
+    pub errors: Family<ErrorLabels, Counter>,
+    pub duration: Family<ControllerLabel, Histogram, fn() -> Histogram>,
+    pub cloud_calls: Family<CloudCallLabel, Counter>,
+}
+
+fn histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Arc<Self> {
+        let m = Arc::new(Self {
+            reconciles: Family::default(),
+            errors: Family::default(),
+            duration: Family::new_with_constructor(histogram),
+            cloud_calls: Family::default(),
+        });
+        let r = registry.sub_registry_with_prefix("ccm");
+        r.register(
+            "reconciles",
+            "Reconciles run, by controller",
+            m.reconciles.clone(),
+        );
+        r.register(
+            "reconcile_errors",
+            "Reconcile errors, by controller and kind",
+            m.errors.clone(),
+        );
+        r.register(
+            "reconcile_duration_seconds",
+            "Reconcile duration, by controller",
+            m.duration.clone(),
+        );
+        r.register(
+            "cloud_calls",
+            "Calls made to the cloud, by call",
+            m.cloud_calls.clone(),
+        );
+        m
+    }
+
+    /// For tests and tools that do not export metrics.
+    pub fn unregistered() -> Arc<Self> {
+        Self::register(&mut Registry::default())
+    }
+
+    pub fn cloud_call(&self, call: &str) {
+        self.cloud_calls
+            .get_or_create(&CloudCallLabel {
+                call: call.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn reconciled(&self, controller: &str, seconds: f64, error: Option<&crate::Error>) {
+        let label = ControllerLabel {
+            controller: controller.to_owned(),
+        };
+        self.reconciles.get_or_create(&label).inc();
+        self.duration.get_or_create(&label).observe(seconds);
+        if let Some(e) = error {
+            self.errors
+                .get_or_create(&ErrorLabels {
+                    controller: controller.to_owned(),
+                    kind: e.kind().to_owned(),
+                })
+                .inc();
+        }
+    }
+}

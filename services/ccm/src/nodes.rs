@@ -1,0 +1,307 @@
+//! The node controllers. One sync asks the cloud for every instance once, then for each
+//! node:
+//! - **initialize** a node carrying `node.cloudprovider.kubernetes.io/uninitialized`:
+//!   providerID, instance-type and zone/region labels (and their legacy beta twins),
+//!   the taint removed — one patch, guarded by the node's resourceVersion; its addresses
+//!   in a second patch on the status subresource;
+//! - **keep addresses in sync** on initialized nodes;
+//! - **lifecycle**: a NotReady node whose instance the cloud no longer lists is deleted;
+//!   one whose instance is shut down gets the shutdown taint, removed when it runs again.
+//!   A cloud error or timeout is never "gone": the whole sync stops and nothing is deleted.
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{Node, NodeAddress as K8sAddress, Taint};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use overcast_cloud::instances::find;
+use overcast_cloud::{Instance, InstanceState, Instances};
+use serde_json::json;
+
+use crate::addresses::AddressPolicy;
+use crate::metrics::Metrics;
+use crate::{Error, Result};
+
+pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+pub const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
+pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+pub const REGION: &str = "topology.kubernetes.io/region";
+const BETA_INSTANCE_TYPE: &str = "beta.kubernetes.io/instance-type";
+const BETA_ZONE: &str = "failure-domain.beta.kubernetes.io/zone";
+const BETA_REGION: &str = "failure-domain.beta.kubernetes.io/region";
+
+/// Which parts of the node controllers run.
+#[derive(Debug, Clone, Copy)]
+pub struct Parts {
+    pub initialize: bool,
+    pub lifecycle: bool,
+}
+
+/// What one sync did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    pub initialized: usize,
+    pub addresses_updated: usize,
+    pub deleted: usize,
+    pub tainted_shutdown: usize,
+    pub untainted: usize,
+    pub waiting_for_instance: usize,
+}
+
+pub struct NodeSync<'a> {
+    pub api: &'a Api<Node>,
+    pub cloud: &'a dyn Instances,
+    pub policy: &'a AddressPolicy,
+    pub metrics: &'a Metrics,
+    pub parts: Parts,
+    /// Nodes worked on at once (API round trips overlap; the cloud is still asked once).
+    pub concurrency: usize,
+}
+
+/// What one node's sync did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Nothing,
+    Initialized,
+    AddressesUpdated,
+    Deleted,
+    TaintedShutdown,
+    Untainted,
+    WaitingForInstance,
+}
+
+impl SyncReport {
+    fn count(&mut self, outcomes: &[Outcome]) {
+        for o in outcomes {
+            match o {
+                Outcome::Nothing => {}
+                Outcome::Initialized => self.initialized += 1,
+                Outcome::AddressesUpdated => self.addresses_updated += 1,
+                Outcome::Deleted => self.deleted += 1,
+                Outcome::TaintedShutdown => self.tainted_shutdown += 1,
+                Outcome::Untainted => self.untainted += 1,
+                Outcome::WaitingForInstance => self.waiting_for_instance += 1,
+            }
+        }
+    }
+}
+
+fn taints(node: &Node) -> Vec<Taint> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+}
+
+fn has_taint(node: &Node, key: &str) -> bool {
+    taints(node).iter().any(|t| t.key == key)
+}
+
+fn ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+fn provider_id(node: &Node) -> Option<&str> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .filter(|p| !p.is_empty())
+}
+
+fn k8s_addresses(policy: &AddressPolicy, instance: &Instance) -> Vec<K8sAddress> {
+    policy
+        .apply(&instance.addresses)
+        .into_iter()
+        .map(|a| K8sAddress {
+            type_: a.kind.as_str().to_owned(),
+            address: a.address,
+        })
+        .collect()
+}
+
+impl NodeSync<'_> {
+    pub async fn run(&self, nodes: &[Node]) -> Result<SyncReport> {
+        let started = Instant::now();
+        let result = self.sync(nodes).await;
+        self.metrics.reconciled(
+            "node",
+            started.elapsed().as_secs_f64(),
+            result.as_ref().err(),
+        );
+        result
+    }
+
+    async fn sync(&self, nodes: &[Node]) -> Result<SyncReport> {
+        self.metrics.cloud_call("list_instances");
+        // One answer for every node; on error nothing below runs (uncertain is not gone).
+        let instances = self.cloud.list_instances().await?;
+        let mut report = SyncReport::default();
+        let mut first_error = None;
+        // Futures collected first: a closure inside the stream trips rustc's Send check
+        // for the spawned task (rust-lang/rust#64552).
+        let pending: Vec<_> = nodes
+            .iter()
+            .map(|node| self.named(node, &instances))
+            .collect();
+        let results: Vec<(String, Result<Vec<Outcome>>)> = futures::stream::iter(pending)
+            .buffered(self.concurrency.max(1))
+            .collect()
+            .await;
+        for (name, result) in results {
+            match result {
+                Ok(outcomes) => report.count(&outcomes),
+                Err(e) => {
+                    tracing::warn!(node = %name, error = %e, "node sync failed");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+
+    async fn named(&self, node: &Node, instances: &[Instance]) -> (String, Result<Vec<Outcome>>) {
+        (node.name_any(), self.sync_node(node, instances).await)
+    }
+
+    async fn sync_node(&self, node: &Node, instances: &[Instance]) -> Result<Vec<Outcome>> {
+        let name = node.name_any();
+        let instance = find(instances, &name, provider_id(node));
+        if has_taint(node, UNINITIALIZED_TAINT) {
+            if !self.parts.initialize {
+                return Ok(vec![]);
+            }
+            return match instance {
+                Some(i) => self
+                    .initialize(node, i)
+                    .await
+                    .map(|()| vec![Outcome::Initialized]),
+                None => Ok(vec![Outcome::WaitingForInstance]),
+            };
+        }
+        let mut outcomes = Vec::new();
+        if self.parts.initialize {
+            if let Some(i) = instance {
+                let want = k8s_addresses(self.policy, i);
+                let have = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.addresses.clone())
+                    .unwrap_or_default();
+                if want != have {
+                    self.patch_addresses(&name, want).await?;
+                    outcomes.push(Outcome::AddressesUpdated);
+                }
+            }
+        }
+        if self.parts.lifecycle {
+            outcomes.push(self.lifecycle(node, instance).await?);
+        }
+        Ok(outcomes)
+    }
+
+    async fn initialize(&self, node: &Node, instance: &Instance) -> Result<()> {
+        let name = node.name_any();
+        let mut labels = BTreeMap::new();
+        labels.insert(INSTANCE_TYPE, instance.instance_type.clone());
+        labels.insert(BETA_INSTANCE_TYPE, instance.instance_type.clone());
+        if let Some(z) = &instance.zone {
+            labels.insert(ZONE, z.zone.clone());
+            labels.insert(BETA_ZONE, z.zone.clone());
+            labels.insert(REGION, z.region.clone());
+            labels.insert(BETA_REGION, z.region.clone());
+        }
+        let remaining: Vec<Taint> = taints(node)
+            .into_iter()
+            .filter(|t| t.key != UNINITIALIZED_TAINT)
+            .collect();
+        // The resourceVersion makes the taint list replacement safe: if anyone changed the
+        // node since we read it, the API answers 409 and the next sync retries.
+        let patch = json!({
+            "metadata": { "labels": labels, "resourceVersion": node.resource_version() },
+            "spec": { "providerID": instance.provider_id, "taints": remaining },
+        });
+        self.api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        self.patch_addresses(&name, k8s_addresses(self.policy, instance))
+            .await?;
+        tracing::info!(node = %name, provider_id = %instance.provider_id, "node initialized");
+        Ok(())
+    }
+
+    async fn patch_addresses(&self, name: &str, addresses: Vec<K8sAddress>) -> Result<()> {
+        let patch = json!({ "status": { "addresses": addresses } });
+        self.api
+            .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await?;
+        Ok(())
+    }
+
+    async fn lifecycle(&self, node: &Node, instance: Option<&Instance>) -> Result<Outcome> {
+        let name = node.name_any();
+        let shutdown_tainted = has_taint(node, SHUTDOWN_TAINT);
+        match instance {
+            None if !ready(node) => {
+                tracing::info!(node = %name, "deleting a NotReady node whose instance no longer exists");
+                self.api
+                    .delete(&name, &DeleteParams::default())
+                    .await
+                    .map(drop)
+                    .or_else(ignore_not_found)?;
+                Ok(Outcome::Deleted)
+            }
+            Some(i) if i.state == InstanceState::Shutdown && !ready(node) && !shutdown_tainted => {
+                let mut t = taints(node);
+                t.push(Taint {
+                    key: SHUTDOWN_TAINT.into(),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                });
+                self.set_taints(node, t).await?;
+                Ok(Outcome::TaintedShutdown)
+            }
+            Some(i) if i.state == InstanceState::Running && shutdown_tainted => {
+                let t = taints(node)
+                    .into_iter()
+                    .filter(|t| t.key != SHUTDOWN_TAINT)
+                    .collect();
+                self.set_taints(node, t).await?;
+                Ok(Outcome::Untainted)
+            }
+            _ => Ok(Outcome::Nothing),
+        }
+    }
+
+    async fn set_taints(&self, node: &Node, taints: Vec<Taint>) -> Result<()> {
+        let patch = json!({ "metadata": { "resourceVersion": node.resource_version() }, "spec": { "taints": taints } });
+        self.api
+            .patch(
+                &node.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+fn ignore_not_found(e: kube::Error) -> Result<()> {
+    match &e {
+        kube::Error::Api(s) if s.code == 404 => Ok(()),
+        _ => Err(Error::Kube(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,249 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use overcast_cloud::{
+    AddressType, CloudError, Instance, InstanceState, Instances, NodeAddress, Zone,
+};
+use serde_json::{json, Value};
+
+use super::*;
+use crate::testing::{mock, serve, status_reply, Call};
+
+struct FakeCloud {
+    answer: Mutex<Result<Vec<Instance>, String>>,
+    calls: AtomicUsize,
+}
+
+impl FakeCloud {
+    fn with(instances: Vec<Instance>) -> Self {
+        Self {
+            answer: Mutex::new(Ok(instances)),
+            calls: AtomicUsize::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl Instances for FakeCloud {
+    fn provider_name(&self) -> &'static str {
+        "fake"
+    }
+    async fn list_instances(&self) -> overcast_cloud::Result<Vec<Instance>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.answer
+            .lock()
+            .unwrap()
+            .clone()
+            .map_err(CloudError::Unavailable)
+    }
+}
+
+fn instance(name: &str, state: InstanceState) -> Instance {
+    Instance {
+        node_name: name.into(),
+        provider_id: format!("fake://{name}"),
+        instance_type: "small".into(),
+        addresses: vec![
+            NodeAddress {
+                kind: AddressType::InternalIP,
+                address: "10.0.0.5".into(),
+            },
+            NodeAddress {
+                kind: AddressType::Hostname,
+                address: name.into(),
+            },
+        ],
+        zone: Some(Zone {
+            region: "r1".into(),
+            zone: "z1".into(),
+        }),
+        state,
+    }
+}
+
+fn node(name: &str, taints: &[&str], ready: bool, provider_id: Option<&str>) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "resourceVersion": "42"},
+        "spec": {
+            "providerID": provider_id,
+            "taints": taints.iter().map(|k| json!({"key": k, "effect": "NoSchedule"})).collect::<Vec<_>>(),
+        },
+        "status": {
+            "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}],
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.5"}, {"type": "Hostname", "address": name}],
+        }
+    }))
+    .unwrap()
+}
+
+fn node_json(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+}
+
+async fn run(
+    cloud: &FakeCloud,
+    nodes: Vec<Node>,
+    calls: Vec<Call>,
+    parts: Parts,
+) -> (Result<SyncReport>, usize) {
+    let (client, handle) = mock();
+    let api: Api<Node> = Api::all(client);
+    let server = tokio::spawn(serve(handle, calls));
+    let policy = AddressPolicy::default();
+    let metrics = Metrics::unregistered();
+    // One at a time, so the scripted API sees a fixed order.
+    let sync = NodeSync {
+        api: &api,
+        cloud,
+        policy: &policy,
+        metrics: &metrics,
+        parts,
+        concurrency: 1,
+    };
+    let report = sync.run(&nodes).await;
+    drop(api);
+    (report, server.await.unwrap())
+}
+
+const ALL: Parts = Parts {
+    initialize: true,
+    lifecycle: true,
+};
+
+#[tokio::test]
+async fn an_uninitialized_node_gets_its_identity_and_loses_the_taint() {
+    let cloud = FakeCloud::with(vec![instance("n1", InstanceState::Running)]);
+    let n = node("n1", &[UNINITIALIZED_TAINT, "dedicated"], true, None);
+    let calls = vec![
+        Call::new("PATCH", "/api/v1/nodes/n1", node_json("n1")).checking(|b| {
+            assert_eq!(b["spec"]["providerID"], "fake://n1");
+            assert_eq!(b["spec"]["taints"], json!([{"key": "dedicated", "effect": "NoSchedule"}]));
+            assert_eq!(b["metadata"]["resourceVersion"], "42", "guarded by the version read");
+            let labels = &b["metadata"]["labels"];
+            assert_eq!(labels[INSTANCE_TYPE], "small");
+            assert_eq!(labels["beta.kubernetes.io/instance-type"], "small");
+            assert_eq!(labels[ZONE], "z1");
+            assert_eq!(labels[REGION], "r1");
+            assert_eq!(labels["failure-domain.beta.kubernetes.io/zone"], "z1");
+        }),
+        Call::new("PATCH", "/api/v1/nodes/n1/status", node_json("n1")).checking(|b| {
+            assert_eq!(
+                b["status"]["addresses"],
+                json!([{"type": "InternalIP", "address": "10.0.0.5"}, {"type": "Hostname", "address": "n1"}])
+            );
+        }),
+    ];
+    let (report, served) = run(&cloud, vec![n], calls, ALL).await;
+    assert_eq!(report.unwrap().initialized, 1);
+    assert_eq!(served, 2);
+    assert_eq!(cloud.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_cloud_error_touches_no_node() {
+    let cloud = FakeCloud::with(vec![]);
+    *cloud.answer.lock().unwrap() = Err("timeout".into());
+    let nodes = vec![
+        node("gone", &[], false, Some("fake://gone")),
+        node("new", &[UNINITIALIZED_TAINT], true, None),
+    ];
+    let (report, served) = run(&cloud, nodes, vec![], ALL).await;
+    assert!(matches!(report, Err(Error::Cloud(_))));
+    assert_eq!(served, 0, "no deletion on an uncertain answer");
+}
+
+#[tokio::test]
+async fn lifecycle_deletes_gone_not_ready_nodes_and_taints_shut_down_ones() {
+    let cloud = FakeCloud::with(vec![
+        instance("off", InstanceState::Shutdown),
+        instance("back", InstanceState::Running),
+        instance("fine", InstanceState::Running),
+    ]);
+    let nodes = vec![
+        node("gone", &[], false, Some("fake://gone")),
+        node("gone-but-ready", &[], true, Some("fake://gone-but-ready")),
+        node("off", &[], false, Some("fake://off")),
+        node("back", &[SHUTDOWN_TAINT], true, Some("fake://back")),
+        node("fine", &[], true, Some("fake://fine")),
+    ];
+    let calls = vec![
+        Call::new("DELETE", "/api/v1/nodes/gone", node_json("gone")),
+        Call::new("PATCH", "/api/v1/nodes/off", node_json("off")).checking(|b| {
+            assert_eq!(
+                b["spec"]["taints"],
+                json!([{"key": SHUTDOWN_TAINT, "effect": "NoSchedule"}])
+            );
+            assert_eq!(b["metadata"]["resourceVersion"], "42");
+        }),
+        Call::new("PATCH", "/api/v1/nodes/back", node_json("back")).checking(|b| {
+            assert_eq!(b["spec"]["taints"], json!([]));
+        }),
+    ];
+    let (report, served) = run(&cloud, nodes, calls, ALL).await;
+    let report = report.unwrap();
+    assert_eq!(
+        (report.deleted, report.tainted_shutdown, report.untainted),
+        (1, 1, 1)
+    );
+    assert_eq!(
+        served, 3,
+        "a Ready node is never deleted; a healthy one untouched"
+    );
+}
+
+#[tokio::test]
+async fn drifted_addresses_are_patched_and_conflicts_surface_as_errors() {
+    let mut moved = instance("n1", InstanceState::Running);
+    moved.addresses[0].address = "10.0.0.99".into();
+    let cloud = FakeCloud::with(vec![moved, instance("n2", InstanceState::Shutdown)]);
+    let nodes = vec![
+        node("n1", &[], true, Some("fake://n1")),
+        node("n2", &[], false, Some("fake://n2")),
+    ];
+    let calls = vec![
+        Call::new("PATCH", "/api/v1/nodes/n1/status", node_json("n1")).checking(|b| {
+            assert_eq!(b["status"]["addresses"][0]["address"], "10.0.0.99");
+        }),
+        Call::new("PATCH", "/api/v1/nodes/n2", status_reply(409, "Conflict")).status(409),
+    ];
+    let (report, served) = run(
+        &cloud,
+        nodes,
+        calls,
+        Parts {
+            initialize: true,
+            lifecycle: true,
+        },
+    )
+    .await;
+    assert!(
+        matches!(report, Err(Error::Kube(kube::Error::Api(ref s))) if s.code == 409),
+        "{report:?}"
+    );
+    assert_eq!(served, 2);
+}
+
+#[tokio::test]
+async fn controllers_not_chosen_do_nothing() {
+    let cloud = FakeCloud::with(vec![instance("n1", InstanceState::Running)]);
+    let nodes = vec![
+        node("n1", &[UNINITIALIZED_TAINT], true, None),
+        node("gone", &[], false, None),
+    ];
+    let (report, served) = run(
+        &cloud,
+        nodes,
+        vec![],
+        Parts {
+            initialize: false,
+            lifecycle: false,
+        },
+    )
+    .await;
+    assert_eq!(report.unwrap(), SyncReport::default());
+    assert_eq!(served, 0);
+}
