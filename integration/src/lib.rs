@@ -13,6 +13,8 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 pub use overcast_api::csi_v1;
 
+pub mod fake_api;
+
 pub type IdentityClient = csi::identity_client::IdentityClient<Channel>;
 pub type ControllerClient = csi::controller_client::ControllerClient<Channel>;
 pub type NodeClient = csi::node_client::NodeClient<Channel>;

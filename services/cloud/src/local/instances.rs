@@ -85,13 +85,16 @@ impl LocalInstances {
                     zone: i.zone.unwrap_or_else(|| self.zone.zone.clone()),
                     region: i.region.unwrap_or_else(|| self.zone.region.clone()),
                 }),
-                addresses: if i.addresses.is_empty() {
-                    vec![NodeAddress {
-                        kind: AddressType::Hostname,
-                        address: i.name.clone(),
-                    }]
-                } else {
-                    i.addresses
+                // Like this host's, every machine's node name is its Hostname address.
+                addresses: {
+                    let mut a = i.addresses;
+                    if !a.iter().any(|x| x.kind == AddressType::Hostname) {
+                        a.push(NodeAddress {
+                            kind: AddressType::Hostname,
+                            address: i.name.clone(),
+                        });
+                    }
+                    a
                 },
                 node_name: i.name,
                 state: i.state,

@@ -1,0 +1,353 @@
+//! A small, faithful Kubernetes API server for tests of the real `ccm` binary: it keeps
+//! objects as JSON, serves list and watch (chunked watch events), JSON merge patches with
+//! the resourceVersion precondition a real server enforces (409 on a stale version),
+//! create, replace, delete, and records every request so a test can assert what the
+//! controllers asked for. It speaks plain HTTP on loopback.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Bytes, Frame};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// One request as the server saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub path: String,
+    pub body: Value,
+}
+
+/// (collection path, name) → object. The collection path is e.g. `/api/v1/nodes` or
+/// `/api/v1/namespaces/default/services`.
+#[derive(Default)]
+struct State {
+    objects: BTreeMap<(String, String), Value>,
+    version: u64,
+    watchers: Vec<(String, mpsc::UnboundedSender<Bytes>)>,
+    seen: Vec<Seen>,
+}
+
+#[derive(Clone, Default)]
+pub struct FakeApi {
+    state: Arc<Mutex<State>>,
+}
+
+/// Kind and apiVersion of objects in a collection, for list replies.
+fn kind_of(collection: &str) -> (&'static str, &'static str) {
+    if collection.ends_with("/nodes") {
+        ("Node", "v1")
+    } else if collection.ends_with("/services") {
+        ("Service", "v1")
+    } else if collection.ends_with("/leases") {
+        ("Lease", "coordination.k8s.io/v1")
+    } else if collection.ends_with("/events") {
+        ("Event", "events.k8s.io/v1")
+    } else {
+        ("Unknown", "v1")
+    }
+}
+
+/// RFC 7386 JSON merge patch.
+pub fn merge(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            let t = target.as_object_mut().unwrap_or_else(|| unreachable!());
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+fn status(code: u16, reason: &str, message: &str) -> (u16, Value) {
+    (
+        code,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "message": message, "code": code}),
+    )
+}
+
+impl FakeApi {
+    /// Serves on a loopback port; returns the base URL.
+    pub async fn start(&self) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let api = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let api = api.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        let api = api.clone();
+                        async move { Ok::<_, Infallible>(api.handle(req).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    /// Writes a kubeconfig for this server to `path`.
+    pub fn kubeconfig(url: &str, path: &std::path::Path) {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {url}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\nusers:\n- name: fake\n  user: {{}}\n"
+        );
+        std::fs::write(path, text).expect("kubeconfig");
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.state.lock().expect("state").seen.clone()
+    }
+
+    pub fn get(&self, collection: &str, name: &str) -> Option<Value> {
+        self.state
+            .lock()
+            .expect("state")
+            .objects
+            .get(&(collection.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// Stores an object as a client's create would, and tells the watchers.
+    pub fn put(&self, collection: &str, mut object: Value) {
+        let mut st = self.state.lock().expect("state");
+        st.version += 1;
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        object["metadata"]["resourceVersion"] = json!(st.version.to_string());
+        if object["metadata"]["uid"].is_null() {
+            object["metadata"]["uid"] =
+                json!(format!("00000000-0000-0000-0000-{:012}", st.version));
+        }
+        let kind = if st
+            .objects
+            .contains_key(&(collection.to_owned(), name.clone()))
+        {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        st.objects
+            .insert((collection.to_owned(), name), object.clone());
+        notify(&mut st, collection, kind, &object);
+    }
+
+    async fn handle(&self, req: Request<hyper::body::Incoming>) -> Response<Body> {
+        let method = req.method().as_str().to_owned();
+        let path = req.uri().path().to_owned();
+        let query = req.uri().query().unwrap_or_default().to_owned();
+        let bytes = req
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let watch = query
+            .split('&')
+            .any(|kv| kv == "watch=true" || kv == "watch=1");
+        {
+            let mut st = self.state.lock().expect("state");
+            st.seen.push(Seen {
+                method: method.clone(),
+                path: path.clone(),
+                body: body.clone(),
+            });
+        }
+        if method == "GET" && watch {
+            return self.watch(&path);
+        }
+        let (code, value) = self.respond(&method, &path, body);
+        let mut resp = Response::new(
+            Full::new(Bytes::from(serde_json::to_vec(&value).unwrap_or_default())).boxed(),
+        );
+        *resp.status_mut() =
+            hyper::StatusCode::from_u16(code).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+        resp.headers_mut().insert(
+            "content-type",
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        resp
+    }
+
+    fn watch(&self, collection: &str) -> Response<Body> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.state
+            .lock()
+            .expect("state")
+            .watchers
+            .push((collection.to_owned(), tx));
+        let stream = futures::StreamExt::map(
+            tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
+            |b| Ok(Frame::data(b)),
+        );
+        let mut resp = Response::new(StreamBody::new(stream).boxed());
+        resp.headers_mut().insert(
+            "content-type",
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        resp
+    }
+
+    fn respond(&self, method: &str, path: &str, body: Value) -> (u16, Value) {
+        let mut st = self.state.lock().expect("state");
+        // Collection requests: list and create.
+        let is_collection = path.ends_with("/nodes")
+            || path.ends_with("/services")
+            || path.ends_with("/leases")
+            || path.ends_with("/events");
+        if is_collection {
+            return match method {
+                "GET" => {
+                    let (kind, api_version) = kind_of(path);
+                    // A cluster-wide list of a namespaced kind spans every namespace.
+                    let all = !path.contains("/namespaces/");
+                    let items: Vec<Value> = st
+                        .objects
+                        .iter()
+                        .filter(|((c, _), _)| {
+                            c == path
+                                || (all && c.ends_with(path.rsplit('/').next().unwrap_or_default()))
+                        })
+                        .map(|(_, v)| v.clone())
+                        .collect();
+                    (
+                        200,
+                        json!({"kind": format!("{kind}List"), "apiVersion": api_version, "metadata": {"resourceVersion": st.version.to_string()}, "items": items}),
+                    )
+                }
+                "POST" => {
+                    let mut object = body;
+                    let name = object["metadata"]["name"]
+                        .as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| format!("generated-{}", st.version + 1));
+                    if st.objects.contains_key(&(path.to_owned(), name.clone())) {
+                        return status(409, "AlreadyExists", "already exists");
+                    }
+                    st.version += 1;
+                    object["metadata"]["name"] = json!(name);
+                    object["metadata"]["resourceVersion"] = json!(st.version.to_string());
+                    st.objects.insert((path.to_owned(), name), object.clone());
+                    notify(&mut st, path, "ADDED", &object);
+                    (201, object)
+                }
+                _ => status(405, "MethodNotAllowed", method),
+            };
+        }
+        // Object requests: /<collection>/<name>[/status].
+        let (object_path, _subresource) = match path.strip_suffix("/status") {
+            Some(p) => (p, true),
+            None => (path, false),
+        };
+        let Some((collection, name)) = object_path.rsplit_once('/') else {
+            return status(404, "NotFound", path);
+        };
+        let key = (collection.to_owned(), name.to_owned());
+        let Some(current) = st.objects.get(&key).cloned() else {
+            return status(404, "NotFound", path);
+        };
+        match method {
+            "GET" => (200, current),
+            "PATCH" | "PUT" => {
+                let wanted = body["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(str::to_owned);
+                if let Some(rv) = wanted.filter(|rv| {
+                    Some(rv.as_str()) != current["metadata"]["resourceVersion"].as_str()
+                }) {
+                    return status(409, "Conflict", &format!("stale resourceVersion {rv}"));
+                }
+                let next = if method == "PUT" {
+                    body
+                } else {
+                    let mut n = current.clone();
+                    merge(&mut n, &body);
+                    n
+                };
+                let mut next = next;
+                st.version += 1;
+                next["metadata"]["resourceVersion"] = json!(st.version.to_string());
+                // Deleting and out of finalizers: gone.
+                let finalized = !next["metadata"]["deletionTimestamp"].is_null()
+                    && next["metadata"]["finalizers"]
+                        .as_array()
+                        .is_none_or(|f| f.is_empty());
+                if finalized {
+                    st.objects.remove(&key);
+                    notify(&mut st, collection, "DELETED", &next);
+                } else {
+                    st.objects.insert(key, next.clone());
+                    notify(&mut st, collection, "MODIFIED", &next);
+                }
+                (200, next)
+            }
+            "DELETE" => {
+                let finalizers = current["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|f| !f.is_empty());
+                if finalizers {
+                    let mut next = current;
+                    st.version += 1;
+                    next["metadata"]["deletionTimestamp"] = json!("2026-11-22T00:00:00Z");
+                    next["metadata"]["resourceVersion"] = json!(st.version.to_string());
+                    st.objects.insert(key, next.clone());
+                    notify(&mut st, collection, "MODIFIED", &next);
+                    (200, next)
+                } else {
+                    st.objects.remove(&key);
+                    notify(&mut st, collection, "DELETED", &current);
+                    (200, current)
+                }
+            }
+            _ => status(405, "MethodNotAllowed", method),
+        }
+    }
+}
+
+fn notify(st: &mut State, collection: &str, kind: &str, object: &Value) {
+    let line = Bytes::from(format!("{}\n", json!({"type": kind, "object": object})));
+    let resource = collection.rsplit('/').next().unwrap_or_default().to_owned();
+    st.watchers.retain(|(path, tx)| {
+        // A cluster-wide watch of a namespaced kind sees every namespace.
+        let matches = path == collection
+            || (!path.contains("/namespaces/") && path.ends_with(&format!("/{resource}")));
+        !matches || tx.send(line.clone()).is_ok()
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_patch_follows_rfc_7386() {
+        let mut v = json!({"a": {"b": 1, "c": 2}, "l": [1, 2]});
+        merge(&mut v, &json!({"a": {"b": null, "d": 3}, "l": [3]}));
+        assert_eq!(v, json!({"a": {"c": 2, "d": 3}, "l": [3]}));
+    }
+}
