@@ -43,17 +43,40 @@ pub struct FakeApi {
 
 /// Kind and apiVersion of objects in a collection, for list replies.
 fn kind_of(collection: &str) -> (&'static str, &'static str) {
-    if collection.ends_with("/nodes") {
-        ("Node", "v1")
-    } else if collection.ends_with("/services") {
-        ("Service", "v1")
-    } else if collection.ends_with("/leases") {
-        ("Lease", "coordination.k8s.io/v1")
-    } else if collection.ends_with("/events") {
-        ("Event", "events.k8s.io/v1")
-    } else {
-        ("Unknown", "v1")
+    let resource = collection.rsplit('/').next().unwrap_or_default();
+    match resource {
+        "nodes" => ("Node", "v1"),
+        "services" => ("Service", "v1"),
+        "secrets" => ("Secret", "v1"),
+        "configmaps" => ("ConfigMap", "v1"),
+        "persistentvolumes" => ("PersistentVolume", "v1"),
+        "leases" => ("Lease", "coordination.k8s.io/v1"),
+        "events" => ("Event", "events.k8s.io/v1"),
+        "instancetypescatalogs" => ("InstanceTypesCatalog", "deckhouse.io/v1alpha1"),
+        _ => ("Unknown", "v1"),
     }
+}
+
+/// Splits a resource path into (collection, name, subresource):
+/// `/api/v1[/namespaces/<ns>]/<resource>[/<name>[/<sub>]]` and the same under
+/// `/apis/<group>/<version>`.
+fn split_path(path: &str) -> Option<(String, Option<String>, Option<String>)> {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let prefix = match *parts.first()? {
+        "api" => 2,
+        "apis" => 3,
+        _ => return None,
+    };
+    let mut i = prefix;
+    if parts.get(i) == Some(&"namespaces") && parts.len() > i + 2 {
+        i += 2;
+    }
+    let collection = format!("/{}", parts.get(..=i)?.join("/"));
+    Some((
+        collection,
+        parts.get(i + 1).map(|s| s.to_string()),
+        parts.get(i + 2).map(|s| s.to_string()),
+    ))
 }
 
 /// RFC 7386 JSON merge patch.
@@ -160,6 +183,10 @@ impl FakeApi {
         let method = req.method().as_str().to_owned();
         let path = req.uri().path().to_owned();
         let query = req.uri().query().unwrap_or_default().to_owned();
+        let apply = req
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/apply-patch"));
         let bytes = req
             .into_body()
             .collect()
@@ -181,7 +208,7 @@ impl FakeApi {
         if method == "GET" && watch {
             return self.watch(&path);
         }
-        let (code, value) = self.respond(&method, &path, body);
+        let (code, value) = self.respond(&method, &path, body, apply);
         let mut resp = Response::new(
             Full::new(Bytes::from(serde_json::to_vec(&value).unwrap_or_default())).boxed(),
         );
@@ -213,14 +240,14 @@ impl FakeApi {
         resp
     }
 
-    fn respond(&self, method: &str, path: &str, body: Value) -> (u16, Value) {
+    fn respond(&self, method: &str, path: &str, body: Value, apply: bool) -> (u16, Value) {
         let mut st = self.state.lock().expect("state");
+        let Some((collection, name, _sub)) = split_path(path) else {
+            return status(404, "NotFound", path);
+        };
         // Collection requests: list and create.
-        let is_collection = path.ends_with("/nodes")
-            || path.ends_with("/services")
-            || path.ends_with("/leases")
-            || path.ends_with("/events");
-        if is_collection {
+        if name.is_none() {
+            let path = collection.as_str();
             return match method {
                 "GET" => {
                     let (kind, api_version) = kind_of(path);
@@ -259,17 +286,23 @@ impl FakeApi {
                 _ => status(405, "MethodNotAllowed", method),
             };
         }
-        // Object requests: /<collection>/<name>[/status].
-        let (object_path, _subresource) = match path.strip_suffix("/status") {
-            Some(p) => (p, true),
-            None => (path, false),
-        };
-        let Some((collection, name)) = object_path.rsplit_once('/') else {
-            return status(404, "NotFound", path);
-        };
-        let key = (collection.to_owned(), name.to_owned());
-        let Some(current) = st.objects.get(&key).cloned() else {
-            return status(404, "NotFound", path);
+        // Object requests: <collection>/<name>[/<subresource>].
+        let name = name.unwrap_or_default();
+        let collection = collection.as_str();
+        let key = (collection.to_owned(), name.clone());
+        let current = match st.objects.get(&key).cloned() {
+            Some(c) => c,
+            // Server-side apply creates what does not exist yet.
+            None if method == "PATCH" && apply => {
+                let mut object = body;
+                st.version += 1;
+                object["metadata"]["name"] = json!(name);
+                object["metadata"]["resourceVersion"] = json!(st.version.to_string());
+                st.objects.insert(key, object.clone());
+                notify(&mut st, collection, "ADDED", &object);
+                return (201, object);
+            }
+            None => return status(404, "NotFound", path),
         };
         match method {
             "GET" => (200, current),

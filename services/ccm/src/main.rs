@@ -306,6 +306,7 @@ fn build_cloud(o: &Options) -> anyhow::Result<Cloud> {
                 ))),
                 load_balancers: Some(Arc::new(LocalLoadBalancers::new(o.lb_pool))),
                 routes: None,
+                discovery: None,
             })
         }
         other => anyhow::bail!("unknown cloud {other:?} (this build knows: local)"),

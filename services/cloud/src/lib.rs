@@ -4,6 +4,7 @@
 //! A provider implements only the capabilities its cloud has; the services ask for the
 //! capability they need and map the typed [`CloudError`] to their wire codes in one place.
 
+pub mod discovery;
 mod disks;
 mod error;
 pub mod instances;
@@ -12,6 +13,7 @@ pub mod local;
 
 use std::sync::Arc;
 
+pub use discovery::{CloudCondition, ClusterDisk, Discovery, InstanceType};
 pub use disks::{Attachment, Disk, DiskCondition, DiskSpec, Disks, Zone};
 pub use error::{CloudError, Result};
 pub use instances::{AddressType, Instance, InstanceState, Instances, NodeAddress};
@@ -28,4 +30,5 @@ pub struct Cloud {
     pub instances: Option<Arc<dyn Instances>>,
     pub load_balancers: Option<Arc<dyn LoadBalancers>>,
     pub routes: Option<Arc<dyn Routes>>,
+    pub discovery: Option<Arc<dyn Discovery>>,
 }

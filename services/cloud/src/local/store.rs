@@ -6,8 +6,10 @@
 //! at one fsync per batch however many callers wait.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -64,10 +66,19 @@ impl Store {
         let db = Arc::new(db);
         let (queue, rx) = mpsc::unbounded_channel();
         let writer_db = Arc::clone(&db);
+        // Start dirty: the inventory is written once at open.
+        let dirty = Arc::new(AtomicBool::new(true));
+        let writer_dirty = Arc::clone(&dirty);
         std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || write_loop(&writer_db, rx))
+            .spawn(move || write_loop(&writer_db, rx, &writer_dirty))
             .map_err(|e| CloudError::io("start the store writer", e))?;
+        let inventory = path.with_file_name(INVENTORY);
+        let weak = Arc::downgrade(&db);
+        std::thread::Builder::new()
+            .name("store-inventory".into())
+            .spawn(move || inventory_loop(weak, &inventory, &dirty))
+            .map_err(|e| CloudError::io("start the inventory writer", e))?;
         Ok(Self { db, queue })
     }
 
@@ -107,7 +118,63 @@ impl Store {
     }
 }
 
-fn write_loop(db: &Database, mut rx: mpsc::UnboundedReceiver<(Mutation, Reply)>) {
+/// The inventory other processes read (the discoverer's orphan report): the store
+/// itself is held open exclusively by the controller.
+pub const INVENTORY: &str = "inventory.json";
+
+/// One disk in the inventory file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryDisk {
+    pub id: String,
+    pub name: String,
+    pub size_bytes: u64,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Rewrites the inventory at most once a second, when something changed, until the
+/// store is closed.
+fn inventory_loop(db: Weak<Database>, path: &Path, dirty: &AtomicBool) {
+    loop {
+        let Some(db) = db.upgrade() else { return };
+        if dirty.swap(false, Ordering::AcqRel) {
+            if let Err(e) = write_inventory(&db, path) {
+                tracing::warn!(error = %e, path = %path.display(), "could not write the disk inventory");
+                dirty.store(true, Ordering::Release);
+            }
+        }
+        drop(db);
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+fn write_inventory(db: &Database, path: &Path) -> Result<()> {
+    let txn = db.begin_read().map_err(store_err)?;
+    let table = txn.open_table(DISKS).map_err(store_err)?;
+    let mut disks = Vec::new();
+    for item in table.iter().map_err(store_err)? {
+        let (_, value) = item.map_err(store_err)?;
+        let r: DiskRecord =
+            serde_json::from_slice(value.value()).map_err(|e| CloudError::Store(e.to_string()))?;
+        disks.push(InventoryDisk {
+            id: r.id,
+            name: r.name,
+            size_bytes: r.size_bytes,
+            metadata: r.metadata,
+        });
+    }
+    let tmp: PathBuf = path.with_extension("json.tmp");
+    let bytes = serde_json::to_vec_pretty(&disks).map_err(|e| CloudError::Store(e.to_string()))?;
+    std::fs::write(&tmp, bytes)
+        .map_err(|e| CloudError::io(format!("write {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, path).map_err(|e| CloudError::io(format!("rename {}", tmp.display()), e))
+}
+
+fn write_loop(
+    db: &Database,
+    mut rx: mpsc::UnboundedReceiver<(Mutation, Reply)>,
+    dirty: &AtomicBool,
+) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
@@ -118,6 +185,9 @@ fn write_loop(db: &Database, mut rx: mpsc::UnboundedReceiver<(Mutation, Reply)>)
             }
         }
         let outcome = apply(db, &batch).map_err(|e| e.to_string());
+        if outcome.is_ok() {
+            dirty.store(true, Ordering::Release);
+        }
         for (_, reply) in batch.drain(..) {
             let _ = reply.send(outcome.clone());
         }

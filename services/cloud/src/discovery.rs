@@ -1,0 +1,42 @@
+//! The discovery capability: what the cloud offers, published for the rest of the
+//! platform (the Deckhouse `d8-cloud-provider-discovery-data` contract), the cloud's
+//! health checks, the instance-type catalog for the autoscaler, and the disks the
+//! cluster created (for orphan reporting — never deletion).
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use crate::Result;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceType {
+    pub name: String,
+    pub cpu: u32,
+    pub memory_mib: u64,
+    pub root_disk_gib: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloudCondition {
+    pub name: String,
+    pub message: String,
+    pub ok: bool,
+}
+
+/// A disk with the metadata the CSI driver recorded on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterDisk {
+    pub id: String,
+    pub name: String,
+    pub metadata: BTreeMap<String, String>,
+}
+
+#[async_trait]
+pub trait Discovery: Send + Sync + 'static {
+    /// The provider's discovery document: `apiVersion`, a provider `kind`, and its fields.
+    async fn discovery_data(&self) -> Result<serde_json::Value>;
+    async fn instance_types(&self) -> Result<Vec<InstanceType>>;
+    async fn conditions(&self) -> Result<Vec<CloudCondition>>;
+    async fn cluster_disks(&self) -> Result<Vec<ClusterDisk>>;
+}

@@ -1,0 +1,123 @@
+//! `discoverer`: the cloud-data-discoverer of the Deckhouse cloud-provider modules.
+//! Every `--discovery-period` it asks the cloud what it offers and publishes it —
+//! Secret `kube-system/d8-cloud-provider-discovery-data`, ConfigMap
+//! `kube-system/d8-cloud-provider-conditions`, the `for-cluster-autoscaler`
+//! InstanceTypesCatalog — by server-side apply and only when the content changed; it
+//! reports disks the cluster made that no PersistentVolume references (never deletes
+//! them). A failed cloud request is retried with jittered backoff (3 s → 30 s) and leaves
+//! the last good objects in place.
+
+mod metrics;
+mod publish;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use kube::{Client, Config};
+use overcast_cloud::local::discovery::LocalDiscovery;
+use overcast_cloud::local::instances::LocalInstances;
+use overcast_cloud::{Discovery, Zone};
+use overcast_runtime::LogFormat;
+use rand::Rng;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "discoverer",
+    version,
+    about = "Publishes what the cloud offers to the cluster"
+)]
+struct Options {
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    #[arg(long, default_value = "local")]
+    cloud: String,
+    /// Local cloud: the CSI controller's state directory.
+    #[arg(long, env = "CSI_STATE_DIR", default_value = "/var/lib/overcast/local")]
+    state_dir: PathBuf,
+    #[arg(long, default_value = "local")]
+    zone: String,
+    #[arg(long, default_value = "local")]
+    region: String,
+    #[arg(long, env = "KUBE_NODE_NAME")]
+    node_name: Option<String>,
+    #[arg(long)]
+    instances_file: Option<PathBuf>,
+    /// Seconds between discoveries.
+    #[arg(long, default_value_t = 3600)]
+    discovery_period: u64,
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    metrics_address: std::net::SocketAddr,
+    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+const BACKOFF_START: Duration = Duration::from_secs(3);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let o = Options::parse();
+    overcast_runtime::logging::init(o.log_format);
+    let config = match &o.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("read {}", path.display()))?;
+            Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => Config::infer()
+            .await
+            .context("no kubeconfig and no in-cluster configuration")?,
+    };
+    let client = Client::try_from(config)?;
+    let cloud: Arc<dyn Discovery> = match o.cloud.as_str() {
+        "local" => {
+            let zone = Zone {
+                zone: o.zone.clone(),
+                region: o.region.clone(),
+            };
+            let node = o.node_name.clone().unwrap_or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_owned())
+                    .unwrap_or_default()
+            });
+            let instances = LocalInstances::new(node, zone.clone(), o.instances_file.clone());
+            Arc::new(LocalDiscovery::new(o.state_dir.clone(), zone, instances))
+        }
+        other => anyhow::bail!("unknown cloud {other:?} (this build knows: local)"),
+    };
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = metrics::Metrics::register(&mut registry);
+    let health: overcast_runtime::http::HealthCheck = Arc::new(|| Box::pin(async { Ok(()) }));
+    let bound =
+        overcast_runtime::http::serve(o.metrics_address, Arc::new(registry), health).await?;
+    tracing::info!(address = %bound, "serving /metrics and /healthz");
+
+    let publisher = publish::Publisher {
+        client,
+        cloud,
+        metrics,
+    };
+    let period = Duration::from_secs(o.discovery_period);
+    let mut backoff = BACKOFF_START;
+    let cycles = async {
+        loop {
+            let wait = if publisher.cycle().await {
+                backoff = BACKOFF_START;
+                period
+            } else {
+                let jittered = backoff.mul_f64(rand::rng().random_range(0.8..1.2));
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                jittered
+            };
+            tokio::time::sleep(wait).await;
+        }
+    };
+    tokio::select! {
+        () = cycles => {}
+        () = overcast_runtime::shutdown::signal_received() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! One discovery cycle: ask the cloud, publish what changed, report orphans.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, Secret};
+use k8s_openapi::ByteString;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::{Api, Client};
+use overcast_cloud::Discovery;
+use serde_json::{json, Value};
+
+use crate::metrics::{ConditionLabels, DiskLabels, Metrics};
+
+pub const NAMESPACE: &str = "kube-system";
+pub const SECRET: &str = "d8-cloud-provider-discovery-data";
+pub const SECRET_KEY: &str = "discovery-data.json";
+pub const CONDITIONS: &str = "d8-cloud-provider-conditions";
+pub const CATALOG: &str = "for-cluster-autoscaler";
+const MANAGER: &str = "overcast-discoverer";
+/// The metadata key external-provisioner's `--extra-create-metadata` puts on every disk
+/// the cluster provisions: its presence marks a disk as the cluster's.
+const PV_NAME_KEY: &str = "csi.storage.k8s.io/pv/name";
+
+pub struct Publisher {
+    pub client: Client,
+    pub cloud: Arc<dyn Discovery>,
+    pub metrics: Arc<Metrics>,
+}
+
+fn catalog_resource() -> ApiResource {
+    ApiResource {
+        group: "deckhouse.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "deckhouse.io/v1alpha1".into(),
+        kind: "InstanceTypesCatalog".into(),
+        plural: "instancetypescatalogs".into(),
+    }
+}
+
+fn apply() -> PatchParams {
+    PatchParams::apply(MANAGER).force()
+}
+
+impl Publisher {
+    /// Runs one cycle; `false` when a cloud request failed (the caller backs off).
+    pub async fn cycle(&self) -> bool {
+        let started = Instant::now();
+        let mut cloud_ok = true;
+        let mut write_ok = true;
+
+        match self.cloud.discovery_data().await {
+            Ok(data) => {
+                self.metrics.request("discovery_data", false);
+                write_ok &= self.report("discovery data", self.publish_secret(&data).await);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "discovery data: the cloud did not answer; the last published data stays");
+                self.metrics.request("discovery_data", true);
+                cloud_ok = false;
+            }
+        }
+        match self.cloud.instance_types().await {
+            Ok(types) => {
+                self.metrics.request("instance_types", false);
+                let list: Vec<Value> = types
+                    .iter()
+                    .map(|t| json!({"name": t.name, "cpu": t.cpu.to_string(), "memory": format!("{}Mi", t.memory_mib), "rootDisk": format!("{}Gi", t.root_disk_gib)}))
+                    .collect();
+                write_ok &= self.report("instance types", self.publish_catalog(list).await);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "instance types: the cloud did not answer");
+                self.metrics.request("instance_types", true);
+                cloud_ok = false;
+            }
+        }
+        match self.cloud.conditions().await {
+            Ok(conditions) => {
+                self.metrics.cloud_conditions_error.clear();
+                for c in conditions.iter().filter(|c| !c.ok) {
+                    self.metrics
+                        .cloud_conditions_error
+                        .get_or_create(&ConditionLabels {
+                            name: c.name.clone(),
+                            message: c.message.clone(),
+                        })
+                        .set(1);
+                }
+                let list: Vec<Value> = conditions
+                    .iter()
+                    .map(|c| json!({"name": c.name, "message": c.message, "ok": c.ok}))
+                    .collect();
+                write_ok &= self.report("conditions", self.publish_conditions(&list).await);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "conditions: the cloud did not answer");
+                cloud_ok = false;
+            }
+        }
+        match self.orphans().await {
+            Ok(orphans) => {
+                self.metrics.request("disks_meta", false);
+                self.metrics.orphaned_disk_info.clear();
+                for (id, name) in orphans {
+                    self.metrics
+                        .orphaned_disk_info
+                        .get_or_create(&DiskLabels { id, name })
+                        .set(1);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "orphaned disks: could not compare disks and volumes");
+                self.metrics.request("disks_meta", true);
+                cloud_ok = false;
+            }
+        }
+        self.metrics.update_resource_error.set(i64::from(!write_ok));
+        self.metrics
+            .cycle_duration
+            .observe(started.elapsed().as_secs_f64());
+        cloud_ok
+    }
+
+    fn report(&self, what: &str, result: kube::Result<bool>) -> bool {
+        match result {
+            Ok(true) => {
+                tracing::info!(what, "published");
+                true
+            }
+            Ok(false) => true,
+            Err(e) => {
+                tracing::warn!(what, error = %e, "could not publish");
+                false
+            }
+        }
+    }
+
+    /// Applies the Secret when its document differs; `Ok(true)` when it wrote.
+    async fn publish_secret(&self, data: &Value) -> kube::Result<bool> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), NAMESPACE);
+        let bytes = serde_json::to_vec(data).unwrap_or_default();
+        let current = api.get_opt(SECRET).await?;
+        if current
+            .and_then(|s| s.data)
+            .and_then(|d| d.get(SECRET_KEY).cloned())
+            .is_some_and(|b| b.0 == bytes)
+        {
+            return Ok(false);
+        }
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(SECRET.into()),
+                namespace: Some(NAMESPACE.into()),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([(SECRET_KEY.to_owned(), ByteString(bytes))])),
+            type_: Some("Opaque".into()),
+            ..Default::default()
+        };
+        let mut body = serde_json::to_value(&secret).unwrap_or_default();
+        body["apiVersion"] = json!("v1");
+        body["kind"] = json!("Secret");
+        api.patch(SECRET, &apply(), &Patch::Apply(&body)).await?;
+        Ok(true)
+    }
+
+    async fn publish_conditions(&self, list: &[Value]) -> kube::Result<bool> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), NAMESPACE);
+        let text = serde_json::to_string(list).unwrap_or_default();
+        let current = api.get_opt(CONDITIONS).await?;
+        if current
+            .and_then(|c| c.data)
+            .and_then(|d| d.get("conditions").cloned())
+            .is_some_and(|t| t == text)
+        {
+            return Ok(false);
+        }
+        let body = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": CONDITIONS, "namespace": NAMESPACE},
+            "data": {"conditions": text},
+        });
+        api.patch(CONDITIONS, &apply(), &Patch::Apply(&body))
+            .await?;
+        Ok(true)
+    }
+
+    async fn publish_catalog(&self, types: Vec<Value>) -> kube::Result<bool> {
+        let resource = catalog_resource();
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let current = api.get_opt(CATALOG).await?;
+        if current.is_some_and(|c| c.data.get("instanceTypes") == Some(&json!(types))) {
+            return Ok(false);
+        }
+        let body = json!({
+            "apiVersion": resource.api_version, "kind": resource.kind,
+            "metadata": {"name": CATALOG},
+            "instanceTypes": types,
+        });
+        api.patch(CATALOG, &apply(), &Patch::Apply(&body)).await?;
+        Ok(true)
+    }
+
+    /// Disks the cluster made that no PersistentVolume references: (id, name).
+    async fn orphans(&self) -> anyhow::Result<Vec<(String, String)>> {
+        let disks = self.cloud.cluster_disks().await?;
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        let handles: HashSet<String> = pvs
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|pv| pv.spec?.csi.map(|c| c.volume_handle))
+            .collect();
+        Ok(disks
+            .into_iter()
+            .filter(|d| d.metadata.contains_key(PV_NAME_KEY) && !handles.contains(&d.id))
+            .map(|d| (d.id, d.name))
+            .collect())
+    }
+}
