@@ -34,6 +34,11 @@ struct State {
     version: u64,
     watchers: Vec<(String, mpsc::UnboundedSender<Bytes>)>,
     seen: Vec<Seen>,
+    /// token → (user, groups), for TokenReviews.
+    tokens: BTreeMap<String, (String, Vec<String>)>,
+    /// (user, verb, target) allowed by SubjectAccessReviews; the target is a non-resource
+    /// path, or `namespace/resource/subresource/name` for resource attributes.
+    allowed: Vec<(String, String, String)>,
 }
 
 #[derive(Clone, Default)]
@@ -140,6 +145,74 @@ impl FakeApi {
         std::fs::write(path, text).expect("kubeconfig");
     }
 
+    /// Makes `token` authenticate as `user`.
+    pub fn token(&self, token: &str, user: &str, groups: &[&str]) {
+        let mut st = self.state.lock().expect("state");
+        st.tokens.insert(
+            token.to_owned(),
+            (
+                user.to_owned(),
+                groups.iter().map(|g| g.to_string()).collect(),
+            ),
+        );
+    }
+
+    /// Lets `user` do `verb` on `target` (a path, or `ns/resource/subresource/name`).
+    pub fn allow(&self, user: &str, verb: &str, target: &str) {
+        self.state.lock().expect("state").allowed.push((
+            user.to_owned(),
+            verb.to_owned(),
+            target.to_owned(),
+        ));
+    }
+
+    fn review(st: &State, path: &str, body: &Value) -> Option<Value> {
+        if path == "/apis/authentication.k8s.io/v1/tokenreviews" {
+            let token = body["spec"]["token"].as_str().unwrap_or_default();
+            let status = match st.tokens.get(token) {
+                Some((user, groups)) => {
+                    json!({"authenticated": true, "user": {"username": user, "uid": format!("uid-{user}"), "groups": groups}})
+                }
+                None => json!({"authenticated": false, "error": "invalid token"}),
+            };
+            return Some(
+                json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "metadata": {}, "spec": body["spec"], "status": status}),
+            );
+        }
+        if path == "/apis/authorization.k8s.io/v1/subjectaccessreviews" {
+            let spec = &body["spec"];
+            let user = spec["user"].as_str().unwrap_or_default();
+            let (verb, target) = if spec["resourceAttributes"].is_object() {
+                let r = &spec["resourceAttributes"];
+                let s = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+                (
+                    s("verb"),
+                    format!(
+                        "{}/{}/{}/{}",
+                        s("namespace"),
+                        s("resource"),
+                        s("subresource"),
+                        s("name")
+                    ),
+                )
+            } else {
+                let n = &spec["nonResourceAttributes"];
+                (
+                    n["verb"].as_str().unwrap_or_default().to_owned(),
+                    n["path"].as_str().unwrap_or_default().to_owned(),
+                )
+            };
+            let allowed = st
+                .allowed
+                .iter()
+                .any(|(u, v, t)| u == user && *v == verb && *t == target);
+            return Some(
+                json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "metadata": {}, "spec": spec, "status": {"allowed": allowed}}),
+            );
+        }
+        None
+    }
+
     pub fn seen(&self) -> Vec<Seen> {
         self.state.lock().expect("state").seen.clone()
     }
@@ -242,6 +315,11 @@ impl FakeApi {
 
     fn respond(&self, method: &str, path: &str, body: Value, apply: bool) -> (u16, Value) {
         let mut st = self.state.lock().expect("state");
+        if method == "POST" {
+            if let Some(review) = Self::review(&st, path, &body) {
+                return (201, review);
+            }
+        }
         let Some((collection, name, _sub)) = split_path(path) else {
             return status(404, "NotFound", path);
         };

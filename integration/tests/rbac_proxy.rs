@@ -1,0 +1,262 @@
+//! The real `rbac-proxy` over TLS in front of an upstream, with the faithful fake API
+//! answering TokenReviews and SubjectAccessReviews: 401 / 403 / 200, the caller's token
+//! never forwarded, decisions cached for the TTL, certificates reloaded when replaced,
+//! and resource-attribute authorization.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use overcast_integration::fake_api::FakeApi;
+use overcast_integration::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn cert(dir: &Path, name: &str) {
+    let status = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(dir.join(format!("{name}.key")))
+        .arg("-out")
+        .arg(dir.join(format!("{name}.crt")))
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// An upstream that records the raw request heads it receives.
+async fn upstream(heads: Arc<Mutex<Vec<String>>>) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                continue;
+            };
+            let heads = Arc::clone(&heads);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head: Vec<u8> = buf.drain(..end + 4).collect();
+                        heads
+                            .lock()
+                            .unwrap()
+                            .push(String::from_utf8_lossy(&head).into_owned());
+                        let body = "metrics-body";
+                        let resp = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if s.write_all(resp.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+fn curl(port: u16, ca: &Path, token: Option<&str>) -> (u16, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-m", "5", "-w", "\n%{http_code}", "--cacert"])
+        .arg(ca);
+    if let Some(t) = token {
+        cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    let out = cmd
+        .arg(format!("https://localhost:{port}/metrics"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+fn start_proxy(dir: &Path, kubeconfig: &Path, up: u16, extra: &[&str]) -> (Proc, u16) {
+    let port = free_port();
+    let child = Command::new(binary("rbac-proxy"))
+        .arg(format!("--secure-listen-address=127.0.0.1:{port}"))
+        .arg(format!("--upstream=http://127.0.0.1:{up}/"))
+        .arg(format!("--tls-cert-file={}", dir.join("tls.crt").display()))
+        .arg(format!(
+            "--tls-private-key-file={}",
+            dir.join("tls.key").display()
+        ))
+        .arg("--tls-reload-interval-ms=200")
+        .arg("--auth-cache-ttl=2")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(extra)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (Proc(child), port)
+}
+
+fn reviews(api: &FakeApi, kind: &str) -> usize {
+    api.seen()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with(kind))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_authenticates_authorizes_caches_and_never_forwards_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    cert(d, "a");
+    cert(d, "b");
+    std::fs::copy(d.join("a.crt"), d.join("tls.crt")).unwrap();
+    std::fs::copy(d.join("a.key"), d.join("tls.key")).unwrap();
+    let api = FakeApi::default();
+    let url = api.start().await;
+    let kubeconfig = d.join("kubeconfig");
+    FakeApi::kubeconfig(&url, &kubeconfig);
+    api.token("alice-token", "alice", &["monitoring"]);
+    api.token("bob-token", "bob", &[]);
+    api.allow("alice", "get", "/metrics");
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let up = upstream(Arc::clone(&heads)).await;
+    let (_proxy, port) = start_proxy(d, &kubeconfig, up, &[]);
+    let ca = d.join("a.crt");
+    assert!(
+        eventually(Duration::from_secs(20), || curl(port, &ca, None).0 != 0).await,
+        "the proxy serves TLS"
+    );
+
+    assert_eq!(curl(port, &ca, None).0, 401, "no token");
+    assert_eq!(curl(port, &ca, Some("forged")).0, 401, "an invalid token");
+    let (code, body) = curl(port, &ca, Some("bob-token"));
+    assert_eq!(code, 403);
+    assert!(body.contains("bob"), "{body}");
+    assert!(
+        heads.lock().unwrap().is_empty(),
+        "nothing unauthorized reached the upstream"
+    );
+    let (code, body) = curl(port, &ca, Some("alice-token"));
+    assert_eq!((code, body.as_str()), (200, "metrics-body"));
+    let head = heads.lock().unwrap()[0].to_lowercase();
+    assert!(head.starts_with("get /metrics "), "{head}");
+    assert!(
+        !head.contains("authorization") && !head.contains("alice-token"),
+        "the token is never forwarded: {head}"
+    );
+
+    // Cached for the TTL, asked again after it.
+    let (tr, sar) = (
+        reviews(&api, "tokenreviews"),
+        reviews(&api, "subjectaccessreviews"),
+    );
+    for _ in 0..3 {
+        assert_eq!(curl(port, &ca, Some("alice-token")).0, 200);
+    }
+    assert_eq!(
+        (
+            reviews(&api, "tokenreviews"),
+            reviews(&api, "subjectaccessreviews")
+        ),
+        (tr, sar),
+        "answered from the cache"
+    );
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    assert_eq!(curl(port, &ca, Some("alice-token")).0, 200);
+    assert_eq!(
+        (
+            reviews(&api, "tokenreviews"),
+            reviews(&api, "subjectaccessreviews")
+        ),
+        (tr + 1, sar + 1),
+        "reviewed again after the TTL"
+    );
+
+    // A rotated certificate is picked up without a restart.
+    std::fs::copy(d.join("b.key"), d.join("tls.key")).unwrap();
+    std::fs::copy(d.join("b.crt"), d.join("tls.crt")).unwrap();
+    let new_ca = d.join("b.crt");
+    assert!(
+        eventually(Duration::from_secs(5), || curl(
+            port,
+            &new_ca,
+            Some("alice-token")
+        )
+        .0 == 200)
+        .await,
+        "the new certificate serves"
+    );
+    assert_eq!(
+        curl(port, &ca, Some("alice-token")).0,
+        0,
+        "the old one is gone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_attributes_decide_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    cert(d, "tls");
+    let api = FakeApi::default();
+    let url = api.start().await;
+    let kubeconfig = d.join("kubeconfig");
+    FakeApi::kubeconfig(&url, &kubeconfig);
+    api.token("alice-token", "alice", &[]);
+    api.token("bob-token", "bob", &[]);
+    // Allowed on the path is not enough: the resource decides.
+    api.allow("bob", "get", "/metrics");
+    api.allow("alice", "get", "kube-system/services/proxy/discoverer");
+    let up = upstream(Arc::default()).await;
+    let extra = [
+        "--resource=services",
+        "--resource-namespace=kube-system",
+        "--resource-subresource=proxy",
+        "--resource-name=discoverer",
+    ];
+    let (_proxy, port) = start_proxy(d, &kubeconfig, up, &extra);
+    let ca = d.join("tls.crt");
+    assert!(eventually(Duration::from_secs(20), || curl(port, &ca, None).0 != 0).await);
+    assert_eq!(curl(port, &ca, Some("alice-token")).0, 200);
+    assert_eq!(curl(port, &ca, Some("bob-token")).0, 403);
+    let sar = api
+        .seen()
+        .into_iter()
+        .rfind(|r| r.path.ends_with("subjectaccessreviews"))
+        .unwrap();
+    assert_eq!(
+        sar.body["spec"]["resourceAttributes"]["resource"],
+        "services"
+    );
+    assert!(sar.body["spec"]["nonResourceAttributes"].is_null());
+}
