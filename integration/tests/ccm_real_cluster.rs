@@ -1,4 +1,4 @@
-//! The `ccm` binary against a real Kubernetes API server. Runs only when
+//! The `ccm` and `discoverer` binaries against a real Kubernetes API server. Run only when
 //! `OVERCAST_TEST_KUBECONFIG` names a kubeconfig for a disposable cluster (the test
 //! creates and deletes Node and Service objects prefixed `overcast-it-`); otherwise it
 //! says clearly that it was skipped.
@@ -178,4 +178,61 @@ async fn ccm_without_a_cluster_fails_with_a_clear_message() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no-kubeconfig"), "{err}");
+}
+
+#[tokio::test]
+async fn discoverer_publishes_to_a_real_api_server() {
+    let Ok(kubeconfig) = std::env::var(ENV) else {
+        eprintln!("SKIPPED: set {ENV} to a disposable cluster's kubeconfig to run the discoverer against a real API server");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("disks")).unwrap();
+    let c = client(&kubeconfig).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(c.clone(), "kube-system");
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(c.clone(), "kube-system");
+    let port = free_port();
+    let _d = Ccm(Command::new(binary("discoverer"))
+        .arg(format!("--kubeconfig={kubeconfig}"))
+        .arg(format!("--state-dir={}", dir.path().display()))
+        .arg("--zone=zone-a")
+        .arg("--discovery-period=2")
+        .arg(format!("--metrics-address=127.0.0.1:{port}"))
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap());
+    let secret = wait_for("the discovery Secret", async || {
+        secrets
+            .get_opt("d8-cloud-provider-discovery-data")
+            .await
+            .ok()?
+    })
+    .await;
+    let doc: serde_json::Value =
+        serde_json::from_slice(&secret.data.unwrap()["discovery-data.json"].0).unwrap();
+    assert_eq!(doc["zones"], json!(["zone-a"]));
+    wait_for("the conditions ConfigMap", async || {
+        configmaps
+            .get_opt("d8-cloud-provider-conditions")
+            .await
+            .ok()?
+    })
+    .await;
+    // Unchanged data is not rewritten: the resourceVersion stays across cycles.
+    let before = secrets
+        .get("d8-cloud-provider-discovery-data")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = secrets
+        .get("d8-cloud-provider-discovery-data")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    assert_eq!(before, after);
 }
