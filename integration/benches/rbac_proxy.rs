@@ -121,35 +121,7 @@ async fn main() {
     };
     let dir = tempfile::tempdir().expect("dir");
     let d = dir.path();
-    let ok = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "1",
-        ])
-        // webpki refuses a CA certificate as a server's own: mark it an end entity.
-        .args([
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost",
-            "-addext",
-            "basicConstraints=critical,CA:FALSE",
-        ])
-        .arg("-keyout")
-        .arg(d.join("tls.key"))
-        .arg("-out")
-        .arg(d.join("tls.crt"))
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl");
-    assert!(ok.success());
+    overcast_integration::self_signed_cert(d, "tls");
     let api = FakeApi::default();
     let url = api.start().await;
     FakeApi::kubeconfig(&url, &d.join("kubeconfig"));

@@ -545,3 +545,36 @@ pub async fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bo
     }
     cond()
 }
+
+/// A self-signed certificate for `localhost`/127.0.0.1 as `<dir>/<name>.crt` and
+/// `<dir>/<name>.key`, marked an end entity (webpki refuses a CA certificate as a
+/// server's own).
+pub fn self_signed_cert(dir: &Path, name: &str) {
+    let status = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(dir.join(format!("{name}.key")))
+        .arg("-out")
+        .arg(dir.join(format!("{name}.crt")))
+        .stderr(Stdio::null())
+        .status()
+        .expect("run openssl");
+    assert!(status.success(), "openssl could not make a certificate");
+}

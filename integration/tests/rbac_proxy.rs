@@ -21,35 +21,6 @@ impl Drop for Proc {
     }
 }
 
-fn cert(dir: &Path, name: &str) {
-    let status = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "1",
-        ])
-        .args([
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ])
-        .arg("-keyout")
-        .arg(dir.join(format!("{name}.key")))
-        .arg("-out")
-        .arg(dir.join(format!("{name}.crt")))
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 /// An upstream that records the raw request heads it receives.
 async fn upstream(heads: Arc<Mutex<Vec<String>>>) -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -137,8 +108,8 @@ fn reviews(api: &FakeApi, kind: &str) -> usize {
 async fn the_proxy_authenticates_authorizes_caches_and_never_forwards_the_token() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    cert(d, "a");
-    cert(d, "b");
+    self_signed_cert(d, "a");
+    self_signed_cert(d, "b");
     std::fs::copy(d.join("a.crt"), d.join("tls.crt")).unwrap();
     std::fs::copy(d.join("a.key"), d.join("tls.key")).unwrap();
     let api = FakeApi::default();
@@ -227,7 +198,7 @@ async fn the_proxy_authenticates_authorizes_caches_and_never_forwards_the_token(
 async fn resource_attributes_decide_when_configured() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    cert(d, "tls");
+    self_signed_cert(d, "tls");
     let api = FakeApi::default();
     let url = api.start().await;
     let kubeconfig = d.join("kubeconfig");

@@ -11,7 +11,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
-use kube::{Api, Client, Config};
+use kube::Api;
 use overcast_ccm::addresses::{AddressPolicy, Cidr};
 use overcast_ccm::leader::Election;
 use overcast_ccm::metrics::Metrics;
@@ -99,17 +99,7 @@ impl Options {
 async fn main() -> anyhow::Result<()> {
     let o = Options::parse();
     overcast_runtime::logging::init(o.log_format);
-    let config = match &o.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("read {}", path.display()))?;
-            Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => Config::infer()
-            .await
-            .context("no kubeconfig and no in-cluster configuration")?,
-    };
-    let client = Client::try_from(config)?;
+    let client = overcast_kube::client(o.kubeconfig.as_deref()).await?;
     let cloud = build_cloud(&o)?;
 
     let mut registry = prometheus_client::registry::Registry::default();

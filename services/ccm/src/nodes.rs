@@ -101,7 +101,8 @@ fn has_taint(node: &Node, key: &str) -> bool {
     taints(node).iter().any(|t| t.key == key)
 }
 
-fn ready(node: &Node) -> bool {
+/// Whether the node's Ready condition is True.
+pub fn ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

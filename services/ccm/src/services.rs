@@ -14,6 +14,7 @@ use overcast_cloud::{Backend, LbPort, LoadBalancerSpec, LoadBalancers, Protocol}
 use serde_json::json;
 
 use crate::metrics::Metrics;
+use crate::nodes::ready;
 use crate::{Error, Result};
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
@@ -38,14 +39,6 @@ pub fn balancer_name(svc: &Service) -> String {
         .filter(|c| *c != '-')
         .collect();
     format!("a{uid}").chars().take(32).collect()
-}
-
-fn ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
 }
 
 /// Nodes traffic may go to: Ready, not excluded, not leaving; by their first InternalIP.

@@ -14,9 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::Parser;
-use kube::{Client, Config};
 use overcast_cloud::local::discovery::LocalDiscovery;
 use overcast_cloud::local::instances::LocalInstances;
 use overcast_cloud::{Discovery, Zone};
@@ -61,17 +59,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 async fn main() -> anyhow::Result<()> {
     let o = Options::parse();
     overcast_runtime::logging::init(o.log_format);
-    let config = match &o.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("read {}", path.display()))?;
-            Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => Config::infer()
-            .await
-            .context("no kubeconfig and no in-cluster configuration")?,
-    };
-    let client = Client::try_from(config)?;
+    let client = overcast_kube::client(o.kubeconfig.as_deref()).await?;
     let cloud: Arc<dyn Discovery> = match o.cloud.as_str() {
         "local" => {
             let zone = Zone {

@@ -20,7 +20,6 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use kube::{Client, Config};
 use overcast_runtime::LogFormat;
 use tokio::net::TcpListener;
 
@@ -167,17 +166,7 @@ impl Proxy {
 async fn main() -> anyhow::Result<()> {
     let o = Options::parse();
     overcast_runtime::logging::init(o.log_format);
-    let config = match &o.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("read {}", path.display()))?;
-            Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => Config::infer()
-            .await
-            .context("no kubeconfig and no in-cluster configuration")?,
-    };
-    let kube = Client::try_from(config)?;
+    let kube = overcast_kube::client(o.kubeconfig.as_deref()).await?;
     let resource = o.resource.clone().map(|resource| Resource {
         namespace: o.resource_namespace.clone(),
         group: o.resource_group.clone(),
