@@ -952,11 +952,13 @@ async fn get_volume_reports_a_vanished_backing_file_as_abnormal() {
 }
 
 #[tokio::test]
-async fn a_second_operation_on_a_busy_volume_is_aborted_and_a_retry_succeeds() {
+async fn concurrent_operations_on_one_volume_succeed_or_abort_and_a_retry_succeeds() {
     let csi = Csi::start(&[]).await;
     let channel = csi.channel().await;
     let mut c = csi::controller_client::ControllerClient::new(channel.clone());
-    // A thick 512 MiB expansion keeps the volume busy long enough to collide.
+    // Whether these collide depends on timing; what must hold is that each call either
+    // succeeds or is turned away with ABORTED (never another code), and that a retry
+    // succeeds. ABORTED itself is pinned by the in-flight unit test and the 64-way create.
     let v = c
         .create_volume(csi::CreateVolumeRequest {
             parameters: [("thickProvisioning".into(), "true".into())].into(),
