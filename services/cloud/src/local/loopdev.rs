@@ -11,6 +11,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 
@@ -18,6 +19,8 @@ const LOOP_MAJOR: u64 = 7;
 const LO_FLAGS_READ_ONLY: u32 = 1;
 const LO_NAME_SIZE: usize = 64;
 const LO_KEY_SIZE: usize = 32;
+/// How long a detach waits for the kernel to finish unbinding.
+const DETACH_WAIT: Duration = Duration::from_secs(2);
 
 /// `struct loop_info64` from `<linux/loop.h>`.
 #[repr(C)]
@@ -170,18 +173,36 @@ fn bind(device: &File, backing: &File, readonly: bool, label: &str) -> Result<()
 }
 
 /// Unbinds loop device `index` if, and only if, it is bound to `file`. Returns whether
-/// it did. A device still open elsewhere (mounted) is unbound by the kernel on last
-/// close.
+/// it did.
+///
+/// Since Linux 6.x, LOOP_CLR_FD only marks the device for clearing; the kernel unbinds it
+/// on its last close, which may finish after the ioctl returned. So we close our own fd
+/// and wait (bounded) until sysfs shows the device free: a caller told "detached" can
+/// rely on it. A device still open elsewhere (mounted) stays bound until that closes.
 pub fn detach(index: u32, file: &Path) -> io::Result<bool> {
     if backing_file(index).as_deref() != Some(file) {
         return Ok(false);
     }
-    let device = open_device(index, false)?;
-    // SAFETY: LOOP_CLR_FD takes no argument.
-    match unsafe { loop_clr_fd(device.as_raw_fd()) } {
-        Ok(_) | Err(Errno::ENXIO) => Ok(true),
-        Err(e) => Err(e.into()),
+    {
+        let device = open_device(index, false)?;
+        // SAFETY: LOOP_CLR_FD takes no argument.
+        match unsafe { loop_clr_fd(device.as_raw_fd()) } {
+            Ok(_) | Err(Errno::ENXIO) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
+    let deadline = Instant::now() + DETACH_WAIT;
+    while backing_file(index).as_deref() == Some(file) {
+        if Instant::now() >= deadline {
+            tracing::debug!(
+                device = index,
+                "loop device still open elsewhere; the kernel unbinds it on last close"
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(true)
 }
 
 /// Tells loop device `index` (bound to `file`) that its backing file changed size.
