@@ -578,3 +578,10 @@ pub fn self_signed_cert(dir: &Path, name: &str) {
         .expect("run openssl");
     assert!(status.success(), "openssl could not make a certificate");
 }
+
+/// Says that (part of) a test was skipped, past the test harness's output capture, so it
+/// shows in every CI log and not only with `--nocapture`.
+pub fn say_skipped(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {why}");
+}

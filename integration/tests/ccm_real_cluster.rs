@@ -44,7 +44,7 @@ async fn wait_for<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
 #[tokio::test]
 async fn ccm_initializes_deletes_taints_and_balances_on_a_real_api_server() {
     let Ok(kubeconfig) = std::env::var(ENV) else {
-        eprintln!("SKIPPED: set {ENV} to a disposable cluster's kubeconfig to run the CCM against a real API server");
+        say_skipped(&format!("set {ENV} to a disposable cluster's kubeconfig to run the CCM against a real API server"));
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -183,7 +183,7 @@ async fn ccm_without_a_cluster_fails_with_a_clear_message() {
 #[tokio::test]
 async fn discoverer_publishes_to_a_real_api_server() {
     let Ok(kubeconfig) = std::env::var(ENV) else {
-        eprintln!("SKIPPED: set {ENV} to a disposable cluster's kubeconfig to run the discoverer against a real API server");
+        say_skipped(&format!("set {ENV} to a disposable cluster's kubeconfig to run the discoverer against a real API server"));
         return;
     };
     let dir = tempfile::tempdir().unwrap();

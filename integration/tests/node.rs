@@ -246,7 +246,7 @@ async fn lifecycle(fs: &str, size: i64, grown: i64) {
             err.message().contains("resize2fs") && err.message().contains("Permission denied"),
             "{err:?}"
         );
-        eprintln!("SKIPPED: online ext4 growth needs CAP_SYS_RESOURCE, which this machine withholds; checked the error instead");
+        say_skipped("online ext4 growth needs CAP_SYS_RESOURCE, which this machine withholds; checked the error instead");
     } else {
         let got =
             k.n.node_expand_volume(expand.clone())
