@@ -13,6 +13,11 @@ use kube::Api;
 
 use crate::Result;
 
+/// The Lease the replicas contend for, unless `--leader-elect-lease-name` says otherwise.
+pub const DEFAULT_LEASE_NAME: &str = "overcast-cloud-controller-manager";
+/// Where that Lease lives, unless `--leader-elect-namespace` says otherwise.
+pub const DEFAULT_LEASE_NAMESPACE: &str = "kube-system";
+
 #[derive(Debug, Clone)]
 pub struct Election {
     pub name: String,

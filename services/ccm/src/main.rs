@@ -14,10 +14,12 @@ use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::Api;
 use overcast_ccm::addresses::{AddressPolicy, Cidr};
 use overcast_ccm::leader::Election;
+use overcast_ccm::leader::{DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE};
 use overcast_ccm::metrics::Metrics;
 use overcast_ccm::nodes::{NodeSync, Parts};
 use overcast_ccm::services::{ServiceSync, FINALIZER};
 use overcast_ccm::MANAGER;
+use overcast_cloud::local::cloud_config::LocalCloudConfig;
 use overcast_cloud::local::instances::LocalInstances;
 use overcast_cloud::local::lb::{LocalLoadBalancers, Pool, DEFAULT_POOL};
 use overcast_cloud::{Cloud, Zone};
@@ -31,7 +33,7 @@ struct Options {
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
     /// Cloud provider.
-    #[arg(long, default_value = "local")]
+    #[arg(long, env = "OVERCAST_CLOUD", default_value = "local")]
     cloud: String,
     /// Controllers to run: node, node-lifecycle, service, route (comma-separated; * for all).
     #[arg(long, default_value = "*", value_delimiter = ',')]
@@ -39,16 +41,24 @@ struct Options {
     /// Local cloud: the node name of this host.
     #[arg(long, env = "KUBE_NODE_NAME")]
     node_name: Option<String>,
-    #[arg(long, default_value = "local")]
-    zone: String,
-    #[arg(long, default_value = "local")]
-    region: String,
+    /// The cloud's configuration file (for the local cloud: zone, region,
+    /// instancesFile, loadBalancerPool); flags override it.
+    #[arg(long, env = "CLOUD_CONFIG")]
+    cloud_config: Option<PathBuf>,
+    /// Local cloud: this host's zone (default: the cloud-config file's, else `local`).
+    #[arg(long)]
+    zone: Option<String>,
+    /// Local cloud: this host's region (as --zone).
+    #[arg(long)]
+    region: Option<String>,
     /// Local cloud: a JSON list of further machines (name, addresses, state, …).
     #[arg(long)]
     instances_file: Option<PathBuf>,
     /// Local cloud: where load-balancer addresses come from.
-    #[arg(long, default_value = DEFAULT_POOL)]
-    lb_pool: Pool,
+    /// Local cloud: where load-balancer addresses come from (default: the cloud-config
+    /// file's loadBalancerPool, else 127.240.0.0/16).
+    #[arg(long)]
+    lb_pool: Option<Pool>,
     /// Also serve Services with this spec.loadBalancerClass (besides those with none).
     #[arg(long)]
     load_balancer_class: Option<String>,
@@ -69,9 +79,9 @@ struct Options {
     /// Run only while holding the leader lease.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     leader_elect: bool,
-    #[arg(long, default_value = "kube-system")]
+    #[arg(long, default_value = DEFAULT_LEASE_NAMESPACE)]
     leader_elect_namespace: String,
-    #[arg(long, default_value = "overcast-cloud-controller-manager")]
+    #[arg(long, default_value = DEFAULT_LEASE_NAME)]
     leader_elect_lease_name: String,
     /// This replica's identity in the lease (default: hostname and pid).
     #[arg(long)]
@@ -281,20 +291,25 @@ async fn main() -> anyhow::Result<()> {
 fn build_cloud(o: &Options) -> anyhow::Result<Cloud> {
     match o.cloud.as_str() {
         "local" => {
+            let file = LocalCloudConfig::load(o.cloud_config.as_deref())?;
             let zone = Zone {
-                zone: o.zone.clone(),
-                region: o.region.clone(),
+                zone: file.zone(o.zone.as_deref()),
+                region: file.region(o.region.as_deref()),
             };
+            let pool = match (o.lb_pool, &file.load_balancer_pool) {
+                (Some(pool), _) => pool,
+                (None, Some(text)) => text
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("cloud config loadBalancerPool: {e}"))?,
+                (None, None) => DEFAULT_POOL.parse().map_err(anyhow::Error::msg)?,
+            };
+            let instances_file = o.instances_file.clone().or(file.instances_file);
             let node = o.node_name.clone().unwrap_or_else(hostname);
             Ok(Cloud {
                 name: "local",
                 disks: None,
-                instances: Some(Arc::new(LocalInstances::new(
-                    node,
-                    zone,
-                    o.instances_file.clone(),
-                ))),
-                load_balancers: Some(Arc::new(LocalLoadBalancers::new(o.lb_pool))),
+                instances: Some(Arc::new(LocalInstances::new(node, zone, instances_file))),
+                load_balancers: Some(Arc::new(LocalLoadBalancers::new(pool))),
                 routes: None,
                 discovery: None,
             })

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use overcast_api::csi_v1 as csi;
+use overcast_cloud::local::cloud_config::LocalCloudConfig;
 use overcast_cloud::local::{LocalCloud, LocalConfig};
 use overcast_cloud::{Disks, Zone};
 use overcast_runtime::{socket, GrpcLogLayer, GrpcMetrics};
@@ -28,6 +29,8 @@ pub struct Driver {
     socket_path: PathBuf,
     listener: UnixListener,
     cloud: Option<Arc<dyn Disks>>,
+    /// Where this host is: flags first, then the cloud-config file.
+    zone: Zone,
     registry: Registry,
     metrics: Arc<GrpcMetrics>,
 }
@@ -36,8 +39,13 @@ impl Driver {
     /// Builds the cloud (controller modes only: a node needs none) and binds the socket.
     pub async fn start(options: Options) -> anyhow::Result<Self> {
         let socket_path = socket::parse_endpoint(&options.endpoint)?;
+        let cloud_config = LocalCloudConfig::load(options.cloud_config.as_deref())?;
+        let zone = Zone {
+            zone: cloud_config.zone(options.zone.as_deref()),
+            region: cloud_config.region(options.region.as_deref()),
+        };
         let cloud: Option<Arc<dyn Disks>> = if options.mode.controller() {
-            Some(open_cloud(&options).await?)
+            Some(open_cloud(&options, zone.clone()).await?)
         } else {
             None
         };
@@ -51,6 +59,7 @@ impl Driver {
             socket_path,
             listener,
             cloud,
+            zone,
             registry,
             metrics,
         })
@@ -63,13 +72,10 @@ impl Driver {
             socket_path,
             listener,
             cloud,
+            zone,
             registry,
             metrics,
         } = self;
-        let zone = Zone {
-            region: options.region.clone(),
-            zone: options.zone.clone(),
-        };
         let node_id = options.node_id();
 
         if let Some(addr) = options.metrics_address {
@@ -153,16 +159,13 @@ impl Driver {
     }
 }
 
-async fn open_cloud(options: &Options) -> anyhow::Result<Arc<dyn Disks>> {
+async fn open_cloud(options: &Options, zone: Zone) -> anyhow::Result<Arc<dyn Disks>> {
     match options.cloud {
         CloudKind::Local => {
             let config = LocalConfig {
                 state_dir: options.state_dir.clone(),
                 node_name: options.node_id(),
-                zone: Zone {
-                    region: options.region.clone(),
-                    zone: options.zone.clone(),
-                },
+                zone,
                 max_attachments_per_node: options.max_volumes_per_node,
             };
             let cloud = LocalCloud::open(config).await.with_context(|| {

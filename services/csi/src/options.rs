@@ -76,13 +76,19 @@ pub struct Options {
     #[arg(long, env = "CSI_DEVICE_WAIT_SECONDS", default_value_t = 30)]
     pub device_wait_seconds: u64,
 
-    /// Local cloud: the zone this host is in (topology.kubernetes.io/zone).
-    #[arg(long, env = "CSI_ZONE", default_value = "local")]
-    pub zone: String,
+    /// The cloud's configuration file (the Secret the manifests mount); for the local
+    /// cloud a YAML map of zone, region, instancesFile, loadBalancerPool.
+    #[arg(long, env = "CLOUD_CONFIG")]
+    pub cloud_config: Option<PathBuf>,
 
-    /// Local cloud: the region this host is in (topology.kubernetes.io/region).
-    #[arg(long, env = "CSI_REGION", default_value = "local")]
-    pub region: String,
+    /// Local cloud: the zone this host is in (topology.kubernetes.io/zone); overrides
+    /// the cloud-config file; `local` when neither names one.
+    #[arg(long, env = "CSI_ZONE")]
+    pub zone: Option<String>,
+
+    /// Local cloud: the region this host is in (topology.kubernetes.io/region); as --zone.
+    #[arg(long, env = "CSI_REGION")]
+    pub region: Option<String>,
 
     /// How many volumes one node can have attached (NodeGetInfo, and the local
     /// cloud's attach limit).

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use overcast_cloud::local::cloud_config::LocalCloudConfig;
 use overcast_cloud::local::discovery::LocalDiscovery;
 use overcast_cloud::local::instances::LocalInstances;
 use overcast_cloud::{Discovery, Zone};
@@ -30,15 +31,21 @@ use rand::Rng;
 struct Options {
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
-    #[arg(long, default_value = "local")]
+    #[arg(long, env = "OVERCAST_CLOUD", default_value = "local")]
     cloud: String,
     /// Local cloud: the CSI controller's state directory.
     #[arg(long, env = "CSI_STATE_DIR", default_value = "/var/lib/overcast/local")]
     state_dir: PathBuf,
-    #[arg(long, default_value = "local")]
-    zone: String,
-    #[arg(long, default_value = "local")]
-    region: String,
+    /// The cloud's configuration file (for the local cloud: zone, region,
+    /// instancesFile, loadBalancerPool); flags override it.
+    #[arg(long, env = "CLOUD_CONFIG")]
+    cloud_config: Option<PathBuf>,
+    /// Local cloud: this host's zone (default: the cloud-config file's, else `local`).
+    #[arg(long)]
+    zone: Option<String>,
+    /// Local cloud: this host's region (as --zone).
+    #[arg(long)]
+    region: Option<String>,
     #[arg(long, env = "KUBE_NODE_NAME")]
     node_name: Option<String>,
     #[arg(long)]
@@ -62,16 +69,18 @@ async fn main() -> anyhow::Result<()> {
     let client = overcast_kube::client(o.kubeconfig.as_deref()).await?;
     let cloud: Arc<dyn Discovery> = match o.cloud.as_str() {
         "local" => {
+            let file = LocalCloudConfig::load(o.cloud_config.as_deref())?;
             let zone = Zone {
-                zone: o.zone.clone(),
-                region: o.region.clone(),
+                zone: file.zone(o.zone.as_deref()),
+                region: file.region(o.region.as_deref()),
             };
+            let instances_file = o.instances_file.clone().or(file.instances_file);
             let node = o.node_name.clone().unwrap_or_else(|| {
                 std::fs::read_to_string("/proc/sys/kernel/hostname")
                     .map(|h| h.trim().to_owned())
                     .unwrap_or_default()
             });
-            let instances = LocalInstances::new(node, zone.clone(), o.instances_file.clone());
+            let instances = LocalInstances::new(node, zone.clone(), instances_file);
             Arc::new(LocalDiscovery::new(o.state_dir.clone(), zone, instances))
         }
         other => anyhow::bail!("unknown cloud {other:?} (this build knows: local)"),

@@ -4,6 +4,7 @@
 //! Metadata lives in [`store`]; on start [`reconcile`] makes the kernel and the disks
 //! directory agree with it, so a crash at any point is repaired by a restart.
 
+pub mod cloud_config;
 pub mod discovery;
 mod files;
 mod id;
