@@ -230,4 +230,65 @@ async fn resource_attributes_decide_when_configured() {
         "services"
     );
     assert!(sar.body["spec"]["nonResourceAttributes"].is_null());
+    let checked =
+        api.assert_calls_within("rbac-proxy", overcast_rbac_proxy::api_calls::API_CALLS, &[]);
+    assert!(checked >= 2, "{checked} requests");
+}
+
+/// `curl` without a CA: (exit status, http code) for `path`, verifying or not.
+fn curl_plain(port: u16, path: &str, verify: bool) -> (i32, u16) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-o", "/dev/null", "-m", "5", "-w", "%{http_code}"]);
+    if !verify {
+        cmd.arg("-k");
+    }
+    let out = cmd
+        .arg(format!("https://localhost:{port}{path}"))
+        .output()
+        .unwrap();
+    let code = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    (out.status.code().unwrap_or(-1), code)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_certificate_files_it_serves_a_self_signed_one_and_ignored_paths_skip_auth() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let api = FakeApi::default();
+    let url = api.start().await;
+    let kubeconfig = d.join("kubeconfig");
+    FakeApi::kubeconfig(&url, &kubeconfig);
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let up = upstream(Arc::clone(&heads)).await;
+    let port = free_port();
+    let _proxy = Proc(
+        Command::new(binary("rbac-proxy"))
+            .arg(format!("--secure-listen-address=127.0.0.1:{port}"))
+            .arg(format!("--upstream=http://127.0.0.1:{up}/"))
+            .arg("--ignore-paths=/healthz")
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || curl_plain(
+            port, "/healthz", false
+        )
+        .1 == 200)
+        .await,
+        "the ignored path answers without a token"
+    );
+    // 60: curl could not verify the peer — the certificate is self-signed, not trusted.
+    assert_eq!(curl_plain(port, "/healthz", true).0, 60);
+    assert_eq!(curl_plain(port, "/metrics", false).1, 401);
+    assert_eq!(reviews(&api, "tokenreviews"), 0, "no review for /healthz");
+    assert!(heads
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|h| h.starts_with("GET /healthz ")));
 }

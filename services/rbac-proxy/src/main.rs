@@ -37,10 +37,15 @@ struct Options {
     /// Where authorized requests go (on loopback).
     #[arg(long, default_value = "http://127.0.0.1:8081/")]
     upstream: Uri,
-    #[arg(long)]
-    tls_cert_file: PathBuf,
-    #[arg(long)]
-    tls_private_key_file: PathBuf,
+    /// The serving certificate (PEM); with neither file, a self-signed one is made.
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// Paths passed upstream without authentication (kube-rbac-proxy's --ignore-paths),
+    /// e.g. /healthz for kubelet's probe, which carries no token.
+    #[arg(long, value_delimiter = ',')]
+    ignore_paths: Vec<String>,
     /// How often to look for a new certificate.
     #[arg(long, default_value_t = 10_000)]
     tls_reload_interval_ms: u64,
@@ -83,6 +88,7 @@ fn reply(status: StatusCode, text: String) -> Response<Body> {
 struct Proxy {
     authz: Authorizer,
     upstream: Uri,
+    ignore_paths: Vec<String>,
     client: Upstream,
 }
 
@@ -106,6 +112,9 @@ impl Proxy {
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::to_owned);
         let path = req.uri().path().to_owned();
+        if self.ignore_paths.contains(&path) {
+            return self.forward(req).await;
+        }
         match self
             .authz
             .decide(token.as_deref(), req.method().as_str(), &path)
@@ -162,6 +171,18 @@ impl Proxy {
     }
 }
 
+/// The names a self-signed certificate carries: this pod's hostname, and localhost.
+fn self_signed_names() -> Vec<String> {
+    let mut names = vec!["localhost".to_owned()];
+    if let Ok(host) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        let host = host.trim();
+        if !host.is_empty() {
+            names.push(host.to_owned());
+        }
+    }
+    names
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let o = Options::parse();
@@ -175,14 +196,21 @@ async fn main() -> anyhow::Result<()> {
         subresource: o.resource_subresource.clone(),
         name: o.resource_name.clone(),
     });
-    let certs = tls::Certificates::watch(
-        o.tls_cert_file.clone(),
-        o.tls_private_key_file.clone(),
-        Duration::from_millis(o.tls_reload_interval_ms),
-    )?;
+    let certs = match (&o.tls_cert_file, &o.tls_private_key_file) {
+        (Some(cert), Some(key)) => tls::Certificates::watch(
+            cert.clone(),
+            key.clone(),
+            Duration::from_millis(o.tls_reload_interval_ms),
+        )?,
+        _ => {
+            tracing::info!("no certificate given: serving a self-signed one");
+            tls::Certificates::self_signed(self_signed_names())?
+        }
+    };
     let proxy = Arc::new(Proxy {
         authz: Authorizer::new(kube, resource, Duration::from_secs(o.auth_cache_ttl)),
         upstream: o.upstream.clone(),
+        ignore_paths: o.ignore_paths.clone(),
         client: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http(),
     });
     let listener = TcpListener::bind(o.secure_listen_address)

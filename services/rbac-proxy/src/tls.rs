@@ -1,5 +1,7 @@
 //! The listener's certificate, reloaded when its files change (cert-manager rotates them
-//! in place): every new connection gets the configuration current at that moment.
+//! in place): every new connection gets the configuration current at that moment. With
+//! no files given, a self-signed certificate made at start (what kube-rbac-proxy does), so
+//! the manifests work without a certificate issuer; scrapers then skip verification.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -21,6 +23,13 @@ fn load(cert: &Path, key: &Path) -> anyhow::Result<Arc<ServerConfig>> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", cert.display()))?;
     let key =
         PrivateKeyDer::from_pem_file(key).map_err(|e| anyhow::anyhow!("{}: {e}", key.display()))?;
+    server_config(chain, key)
+}
+
+fn server_config(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> anyhow::Result<Arc<ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
@@ -35,6 +44,19 @@ fn modified(path: &Path) -> Option<SystemTime> {
 }
 
 impl Certificates {
+    /// A certificate for `names`, signed by its own key, kept for the process's life.
+    pub fn self_signed(names: Vec<String>) -> anyhow::Result<Self> {
+        let made = rcgen::generate_simple_self_signed(names)?;
+        let key = PrivateKeyDer::try_from(made.signing_key.serialize_der())
+            .map_err(|e| anyhow::anyhow!("self-signed key: {e}"))?;
+        Ok(Self {
+            current: Arc::new(RwLock::new(server_config(
+                vec![made.cert.der().clone()],
+                key,
+            )?)),
+        })
+    }
+
     /// Loads the pair and starts watching it every `every`.
     pub fn watch(cert: PathBuf, key: PathBuf, every: Duration) -> anyhow::Result<Self> {
         let this = Self {
