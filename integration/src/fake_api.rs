@@ -23,7 +23,63 @@ type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 pub struct Seen {
     pub method: String,
     pub path: String,
+    pub watch: bool,
     pub body: Value,
+}
+
+/// A request in RBAC's terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RbacRequest {
+    pub group: String,
+    /// With the subresource after a slash: `nodes/status`.
+    pub resource: String,
+    pub verb: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+}
+
+impl Seen {
+    /// The request as the API server's request-info resolver sees it for RBAC.
+    pub fn rbac(&self) -> Option<RbacRequest> {
+        let parts: Vec<&str> = self.path.trim_start_matches('/').split('/').collect();
+        let (group, rest) = match *parts.first()? {
+            "api" => ("", parts.get(2..)?),
+            "apis" => (*parts.get(1)?, parts.get(3..)?),
+            _ => return None,
+        };
+        let (namespace, rest) = match rest {
+            ["namespaces", ns, tail @ ..] if !tail.is_empty() => (Some(ns.to_string()), tail),
+            _ => (None, rest),
+        };
+        let (resource, name, sub) = match rest {
+            [r] => (*r, None, None),
+            [r, n] => (*r, Some(n.to_string()), None),
+            [r, n, s] => (*r, Some(n.to_string()), Some(*s)),
+            _ => return None,
+        };
+        let verb = match (self.method.as_str(), &name) {
+            ("GET", None) if self.watch => "watch",
+            ("GET", None) => "list",
+            ("GET", Some(_)) => "get",
+            ("POST", _) => "create",
+            ("PUT", _) => "update",
+            ("PATCH", _) => "patch",
+            ("DELETE", Some(_)) => "delete",
+            ("DELETE", None) => "deletecollection",
+            _ => return None,
+        };
+        let resource = match sub {
+            Some(s) => format!("{resource}/{s}"),
+            None => resource.to_owned(),
+        };
+        Some(RbacRequest {
+            group: group.to_owned(),
+            resource,
+            verb: verb.to_owned(),
+            namespace,
+            name,
+        })
+    }
 }
 
 /// (collection path, name) → object. The collection path is e.g. `/api/v1/nodes` or
@@ -217,6 +273,47 @@ impl FakeApi {
         self.state.lock().expect("state").seen.clone()
     }
 
+    /// Panics unless every request seen so far is one `calls` declares (the list the
+    /// service keeps next to its code, which the manifests' RBAC is tested against).
+    /// `own` lists the test's own requests (method, path) to leave out. Returns how many
+    /// requests were checked, so a caller can tell it checked some.
+    pub fn assert_calls_within(
+        &self,
+        service: &str,
+        calls: &[overcast_kube::ApiCall],
+        own: &[(&str, &str)],
+    ) -> usize {
+        let seen: Vec<Seen> = self
+            .seen()
+            .into_iter()
+            .filter(|s| !own.iter().any(|(m, p)| s.method == *m && s.path == *p))
+            .collect();
+        for s in &seen {
+            let Some(RbacRequest {
+                group,
+                resource,
+                verb,
+                namespace: ns,
+                name,
+            }) = s.rbac()
+            else {
+                panic!(
+                    "{service}: {} {} is not a resource request",
+                    s.method, s.path
+                );
+            };
+            // A create names no object to RBAC (the name is in the body).
+            let name = if verb == "create" { None } else { name };
+            assert!(
+                calls.iter().any(|c| c.covers(&group, &resource, &verb, ns.as_deref(), name.as_deref())),
+                "{service} made a call its API_CALLS list lacks: {verb} {group}/{resource} ns={ns:?} name={name:?} ({} {})",
+                s.method,
+                s.path
+            );
+        }
+        seen.len()
+    }
+
     pub fn get(&self, collection: &str, name: &str) -> Option<Value> {
         self.state
             .lock()
@@ -275,6 +372,7 @@ impl FakeApi {
             st.seen.push(Seen {
                 method: method.clone(),
                 path: path.clone(),
+                watch,
                 body: body.clone(),
             });
         }

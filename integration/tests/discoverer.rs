@@ -187,4 +187,7 @@ async fn discoverer_publishes_what_changed_reports_orphans_and_survives_cloud_er
         "the last good Secret is kept"
     );
     assert_eq!(secret_writes(&api), 1);
+    let checked =
+        api.assert_calls_within("discoverer", overcast_discoverer::api_calls::API_CALLS, &[]);
+    assert!(checked >= 8, "{checked} requests");
 }

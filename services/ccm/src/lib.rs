@@ -3,12 +3,15 @@
 //! serves every cloud that has the capabilities.
 
 pub mod addresses;
+pub mod api_calls;
 pub mod leader;
 pub mod metrics;
 pub mod nodes;
 pub mod services;
 #[cfg(test)]
 pub mod testing;
+
+pub use api_calls::API_CALLS;
 
 /// Everything a controller can fail with; the error policy counts it by kind.
 #[derive(Debug, thiserror::Error)]

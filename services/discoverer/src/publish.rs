@@ -13,11 +13,7 @@ use serde_json::{json, Value};
 
 use crate::metrics::{ConditionLabels, DiskLabels, Metrics};
 
-pub const NAMESPACE: &str = "kube-system";
-pub const SECRET: &str = "d8-cloud-provider-discovery-data";
-pub const SECRET_KEY: &str = "discovery-data.json";
-pub const CONDITIONS: &str = "d8-cloud-provider-conditions";
-pub const CATALOG: &str = "for-cluster-autoscaler";
+pub use overcast_discoverer::api_calls::{CATALOG, CONDITIONS, NAMESPACE, SECRET, SECRET_KEY};
 const MANAGER: &str = "overcast-discoverer";
 /// The metadata key external-provisioner's `--extra-create-metadata` puts on every disk
 /// the cluster provisions: its presence marks a disk as the cluster's.

@@ -1,0 +1,65 @@
+//! The objects the discoverer publishes and every request it makes for them
+//! (`publish.rs`): read the current object, then server-side apply only when it differs.
+
+use overcast_kube::ApiCall;
+
+pub const NAMESPACE: &str = "kube-system";
+pub const SECRET: &str = "d8-cloud-provider-discovery-data";
+pub const SECRET_KEY: &str = "discovery-data.json";
+pub const CONDITIONS: &str = "d8-cloud-provider-conditions";
+pub const CATALOG: &str = "for-cluster-autoscaler";
+
+pub const API_CALLS: &[ApiCall] = &[
+    ApiCall {
+        group: "",
+        resource: "secrets",
+        verbs: &["get", "patch"],
+        namespace: Some(NAMESPACE),
+        names: &[SECRET],
+    },
+    ApiCall {
+        group: "",
+        resource: "configmaps",
+        verbs: &["get", "patch"],
+        namespace: Some(NAMESPACE),
+        names: &[CONDITIONS],
+    },
+    ApiCall {
+        group: "deckhouse.io",
+        resource: "instancetypescatalogs",
+        verbs: &["get", "patch"],
+        namespace: None,
+        names: &[CATALOG],
+    },
+    // A server-side apply that creates the object is authorized as a create too, and
+    // RBAC cannot limit create by name.
+    ApiCall {
+        group: "",
+        resource: "secrets",
+        verbs: &["create"],
+        namespace: Some(NAMESPACE),
+        names: &[],
+    },
+    ApiCall {
+        group: "",
+        resource: "configmaps",
+        verbs: &["create"],
+        namespace: Some(NAMESPACE),
+        names: &[],
+    },
+    ApiCall {
+        group: "deckhouse.io",
+        resource: "instancetypescatalogs",
+        verbs: &["create"],
+        namespace: None,
+        names: &[],
+    },
+    // Orphan detection: which disks no PersistentVolume references.
+    ApiCall {
+        group: "",
+        resource: "persistentvolumes",
+        verbs: &["list"],
+        namespace: None,
+        names: &[],
+    },
+];
