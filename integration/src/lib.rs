@@ -14,6 +14,8 @@ use tonic::transport::{Channel, Endpoint, Uri};
 pub use overcast_api::csi_v1;
 
 pub mod fake_api;
+pub mod kustomize;
+pub mod manifests;
 
 pub type IdentityClient = csi::identity_client::IdentityClient<Channel>;
 pub type ControllerClient = csi::controller_client::ControllerClient<Channel>;

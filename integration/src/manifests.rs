@@ -1,0 +1,208 @@
+//! `deploy/` rendered and read back as typed Kubernetes objects: every object must parse
+//! as the type its apiVersion and kind claim and serialize back to exactly what was
+//! written, so a misspelt or misplaced field (which serde would otherwise skip) fails.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Container, PodSpec, Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::kustomize::{render, Rendered};
+
+/// The repository's `deploy/` directory.
+pub fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+/// The directories under `deploy/<group>` (`base` or `overlays`), sorted.
+pub fn kustomizations(group: &str) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(deploy_dir().join(group))
+        .expect("deploy dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("kustomization.yaml").is_file())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// A workload's pod: where it comes from and what it runs.
+#[derive(Debug, Clone)]
+pub struct Pod {
+    pub kind: &'static str,
+    pub name: String,
+    pub namespace: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub spec: PodSpec,
+}
+
+impl Pod {
+    pub fn container(&self, name: &str) -> &Container {
+        self.spec
+            .containers
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("{} {} has no container {name}", self.kind, self.name))
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Manifests {
+    pub dir: PathBuf,
+    pub all: Vec<Rendered>,
+    pub deployments: Vec<Deployment>,
+    pub daemon_sets: Vec<DaemonSet>,
+    pub services: Vec<Service>,
+    pub service_accounts: Vec<ServiceAccount>,
+    pub secrets: Vec<Secret>,
+    pub cluster_roles: Vec<ClusterRole>,
+    pub cluster_role_bindings: Vec<ClusterRoleBinding>,
+    pub roles: Vec<Role>,
+    pub role_bindings: Vec<RoleBinding>,
+    pub csi_drivers: Vec<CSIDriver>,
+    pub storage_classes: Vec<StorageClass>,
+}
+
+/// Parses `r` as `T` and insists that `T` serializes back to the same JSON.
+fn typed<T: DeserializeOwned + Serialize>(r: &Rendered) -> Result<T, String> {
+    let what = format!("{} {} ({})", r.kind(), r.name(), r.source.display());
+    let t: T = serde_json::from_value(r.object.clone()).map_err(|e| format!("{what}: {e}"))?;
+    let back = serde_json::to_value(&t).map_err(|e| format!("{what}: {e}"))?;
+    match first_difference(&r.object, &back, String::new()) {
+        None => Ok(t),
+        Some(path) => Err(format!(
+            "{what}: `{path}` is not what the API type reads (unknown field, or a wrong type)"
+        )),
+    }
+}
+
+fn first_difference(a: &Value, b: &Value, path: String) -> Option<String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => x.keys().chain(y.keys()).find_map(|k| {
+            first_difference(
+                x.get(k).unwrap_or(&Value::Null),
+                y.get(k).unwrap_or(&Value::Null),
+                format!("{path}.{k}"),
+            )
+        }),
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (p, q))| first_difference(p, q, format!("{path}[{i}]"))),
+        _ if a == b => None,
+        _ => Some(if path.is_empty() { ".".into() } else { path }),
+    }
+}
+
+impl Manifests {
+    /// Renders `dir` and parses every object as its API type.
+    pub fn load(dir: &Path) -> Result<Self, String> {
+        let all = render(dir)?;
+        let mut m = Self {
+            dir: dir.to_owned(),
+            ..Default::default()
+        };
+        for r in &all {
+            let api_version = r.object["apiVersion"].as_str().unwrap_or_default();
+            match (api_version, r.kind()) {
+                ("apps/v1", "Deployment") => m.deployments.push(typed(r)?),
+                ("apps/v1", "DaemonSet") => m.daemon_sets.push(typed(r)?),
+                ("v1", "Service") => m.services.push(typed(r)?),
+                ("v1", "ServiceAccount") => m.service_accounts.push(typed(r)?),
+                ("v1", "Secret") => m.secrets.push(typed(r)?),
+                ("rbac.authorization.k8s.io/v1", "ClusterRole") => m.cluster_roles.push(typed(r)?),
+                ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+                    m.cluster_role_bindings.push(typed(r)?)
+                }
+                ("rbac.authorization.k8s.io/v1", "Role") => m.roles.push(typed(r)?),
+                ("rbac.authorization.k8s.io/v1", "RoleBinding") => m.role_bindings.push(typed(r)?),
+                ("storage.k8s.io/v1", "CSIDriver") => m.csi_drivers.push(typed(r)?),
+                ("storage.k8s.io/v1", "StorageClass") => m.storage_classes.push(typed(r)?),
+                (v, k) => {
+                    return Err(format!(
+                        "{}: {v} {k} is not an API type these tests know",
+                        r.source.display()
+                    ))
+                }
+            }
+        }
+        m.all = all;
+        Ok(m)
+    }
+
+    /// Every workload's pod.
+    pub fn pods(&self) -> Vec<Pod> {
+        let mut pods = Vec::new();
+        for d in &self.deployments {
+            let t = d.spec.as_ref().expect("deployment spec").template.clone();
+            pods.push(Pod {
+                kind: "Deployment",
+                name: d.metadata.name.clone().unwrap_or_default(),
+                namespace: d.metadata.namespace.clone().unwrap_or_default(),
+                labels: t.metadata.and_then(|m| m.labels).unwrap_or_default(),
+                spec: t.spec.expect("pod spec"),
+            });
+        }
+        for d in &self.daemon_sets {
+            let t = d.spec.as_ref().expect("daemonset spec").template.clone();
+            pods.push(Pod {
+                kind: "DaemonSet",
+                name: d.metadata.name.clone().unwrap_or_default(),
+                namespace: d.metadata.namespace.clone().unwrap_or_default(),
+                labels: t.metadata.and_then(|m| m.labels).unwrap_or_default(),
+                spec: t.spec.expect("pod spec"),
+            });
+        }
+        pods
+    }
+
+    pub fn pod(&self, name: &str) -> Pod {
+        self.pods()
+            .into_iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("{}: no workload {name}", self.dir.display()))
+    }
+}
+
+/// The value of `--flag=value` in a container's args.
+pub fn flag(c: &Container, name: &str) -> Option<String> {
+    let prefix = format!("--{name}=");
+    c.args
+        .iter()
+        .flatten()
+        .find_map(|a| a.strip_prefix(&prefix).map(str::to_owned))
+}
+
+/// Whether a container's args carry `--flag` (bare) or `--flag=…`.
+pub fn has_flag(c: &Container, name: &str) -> bool {
+    let bare = format!("--{name}");
+    c.args
+        .iter()
+        .flatten()
+        .any(|a| *a == bare || a.starts_with(&format!("{bare}=")))
+}
+
+/// A literal environment value of a container.
+pub fn env(c: &Container, name: &str) -> Option<String> {
+    c.env
+        .iter()
+        .flatten()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone())
+}
+
+/// The field path an environment variable is taken from (`spec.nodeName`).
+pub fn env_field(c: &Container, name: &str) -> Option<String> {
+    c.env
+        .iter()
+        .flatten()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value_from.as_ref())
+        .and_then(|v| v.field_ref.as_ref())
+        .map(|f| f.field_path.clone())
+}
