@@ -9,7 +9,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use overcast_integration::csi_v1 as csi;
 use overcast_integration::*;
 
 const SIZE: i64 = 16 * MIB;
@@ -49,60 +48,8 @@ fn baseline(dir: &Path, i: usize) -> Duration {
 }
 
 async fn driver(c: &mut ControllerClient, n: &mut NodeClient, dir: &Path, i: usize) -> Duration {
-    let staging = dir.join("staging");
-    let target = dir.join("target");
-    std::fs::create_dir_all(&staging).expect("staging");
-    let cap = mount_cap("ext4");
     let started = Instant::now();
-    let v = c
-        .create_volume(create_request(&format!("life-{i}"), SIZE))
-        .await
-        .expect("create")
-        .into_inner()
-        .volume
-        .expect("volume");
-    let id = v.volume_id;
-    let ctx = c
-        .controller_publish_volume(publish_request(&id, false))
-        .await
-        .expect("attach")
-        .into_inner()
-        .publish_context;
-    n.node_stage_volume(csi::NodeStageVolumeRequest {
-        volume_id: id.clone(),
-        publish_context: ctx.clone(),
-        staging_target_path: staging.display().to_string(),
-        volume_capability: Some(cap.clone()),
-        ..Default::default()
-    })
-    .await
-    .expect("stage");
-    n.node_publish_volume(csi::NodePublishVolumeRequest {
-        volume_id: id.clone(),
-        publish_context: ctx,
-        staging_target_path: staging.display().to_string(),
-        target_path: target.display().to_string(),
-        volume_capability: Some(cap),
-        ..Default::default()
-    })
-    .await
-    .expect("publish");
-    n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
-        volume_id: id.clone(),
-        target_path: target.display().to_string(),
-    })
-    .await
-    .expect("unpublish");
-    n.node_unstage_volume(csi::NodeUnstageVolumeRequest {
-        volume_id: id.clone(),
-        staging_target_path: staging.display().to_string(),
-    })
-    .await
-    .expect("unstage");
-    c.controller_unpublish_volume(unpublish_request(&id))
-        .await
-        .expect("detach");
-    c.delete_volume(delete_request(&id)).await.expect("delete");
+    volume_lifecycle(c, n, &format!("life-{i}"), SIZE, mount_cap("ext4"), dir).await;
     started.elapsed()
 }
 

@@ -379,7 +379,7 @@ impl FakeApi {
         if method == "GET" && watch {
             return self.watch(&path);
         }
-        let (code, value) = self.respond(&method, &path, body, apply);
+        let (code, value) = self.respond(&method, &path, &query, body, apply);
         let mut resp = Response::new(
             Full::new(Bytes::from(serde_json::to_vec(&value).unwrap_or_default())).boxed(),
         );
@@ -411,7 +411,14 @@ impl FakeApi {
         resp
     }
 
-    fn respond(&self, method: &str, path: &str, body: Value, apply: bool) -> (u16, Value) {
+    fn respond(
+        &self,
+        method: &str,
+        path: &str,
+        query: &str,
+        body: Value,
+        apply: bool,
+    ) -> (u16, Value) {
         let mut st = self.state.lock().expect("state");
         if method == "POST" {
             if let Some(review) = Self::review(&st, path, &body) {
@@ -438,9 +445,26 @@ impl FakeApi {
                         })
                         .map(|(_, v)| v.clone())
                         .collect();
+                    // Pages as a real server does for `limit`: the continue token here is
+                    // the offset of the next item.
+                    let param = |k: &str| {
+                        query
+                            .split('&')
+                            .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+                            .and_then(|v| v.parse::<usize>().ok())
+                    };
+                    let start = param("continue").unwrap_or(0).min(items.len());
+                    let end = param("limit")
+                        .filter(|l| *l > 0)
+                        .map_or(items.len(), |l| (start + l).min(items.len()));
+                    let mut metadata = json!({"resourceVersion": st.version.to_string()});
+                    if end < items.len() {
+                        metadata["continue"] = json!(end.to_string());
+                        metadata["remainingItemCount"] = json!(items.len() - end);
+                    }
                     (
                         200,
-                        json!({"kind": format!("{kind}List"), "apiVersion": api_version, "metadata": {"resourceVersion": st.version.to_string()}, "items": items}),
+                        json!({"kind": format!("{kind}List"), "apiVersion": api_version, "metadata": metadata, "items": items[start..end]}),
                     )
                 }
                 "POST" => {

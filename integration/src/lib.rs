@@ -408,6 +408,71 @@ pub fn expand_request(volume_id: &str, bytes: i64) -> csi::ControllerExpandVolum
     }
 }
 
+/// One volume's whole life through both services, as kubelet and the sidecars drive it:
+/// create, attach, stage, publish, then each undone in reverse. `work` holds the
+/// staging and target directories.
+pub async fn volume_lifecycle(
+    c: &mut ControllerClient,
+    n: &mut NodeClient,
+    name: &str,
+    bytes: i64,
+    cap: csi::VolumeCapability,
+    work: &Path,
+) {
+    let staging = work.join(format!("{name}-staging"));
+    let target = work.join(format!("{name}-target"));
+    std::fs::create_dir_all(&staging).expect("staging");
+    let id = c
+        .create_volume(create_request(name, bytes))
+        .await
+        .expect("create")
+        .into_inner()
+        .volume
+        .expect("volume")
+        .volume_id;
+    let ctx = c
+        .controller_publish_volume(publish_request(&id, false))
+        .await
+        .expect("attach")
+        .into_inner()
+        .publish_context;
+    n.node_stage_volume(csi::NodeStageVolumeRequest {
+        volume_id: id.clone(),
+        publish_context: ctx.clone(),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: Some(cap.clone()),
+        ..Default::default()
+    })
+    .await
+    .expect("stage");
+    n.node_publish_volume(csi::NodePublishVolumeRequest {
+        volume_id: id.clone(),
+        publish_context: ctx,
+        staging_target_path: staging.display().to_string(),
+        target_path: target.display().to_string(),
+        volume_capability: Some(cap),
+        ..Default::default()
+    })
+    .await
+    .expect("publish");
+    n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+        volume_id: id.clone(),
+        target_path: target.display().to_string(),
+    })
+    .await
+    .expect("unpublish");
+    n.node_unstage_volume(csi::NodeUnstageVolumeRequest {
+        volume_id: id.clone(),
+        staging_target_path: staging.display().to_string(),
+    })
+    .await
+    .expect("unstage");
+    c.controller_unpublish_volume(unpublish_request(&id))
+        .await
+        .expect("detach");
+    c.delete_volume(delete_request(&id)).await.expect("delete");
+}
+
 /// Reads the RSS of `pid` in KiB.
 pub fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -510,6 +575,10 @@ impl Registrar {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
     }
 
     /// The exit status, if it has exited.

@@ -37,6 +37,8 @@ pub struct Pod {
     pub name: String,
     pub namespace: String,
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The workload's selector (`matchLabels`).
+    pub selector: std::collections::BTreeMap<String, String>,
     pub spec: PodSpec,
 }
 
@@ -137,28 +139,29 @@ impl Manifests {
 
     /// Every workload's pod.
     pub fn pods(&self) -> Vec<Pod> {
-        let mut pods = Vec::new();
-        for d in &self.deployments {
-            let t = d.spec.as_ref().expect("deployment spec").template.clone();
-            pods.push(Pod {
-                kind: "Deployment",
-                name: d.metadata.name.clone().unwrap_or_default(),
-                namespace: d.metadata.namespace.clone().unwrap_or_default(),
-                labels: t.metadata.and_then(|m| m.labels).unwrap_or_default(),
-                spec: t.spec.expect("pod spec"),
-            });
-        }
-        for d in &self.daemon_sets {
-            let t = d.spec.as_ref().expect("daemonset spec").template.clone();
-            pods.push(Pod {
-                kind: "DaemonSet",
-                name: d.metadata.name.clone().unwrap_or_default(),
-                namespace: d.metadata.namespace.clone().unwrap_or_default(),
-                labels: t.metadata.and_then(|m| m.labels).unwrap_or_default(),
-                spec: t.spec.expect("pod spec"),
-            });
-        }
-        pods
+        let deployments = self.deployments.iter().map(|d| {
+            let spec = d.spec.as_ref().expect("deployment spec");
+            ("Deployment", &d.metadata, &spec.template, &spec.selector)
+        });
+        let daemon_sets = self.daemon_sets.iter().map(|d| {
+            let spec = d.spec.as_ref().expect("daemonset spec");
+            ("DaemonSet", &d.metadata, &spec.template, &spec.selector)
+        });
+        deployments
+            .chain(daemon_sets)
+            .map(|(kind, meta, template, selector)| Pod {
+                kind,
+                name: meta.name.clone().unwrap_or_default(),
+                namespace: meta.namespace.clone().unwrap_or_default(),
+                labels: template
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.labels.clone())
+                    .unwrap_or_default(),
+                selector: selector.match_labels.clone().unwrap_or_default(),
+                spec: template.spec.clone().expect("pod spec"),
+            })
+            .collect()
     }
 
     pub fn pod(&self, name: &str) -> Pod {

@@ -93,6 +93,16 @@ struct Options {
     log_format: LogFormat,
 }
 
+/// What the node cache drops: managedFields and the image list are most of a Node's
+/// size (memory grows with the cluster: BENCHMARKS.md) and no controller reads them;
+/// every write is a patch, so nothing dropped here is ever written back.
+fn slim_node(node: &mut Node) {
+    node.metadata.managed_fields = None;
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+    }
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
@@ -145,11 +155,10 @@ async fn main() -> anyhow::Result<()> {
     let svc_changed = Arc::new(Notify::new());
     {
         let (n, s) = (Arc::clone(&node_changed), Arc::clone(&svc_changed));
-        let stream = reflector(
-            writer,
-            watcher(nodes_api.clone(), watcher::Config::default()),
-        )
-        .applied_objects();
+        let stream = watcher(nodes_api.clone(), watcher::Config::default())
+            .modify(slim_node)
+            .reflect(writer)
+            .applied_objects();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(ev) = stream.next().await {
