@@ -8,6 +8,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Container, PodSpec, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -67,6 +68,7 @@ pub struct Manifests {
     pub role_bindings: Vec<RoleBinding>,
     pub csi_drivers: Vec<CSIDriver>,
     pub storage_classes: Vec<StorageClass>,
+    pub crds: Vec<CustomResourceDefinition>,
 }
 
 /// Parses `r` as `T` and insists that `T` serializes back to the same JSON.
@@ -125,6 +127,7 @@ impl Manifests {
                 ("rbac.authorization.k8s.io/v1", "RoleBinding") => m.role_bindings.push(typed(r)?),
                 ("storage.k8s.io/v1", "CSIDriver") => m.csi_drivers.push(typed(r)?),
                 ("storage.k8s.io/v1", "StorageClass") => m.storage_classes.push(typed(r)?),
+                ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => m.crds.push(typed(r)?),
                 (v, k) => {
                     return Err(format!(
                         "{}: {v} {k} is not an API type these tests know",

@@ -1154,3 +1154,50 @@ fn rbac_grants_exactly_the_api_calls_each_service_makes() {
         .is_empty());
     }
 }
+
+/// The local overlay brings the InstanceTypesCatalog CRD (Deckhouse brings its own): it
+/// must be the resource the discoverer writes, cluster-scoped as its RBAC grants it, with
+/// the fields it writes.
+#[test]
+fn the_catalog_crd_is_the_resource_the_discoverer_writes() {
+    use overcast_discoverer::api_calls::{
+        CATALOG_GROUP, CATALOG_KIND, CATALOG_PLURAL, CATALOG_VERSION,
+    };
+    let (_, m) = overlays()
+        .into_iter()
+        .find(|(c, _)| c == "local")
+        .expect("local overlay");
+    assert_eq!(m.crds.len(), 1);
+    let crd = &m.crds[0];
+    assert_eq!(
+        crd.metadata.name.as_deref(),
+        Some(&format!("{CATALOG_PLURAL}.{CATALOG_GROUP}")[..])
+    );
+    assert_eq!(crd.spec.group, CATALOG_GROUP);
+    assert_eq!(crd.spec.scope, "Cluster");
+    assert_eq!(crd.spec.names.kind, CATALOG_KIND);
+    assert_eq!(crd.spec.names.plural, CATALOG_PLURAL);
+    let version = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.name == CATALOG_VERSION)
+        .expect("the version the discoverer writes");
+    assert!(version.served && version.storage);
+    let schema = version
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .expect("schema");
+    let items = schema.properties.as_ref().expect("properties")["instanceTypes"]
+        .items
+        .as_ref()
+        .expect("items");
+    let k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray::Schema(item) = items else {
+        panic!("one schema for every item");
+    };
+    let fields = item.properties.as_ref().expect("item properties");
+    for f in ["name", "cpu", "memory", "rootDisk"] {
+        assert!(fields.contains_key(f), "the CRD lacks {f}");
+    }
+}

@@ -8,6 +8,12 @@ pub const SECRET: &str = "d8-cloud-provider-discovery-data";
 pub const SECRET_KEY: &str = "discovery-data.json";
 pub const CONDITIONS: &str = "d8-cloud-provider-conditions";
 pub const CATALOG: &str = "for-cluster-autoscaler";
+/// The InstanceTypesCatalog resource (Deckhouse's; `deploy/overlays/local` carries a CRD
+/// for clusters without Deckhouse).
+pub const CATALOG_GROUP: &str = "deckhouse.io";
+pub const CATALOG_VERSION: &str = "v1alpha1";
+pub const CATALOG_KIND: &str = "InstanceTypesCatalog";
+pub const CATALOG_PLURAL: &str = "instancetypescatalogs";
 
 pub const API_CALLS: &[ApiCall] = &[
     ApiCall {
@@ -25,8 +31,8 @@ pub const API_CALLS: &[ApiCall] = &[
         names: &[CONDITIONS],
     },
     ApiCall {
-        group: "deckhouse.io",
-        resource: "instancetypescatalogs",
+        group: CATALOG_GROUP,
+        resource: CATALOG_PLURAL,
         verbs: &["get", "patch"],
         namespace: None,
         names: &[CATALOG],
@@ -48,8 +54,8 @@ pub const API_CALLS: &[ApiCall] = &[
         names: &[],
     },
     ApiCall {
-        group: "deckhouse.io",
-        resource: "instancetypescatalogs",
+        group: CATALOG_GROUP,
+        resource: CATALOG_PLURAL,
         verbs: &["create"],
         namespace: None,
         names: &[],

@@ -13,7 +13,10 @@ use serde_json::{json, Value};
 
 use crate::metrics::{ConditionLabels, DiskLabels, Metrics};
 
-pub use overcast_discoverer::api_calls::{CATALOG, CONDITIONS, NAMESPACE, SECRET, SECRET_KEY};
+pub use overcast_discoverer::api_calls::{
+    CATALOG, CATALOG_GROUP, CATALOG_KIND, CATALOG_PLURAL, CATALOG_VERSION, CONDITIONS, NAMESPACE,
+    SECRET, SECRET_KEY,
+};
 const MANAGER: &str = "overcast-discoverer";
 /// The metadata key external-provisioner's `--extra-create-metadata` puts on every disk
 /// the cluster provisions: its presence marks a disk as the cluster's.
@@ -27,11 +30,11 @@ pub struct Publisher {
 
 fn catalog_resource() -> ApiResource {
     ApiResource {
-        group: "deckhouse.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "deckhouse.io/v1alpha1".into(),
-        kind: "InstanceTypesCatalog".into(),
-        plural: "instancetypescatalogs".into(),
+        group: CATALOG_GROUP.into(),
+        version: CATALOG_VERSION.into(),
+        api_version: format!("{CATALOG_GROUP}/{CATALOG_VERSION}"),
+        kind: CATALOG_KIND.into(),
+        plural: CATALOG_PLURAL.into(),
     }
 }
 
