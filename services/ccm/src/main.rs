@@ -19,10 +19,10 @@ use overcast_ccm::metrics::Metrics;
 use overcast_ccm::nodes::{NodeSync, Parts};
 use overcast_ccm::services::{ServiceSync, FINALIZER};
 use overcast_ccm::MANAGER;
-use overcast_cloud::local::cloud_config::LocalCloudConfig;
+use overcast_cloud::local::cloud_config::{LocalFlags, LocalSettings};
 use overcast_cloud::local::instances::LocalInstances;
 use overcast_cloud::local::lb::{LocalLoadBalancers, Pool, DEFAULT_POOL};
-use overcast_cloud::{Cloud, Zone};
+use overcast_cloud::Cloud;
 use overcast_runtime::LogFormat;
 use tokio::sync::Notify;
 
@@ -38,23 +38,8 @@ struct Options {
     /// Controllers to run: node, node-lifecycle, service, route (comma-separated; * for all).
     #[arg(long, default_value = "*", value_delimiter = ',')]
     controllers: Vec<String>,
-    /// Local cloud: the node name of this host.
-    #[arg(long, env = "KUBE_NODE_NAME")]
-    node_name: Option<String>,
-    /// The cloud's configuration file (for the local cloud: zone, region,
-    /// instancesFile, loadBalancerPool); flags override it.
-    #[arg(long, env = "CLOUD_CONFIG")]
-    cloud_config: Option<PathBuf>,
-    /// Local cloud: this host's zone (default: the cloud-config file's, else `local`).
-    #[arg(long)]
-    zone: Option<String>,
-    /// Local cloud: this host's region (as --zone).
-    #[arg(long)]
-    region: Option<String>,
-    /// Local cloud: a JSON list of further machines (name, addresses, state, …).
-    #[arg(long)]
-    instances_file: Option<PathBuf>,
-    /// Local cloud: where load-balancer addresses come from.
+    #[command(flatten)]
+    local: LocalFlags,
     /// Local cloud: where load-balancer addresses come from (default: the cloud-config
     /// file's loadBalancerPool, else 127.240.0.0/16).
     #[arg(long)]
@@ -300,11 +285,12 @@ async fn main() -> anyhow::Result<()> {
 fn build_cloud(o: &Options) -> anyhow::Result<Cloud> {
     match o.cloud.as_str() {
         "local" => {
-            let file = LocalCloudConfig::load(o.cloud_config.as_deref())?;
-            let zone = Zone {
-                zone: file.zone(o.zone.as_deref()),
-                region: file.region(o.region.as_deref()),
-            };
+            let LocalSettings {
+                file,
+                zone,
+                node_name,
+                instances_file,
+            } = o.local.resolve()?;
             let pool = match (o.lb_pool, &file.load_balancer_pool) {
                 (Some(pool), _) => pool,
                 (None, Some(text)) => text
@@ -312,12 +298,14 @@ fn build_cloud(o: &Options) -> anyhow::Result<Cloud> {
                     .map_err(|e| anyhow::anyhow!("cloud config loadBalancerPool: {e}"))?,
                 (None, None) => DEFAULT_POOL.parse().map_err(anyhow::Error::msg)?,
             };
-            let instances_file = o.instances_file.clone().or(file.instances_file);
-            let node = o.node_name.clone().unwrap_or_else(hostname);
             Ok(Cloud {
                 name: "local",
                 disks: None,
-                instances: Some(Arc::new(LocalInstances::new(node, zone, instances_file))),
+                instances: Some(Arc::new(LocalInstances::new(
+                    node_name,
+                    zone,
+                    instances_file,
+                ))),
                 load_balancers: Some(Arc::new(LocalLoadBalancers::new(pool))),
                 routes: None,
                 discovery: None,

@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use overcast_cloud::local::cloud_config::LocalCloudConfig;
+use overcast_cloud::local::cloud_config::LocalFlags;
 use overcast_cloud::local::discovery::LocalDiscovery;
 use overcast_cloud::local::instances::LocalInstances;
-use overcast_cloud::{Discovery, Zone};
+use overcast_cloud::Discovery;
 use overcast_runtime::LogFormat;
 use rand::Rng;
 
@@ -36,20 +36,8 @@ struct Options {
     /// Local cloud: the CSI controller's state directory.
     #[arg(long, env = "CSI_STATE_DIR", default_value = "/var/lib/overcast/local")]
     state_dir: PathBuf,
-    /// The cloud's configuration file (for the local cloud: zone, region,
-    /// instancesFile, loadBalancerPool); flags override it.
-    #[arg(long, env = "CLOUD_CONFIG")]
-    cloud_config: Option<PathBuf>,
-    /// Local cloud: this host's zone (default: the cloud-config file's, else `local`).
-    #[arg(long)]
-    zone: Option<String>,
-    /// Local cloud: this host's region (as --zone).
-    #[arg(long)]
-    region: Option<String>,
-    #[arg(long, env = "KUBE_NODE_NAME")]
-    node_name: Option<String>,
-    #[arg(long)]
-    instances_file: Option<PathBuf>,
+    #[command(flatten)]
+    local: LocalFlags,
     /// Seconds between discoveries.
     #[arg(long, default_value_t = 3600)]
     discovery_period: u64,
@@ -69,19 +57,14 @@ async fn main() -> anyhow::Result<()> {
     let client = overcast_kube::client(o.kubeconfig.as_deref()).await?;
     let cloud: Arc<dyn Discovery> = match o.cloud.as_str() {
         "local" => {
-            let file = LocalCloudConfig::load(o.cloud_config.as_deref())?;
-            let zone = Zone {
-                zone: file.zone(o.zone.as_deref()),
-                region: file.region(o.region.as_deref()),
-            };
-            let instances_file = o.instances_file.clone().or(file.instances_file);
-            let node = o.node_name.clone().unwrap_or_else(|| {
-                std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .map(|h| h.trim().to_owned())
-                    .unwrap_or_default()
-            });
-            let instances = LocalInstances::new(node, zone.clone(), instances_file);
-            Arc::new(LocalDiscovery::new(o.state_dir.clone(), zone, instances))
+            let local = o.local.resolve()?;
+            let instances =
+                LocalInstances::new(local.node_name, local.zone.clone(), local.instances_file);
+            Arc::new(LocalDiscovery::new(
+                o.state_dir.clone(),
+                local.zone,
+                instances,
+            ))
         }
         other => anyhow::bail!("unknown cloud {other:?} (this build knows: local)"),
     };

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::Zone;
+
 /// What the local cloud reads from its cloud-config file (YAML or JSON). Unknown keys
 /// are refused so that a misspelt setting fails at start instead of being ignored.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -69,6 +71,57 @@ impl LocalCloudConfig {
     }
 }
 
+/// The local cloud's flags that the ccm and the discoverer share (`#[command(flatten)]`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct LocalFlags {
+    /// The cloud's configuration file (for the local cloud: zone, region,
+    /// instancesFile, loadBalancerPool); flags override it.
+    #[arg(long, env = "CLOUD_CONFIG")]
+    pub cloud_config: Option<PathBuf>,
+    /// Local cloud: this host's zone (default: the cloud-config file's, else `local`).
+    #[arg(long)]
+    pub zone: Option<String>,
+    /// Local cloud: this host's region (as --zone).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Local cloud: the node name of this host (default: the hostname).
+    #[arg(long, env = "KUBE_NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Local cloud: a JSON list of further machines (name, addresses, state, …).
+    #[arg(long)]
+    pub instances_file: Option<PathBuf>,
+}
+
+/// The flags and the file, resolved.
+#[derive(Debug, Clone)]
+pub struct LocalSettings {
+    pub file: LocalCloudConfig,
+    pub zone: Zone,
+    pub node_name: String,
+    pub instances_file: Option<PathBuf>,
+}
+
+impl LocalFlags {
+    pub fn resolve(&self) -> Result<LocalSettings, CloudConfigError> {
+        let file = LocalCloudConfig::load(self.cloud_config.as_deref())?;
+        Ok(LocalSettings {
+            zone: Zone {
+                zone: file.zone(self.zone.as_deref()),
+                region: file.region(self.region.as_deref()),
+            },
+            node_name: self.node_name.clone().unwrap_or_else(hostname),
+            instances_file: self.instances_file.clone().or(file.instances_file.clone()),
+            file,
+        })
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
 fn pick(flag: Option<&str>, file: Option<&str>) -> String {
     flag.or(file).unwrap_or("local").to_owned()
 }
@@ -112,6 +165,36 @@ mod tests {
         assert_eq!(c.zone(Some("from-flag")), "from-flag");
         assert_eq!(c.zone(None), "from-file");
         assert_eq!(c.region(None), "local");
+    }
+
+    #[test]
+    fn shared_flags_resolve_against_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cloud-config");
+        std::fs::write(
+            &path,
+            "zone: z-file\nregion: r-file\ninstancesFile: /from/file.json\n",
+        )
+        .expect("write");
+        let flags = LocalFlags {
+            cloud_config: Some(path),
+            zone: Some("z-flag".into()),
+            node_name: Some("n1".into()),
+            ..Default::default()
+        };
+        let s = flags.resolve().expect("resolve");
+        assert_eq!(
+            (s.zone.zone.as_str(), s.zone.region.as_str()),
+            ("z-flag", "r-file")
+        );
+        assert_eq!(s.node_name, "n1");
+        assert_eq!(
+            s.instances_file.as_deref(),
+            Some(Path::new("/from/file.json"))
+        );
+        let bare = LocalFlags::default().resolve().expect("no file");
+        assert_eq!(bare.zone.zone, "local");
+        assert!(!bare.node_name.is_empty(), "the hostname");
     }
 
     #[test]
