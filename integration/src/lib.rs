@@ -110,6 +110,11 @@ impl Csi {
             .open(&self.log)
             .expect("log file");
         let mut cmd = Command::new(binary("csi"));
+        // The tests' zone, unless the test gives a cloud-config to take it from.
+        if !self.args.iter().any(|a| a.starts_with("--cloud-config")) {
+            cmd.arg(format!("--zone={ZONE}"))
+                .arg(format!("--region={REGION}"));
+        }
         cmd.arg(format!("--endpoint=unix://{}", self.socket.display()))
             .arg(format!("--state-dir={}", self.state_dir.display()))
             .arg(format!(
@@ -117,10 +122,9 @@ impl Csi {
                 self.dir.path().join("node").display()
             ))
             .arg(format!("--node-id={NODE_ID}"))
-            .arg(format!("--zone={ZONE}"))
-            .arg(format!("--region={REGION}"))
             .args(&self.args)
             .env_remove("CSI_ENDPOINT")
+            .env_remove("CLOUD_CONFIG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);

@@ -734,8 +734,47 @@ fn workloads_agree_on_labels_ports_accounts_secrets_and_the_cloud() {
                 );
             }
         }
-        // The local cloud's services share the state directory the CSI controller writes.
+        // The local cloud's services share the state directory the CSI controller writes,
+        // and every one that reports or uses the zone reads it from the same file.
         if cloud == "local" {
+            let readers = [
+                ("overcast-csi-controller", "csi"),
+                ("overcast-csi-node", "csi"),
+                ("overcast-cloud-controller-manager", "ccm"),
+                ("overcast-discoverer", "discoverer"),
+            ];
+            let mut sources = BTreeSet::new();
+            for (pod, container) in readers {
+                let p = m.pod(pod);
+                let c = p.container(container);
+                let path = flag(c, "cloud-config").unwrap_or_else(|| {
+                    panic!(
+                        "{}",
+                        at(&format!("{pod}/{container} reads no cloud-config"))
+                    )
+                });
+                assert!(
+                    flag(c, "zone").is_none() && flag(c, "region").is_none(),
+                    "{}",
+                    at("no zone flag overrides the file")
+                );
+                let (volume, key) = volume_path(&p, c, &path);
+                let secret = p
+                    .spec
+                    .volumes
+                    .iter()
+                    .flatten()
+                    .find(|v| v.name == volume)
+                    .and_then(|v| v.secret.clone())
+                    .and_then(|s| s.secret_name);
+                sources.insert((secret, key));
+            }
+            assert_eq!(
+                sources.len(),
+                1,
+                "{}",
+                at(&format!("one cloud-config for all: {sources:?}"))
+            );
             let controller = m.pod("overcast-csi-controller");
             let state = flag(controller.container("csi"), "state-dir").expect("--state-dir");
             let (v, rest) = volume_path(&controller, controller.container("csi"), &state);

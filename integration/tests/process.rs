@@ -173,3 +173,66 @@ async fn metrics_and_healthz_are_served() {
     assert!(metrics.contains("csi_grpc_call_duration_seconds_bucket"));
     assert!(get("/healthz").ends_with("200"));
 }
+
+#[tokio::test]
+async fn zone_and_region_come_from_the_cloud_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cloud-config");
+    std::fs::write(&config, "zone: z-file\nregion: r-file\n").unwrap();
+    let arg = format!("--cloud-config={}", config.display());
+    let csi = Csi::start(&[&arg]).await;
+    let want = std::collections::HashMap::from([
+        (ZONE_KEY.to_owned(), "z-file".to_owned()),
+        (REGION_KEY.to_owned(), "r-file".to_owned()),
+    ]);
+    let info = csi
+        .node()
+        .await
+        .node_get_info(csi::NodeGetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        info.accessible_topology.unwrap().segments,
+        want,
+        "the node reports the file's zone"
+    );
+    let volume = csi
+        .controller()
+        .await
+        .create_volume(create_request("zoned", MIB))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(
+        volume.accessible_topology[0].segments, want,
+        "volumes are made there"
+    );
+
+    // A misspelt key stops the start, naming the key and the file.
+    std::fs::write(&config, "zone: z-file\nregoin: r-file\n").unwrap();
+    let out = std::process::Command::new(binary("csi"))
+        .arg(format!(
+            "--endpoint=unix://{}",
+            dir.path().join("bad.sock").display()
+        ))
+        .arg(format!(
+            "--state-dir={}",
+            dir.path().join("state").display()
+        ))
+        .arg(format!(
+            "--node-state-dir={}",
+            dir.path().join("node").display()
+        ))
+        .arg(&arg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("regoin") && err.contains("cloud-config"),
+        "{err}"
+    );
+}
