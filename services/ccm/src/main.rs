@@ -88,12 +88,6 @@ fn slim_node(node: &mut Node) {
     }
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".into())
-}
-
 impl Options {
     fn runs(&self, controller: &str) -> bool {
         self.controllers.iter().any(|c| c == "*" || c == controller)
@@ -117,10 +111,13 @@ async fn main() -> anyhow::Result<()> {
     if o.leader_elect {
         let election = Election {
             name: o.leader_elect_lease_name.clone(),
-            identity: o
-                .leader_elect_identity
-                .clone()
-                .unwrap_or_else(|| format!("{}_{}", hostname(), std::process::id())),
+            identity: o.leader_elect_identity.clone().unwrap_or_else(|| {
+                format!(
+                    "{}_{}",
+                    overcast_runtime::host::hostname_or_localhost(),
+                    std::process::id()
+                )
+            }),
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),

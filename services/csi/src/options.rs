@@ -110,16 +110,8 @@ pub struct Options {
 
 impl Options {
     pub fn node_id(&self) -> String {
-        self.node_id.clone().unwrap_or_else(hostname)
+        self.node_id
+            .clone()
+            .unwrap_or_else(overcast_runtime::host::hostname_or_localhost)
     }
-}
-
-fn hostname() -> String {
-    nix_hostname().unwrap_or_else(|| "localhost".to_owned())
-}
-
-fn nix_hostname() -> Option<String> {
-    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
-    let name = raw.trim();
-    (!name.is_empty()).then(|| name.to_owned())
 }

@@ -174,12 +174,7 @@ impl Proxy {
 /// The names a self-signed certificate carries: this pod's hostname, and localhost.
 fn self_signed_names() -> Vec<String> {
     let mut names = vec!["localhost".to_owned()];
-    if let Ok(host) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
-        let host = host.trim();
-        if !host.is_empty() {
-            names.push(host.to_owned());
-        }
-    }
+    names.extend(overcast_runtime::host::hostname());
     names
 }
 

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod grpc_log;
+pub mod host;
 pub mod http;
 pub mod logging;
 pub mod shutdown;

@@ -109,17 +109,14 @@ impl LocalFlags {
                 zone: file.zone(self.zone.as_deref()),
                 region: file.region(self.region.as_deref()),
             },
-            node_name: self.node_name.clone().unwrap_or_else(hostname),
+            node_name: self
+                .node_name
+                .clone()
+                .unwrap_or_else(overcast_runtime::host::hostname_or_localhost),
             instances_file: self.instances_file.clone().or(file.instances_file.clone()),
             file,
         })
     }
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".into())
 }
 
 fn pick(flag: Option<&str>, file: Option<&str>) -> String {
