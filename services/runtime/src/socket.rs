@@ -57,7 +57,18 @@ pub async fn bind(path: &Path) -> io::Result<UnixListener> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    UnixListener::bind(path)
+    // The file appears at `bind(2)`, before `listen(2)`: a watcher that dials it as soon
+    // as it appears (kubelet's plugin watcher, a test) would be refused in between. So
+    // the socket is bound and listening under a temporary name first, then renamed into
+    // place: it appears only once it accepts. The name is short (sun_path is 108 bytes).
+    let tmp = path.with_file_name(format!(".{}.sock.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp)?;
+    if let Err(e) = std::fs::rename(&tmp, path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(listener)
 }
 
 /// Removes the socket file at shutdown so the next start finds a clean directory.
@@ -101,6 +112,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/csi.sock");
         let live = bind(&path).await.unwrap();
+        // It appears under its own name only, already accepting.
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["csi.sock"]);
+        tokio::net::UnixStream::connect(&path).await.unwrap();
         let err = bind(&path).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
         drop(live);
