@@ -16,36 +16,17 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use overcast_api::csi_v1 as csi;
 use overcast_integration::fake_api::FakeApi;
-use overcast_integration::manifests::{deploy_dir, Manifests};
+use overcast_integration::manifests::{deploy_dir, memory_kib, Manifests};
 use overcast_integration::*;
 use serde_json::json;
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Peak resident set of a live process, KiB.
-fn peak_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
+use overcast_integration::KillOnDrop as Proc;
 
 /// Runs a program to completion and gives its peak resident set, KiB, as GNU time
 /// reports it. Not wait4 from here: a child's ru_maxrss starts at the size of the
 /// process that forked it (this bench's), which would hide a smaller tool's own peak;
 /// `time` is small, so its child's figure is the tool's.
-fn child_peak_kib(program: &str, args: &[&str], file: &Path) -> u64 {
+fn child_peak_rss_kib(program: &str, args: &[&str], file: &Path) -> u64 {
     let out = Command::new("/usr/bin/time")
         .args(["-f", "%M", program])
         .args(args)
@@ -203,7 +184,7 @@ async fn ccm_peak(dir: &Path) -> u64 {
     .await;
     assert!(done, "ccm did not initialize the nodes");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    peak_kib(ccm.0.id())
+    peak_rss_kib(ccm.0.id())
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -213,24 +194,24 @@ async fn main() {
     // Raw baseline: the smallest process.
     let sleep = Proc(Command::new("sleep").arg("5").spawn().expect("sleep"));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let baseline = peak_kib(sleep.0.id());
+    let baseline = peak_rss_kib(sleep.0.id());
     drop(sleep);
 
     let ctl = Csi::start(&["--mode=controller"]).await;
-    let idle_controller = peak_kib(ctl.pid());
+    let idle_controller = peak_rss_kib(ctl.pid());
     controller_load(&ctl).await;
-    peaks.insert("overcast-csi-controller/csi", peak_kib(ctl.pid()));
+    peaks.insert("overcast-csi-controller/csi", peak_rss_kib(ctl.pid()));
 
     let node = Csi::start(&["--mode=node"]).await;
     let registrar_dir = tempfile::tempdir().expect("tempdir");
     let registrar = Registrar::start(&node.socket, registrar_dir.path());
     node_load(&ctl, &node).await;
-    peaks.insert("overcast-csi-node/csi", peak_kib(node.pid()));
+    peaks.insert("overcast-csi-node/csi", peak_rss_kib(node.pid()));
     unmount_under(node.dir.path());
     for _ in 0..300 {
         let _ = http_get(registrar.health_port, "/healthz");
     }
-    peaks.insert("overcast-csi-node/registrar", peak_kib(registrar.pid()));
+    peaks.insert("overcast-csi-node/registrar", peak_rss_kib(registrar.pid()));
 
     // The formatting tools, at a small and a large disk (sparse files).
     let tools = tempfile::tempdir().expect("tempdir");
@@ -244,7 +225,7 @@ async fn main() {
             let f = std::fs::File::create(&file).expect("image");
             f.set_len(size).expect("size");
             drop(f);
-            let kib = child_peak_kib(tool, args, &file);
+            let kib = child_peak_rss_kib(tool, args, &file);
             std::fs::remove_file(&file).expect("remove");
             tool_peaks.push((format!("{tool} {label}"), kib));
         }
@@ -332,8 +313,8 @@ async fn main() {
         assert!(cl.wait().expect("curl").success());
     }
     tokio::time::sleep(Duration::from_secs(3)).await; // three more discovery cycles
-    peaks.insert("overcast-discoverer/discoverer", peak_kib(disc.0.id()));
-    peaks.insert("overcast-discoverer/rbac-proxy", peak_kib(proxy.0.id()));
+    peaks.insert("overcast-discoverer/discoverer", peak_rss_kib(disc.0.id()));
+    peaks.insert("overcast-discoverer/rbac-proxy", peak_rss_kib(proxy.0.id()));
 
     let work = tempfile::tempdir().expect("tempdir");
     peaks.insert(
@@ -363,18 +344,6 @@ async fn main() {
             .map(|q| q.0.clone())
             .unwrap_or_else(|| "-".into())
     };
-    let to_kib = |q: &str| -> u64 {
-        let n: u64 = q
-            .trim_end_matches("Mi")
-            .trim_end_matches("Gi")
-            .parse()
-            .unwrap_or(0);
-        if q.ends_with("Gi") {
-            n << 20
-        } else {
-            n << 10
-        }
-    };
 
     println!(
         "Peak resident memory (VmHWM) under load; KiB→MiB. Raw baseline: `sleep` {} MiB.",
@@ -393,13 +362,13 @@ async fn main() {
             .get(*name)
             .unwrap_or_else(|| panic!("{name} is not in the manifests"));
         let limit = quantity(r, "limit");
-        let ratio = to_kib(&limit) as f64 / *kib as f64;
+        let ratio = memory_kib(&limit) as f64 / *kib as f64;
         println!(
             "| {name} | {} | {} | {limit} | {ratio:.1}× |",
             mib(*kib),
             quantity(r, "request")
         );
-        if to_kib(&limit) < *kib {
+        if memory_kib(&limit) < *kib {
             over.push(*name);
         }
     }
@@ -412,7 +381,7 @@ async fn main() {
     }
     let node_total =
         peaks["overcast-csi-node/csi"] + tool_peaks.iter().map(|(_, k)| *k).max().unwrap_or(0);
-    let node_limit = to_kib(&quantity(&resources["overcast-csi-node/csi"], "limit"));
+    let node_limit = memory_kib(&quantity(&resources["overcast-csi-node/csi"], "limit"));
     println!();
     println!(
         "node plugin + largest tool: {} MiB against a {} MiB limit",

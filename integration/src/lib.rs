@@ -477,16 +477,37 @@ pub async fn volume_lifecycle(
     c.delete_volume(delete_request(&id)).await.expect("delete");
 }
 
-/// Reads the RSS of `pid` in KiB.
-pub fn rss_kib(pid: u32) -> u64 {
+/// A `/proc/<pid>/status` figure in KiB (`VmRSS`, `VmHWM`, …); 0 when unreadable.
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
+                .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// The resident set of `pid` now, KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    proc_status_kib(pid, "VmRSS")
+}
+
+/// The peak resident set of `pid` so far (VmHWM), KiB.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    proc_status_kib(pid, "VmHWM")
+}
+
+/// A child process a test started, killed and reaped when the test is done with it
+/// (also when it fails).
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Whether this process holds capability `cap` (its number, e.g. 24 for

@@ -212,3 +212,17 @@ pub fn env_field(c: &Container, name: &str) -> Option<String> {
         .and_then(|v| v.field_ref.as_ref())
         .map(|f| f.field_path.clone())
 }
+
+/// A memory quantity (`64Mi`, `1Gi`, `512Ki`, bytes) in KiB; panics on what our manifests
+/// never use (decimal suffixes, exponents), so a new spelling is noticed.
+pub fn memory_kib(q: &str) -> u64 {
+    let (n, unit) = q.split_at(q.find(|c: char| c.is_alphabetic()).unwrap_or(q.len()));
+    let n: u64 = n.parse().unwrap_or_else(|_| panic!("quantity {q}"));
+    match unit {
+        "Ki" => n,
+        "Mi" => n << 10,
+        "Gi" => n << 20,
+        "" => n >> 10,
+        other => panic!("unit {other} in {q}"),
+    }
+}

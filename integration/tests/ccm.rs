@@ -3,7 +3,7 @@
 //! a real balancer that carries traffic, and its teardown — with the API requests
 //! asserted.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use overcast_integration::fake_api::FakeApi;
@@ -11,14 +11,7 @@ use overcast_integration::*;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-struct Ccm(Child);
-
-impl Drop for Ccm {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use overcast_integration::KillOnDrop as Ccm;
 
 const NODES: &str = "/api/v1/nodes";
 const SERVICES: &str = "/api/v1/namespaces/default/services";

@@ -3,7 +3,7 @@
 //! creates and deletes Node and Service objects prefixed `overcast-it-`); otherwise it
 //! says clearly that it was skipped.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -14,14 +14,7 @@ use serde_json::json;
 
 const ENV: &str = "OVERCAST_TEST_KUBECONFIG";
 
-struct Ccm(Child);
-
-impl Drop for Ccm {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use overcast_integration::KillOnDrop as Ccm;
 
 async fn client(path: &str) -> Client {
     let kc = kube::config::Kubeconfig::read_from(path).expect("read kubeconfig");

@@ -13,7 +13,7 @@ use overcast_cloud::local::cloud_config::LocalCloudConfig;
 use overcast_csi::validation::{REGION_KEY, ZONE_KEY};
 use overcast_integration::kustomize::{self, by_id};
 use overcast_integration::manifests::{
-    env, env_field, flag, has_flag, kustomizations, Manifests, Pod,
+    env, env_field, flag, has_flag, kustomizations, memory_kib, Manifests, Pod,
 };
 use overcast_integration::say_skipped;
 use overcast_kube::ApiCall;
@@ -659,7 +659,7 @@ fn workloads_agree_on_labels_ports_accounts_secrets_and_the_cloud() {
                     at(&c.name)
                 );
                 assert!(
-                    mib(&lim["memory"].0) >= mib(&req["memory"].0),
+                    memory_kib(&lim["memory"].0) >= memory_kib(&req["memory"].0),
                     "{}",
                     at(&c.name)
                 );
@@ -794,18 +794,6 @@ fn workloads_agree_on_labels_ports_accounts_secrets_and_the_cloud() {
                 at("local ccm sees the node's addresses")
             );
         }
-    }
-}
-
-fn mib(q: &str) -> f64 {
-    let (n, unit) = q.split_at(q.find(|c: char| c.is_alphabetic()).unwrap_or(q.len()));
-    let n: f64 = n.parse().unwrap_or_else(|_| panic!("quantity {q}"));
-    n * match unit {
-        "Ki" => 1.0 / 1024.0,
-        "Mi" => 1.0,
-        "Gi" => 1024.0,
-        "" => 1.0 / (1024.0 * 1024.0),
-        other => panic!("unit {other} in {q}"),
     }
 }
 

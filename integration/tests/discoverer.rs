@@ -4,7 +4,7 @@
 //! Secret and shows in the metrics, and disks no PersistentVolume references are
 //! reported as orphans.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -12,14 +12,7 @@ use overcast_integration::fake_api::FakeApi;
 use overcast_integration::*;
 use serde_json::{json, Value};
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use overcast_integration::KillOnDrop as Proc;
 
 const SECRETS: &str = "/api/v1/namespaces/kube-system/secrets";
 const CONFIGMAPS: &str = "/api/v1/namespaces/kube-system/configmaps";

@@ -4,7 +4,7 @@
 //! and resource-attribute authorization.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,14 +12,7 @@ use overcast_integration::fake_api::FakeApi;
 use overcast_integration::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use overcast_integration::KillOnDrop as Proc;
 
 /// An upstream that records the raw request heads it receives.
 async fn upstream(heads: Arc<Mutex<Vec<String>>>) -> u16 {
