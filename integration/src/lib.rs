@@ -47,6 +47,22 @@ pub fn binary(name: &str) -> PathBuf {
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(workspace)
             .args(["build", "--workspace", "--bins"]);
+        // Cargo gives this test process its package's variables; build scripts that watch
+        // them (ring's watches CARGO_MANIFEST_DIR) would see a change and rebuild half the
+        // tree on every test binary, then again on the next plain build.
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if key == "CARGO_MANIFEST_DIR"
+                || key == "CARGO_MANIFEST_PATH"
+                || key == "CARGO_CRATE_NAME"
+                || key == "CARGO_PRIMARY_PACKAGE"
+                || key == "CARGO_TARGET_TMPDIR"
+                || key.starts_with("CARGO_PKG_")
+                || key.starts_with("CARGO_BIN_")
+            {
+                cmd.env_remove(&*key);
+            }
+        }
         if dir.ends_with("release") {
             cmd.arg("--release");
         }
