@@ -89,6 +89,10 @@ struct State {
     objects: BTreeMap<(String, String), Value>,
     version: u64,
     watchers: Vec<(String, mpsc::UnboundedSender<Bytes>)>,
+    /// Every event as (resourceVersion, collection, line): a watch from resourceVersion N
+    /// first gets what happened after N, as the real server replays from its watch cache —
+    /// without it, a change between a client's list and its watch would be lost.
+    history: Vec<(u64, String, Bytes)>,
     seen: Vec<Seen>,
     /// token → (user, groups), for TokenReviews.
     tokens: BTreeMap<String, (String, Vec<String>)>,
@@ -377,7 +381,7 @@ impl FakeApi {
             });
         }
         if method == "GET" && watch {
-            return self.watch(&path);
+            return self.watch(&path, &query);
         }
         let (code, value) = self.respond(&method, &path, &query, body, apply);
         let mut resp = Response::new(
@@ -392,13 +396,21 @@ impl FakeApi {
         resp
     }
 
-    fn watch(&self, collection: &str) -> Response<Body> {
+    fn watch(&self, collection: &str, query: &str) -> Response<Body> {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.state
-            .lock()
-            .expect("state")
-            .watchers
-            .push((collection.to_owned(), tx));
+        let since = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("resourceVersion="))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        let mut st = self.state.lock().expect("state");
+        for (version, changed, line) in &st.history {
+            if *version > since && watch_sees(collection, changed) {
+                let _ = tx.send(line.clone());
+            }
+        }
+        st.watchers.push((collection.to_owned(), tx));
+        drop(st);
         let stream = futures::StreamExt::map(
             tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
             |b| Ok(Frame::data(b)),
@@ -552,9 +564,13 @@ impl FakeApi {
                     notify(&mut st, collection, "MODIFIED", &next);
                     (200, next)
                 } else {
+                    // A deletion has its own resourceVersion, as on a real server.
+                    let mut gone = current;
+                    st.version += 1;
+                    gone["metadata"]["resourceVersion"] = json!(st.version.to_string());
                     st.objects.remove(&key);
-                    notify(&mut st, collection, "DELETED", &current);
-                    (200, current)
+                    notify(&mut st, collection, "DELETED", &gone);
+                    (200, gone)
                 }
             }
             _ => status(405, "MethodNotAllowed", method),
@@ -562,20 +578,94 @@ impl FakeApi {
     }
 }
 
+/// Whether a watch on `watched` sees changes in `collection`: its own, and for a
+/// cluster-wide watch of a namespaced kind, every namespace's.
+fn watch_sees(watched: &str, collection: &str) -> bool {
+    let resource = collection.rsplit('/').next().unwrap_or_default();
+    watched == collection
+        || (!watched.contains("/namespaces/") && watched.ends_with(&format!("/{resource}")))
+}
+
+/// Tells the watchers, and remembers the event for watches that start later from an
+/// older resourceVersion. Every caller has just bumped `st.version` for this change.
 fn notify(st: &mut State, collection: &str, kind: &str, object: &Value) {
     let line = Bytes::from(format!("{}\n", json!({"type": kind, "object": object})));
-    let resource = collection.rsplit('/').next().unwrap_or_default().to_owned();
-    st.watchers.retain(|(path, tx)| {
-        // A cluster-wide watch of a namespaced kind sees every namespace.
-        let matches = path == collection
-            || (!path.contains("/namespaces/") && path.ends_with(&format!("/{resource}")));
-        !matches || tx.send(line.clone()).is_ok()
-    });
+    let version = st.version;
+    st.history
+        .push((version, collection.to_owned(), line.clone()));
+    st.watchers
+        .retain(|(path, tx)| !watch_sees(path, collection) || tx.send(line.clone()).is_ok());
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A watch from an older resourceVersion first gets what changed since — the gap
+    /// between a client's list and its watch loses nothing — and then the live events.
+    #[tokio::test]
+    async fn a_watch_replays_what_changed_after_its_resource_version() {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let api = FakeApi::default();
+        let url = api.start().await;
+        api.put("/api/v1/nodes", json!({"metadata": {"name": "a"}}));
+        api.put("/api/v1/nodes", json!({"metadata": {"name": "b"}}));
+        api.put(
+            "/api/v1/namespaces/x/services",
+            json!({"metadata": {"name": "s"}}),
+        );
+        api.put(
+            "/api/v1/nodes",
+            json!({"metadata": {"name": "a", "labels": {"l": "1"}}}),
+        );
+        let addr = url.trim_start_matches("http://").to_owned();
+        let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let req = format!(
+            "GET /api/v1/nodes?watch=true&resourceVersion=1 HTTP/1.1\r\nHost: {addr}\r\n\r\n"
+        );
+        conn.write_all(req.as_bytes()).await.unwrap();
+        let mut lines = tokio::io::BufReader::new(conn).lines();
+        let mut events = Vec::new();
+        let mut live_sent = false;
+        while events.len() < 3 {
+            let line = tokio::time::timeout(std::time::Duration::from_secs(5), lines.next_line())
+                .await
+                .expect("an event in time")
+                .unwrap()
+                .expect("the stream stays open");
+            // Chunk sizes and headers interleave with the JSON lines.
+            let Ok(event) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if !event.is_object() {
+                continue;
+            }
+            events.push((
+                event["type"].as_str().unwrap().to_owned(),
+                event["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+                event["object"]["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            ));
+            if events.len() == 2 && !live_sent {
+                live_sent = true;
+                api.put("/api/v1/nodes", json!({"metadata": {"name": "c"}}));
+            }
+        }
+        let want = |t: &str, n: &str, rv: &str| (t.to_owned(), n.to_owned(), rv.to_owned());
+        assert_eq!(
+            events,
+            [
+                want("ADDED", "b", "2"),
+                want("MODIFIED", "a", "4"),
+                want("ADDED", "c", "5")
+            ]
+        );
+    }
 
     #[test]
     fn merge_patch_follows_rfc_7386() {

@@ -34,6 +34,8 @@ async fn until(what: &str, mut f: impl FnMut() -> bool) {
     );
 }
 
+/// A NodePort stand-in on every address: answers `echo:<what it read>@<the address it was
+/// reached on>`, so the test can tell which backend node the balancer chose.
 async fn echo(port: u16) {
     let listener = tokio::net::TcpListener::bind(("0.0.0.0", port))
         .await
@@ -45,12 +47,34 @@ async fn echo(port: u16) {
             };
             tokio::spawn(async move {
                 let mut buf = [0u8; 64];
+                let Ok(local) = s.local_addr() else { return };
                 if let Ok(n) = s.read(&mut buf).await {
-                    let _ = s.write_all(&[b"echo:", &buf[..n]].concat()).await;
+                    let reply =
+                        format!("echo:{}@{}", String::from_utf8_lossy(&buf[..n]), local.ip());
+                    let _ = s.write_all(reply.as_bytes()).await;
                 }
             });
         }
     });
+}
+
+/// One connection through the balancer: what came back, or why nothing did.
+async fn through_balancer(ip: &str, port: u16, say: &str) -> Result<String, String> {
+    let mut s = tokio::net::TcpStream::connect((ip, port))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    s.write_all(say.as_bytes())
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    let mut buf = [0u8; 128];
+    let n = tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf))
+        .await
+        .map_err(|_| "no answer in 3 s".to_string())?
+        .map_err(|e| format!("read: {e}"))?;
+    if n == 0 {
+        return Err("closed without an answer".into());
+    }
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,18 +218,49 @@ async fn ccm_initializes_nodes_runs_their_lifecycle_and_balances_services() {
         web["metadata"]["finalizers"],
         json!(["service.kubernetes.io/load-balancer-cleanup"])
     );
-    for i in 0..4 {
-        let mut s = tokio::net::TcpStream::connect(("127.243.0.1", lb_port))
-            .await
-            .expect("the balancer listens");
-        s.write_all(format!("hi{i}").as_bytes()).await.unwrap();
-        let mut buf = [0u8; 64];
-        let n = tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(&buf[..n], format!("echo:hi{i}").as_bytes());
+    // The ingress is published by the first reconcile, which may run before the ccm's node
+    // cache holds any address (a real cloud's balancer has no backends then either); the
+    // backends follow the nodes. So: wait until connections reach every Ready node with an
+    // address (the host by its first InternalIP, n-file by 127.0.0.2) — and never anything
+    // else, and never answer wrongly.
+    let first_internal_ip = |name: &str| -> String {
+        let n = api.get(NODES, name).unwrap();
+        let a = n["status"]["addresses"].as_array().unwrap().iter();
+        let ip = a.clone().find(|a| a["type"] == "InternalIP").unwrap();
+        ip["address"].as_str().unwrap().to_owned()
+    };
+    let expected: std::collections::BTreeSet<String> =
+        [first_internal_ip("host"), first_internal_ip("n-file")].into();
+    let mut reached = std::collections::BTreeSet::new();
+    let mut last = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut i = 0;
+    while reached != expected && std::time::Instant::now() < deadline {
+        i += 1;
+        match through_balancer("127.243.0.1", lb_port, &format!("hi{i}")).await {
+            Ok(reply) => {
+                let (said, backend) = reply.split_once('@').unwrap_or((&reply, ""));
+                assert_eq!(said, format!("echo:hi{i}"), "{reply}");
+                assert!(expected.contains(backend), "{backend} is no Ready node");
+                reached.insert(backend.to_owned());
+            }
+            // Before the first backends arrive the balancer has nowhere to send a client.
+            Err(e) => {
+                last = e;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
+    assert_eq!(reached, expected, "last failure: {last}\n{}", log_text());
+    // Round-robin from then on: consecutive connections alternate between the two.
+    let mut next_two = std::collections::BTreeSet::new();
+    for j in 0..2 {
+        let reply = through_balancer("127.243.0.1", lb_port, &format!("rr{j}"))
+            .await
+            .unwrap();
+        next_two.insert(reply.split_once('@').unwrap().1.to_owned());
+    }
+    assert_eq!(next_two, expected, "round-robin");
     let theirs = api.get(SERVICES, "theirs").unwrap();
     assert!(
         theirs["status"]["loadBalancer"]["ingress"].is_null()
