@@ -196,19 +196,25 @@ pub fn strategic_merge(target: &mut Value, patch: &Value, field: &str) {
         }
         (Value::Array(t), Value::Array(p)) => match merge_key(field) {
             Some(key) => {
-                // Items already there merge in place; new ones go first, in the patch's
-                // order (what apimachinery's normalizeElementOrder gives).
-                let mut added = Vec::new();
+                // The patch's items come first, in the patch's order (merged into their
+                // counterparts where those exist), then the items the patch does not
+                // name, in their order — what `kubectl kustomize` gives.
+                let mut rest = std::mem::take(t);
                 for item in p {
-                    let found = t
-                        .iter_mut()
-                        .find(|x| x[key] == item[key] && !item[key].is_null());
-                    match found {
-                        Some(existing) => strategic_merge(existing, item, ""),
-                        None => added.push(item.clone()),
-                    }
+                    let at = rest
+                        .iter()
+                        .position(|x| x[key] == item[key] && !item[key].is_null());
+                    let merged = match at {
+                        Some(i) => {
+                            let mut existing = rest.remove(i);
+                            strategic_merge(&mut existing, item, "");
+                            existing
+                        }
+                        None => item.clone(),
+                    };
+                    t.push(merged);
                 }
-                t.splice(0..0, added);
+                t.append(&mut rest);
             }
             None => *t = p.clone(),
         },
@@ -219,4 +225,41 @@ pub fn strategic_merge(target: &mut Value, patch: &Value, field: &str) {
 /// Objects keyed by their id, for comparing two renderings regardless of order.
 pub fn by_id(objects: &[Value]) -> Map<String, Value> {
     objects.iter().map(|o| (id_of(o), o.clone())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The expected order is what `kubectl kustomize` (kustomize v5.5) printed for this
+    /// very base and patch: patch items first in the patch's order, then the rest.
+    #[test]
+    fn merge_lists_order_like_kustomize() {
+        let mut base = json!({"spec": {"containers": [
+            {"name": "c1", "image": "i", "env": [
+                {"name": "A", "value": "a"}, {"name": "B", "value": "b"},
+                {"name": "C", "value": "c"}, {"name": "D", "value": "d"}]},
+            {"name": "c2", "image": "i"}],
+            "tolerations": [{"key": "t1"}, {"key": "t2"}]}});
+        let patch = json!({"spec": {"containers": [
+            {"name": "c1", "env": [
+                {"name": "C", "value": "cc"}, {"name": "X", "value": "x"},
+                {"name": "A", "value": "aa"}]},
+            {"name": "c3", "image": "j"}],
+            "tolerations": [{"key": "t3"}]}});
+        strategic_merge(&mut base, &patch, "");
+        assert_eq!(
+            base,
+            json!({"spec": {"containers": [
+                {"name": "c1", "image": "i", "env": [
+                    {"name": "C", "value": "cc"}, {"name": "X", "value": "x"},
+                    {"name": "A", "value": "aa"}, {"name": "B", "value": "b"},
+                    {"name": "D", "value": "d"}]},
+                {"name": "c3", "image": "j"},
+                {"name": "c2", "image": "i"}],
+                // No merge key: replaced whole.
+                "tolerations": [{"key": "t3"}]}})
+        );
+    }
 }
