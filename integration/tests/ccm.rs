@@ -35,11 +35,25 @@ async fn until(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 /// A NodePort stand-in on every address: answers `echo:<what it read>@<the address it was
-/// reached on>`, so the test can tell which backend node the balancer chose.
+/// reached on>`, so the test can tell which backend node the balancer chose. Dual-stack
+/// where the machine has IPv6 (whatever net.ipv6.bindv6only says), since the host's first
+/// InternalIP may be an IPv6 address.
 async fn echo(port: u16) {
-    let listener = tokio::net::TcpListener::bind(("0.0.0.0", port))
-        .await
-        .unwrap();
+    let dual_stack = || -> std::io::Result<std::net::TcpListener> {
+        use socket2::{Domain, Socket, Type};
+        let s = Socket::new(Domain::IPV6, Type::STREAM, None)?;
+        s.set_only_v6(false)?;
+        s.set_nonblocking(true)?;
+        s.bind(&std::net::SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)).into())?;
+        s.listen(128)?;
+        Ok(s.into())
+    };
+    let listener = match dual_stack() {
+        Ok(l) => tokio::net::TcpListener::from_std(l).unwrap(),
+        Err(_) => tokio::net::TcpListener::bind(("0.0.0.0", port))
+            .await
+            .unwrap(),
+    };
     tokio::spawn(async move {
         loop {
             let Ok((mut s, _)) = listener.accept().await else {
@@ -49,8 +63,9 @@ async fn echo(port: u16) {
                 let mut buf = [0u8; 64];
                 let Ok(local) = s.local_addr() else { return };
                 if let Ok(n) = s.read(&mut buf).await {
-                    let reply =
-                        format!("echo:{}@{}", String::from_utf8_lossy(&buf[..n]), local.ip());
+                    // An IPv4 client of a dual-stack socket shows as ::ffff:a.b.c.d.
+                    let ip = local.ip().to_canonical();
+                    let reply = format!("echo:{}@{ip}", String::from_utf8_lossy(&buf[..n]));
                     let _ = s.write_all(reply.as_bytes()).await;
                 }
             });
