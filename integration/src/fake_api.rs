@@ -402,11 +402,25 @@ impl FakeApi {
             .split('&')
             .find_map(|kv| kv.strip_prefix("resourceVersion="))
             .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
+            .filter(|v| *v > 0);
         let mut st = self.state.lock().expect("state");
-        for (version, changed, line) in &st.history {
-            if *version > since && watch_sees(collection, changed) {
-                let _ = tx.send(line.clone());
+        match since {
+            Some(since) => {
+                for (version, changed, line) in &st.history {
+                    if *version > since && watch_sees(collection, changed) {
+                        let _ = tx.send(line.clone());
+                    }
+                }
+            }
+            // No resourceVersion (or "0"): the current objects as synthetic ADDED events,
+            // then what changes — the real server's "start at the most recent".
+            None => {
+                for ((changed, _), object) in &st.objects {
+                    if watch_sees(collection, changed) {
+                        let event = json!({"type": "ADDED", "object": object});
+                        let _ = tx.send(Bytes::from(format!("{event}\n")));
+                    }
+                }
             }
         }
         st.watchers.push((collection.to_owned(), tx));
@@ -601,11 +615,53 @@ fn notify(st: &mut State, collection: &str, kind: &str, object: &Value) {
 mod tests {
     use super::*;
 
+    /// A watch's events as (type, name, resourceVersion), read off a raw HTTP connection.
+    struct WatchEvents(tokio::io::Lines<tokio::io::BufReader<tokio::net::TcpStream>>);
+
+    impl WatchEvents {
+        async fn open(url: &str, path_and_query: &str) -> Self {
+            use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+            let addr = url.trim_start_matches("http://");
+            let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let req = format!("GET {path_and_query} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+            conn.write_all(req.as_bytes()).await.unwrap();
+            Self(tokio::io::BufReader::new(conn).lines())
+        }
+
+        async fn next(&mut self) -> (String, String, String) {
+            loop {
+                let line =
+                    tokio::time::timeout(std::time::Duration::from_secs(5), self.0.next_line())
+                        .await
+                        .expect("an event in time")
+                        .unwrap()
+                        .expect("the stream stays open");
+                // Headers and chunk sizes interleave with the JSON lines.
+                let Ok(event) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
+                if !event.is_object() {
+                    continue;
+                }
+                let text = |v: &Value| v.as_str().unwrap().to_owned();
+                return (
+                    text(&event["type"]),
+                    text(&event["object"]["metadata"]["name"]),
+                    text(&event["object"]["metadata"]["resourceVersion"]),
+                );
+            }
+        }
+    }
+
+    fn event(t: &str, n: &str, rv: &str) -> (String, String, String) {
+        (t.to_owned(), n.to_owned(), rv.to_owned())
+    }
+
     /// A watch from an older resourceVersion first gets what changed since — the gap
-    /// between a client's list and its watch loses nothing — and then the live events.
+    /// between a client's list and its watch loses nothing — and then the live events;
+    /// one without a resourceVersion gets the current objects as ADDED, then the live ones.
     #[tokio::test]
     async fn a_watch_replays_what_changed_after_its_resource_version() {
-        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
         let api = FakeApi::default();
         let url = api.start().await;
         api.put("/api/v1/nodes", json!({"metadata": {"name": "a"}}));
@@ -618,53 +674,16 @@ mod tests {
             "/api/v1/nodes",
             json!({"metadata": {"name": "a", "labels": {"l": "1"}}}),
         );
-        let addr = url.trim_start_matches("http://").to_owned();
-        let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        let req = format!(
-            "GET /api/v1/nodes?watch=true&resourceVersion=1 HTTP/1.1\r\nHost: {addr}\r\n\r\n"
-        );
-        conn.write_all(req.as_bytes()).await.unwrap();
-        let mut lines = tokio::io::BufReader::new(conn).lines();
-        let mut events = Vec::new();
-        let mut live_sent = false;
-        while events.len() < 3 {
-            let line = tokio::time::timeout(std::time::Duration::from_secs(5), lines.next_line())
-                .await
-                .expect("an event in time")
-                .unwrap()
-                .expect("the stream stays open");
-            // Chunk sizes and headers interleave with the JSON lines.
-            let Ok(event) = serde_json::from_str::<Value>(&line) else {
-                continue;
-            };
-            if !event.is_object() {
-                continue;
-            }
-            events.push((
-                event["type"].as_str().unwrap().to_owned(),
-                event["object"]["metadata"]["name"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned(),
-                event["object"]["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned(),
-            ));
-            if events.len() == 2 && !live_sent {
-                live_sent = true;
-                api.put("/api/v1/nodes", json!({"metadata": {"name": "c"}}));
-            }
-        }
-        let want = |t: &str, n: &str, rv: &str| (t.to_owned(), n.to_owned(), rv.to_owned());
-        assert_eq!(
-            events,
-            [
-                want("ADDED", "b", "2"),
-                want("MODIFIED", "a", "4"),
-                want("ADDED", "c", "5")
-            ]
-        );
+        let mut since_1 =
+            WatchEvents::open(&url, "/api/v1/nodes?watch=true&resourceVersion=1").await;
+        let mut fresh = WatchEvents::open(&url, "/api/v1/nodes?watch=true").await;
+        assert_eq!(since_1.next().await, event("ADDED", "b", "2"));
+        assert_eq!(since_1.next().await, event("MODIFIED", "a", "4"));
+        assert_eq!(fresh.next().await, event("ADDED", "a", "4"));
+        assert_eq!(fresh.next().await, event("ADDED", "b", "2"));
+        api.put("/api/v1/nodes", json!({"metadata": {"name": "c"}}));
+        assert_eq!(since_1.next().await, event("ADDED", "c", "5"));
+        assert_eq!(fresh.next().await, event("ADDED", "c", "5"));
     }
 
     #[test]
