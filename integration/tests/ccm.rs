@@ -3,6 +3,7 @@
 //! a real balancer that carries traffic, and its teardown — with the API requests
 //! asserted.
 
+use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -240,13 +241,16 @@ async fn ccm_initializes_nodes_runs_their_lifecycle_and_balances_services() {
     // else, and never answer wrongly.
     let first_internal_ip = |name: &str| -> String {
         let n = api.get(NODES, name).unwrap();
-        let a = n["status"]["addresses"].as_array().unwrap().iter();
-        let ip = a.clone().find(|a| a["type"] == "InternalIP").unwrap();
+        let addresses = n["status"]["addresses"].as_array().unwrap();
+        let ip = addresses
+            .iter()
+            .find(|a| a["type"] == "InternalIP")
+            .unwrap();
         ip["address"].as_str().unwrap().to_owned()
     };
-    let expected: std::collections::BTreeSet<String> =
+    let expected: BTreeSet<String> =
         [first_internal_ip("host"), first_internal_ip("n-file")].into();
-    let mut reached = std::collections::BTreeSet::new();
+    let mut reached = BTreeSet::new();
     let mut last = String::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut i = 0;
@@ -268,7 +272,7 @@ async fn ccm_initializes_nodes_runs_their_lifecycle_and_balances_services() {
     }
     assert_eq!(reached, expected, "last failure: {last}\n{}", log_text());
     // Round-robin from then on: consecutive connections alternate between the two.
-    let mut next_two = std::collections::BTreeSet::new();
+    let mut next_two = BTreeSet::new();
     for j in 0..2 {
         let reply = through_balancer("127.243.0.1", lb_port, &format!("rr{j}"))
             .await
