@@ -17,6 +17,11 @@ pub enum CloudError {
     /// until something else changes (e.g. deleting an attached disk).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// The object is held by something that has to let go first — a disk still mounted
+    /// or open where it is attached. Nothing was changed; a retry succeeds once the
+    /// holder lets go.
+    #[error("{0}")]
+    InUse(String),
     /// An operation on the same object is in progress; retrying later will succeed.
     #[error("{0}")]
     Busy(String),

@@ -11,6 +11,9 @@ pub fn to_status(op: &str, err: CloudError) -> Status {
         CloudError::NotFound { .. } => Code::NotFound,
         CloudError::ParameterMismatch { .. } => Code::AlreadyExists,
         CloudError::FailedPrecondition(_) => Code::FailedPrecondition,
+        // The spec's "volume in use" (DeleteVolume's table), and external-attacher
+        // counts FAILED_PRECONDITION as not final: it keeps retrying with backoff.
+        CloudError::InUse(_) => Code::FailedPrecondition,
         CloudError::Busy(_) => Code::Aborted,
         CloudError::ResourceExhausted(_) => Code::ResourceExhausted,
         CloudError::OutOfRange(_) => Code::OutOfRange,
@@ -39,6 +42,10 @@ mod tests {
             ),
             (
                 CloudError::FailedPrecondition("attached".into()),
+                Code::FailedPrecondition,
+            ),
+            (
+                CloudError::InUse("mounted".into()),
                 Code::FailedPrecondition,
             ),
             (CloudError::Busy("busy".into()), Code::Aborted),

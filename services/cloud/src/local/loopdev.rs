@@ -17,6 +17,7 @@ use nix::errno::Errno;
 
 const LOOP_MAJOR: u64 = 7;
 const LO_FLAGS_READ_ONLY: u32 = 1;
+const LO_FLAGS_AUTOCLEAR: u32 = 4;
 const LO_NAME_SIZE: usize = 64;
 const LO_KEY_SIZE: usize = 32;
 /// How long a detach waits for the kernel to finish unbinding.
@@ -55,6 +56,7 @@ nix::ioctl_none_bad!(loop_ctl_get_free, 0x4C82);
 nix::ioctl_write_int_bad!(loop_set_fd, 0x4C00);
 nix::ioctl_none_bad!(loop_clr_fd, 0x4C01);
 nix::ioctl_write_ptr_bad!(loop_set_status64, 0x4C04, LoopInfo64);
+nix::ioctl_read_bad!(loop_get_status64, 0x4C05, LoopInfo64);
 nix::ioctl_none_bad!(loop_set_capacity, 0x4C07);
 nix::ioctl_write_ptr_bad!(loop_configure, 0x4C0A, LoopConfig);
 
@@ -172,37 +174,112 @@ fn bind(device: &File, backing: &File, readonly: bool, label: &str) -> Result<()
     }
 }
 
+/// Every loop device bound to `file` (normally none or one; two means the file was
+/// bound twice, which [`attach`]'s callers must never let happen).
+pub fn devices_backing(file: &Path) -> io::Result<Vec<u32>> {
+    Ok(bound_devices()?
+        .into_iter()
+        .filter(|(_, f)| f == file)
+        .map(|(i, _)| i)
+        .collect())
+}
+
+/// Whether loop device `index` was bound read-only.
+pub fn is_read_only(index: u32) -> io::Result<bool> {
+    let ro = std::fs::read_to_string(format!("/sys/block/loop{index}/ro"))?;
+    Ok(ro.trim() == "1")
+}
+
+/// Makes sure loop device `index` (bound to `file`) stays bound when its last opener
+/// closes: a detach that was refused, or interrupted by a crash, may have left the
+/// kernel's autoclear flag behind, and an adopted device must not vanish under a mount.
+pub fn keep_bound(index: u32, file: &Path) -> io::Result<()> {
+    if backing_file(index).as_deref() != Some(file) {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("/dev/loop{index} does not back {}", file.display()),
+        ));
+    }
+    let device = open_device(index, false)?;
+    clear_autoclear(&device).map_err(io::Error::from)
+}
+
+fn clear_autoclear(device: &File) -> Result<(), Errno> {
+    let mut info = std::mem::MaybeUninit::<LoopInfo64>::zeroed();
+    // SAFETY: LOOP_GET_STATUS64 fills a `struct loop_info64` through the pointer.
+    unsafe { loop_get_status64(device.as_raw_fd(), info.as_mut_ptr()) }?;
+    // SAFETY: zero-initialised, then filled by the kernel; every bit pattern is valid.
+    let mut info = unsafe { info.assume_init() };
+    if info.lo_flags & LO_FLAGS_AUTOCLEAR == 0 {
+        return Ok(());
+    }
+    info.lo_flags &= !LO_FLAGS_AUTOCLEAR;
+    // SAFETY: `info` is the kernel's own answer with one flag cleared; it only reads it.
+    unsafe { loop_set_status64(device.as_raw_fd(), &info) }.map(drop)
+}
+
 /// Unbinds loop device `index` if, and only if, it is bound to `file`. Returns whether
-/// it did.
+/// it did (`false`: it was not bound to `file`, so there was nothing to do).
 ///
-/// Since Linux 6.x, LOOP_CLR_FD only marks the device for clearing; the kernel unbinds it
-/// on its last close, which may finish after the ioctl returned. So we close our own fd
-/// and wait (bounded) until sysfs shows the device free: a caller told "detached" can
-/// rely on it. A device still open elsewhere (mounted) stays bound until that closes.
+/// Only a device nobody uses is unbound, and "done" means done: a caller told the disk
+/// is detached may give it to someone else or delete its file.
+/// - A device held exclusively — a mounted filesystem in any mount namespace, a
+///   device-mapper or md holder, a running mkfs — makes the exclusive open fail with
+///   EBUSY: nothing is changed and the answer is [`io::ErrorKind::ResourceBusy`].
+///   Holding that exclusive open also keeps a new mount out while we unbind.
+/// - Since Linux 5.x, LOOP_CLR_FD on a device another process has open only sets the
+///   autoclear flag: the kernel unbinds it on the last close, whenever that is. We wait
+///   (bounded) for sysfs to show the device free; if it does not, we clear the flag
+///   again, so the device does not vanish later under whoever holds it, and answer
+///   ResourceBusy. The retry finds it free once that opener has closed.
 pub fn detach(index: u32, file: &Path) -> io::Result<bool> {
     if backing_file(index).as_deref() != Some(file) {
         return Ok(false);
     }
     {
-        let device = open_device(index, false)?;
+        let device = match open_exclusive(index) {
+            Ok(device) => device,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                return Err(in_use(index, "is mounted or held by another device"))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        // Device numbers are reused: check again now that the device is ours to hold.
+        if backing_file(index).as_deref() != Some(file) {
+            return Ok(false);
+        }
         // SAFETY: LOOP_CLR_FD takes no argument.
         match unsafe { loop_clr_fd(device.as_raw_fd()) } {
-            Ok(_) | Err(Errno::ENXIO) => {}
+            Ok(_) => {}
+            Err(Errno::ENXIO) => return Ok(false),
             Err(e) => return Err(e.into()),
         }
     }
     let deadline = Instant::now() + DETACH_WAIT;
     while backing_file(index).as_deref() == Some(file) {
         if Instant::now() >= deadline {
-            tracing::debug!(
-                device = index,
-                "loop device still open elsewhere; the kernel unbinds it on last close"
-            );
-            break;
+            return match open_device(index, false).map(|d| clear_autoclear(&d)) {
+                // Unbound between the last look and now: done after all.
+                _ if backing_file(index).as_deref() != Some(file) => Ok(true),
+                Ok(Ok(())) => Err(in_use(index, "is open in another process")),
+                Ok(Err(e)) => Err(io::Error::other(format!(
+                    "/dev/loop{index} is open in another process, and its pending unbind \
+                     could not be cancelled: {e}"
+                ))),
+                Err(e) => Err(e),
+            };
         }
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(true)
+}
+
+fn in_use(index: u32, why: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ResourceBusy,
+        format!("/dev/loop{index} {why}"),
+    )
 }
 
 /// Tells loop device `index` (bound to `file`) that its backing file changed size.
@@ -226,6 +303,15 @@ pub fn available() -> io::Result<()> {
         .write(true)
         .open("/dev/loop-control")
         .map(drop)
+}
+
+/// Opens the device with O_EXCL, which for a block device means "fail with EBUSY if
+/// anyone holds it exclusively" (mount, mkfs, a stacked device).
+fn open_exclusive(index: u32) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_EXCL)
+        .open(device_path(index))
 }
 
 fn open_device(index: u32, create_node: bool) -> io::Result<File> {

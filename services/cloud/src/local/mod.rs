@@ -218,6 +218,49 @@ fn publish_context(loop_index: u32, path: &Path) -> BTreeMap<String, String> {
     ])
 }
 
+/// Binds `file` to a loop device unless one already reaches it, in which case that one
+/// is adopted: a file bound to two devices is two writers on one filesystem. A binding
+/// left by a crash (or by a detach the kernel had not finished) is reused when its
+/// read-only flag matches, and refused when it does not.
+fn bind_once(file: &Path, readonly: bool, label: &str) -> Result<u32> {
+    let existing =
+        loopdev::devices_backing(file).map_err(|e| CloudError::io("list loop devices", e))?;
+    match existing.as_slice() {
+        [] => loopdev::attach(file, readonly, label)
+            .map_err(|e| CloudError::io(format!("attach {}", file.display()), e)),
+        [index] => {
+            let ro = loopdev::is_read_only(*index)
+                .map_err(|e| CloudError::io(format!("read /dev/loop{index}'s flags"), e))?;
+            if ro != readonly {
+                return Err(CloudError::InUse(format!(
+                    "{} is already bound to /dev/loop{index} with readonly={ro}",
+                    file.display()
+                )));
+            }
+            loopdev::keep_bound(*index, file)
+                .map_err(|e| CloudError::io(format!("adopt /dev/loop{index}"), e))?;
+            tracing::info!(device = index, file = %file.display(), "adopted an existing loop device");
+            Ok(*index)
+        }
+        several => Err(CloudError::InUse(format!(
+            "{} is bound to several loop devices ({several:?}); detach all but one",
+            file.display()
+        ))),
+    }
+}
+
+/// A loop device error as the cloud reports it: a device still in use is a state the
+/// caller can wait out, anything else is the system's failure.
+fn loop_error(what: &str, e: std::io::Error) -> CloudError {
+    if e.kind() == std::io::ErrorKind::ResourceBusy {
+        CloudError::InUse(format!(
+            "{what}: {e}; the node must unstage it first (the detach is retried)"
+        ))
+    } else {
+        CloudError::io(what.to_owned(), e)
+    }
+}
+
 fn condition(record: &DiskRecord, path: &Path, this_node: &str) -> DiskCondition {
     match std::fs::metadata(path) {
         Err(_) => {
@@ -402,6 +445,20 @@ impl Disks for LocalCloud {
                 a.node
             )));
         }
+        let path = self.path_of(&id);
+        // No record, but the kernel may still reach the file (a detach an older version
+        // reported too early, a device bound by hand): unlinking it would leave a live
+        // mount on a deleted file.
+        let file = path.clone();
+        let bound = blocking(move || {
+            loopdev::devices_backing(&file).map_err(|e| CloudError::io("list loop devices", e))
+        })
+        .await?;
+        if let Some(index) = bound.first() {
+            return Err(CloudError::InUse(format!(
+                "disk {id} is still bound to /dev/loop{index}; unpublish it first"
+            )));
+        }
         // Forget the disk first: a crash before the unlink leaves a file no record
         // names, which the next start removes.
         self.store
@@ -412,7 +469,6 @@ impl Disks for LocalCloud {
             index.disks.remove(id.as_str());
             index.by_name.remove(&record.name);
         }
-        let path = self.path_of(&id);
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -468,8 +524,7 @@ impl Disks for LocalCloud {
         let label = id.as_str().to_owned();
         let loop_index = blocking(move || {
             let _serial = lock.lock().unwrap_or_else(|p| p.into_inner());
-            loopdev::attach(&file, readonly, &label)
-                .map_err(|e| CloudError::io(format!("attach {}", file.display()), e))
+            bind_once(&file, readonly, &label)
         })
         .await?;
         record.attachments.push(AttachmentRecord {
@@ -496,12 +551,19 @@ impl Disks for LocalCloud {
         };
         let attachment = record.attachments.remove(pos);
         let path = self.path_of(&id);
+        let what = format!("detach disk {id} from node {node}");
         blocking(move || {
-            loopdev::detach(attachment.loop_index, &path)
-                .map(drop)
-                .map_err(|e| {
-                    CloudError::io(format!("detach /dev/loop{}", attachment.loop_index), e)
-                })
+            // The recorded device, and any other binding of the file (one a crash or an
+            // older version left): "detached" must mean no device reaches the file.
+            let mut devices = loopdev::devices_backing(&path)
+                .map_err(|e| CloudError::io("list loop devices", e))?;
+            if !devices.contains(&attachment.loop_index) {
+                devices.push(attachment.loop_index);
+            }
+            for index in devices {
+                loopdev::detach(index, &path).map_err(|e| loop_error(&what, e))?;
+            }
+            Ok(())
         })
         .await?;
         self.put(record).await

@@ -4,7 +4,8 @@
 //! - a disk recorded as attached here is re-attached if its device is gone (a reboot),
 //!   or adopts the device that still backs its file under another number;
 //! - a loop device backing one of our files that no record claims is detached (an
-//!   attach that crashed before it was recorded, or a detach that was);
+//!   attach that crashed before it was recorded, or a detach that was) — unless it is in
+//!   use, which is left alone and logged: attach adopts it, delete refuses the disk;
 //! - a file no record names is removed (a create that crashed before it was recorded,
 //!   or a delete after it was);
 //! - a record whose file vanished is kept: its condition reports it abnormal.
@@ -31,7 +32,7 @@ pub async fn run(
         .collect();
 
     let mut keep: HashSet<u32> = HashSet::new();
-    let (mut reattached, mut adopted, mut detached, mut removed) = (0, 0, 0, 0);
+    let (mut reattached, mut adopted, mut detached, mut busy, mut removed) = (0, 0, 0, 0, 0);
     for record in &mut records {
         let Some(id) = DiskId::parse(&record.id) else {
             continue;
@@ -65,10 +66,16 @@ pub async fn run(
     for (index, id) in &ours {
         if !keep.contains(index) {
             let path = disks_dir.join(id.file_name());
-            if loopdev::detach(*index, &path)
-                .map_err(|e| CloudError::io(format!("detach /dev/loop{index}"), e))?
-            {
-                detached += 1;
+            match loopdev::detach(*index, &path) {
+                Ok(true) => detached += 1,
+                Ok(false) => {}
+                // Still mounted somewhere: leave it. Attach adopts it and delete refuses
+                // the disk while it is bound, so it can neither be doubled nor lost.
+                Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {
+                    tracing::warn!(disk.id = %id, error = %e, "leaving an unrecorded loop device that is in use");
+                    busy += 1;
+                }
+                Err(e) => return Err(CloudError::io(format!("detach /dev/loop{index}"), e)),
             }
         }
     }
@@ -95,6 +102,7 @@ pub async fn run(
         reattached,
         adopted,
         detached,
+        left_in_use = busy,
         removed_files = removed,
         "local cloud reconciled"
     );
