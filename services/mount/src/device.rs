@@ -52,6 +52,30 @@ impl DeviceHint {
         Ok(hint)
     }
 
+    /// Whether this context ties the device to `volume_id`, rather than merely naming a
+    /// device: the node formats and mounts only a disk the context says is the
+    /// volume's. A loop disk's backing file is named after its volume id (its stem is
+    /// the id); a cloud disk is named by the serial or WWN its controller reported.
+    /// A bare `devicePath` names any device on the host (`/dev/vda`) and is refused.
+    pub fn check_volume(&self, volume_id: &str) -> Result<()> {
+        if let Some(file) = &self.backing_file {
+            if file.file_stem().and_then(|s| s.to_str()) != Some(volume_id) {
+                return Err(MountError::Invalid(format!(
+                    "{CTX_BACKING_FILE} {} is not the disk file of volume {volume_id}",
+                    file.display()
+                )));
+            }
+            return Ok(());
+        }
+        if self.serial.is_some() || self.wwn.is_some() {
+            return Ok(());
+        }
+        Err(MountError::Invalid(format!(
+            "publish_context names a device but not the disk of volume {volume_id}: \
+             {CTX_BACKING_FILE}, {CTX_SERIAL} or {CTX_WWN} is required"
+        )))
+    }
+
     fn describe(&self) -> String {
         format!("{self:?}")
     }
@@ -215,6 +239,41 @@ mod tests {
         assert!(DeviceHint::from_context(&ctx(CTX_DEVICE_PATH, "/dev/../etc/passwd")).is_err());
         let hint = DeviceHint::from_context(&ctx(CTX_SERIAL, "abc")).unwrap();
         assert_eq!(hint.serial.as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn only_a_context_that_names_the_volume_s_disk_is_accepted() {
+        let ctx = |pairs: &[(&str, &str)]| {
+            let map = pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            DeviceHint::from_context(&map).unwrap()
+        };
+        let vol = "vol-0123456789abcdef0123456789abcdef";
+        let own = format!("/state/disks/{vol}.img");
+        assert!(ctx(&[(CTX_BACKING_FILE, &own)]).check_volume(vol).is_ok());
+        assert!(
+            ctx(&[(CTX_DEVICE_PATH, "/dev/loop1"), (CTX_BACKING_FILE, &own)])
+                .check_volume(vol)
+                .is_ok()
+        );
+        assert!(ctx(&[(CTX_SERIAL, "0123456789abcdef0123")])
+            .check_volume(vol)
+            .is_ok());
+        for bad in [
+            ctx(&[(CTX_DEVICE_PATH, "/dev/vda")]),
+            ctx(&[(
+                CTX_BACKING_FILE,
+                "/state/disks/vol-ffffffffffffffffffffffffffffffff.img",
+            )]),
+            ctx(&[(CTX_BACKING_FILE, "/etc/passwd")]),
+        ] {
+            assert!(
+                matches!(bad.check_volume(vol), Err(MountError::Invalid(_))),
+                "{bad:?}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -1,7 +1,8 @@
 //! Probing, formatting and growing with the standard tools (blkid, mkfs.ext4,
 //! mkfs.xfs, resize2fs, xfs_growfs), each run with a timeout and its stderr carried
 //! into the error. A device that holds anything — a filesystem, a partition table, a
-//! signature blkid cannot name — is never formatted.
+//! signature blkid cannot name, non-zero bytes — or that could not be read, or that is
+//! in use, is never formatted.
 
 use std::path::Path;
 use std::time::Duration;
@@ -26,7 +27,17 @@ pub enum Content {
     Unknown(String),
 }
 
+/// How much of the head and of the tail of a device the blank check reads itself.
+const WITNESS_BYTES: u64 = 1 << 20;
+
 /// What the device holds, by low-level probing (no cache).
+///
+/// `Blank` is a positive finding, never a default: blkid's "nothing found" (exit 2) is
+/// also what it answers when it could not read the device at all (EPERM, EIO), so a
+/// second witness reads the first and last MiB itself — any read failure is an error
+/// naming the device, and any non-zero byte there means data blkid cannot name. The
+/// device must also be free: an exclusive open fails while it is mounted or held
+/// anywhere, in any mount namespace.
 pub async fn probe(device: &Path) -> Result<Content> {
     // blkid answers "nothing found" (2) for a missing path too: never let that read as
     // a blank disk.
@@ -36,6 +47,10 @@ pub async fn probe(device: &Path) -> Result<Content> {
             device.display()
         )));
     }
+    let dev = device.to_owned();
+    let zeros = tokio::task::spawn_blocking(move || witness(&dev))
+        .await
+        .map_err(|e| MountError::io("probe task", std::io::Error::other(e.to_string())))??;
     let out = run_status(
         "blkid",
         &["-p", "-o", "export", "--"],
@@ -44,8 +59,11 @@ pub async fn probe(device: &Path) -> Result<Content> {
     )
     .await?;
     match out.status.code() {
-        // 2: nothing found.
-        Some(2) => Ok(Content::Blank),
+        // 2: nothing found — blank only if our own read agrees.
+        Some(2) if zeros => Ok(Content::Blank),
+        Some(2) => Ok(Content::Unknown(
+            "no signature blkid knows, but the first or last MiB holds data".into(),
+        )),
         Some(0) => {
             let text = String::from_utf8_lossy(&out.stdout);
             let field = |k: &str| {
@@ -67,7 +85,40 @@ pub async fn probe(device: &Path) -> Result<Content> {
     }
 }
 
-/// Creates `fs_type` on a device the caller has probed blank.
+/// Opens `device` exclusively and reads its first and last [`WITNESS_BYTES`]: whether
+/// every byte read is zero. Fails with the device's name and the reason when it is in
+/// use or cannot be read.
+fn witness(device: &Path) -> Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let what = |verb: &str| format!("{verb} {}", device.display());
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL | libc::O_CLOEXEC)
+        .open(device)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) => MountError::InUse(format!(
+                "{} is mounted or held by another user; it is not formatted",
+                device.display()
+            )),
+            _ => MountError::io(what("open (exclusively)"), e),
+        })?;
+    let size = crate::device::size_bytes(device)?;
+    let mut buf = vec![0u8; WITNESS_BYTES.min(size) as usize];
+    let mut zeros = true;
+    for offset in [0, size.saturating_sub(WITNESS_BYTES)] {
+        file.seek(SeekFrom::Start(offset))
+            .and_then(|_| file.read_exact(&mut buf))
+            .map_err(|e| {
+                MountError::io(what(&format!("read {} bytes at {offset} of", buf.len())), e)
+            })?;
+        zeros &= buf.iter().all(|b| *b == 0);
+    }
+    Ok(zeros)
+}
+
+/// Creates `fs_type` on a device [`probe`] found blank.
 pub async fn mkfs(device: &Path, fs_type: &str) -> Result<()> {
     match fs_type {
         "ext4" => run("mkfs.ext4", &["-q", "-F", "--"], device, MKFS_TIMEOUT).await,
@@ -137,6 +188,29 @@ mod tests {
         assert!(
             probe(Path::new("/dev/null")).await.is_err(),
             "a character device is not a disk"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_mounted_or_unreadable_device_is_never_blank() {
+        // The root filesystem's device is mounted: whatever blkid would say about it,
+        // probing must refuse it, never answer Blank.
+        let Some(root) = crate::mountinfo::read()
+            .unwrap()
+            .into_iter()
+            .find(|m| m.mount_point == Path::new("/"))
+            .and_then(|m| crate::device::node_of(m.major, m.minor))
+            .filter(|d| crate::device::is_block_device(d))
+        else {
+            return; // a root on overlayfs or tmpfs has no device to try
+        };
+        // EBUSY where the device can be opened, EPERM where a sandbox withholds it (as
+        // here, where blkid answers "nothing found" for it): an error either way.
+        let got = probe(&root).await;
+        assert!(
+            matches!(got, Err(MountError::InUse(_) | MountError::Io { .. })),
+            "{}: {got:?}",
+            root.display()
         );
     }
 

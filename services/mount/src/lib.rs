@@ -25,6 +25,10 @@ pub enum MountError {
     DeviceNotFound(String),
     #[error("{0}")]
     Invalid(String),
+    /// The device or path is held by someone else (mounted, open exclusively); nothing
+    /// was changed.
+    #[error("{0}")]
+    InUse(String),
 }
 
 impl MountError {

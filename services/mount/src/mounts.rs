@@ -82,10 +82,11 @@ pub fn bind(source: &Path, target: &Path, readonly: bool, flags: &[String]) -> R
     Ok(())
 }
 
-/// Unmounts everything stacked on `target`; nothing mounted there is fine.
+/// Unmounts everything stacked on `target`; nothing mounted there is fine. A symlink
+/// at `target` is not followed: what it points to was never ours to unmount.
 pub fn unmount_all(target: &Path) -> Result<()> {
     for _ in 0..16 {
-        match umount2(target, MntFlags::empty()) {
+        match umount2(target, MntFlags::UMOUNT_NOFOLLOW) {
             Ok(()) => continue,
             Err(Errno::EINVAL | Errno::ENOENT) => return Ok(()),
             Err(e) => {

@@ -81,14 +81,55 @@ fn mount_status(op: &str, err: MountError) -> Status {
     let code = match &err {
         MountError::DeviceNotFound(_) => tonic::Code::NotFound,
         MountError::Invalid(_) => tonic::Code::InvalidArgument,
+        MountError::InUse(_) => tonic::Code::FailedPrecondition,
         MountError::Timeout { .. } => tonic::Code::DeadlineExceeded,
-        MountError::Io { .. } | MountError::Command { .. } => tonic::Code::Internal,
+        MountError::Io { source, .. } => errno_code(source),
+        MountError::Command { .. } => tonic::Code::Internal,
     };
     Status::new(code, format!("{op}: {err}"))
 }
 
 fn io_status(op: &str, err: std::io::Error) -> Status {
-    Status::internal(format!("{op}: {err}"))
+    Status::new(errno_code(&err), format!("{op}: {err}"))
+}
+
+/// A system call's failure by its root cause, not all as INTERNAL: what the caller (or
+/// an operator) can act on gets the code that says so.
+fn errno_code(err: &std::io::Error) -> tonic::Code {
+    use nix::errno::Errno;
+    use tonic::Code;
+    let Some(errno) = err.raw_os_error().map(Errno::from_raw) else {
+        return Code::Internal;
+    };
+    match errno {
+        Errno::ENOENT => Code::NotFound,
+        Errno::ENOSPC | Errno::EDQUOT => Code::ResourceExhausted,
+        // The path is not what the call needs it to be (a file where a directory goes,
+        // a busy mount, a read-only filesystem): fixable by changing the state, not by
+        // retrying as is.
+        Errno::EBUSY
+        | Errno::ENOTDIR
+        | Errno::EISDIR
+        | Errno::EEXIST
+        | Errno::ENOTEMPTY
+        | Errno::ELOOP
+        | Errno::EROFS => Code::FailedPrecondition,
+        Errno::EACCES | Errno::EPERM => Code::PermissionDenied,
+        Errno::ENAMETOOLONG | Errno::EINVAL => Code::InvalidArgument,
+        _ => Code::Internal,
+    }
+}
+
+/// Refuses a path whose last component is a symbolic link: mount(2) follows it, so a
+/// link planted at a target would put the volume (or take it away) somewhere else.
+fn not_a_symlink(op: &str, path: &Path) -> Result<(), Status> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => Err(Status::failed_precondition(format!(
+            "{op}: {} is a symbolic link; it is not followed",
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 #[tonic::async_trait]

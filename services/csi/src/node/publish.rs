@@ -1,6 +1,7 @@
 //! NodePublishVolume / NodeUnpublishVolume: bind the staged filesystem (or the device,
 //! for a block volume) into the pod's target path, truly read-only when asked; and
-//! take it away again, leaving nothing behind.
+//! take it away again, leaving nothing behind — but only at a target this driver
+//! recorded for that volume: any other path is not ours to unmount or delete.
 
 use std::path::Path;
 
@@ -9,7 +10,7 @@ use overcast_mount::{device, mountinfo, mounts};
 use tonic::Status;
 use tracing::instrument;
 
-use super::{io_status, mount_status, path_field, NodeService};
+use super::{io_status, mount_status, not_a_symlink, path_field, NodeService};
 use crate::validation;
 
 use csi::volume_capability::access_mode::Mode;
@@ -66,13 +67,27 @@ impl NodeService {
                         readonly,
                     );
                 }
-                if !target.exists() {
-                    if let Some(parent) = target.parent() {
-                        std::fs::create_dir_all(parent).map_err(|e| io_status(&op, e))?;
+                not_a_symlink(&op, &target)?;
+                match std::fs::symlink_metadata(&target) {
+                    Ok(m) if m.is_file() && m.len() == 0 => {}
+                    Ok(_) => {
+                        return Err(Status::failed_precondition(format!(
+                            "{op}: the target exists and is not an empty file; binding the device over it would hide it"
+                        )))
                     }
-                    std::fs::File::create(&target).map_err(|e| io_status(&op, e))?;
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        if let Some(parent) = target.parent() {
+                            std::fs::create_dir_all(parent).map_err(|e| io_status(&op, e))?;
+                        }
+                        std::fs::File::create(&target).map_err(|e| io_status(&op, e))?;
+                    }
+                    Err(e) => return Err(io_status(&op, e)),
                 }
-                mounts::bind(&dev, &target, readonly, &[]).map_err(|e| mount_status(&op, e))?;
+                self.record_target(id, &target, readonly)?;
+                if let Err(e) = mounts::bind(&dev, &target, readonly, &[]) {
+                    self.forget_target(id, &target);
+                    return Err(mount_status(&op, e));
+                }
             }
             Some(AccessType::Mount(m)) => {
                 let Some(staged) = mountinfo::top(&staging).map_err(|e| mount_status(&op, e))?
@@ -100,9 +115,22 @@ impl NodeService {
                         readonly,
                     );
                 }
+                not_a_symlink(&op, &target)?;
                 std::fs::create_dir_all(&target).map_err(|e| io_status(&op, e))?;
-                mounts::bind(&staging, &target, readonly, &m.mount_flags)
-                    .map_err(|e| mount_status(&op, e))?;
+                if std::fs::read_dir(&target)
+                    .map_err(|e| io_status(&op, e))?
+                    .next()
+                    .is_some()
+                {
+                    return Err(Status::failed_precondition(format!(
+                        "{op}: the target directory is not empty; mounting over it would hide its files"
+                    )));
+                }
+                self.record_target(id, &target, readonly)?;
+                if let Err(e) = mounts::bind(&staging, &target, readonly, &m.mount_flags) {
+                    self.forget_target(id, &target);
+                    return Err(mount_status(&op, e));
+                }
             }
             None => {
                 return Err(Status::invalid_argument(
@@ -110,7 +138,6 @@ impl NodeService {
                 ))
             }
         }
-        self.record_target(id, &target, readonly)?;
         Ok(csi::NodePublishVolumeResponse {})
     }
 
@@ -139,12 +166,23 @@ impl NodeService {
         Ok(csi::NodePublishVolumeResponse {})
     }
 
+    /// Records `target` as this volume's — before the mount, so that a crash after it
+    /// still leaves a mount unpublish will take away.
     fn record_target(&self, id: &str, target: &Path, readonly: bool) -> Result<(), Status> {
         self.state
             .update(id, |v| {
                 v.targets.insert(target.to_owned(), readonly);
             })
             .map_err(|e| io_status(&format!("record publish of volume {id}"), e))
+    }
+
+    /// Drops a target recorded for a mount that then failed.
+    fn forget_target(&self, id: &str, target: &Path) {
+        if let Err(e) = self.state.update(id, |v| {
+            v.targets.remove(target);
+        }) {
+            tracing::warn!(error = %e, target = %target.display(), "could not drop the record of a failed publish");
+        }
     }
 
     #[instrument(skip_all, fields(volume.id = %req.volume_id))]
@@ -156,11 +194,33 @@ impl NodeService {
         let target = path_field("target_path", &req.target_path)?;
         let op = format!("unpublish volume {id} from {}", target.display());
         let _guard = self.inflight.volume(id)?;
+        if !self
+            .state
+            .get(id)
+            .is_some_and(|v| v.targets.contains_key(&target))
+        {
+            // Not a target this driver published this volume at (or already cleaned
+            // up): the spec's idempotent success, and whatever is there stays.
+            return Ok(csi::NodeUnpublishVolumeResponse {});
+        }
         mounts::unmount_all(&target).map_err(|e| mount_status(&op, e))?;
-        // The spec: the SP deletes the file or directory it created at the target.
+        // The spec: the SP deletes the file or directory it created at the target —
+        // an empty directory, or the empty file a block volume was bound onto. Anything
+        // else there (files written while nothing was mounted, a link) is left.
         match std::fs::symlink_metadata(&target) {
-            Ok(m) if m.is_dir() => std::fs::remove_dir(&target).map_err(|e| io_status(&op, e))?,
-            Ok(_) => std::fs::remove_file(&target).map_err(|e| io_status(&op, e))?,
+            Ok(m) if m.is_dir() => match std::fs::remove_dir(&target) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(nix::libc::ENOTEMPTY) => {
+                    tracing::warn!(target = %target.display(), "leaving a target directory that holds files");
+                }
+                Err(e) => return Err(io_status(&op, e)),
+            },
+            Ok(m) if m.is_file() && m.len() == 0 => {
+                std::fs::remove_file(&target).map_err(|e| io_status(&op, e))?
+            }
+            Ok(_) => {
+                tracing::warn!(target = %target.display(), "leaving a target that is not what this driver made");
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_status(&op, e)),
         }

@@ -1,5 +1,8 @@
-//! NodeStageVolume / NodeUnstageVolume: find the device, format it only when blank,
-//! mount it at the staging path; and undo that.
+//! NodeStageVolume / NodeUnstageVolume: find the volume's own disk, format it only when
+//! it is provably blank, mount it at the staging path; and undo that — only where this
+//! driver staged that volume, and never under a live publish.
+
+use std::path::Path;
 
 use overcast_api::csi_v1 as csi;
 use overcast_mount::format::{self, Content};
@@ -7,7 +10,7 @@ use overcast_mount::{device, mountinfo, mounts};
 use tonic::Status;
 use tracing::instrument;
 
-use super::{io_status, mount_status, path_field, NodeService};
+use super::{io_status, mount_status, not_a_symlink, path_field, NodeService};
 use crate::validation;
 
 use csi::volume_capability::AccessType;
@@ -25,13 +28,31 @@ impl NodeService {
         let cap = validation::capability(req.volume_capability.as_ref())?;
         let hint = device::DeviceHint::from_context(&req.publish_context)
             .map_err(|e| mount_status("stage", e))?;
+        hint.check_volume(id)
+            .map_err(|e| mount_status(&format!("stage volume {id}"), e))?;
         let op = format!("stage volume {id} at {}", staging.display());
         let _guard = self.inflight.volume(id)?;
+
+        // One volume, one staging mount: a second filesystem mount of the same disk
+        // elsewhere is a second writer the first one does not know about.
+        if let Some(other) = self.state.get(id).and_then(|v| v.staging) {
+            if other != staging
+                && mountinfo::top(&other)
+                    .map_err(|e| mount_status(&op, e))?
+                    .is_some()
+            {
+                return Err(Status::failed_precondition(format!(
+                    "{op}: the volume is already staged at {}; unstage it there first",
+                    other.display()
+                )));
+            }
+        }
 
         let dev = device::find(&hint, self.device_wait)
             .await
             .map_err(|e| mount_status(&op, e))?;
         let (major, minor) = device::numbers(&dev).map_err(|e| mount_status(&op, e))?;
+        not_a_symlink(&op, &staging)?;
         std::fs::create_dir_all(&staging).map_err(|e| io_status(&op, e))?;
 
         let mount = match &cap.access_type {
@@ -74,14 +95,37 @@ impl NodeService {
             return Ok(csi::NodeStageVolumeResponse {});
         }
 
-        // Data safety first: only a blank device is formatted.
-        match format::probe(&dev)
+        // Recorded before anything is mounted: a crash after the mount leaves a path
+        // unstage knows to be ours.
+        self.record_stage(id, &staging, &dev, false, fs_type)?;
+        if let Err(e) = self
+            .format_and_mount(&op, &dev, &staging, fs_type, &mount.mount_flags)
             .await
-            .map_err(|e| mount_status(&op, e))?
         {
-            Content::Blank => format::mkfs(&dev, fs_type)
+            // Nothing was mounted: the record would claim a path that is not ours.
+            let _ = self.state.update(id, |v| {
+                if v.staging.as_deref() == Some(staging.as_path()) {
+                    v.staging = None;
+                }
+            });
+            return Err(e);
+        }
+        Ok(csi::NodeStageVolumeResponse {})
+    }
+
+    /// Formats `dev` only when [`format::probe`] read it and found it empty, then mounts.
+    async fn format_and_mount(
+        &self,
+        op: &str,
+        dev: &Path,
+        staging: &Path,
+        fs_type: &str,
+        flags: &[String],
+    ) -> Result<(), Status> {
+        match format::probe(dev).await.map_err(|e| mount_status(op, e))? {
+            Content::Blank => format::mkfs(dev, fs_type)
                 .await
-                .map_err(|e| mount_status(&op, e))?,
+                .map_err(|e| mount_status(op, e))?,
             Content::Filesystem(found) if found == fs_type => {}
             Content::Filesystem(found) => {
                 return Err(Status::failed_precondition(format!(
@@ -99,17 +143,15 @@ impl NodeService {
                 )))
             }
         }
-        mounts::mount_fs(&dev, &staging, fs_type, &mount.mount_flags)
-            .map_err(|e| mount_status(&op, e))?;
-        self.record_stage(id, &staging, &dev, false, fs_type)?;
-        Ok(csi::NodeStageVolumeResponse {})
+        not_a_symlink(op, staging)?;
+        mounts::mount_fs(dev, staging, fs_type, flags).map_err(|e| mount_status(op, e))
     }
 
     fn record_stage(
         &self,
         id: &str,
-        staging: &std::path::Path,
-        dev: &std::path::Path,
+        staging: &Path,
+        dev: &Path,
         block: bool,
         fs: &str,
     ) -> Result<(), Status> {
@@ -132,12 +174,55 @@ impl NodeService {
         let staging = path_field("staging_target_path", &req.staging_target_path)?;
         let op = format!("unstage volume {id} from {}", staging.display());
         let _guard = self.inflight.volume(id)?;
-        mounts::unmount_all(&staging).map_err(|e| mount_status(&op, e))?;
+        let Some(record) = self
+            .state
+            .get(id)
+            .filter(|v| v.staging.as_deref() == Some(staging.as_path()))
+        else {
+            // Not a path this driver staged this volume at (or already unstaged): the
+            // spec's idempotent success, and nothing there is touched.
+            return Ok(csi::NodeUnstageVolumeResponse {});
+        };
+
+        // The spec orders unpublish before unstage; taking the staging mount from under
+        // a live bind would leave the pod writing to a disk the controller then detaches.
+        let mut live = Vec::new();
+        for target in record.targets.keys() {
+            if mountinfo::top(target)
+                .map_err(|e| mount_status(&op, e))?
+                .is_some()
+            {
+                live.push(target.display().to_string());
+            }
+        }
+        if !live.is_empty() {
+            return Err(Status::failed_precondition(format!(
+                "{op}: still published at {}; unpublish first",
+                live.join(", ")
+            )));
+        }
+
+        if !record.block {
+            if let Some(top) = mountinfo::top(&staging).map_err(|e| mount_status(&op, e))? {
+                let ours = record
+                    .device
+                    .as_deref()
+                    .and_then(|d| device::numbers(d).ok())
+                    .is_none_or(|numbers| numbers == (top.major, top.minor));
+                if !ours {
+                    return Err(Status::failed_precondition(format!(
+                        "{op}: the staging path holds a mount of {}:{} that this driver did not make",
+                        top.major, top.minor
+                    )));
+                }
+            }
+            mounts::unmount_all(&staging).map_err(|e| mount_status(&op, e))?;
+        }
         self.state
             .update(id, |v| {
-                if v.staging.as_deref() == Some(staging.as_path()) {
-                    v.staging = None;
-                }
+                v.staging = None;
+                // Targets left here were checked above: none is mounted any more.
+                v.targets.clear();
             })
             .map_err(|e| io_status(&op, e))?;
         Ok(csi::NodeUnstageVolumeResponse {})

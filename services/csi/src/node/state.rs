@@ -1,7 +1,11 @@
 //! What this node staged and published, per volume, kept in a small JSON file so every
 //! retry and every stats call is answered from recorded state — also after a restart.
-//! Written whole to a temporary file and renamed: a crash leaves the old or the new
-//! file, never half of one.
+//! It is also the node's claim of ownership: unstage and unpublish touch only paths
+//! recorded here for that volume, and a path is recorded *before* it is mounted, so a
+//! crash between the two still leaves the mount findable.
+//! Written whole to a temporary file, synced, renamed, and the directory synced: a crash
+//! or a power cut leaves the old or the new file, never half of one, and an answered
+//! call is on disk.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -61,9 +65,7 @@ impl NodeState {
             next.insert(volume_id.to_owned(), entry);
         }
         let bytes = serde_json::to_vec_pretty(&next).map_err(std::io::Error::other)?;
-        let tmp = self.file.with_extension("json.tmp");
-        std::fs::write(&tmp, bytes)?;
-        std::fs::rename(&tmp, &self.file)?;
+        write_durably(&self.file, &bytes)?;
         *volumes = next;
         Ok(())
     }
@@ -71,6 +73,22 @@ impl NodeState {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, NodeVolume>> {
         self.volumes.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Replaces `file` with `bytes` so that after a crash it holds one or the other, and
+/// once this returns, the new one survives a power cut.
+fn write_durably(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = file.with_extension("json.tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, file)?;
+    // The rename lives in the directory: sync it too.
+    let dir = file.parent().unwrap_or(Path::new("."));
+    std::fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! NodeGetVolumeStats and NodeExpandVolume: usage of a staged or published volume and
 //! its condition as the node sees it; growing its filesystem online.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use overcast_api::csi_v1 as csi;
 use overcast_mount::{device, format, mountinfo};
@@ -9,7 +9,7 @@ use tonic::Status;
 use tracing::instrument;
 
 use super::state::NodeVolume;
-use super::{mount_status, path_field, NodeService};
+use super::{mount_status, NodeService};
 use crate::validation;
 
 use csi::volume_usage::Unit;
@@ -51,6 +51,17 @@ fn device_problem(major: u32, minor: u32) -> Option<String> {
         .then(|| format!("the device's backing file {backing} is gone"))
 }
 
+/// A path the call only looks up among the paths recorded for the volume: any string
+/// may be compared, and only a recorded (hence validated, absolute) path is used, so a
+/// relative or odd path is simply not found — the spec's NOT_FOUND, which csi-sanity
+/// checks with "some/path".
+fn recorded_path(field: &str, value: &str) -> Result<PathBuf, Status> {
+    if value.is_empty() {
+        return Err(Status::invalid_argument(format!("{field} is required")));
+    }
+    Ok(PathBuf::from(value))
+}
+
 impl NodeService {
     /// The record of `id` if `path` is one of its staging or target paths.
     fn recorded(&self, id: &str, path: &Path) -> Option<(NodeVolume, Option<bool>)> {
@@ -68,7 +79,7 @@ impl NodeService {
         req: csi::NodeGetVolumeStatsRequest,
     ) -> Result<csi::NodeGetVolumeStatsResponse, Status> {
         let id = validation::require("volume_id", &req.volume_id)?;
-        let path = path_field("volume_path", &req.volume_path)?;
+        let path = recorded_path("volume_path", &req.volume_path)?;
         let op = format!("stats of volume {id} at {}", path.display());
         let Some((record, readonly)) = self.recorded(id, &path) else {
             return Err(Status::not_found(format!(
@@ -133,7 +144,7 @@ impl NodeService {
         req: csi::NodeExpandVolumeRequest,
     ) -> Result<csi::NodeExpandVolumeResponse, Status> {
         let id = validation::require("volume_id", &req.volume_id)?;
-        let path = path_field("volume_path", &req.volume_path)?;
+        let path = recorded_path("volume_path", &req.volume_path)?;
         if req.volume_capability.is_some() {
             validation::capability(req.volume_capability.as_ref())?;
         }
