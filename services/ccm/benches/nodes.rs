@@ -18,6 +18,7 @@ use kube::client::Body;
 use kube::{Api, Client};
 use overcast_ccm::addresses::AddressPolicy;
 use overcast_ccm::metrics::Metrics;
+use overcast_ccm::nodes::guard::DeletionGuard;
 use overcast_ccm::nodes::{NodeSync, Parts, UNINITIALIZED_TAINT};
 use overcast_cloud::{AddressType, Instance, InstanceState, Instances, NodeAddress, Zone};
 use serde_json::json;
@@ -117,6 +118,8 @@ async fn main() {
             lifecycle: true,
         },
         concurrency: 16,
+        guard: &DeletionGuard::off(),
+        recorder: None,
     }
     .run(&nodes)
     .await

@@ -16,6 +16,7 @@ use overcast_ccm::addresses::{AddressPolicy, Cidr};
 use overcast_ccm::leader::Election;
 use overcast_ccm::leader::{DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE};
 use overcast_ccm::metrics::Metrics;
+use overcast_ccm::nodes::guard::DeletionGuard;
 use overcast_ccm::nodes::{NodeSync, Parts};
 use overcast_ccm::services::{ServiceSync, FINALIZER};
 use overcast_ccm::MANAGER;
@@ -53,6 +54,14 @@ struct Options {
     /// Nodes a sync works on at once.
     #[arg(long, default_value_t = 16)]
     node_sync_concurrency: usize,
+    /// Node lifecycle: delete at most this percentage of the cluster's nodes (rounded
+    /// up) per --node-deletion-window; a sync that would delete more deletes none and
+    /// reports it. 0 never deletes, 100 turns the guard off.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=100))]
+    node_deletion_max_percent: u8,
+    /// The window of --node-deletion-max-percent, in seconds.
+    #[arg(long, default_value_t = 600)]
+    node_deletion_window: u64,
     #[arg(long, value_delimiter = ',')]
     internal_subnets: Vec<Cidr>,
     #[arg(long, value_delimiter = ',')]
@@ -159,6 +168,13 @@ async fn main() -> anyhow::Result<()> {
         sort_order: o.address_sort_order.clone(),
     };
     let mut tasks = Vec::new();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: MANAGER.into(),
+            instance: None,
+        },
+    );
 
     let parts = Parts {
         initialize: o.runs("node"),
@@ -175,10 +191,15 @@ async fn main() -> anyhow::Result<()> {
             let period = Duration::from_secs(o.node_sync_period);
             let concurrency = o.node_sync_concurrency;
             let api = nodes_api.clone();
+            let guard = DeletionGuard::new(
+                o.node_deletion_max_percent,
+                Duration::from_secs(o.node_deletion_window),
+            );
+            let recorder = recorder.clone();
             tasks.push(tokio::spawn(async move {
                 loop {
                     let snapshot: Vec<Node> = nodes.state().iter().map(|n| n.as_ref().clone()).collect();
-                    let sync = NodeSync { api: &api, cloud: instances.as_ref(), policy: &policy, metrics: &metrics, parts, concurrency };
+                    let sync = NodeSync { api: &api, cloud: instances.as_ref(), policy: &policy, metrics: &metrics, parts, concurrency, guard: &guard, recorder: Some(&recorder) };
                     let wait = match sync.run(&snapshot).await {
                         Ok(report) => {
                             tracing::debug!(?report, "node sync");
@@ -218,13 +239,7 @@ async fn main() -> anyhow::Result<()> {
                 }
             });
             services.wait_until_ready().await.context("service watch")?;
-            let recorder = Recorder::new(
-                client.clone(),
-                Reporter {
-                    controller: MANAGER.into(),
-                    instance: None,
-                },
-            );
+            let recorder = recorder.clone();
             let (lbs, nodes, metrics, notify, class, client) = (
                 Arc::clone(lbs),
                 nodes.clone(),

@@ -29,6 +29,8 @@ pub struct Metrics {
     pub errors: Family<ErrorLabels, Counter>,
     pub duration: Family<ControllerLabel, Histogram, fn() -> Histogram>,
     pub cloud_calls: Family<CloudCallLabel, Counter>,
+    /// NotReady nodes missing from the cloud that the deletion guard kept.
+    pub node_deletions_refused: Counter,
 }
 
 fn histogram() -> Histogram {
@@ -42,6 +44,7 @@ impl Metrics {
             errors: Family::default(),
             duration: Family::new_with_constructor(histogram),
             cloud_calls: Family::default(),
+            node_deletions_refused: Counter::default(),
         });
         let r = registry.sub_registry_with_prefix("ccm");
         r.register(
@@ -63,6 +66,11 @@ impl Metrics {
             "cloud_calls",
             "Calls made to the cloud, by call",
             m.cloud_calls.clone(),
+        );
+        r.register(
+            "node_deletions_refused",
+            "NotReady nodes the cloud no longer lists that the deletion guard kept",
+            m.node_deletions_refused.clone(),
         );
         m
     }

@@ -8,6 +8,10 @@
 //! - **lifecycle**: a NotReady node whose instance the cloud no longer lists is deleted;
 //!   one whose instance is shut down gets the shutdown taint, removed when it runs again.
 //!   A cloud error or timeout is never "gone": the whole sync stops and nothing is deleted.
+//!   A successful listing that would make more nodes "gone" than [`guard`] allows deletes
+//!   none of them: a wrong inventory looks exactly like a mass disappearance.
+
+pub mod guard;
 
 use std::collections::BTreeMap;
 
@@ -16,7 +20,8 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Node, NodeAddress as K8sAddress, Taint};
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::{Api, ResourceExt};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Resource, ResourceExt};
 use overcast_cloud::instances::find;
 use overcast_cloud::{Instance, InstanceState, Instances};
 use serde_json::json;
@@ -24,6 +29,7 @@ use serde_json::json;
 use crate::addresses::AddressPolicy;
 use crate::metrics::Metrics;
 use crate::{Error, Result};
+use guard::{DeletionGuard, Verdict};
 
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 pub const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
@@ -50,6 +56,8 @@ pub struct SyncReport {
     pub tainted_shutdown: usize,
     pub untainted: usize,
     pub waiting_for_instance: usize,
+    /// NotReady nodes the cloud no longer lists, kept because the guard refused.
+    pub deletion_refused: usize,
 }
 
 pub struct NodeSync<'a> {
@@ -60,6 +68,10 @@ pub struct NodeSync<'a> {
     pub parts: Parts,
     /// Nodes worked on at once (API round trips overlap; the cloud is still asked once).
     pub concurrency: usize,
+    /// Caps how many nodes the lifecycle controller deletes per window.
+    pub guard: &'a DeletionGuard,
+    /// Where refused deletions are reported as events on their Nodes.
+    pub recorder: Option<&'a Recorder>,
 }
 
 /// What one node's sync did.
@@ -72,6 +84,7 @@ enum Outcome {
     TaintedShutdown,
     Untainted,
     WaitingForInstance,
+    DeletionRefused,
 }
 
 impl SyncReport {
@@ -85,6 +98,7 @@ impl SyncReport {
                 Outcome::TaintedShutdown => self.tainted_shutdown += 1,
                 Outcome::Untainted => self.untainted += 1,
                 Outcome::WaitingForInstance => self.waiting_for_instance += 1,
+                Outcome::DeletionRefused => self.deletion_refused += 1,
             }
         }
     }
@@ -144,13 +158,14 @@ impl NodeSync<'_> {
         self.metrics.cloud_call("list_instances");
         // One answer for every node; on error nothing below runs (uncertain is not gone).
         let instances = self.cloud.list_instances().await?;
+        let deletions = self.admit_deletions(nodes, &instances);
         let mut report = SyncReport::default();
         let mut first_error = None;
         // Futures collected first: a closure inside the stream trips rustc's Send check
         // for the spawned task (rust-lang/rust#64552).
         let pending: Vec<_> = nodes
             .iter()
-            .map(|node| self.named(node, &instances))
+            .map(|node| self.named(node, &instances, deletions))
             .collect();
         let results: Vec<(String, Result<Vec<Outcome>>)> = futures::stream::iter(pending)
             .buffered(self.concurrency.max(1))
@@ -171,11 +186,55 @@ impl NodeSync<'_> {
         }
     }
 
-    async fn named(&self, node: &Node, instances: &[Instance]) -> (String, Result<Vec<Outcome>>) {
-        (node.name_any(), self.sync_node(node, instances).await)
+    /// Whether this sync may delete the nodes the listing says are gone: asked of the
+    /// guard once, for all of them.
+    fn admit_deletions(&self, nodes: &[Node], instances: &[Instance]) -> bool {
+        if !self.parts.lifecycle {
+            return true;
+        }
+        let gone = nodes
+            .iter()
+            .filter(|n| is_deletion_candidate(n, instances))
+            .count();
+        match self
+            .guard
+            .admit(gone, nodes.len(), std::time::Instant::now())
+        {
+            Verdict::Allowed => true,
+            Verdict::Refused { recent, budget } => {
+                self.metrics.node_deletions_refused.inc_by(gone as u64);
+                tracing::warn!(
+                    candidates = gone,
+                    nodes = nodes.len(),
+                    recent,
+                    budget,
+                    "refusing to delete NotReady nodes the cloud no longer lists: more than the \
+                     deletion guard allows in its window (a wrong inventory looks the same); \
+                     check the cloud, then delete them by hand or raise --node-deletion-max-percent"
+                );
+                false
+            }
+        }
     }
 
-    async fn sync_node(&self, node: &Node, instances: &[Instance]) -> Result<Vec<Outcome>> {
+    async fn named(
+        &self,
+        node: &Node,
+        instances: &[Instance],
+        may_delete: bool,
+    ) -> (String, Result<Vec<Outcome>>) {
+        (
+            node.name_any(),
+            self.sync_node(node, instances, may_delete).await,
+        )
+    }
+
+    async fn sync_node(
+        &self,
+        node: &Node,
+        instances: &[Instance],
+        may_delete: bool,
+    ) -> Result<Vec<Outcome>> {
         let name = node.name_any();
         let instance = find(instances, &name, provider_id(node));
         if has_taint(node, UNINITIALIZED_TAINT) {
@@ -206,7 +265,7 @@ impl NodeSync<'_> {
             }
         }
         if self.parts.lifecycle {
-            outcomes.push(self.lifecycle(node, instance).await?);
+            outcomes.push(self.lifecycle(node, instance, may_delete).await?);
         }
         Ok(outcomes)
     }
@@ -249,10 +308,26 @@ impl NodeSync<'_> {
         Ok(())
     }
 
-    async fn lifecycle(&self, node: &Node, instance: Option<&Instance>) -> Result<Outcome> {
+    async fn lifecycle(
+        &self,
+        node: &Node,
+        instance: Option<&Instance>,
+        may_delete: bool,
+    ) -> Result<Outcome> {
         let name = node.name_any();
         let shutdown_tainted = has_taint(node, SHUTDOWN_TAINT);
         match instance {
+            None if !ready(node) && !may_delete => {
+                self.event(
+                    node,
+                    "DeletionRefused",
+                    "the cloud no longer lists this node's instance, but more nodes than the \
+                     deletion guard allows would go at once; kept"
+                        .into(),
+                )
+                .await;
+                Ok(Outcome::DeletionRefused)
+            }
             None if !ready(node) => {
                 tracing::info!(node = %name, "deleting a NotReady node whose instance no longer exists");
                 self.api
@@ -295,6 +370,32 @@ impl NodeSync<'_> {
             .await?;
         Ok(())
     }
+}
+
+impl NodeSync<'_> {
+    async fn event(&self, node: &Node, reason: &str, note: String) {
+        let Some(recorder) = self.recorder else {
+            return;
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "NodeLifecycle".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &node.object_ref(&())).await {
+            tracing::warn!(error = %e, "could not record an event");
+        }
+    }
+}
+
+/// A node the lifecycle controller would delete: initialized, NotReady, and missing
+/// from the cloud's (successful) listing.
+fn is_deletion_candidate(node: &Node, instances: &[Instance]) -> bool {
+    !has_taint(node, UNINITIALIZED_TAINT)
+        && !ready(node)
+        && find(instances, &node.name_any(), provider_id(node)).is_none()
 }
 
 fn ignore_not_found(e: kube::Error) -> Result<()> {

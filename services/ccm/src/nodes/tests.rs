@@ -90,19 +90,33 @@ async fn run(
     calls: Vec<Call>,
     parts: Parts,
 ) -> (Result<SyncReport>, usize) {
+    let guard = guard::DeletionGuard::new(50, std::time::Duration::from_secs(600));
+    let metrics = Metrics::unregistered();
+    run_with(cloud, nodes, calls, parts, &guard, &metrics).await
+}
+
+async fn run_with(
+    cloud: &FakeCloud,
+    nodes: Vec<Node>,
+    calls: Vec<Call>,
+    parts: Parts,
+    guard: &guard::DeletionGuard,
+    metrics: &Metrics,
+) -> (Result<SyncReport>, usize) {
     let (client, handle) = mock();
     let api: Api<Node> = Api::all(client);
     let server = tokio::spawn(serve(handle, calls));
     let policy = AddressPolicy::default();
-    let metrics = Metrics::unregistered();
     // One at a time, so the scripted API sees a fixed order.
     let sync = NodeSync {
         api: &api,
         cloud,
         policy: &policy,
-        metrics: &metrics,
+        metrics,
         parts,
         concurrency: 1,
+        guard,
+        recorder: None,
     };
     let report = sync.run(&nodes).await;
     drop(api);
@@ -245,5 +259,44 @@ async fn controllers_not_chosen_do_nothing() {
     )
     .await;
     assert_eq!(report.unwrap(), SyncReport::default());
+    assert_eq!(served, 0);
+}
+
+#[tokio::test]
+async fn more_gone_nodes_than_the_guard_allows_are_all_kept() {
+    // Ten nodes, four NotReady, and a listing that still names only six: at 10% the
+    // window allows one deletion, so none of the four goes.
+    let mut instances = vec![];
+    let mut nodes = vec![];
+    for i in 0..10 {
+        let name = format!("n{i}");
+        if i >= 4 {
+            instances.push(instance(&name, InstanceState::Running));
+        }
+        nodes.push(node(&name, &[], i >= 4, Some(&format!("fake://{name}"))));
+    }
+    let cloud = FakeCloud::with(instances);
+    let guard = guard::DeletionGuard::new(10, std::time::Duration::from_secs(600));
+    let metrics = Metrics::unregistered();
+    let (report, served) = run_with(&cloud, nodes.clone(), vec![], ALL, &guard, &metrics).await;
+    let report = report.unwrap();
+    assert_eq!((report.deleted, report.deletion_refused), (0, 4));
+    assert_eq!(served, 0, "no DELETE sent");
+    assert_eq!(metrics.node_deletions_refused.get(), 4);
+
+    // When only one is gone, it is deleted — and the next one in the same window is not.
+    let mut listed: Vec<Instance> = (1..10)
+        .map(|i| instance(&format!("n{i}"), InstanceState::Running))
+        .collect();
+    *cloud.answer.lock().unwrap() = Ok(listed.clone());
+    let calls = vec![Call::new("DELETE", "/api/v1/nodes/n0", node_json("n0"))];
+    let (report, served) = run_with(&cloud, nodes.clone(), calls, ALL, &guard, &metrics).await;
+    assert_eq!(report.unwrap().deleted, 1);
+    assert_eq!(served, 1);
+    listed.remove(0);
+    *cloud.answer.lock().unwrap() = Ok(listed);
+    let (report, served) =
+        run_with(&cloud, nodes[1..].to_vec(), vec![], ALL, &guard, &metrics).await;
+    assert_eq!(report.unwrap().deletion_refused, 1);
     assert_eq!(served, 0);
 }

@@ -68,11 +68,11 @@ impl LocalInstances {
         let Some(path) = &self.file else {
             return Ok(vec![]);
         };
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-            Err(e) => return Err(CloudError::Unavailable(format!("{}: {e}", path.display()))),
-        };
+        // A missing file is no answer either: a mistyped path, a config mount that is
+        // not there yet, a file replaced by delete-then-write. "Gone" must come from an
+        // inventory that was read, never from one that was not.
+        let bytes = std::fs::read(path)
+            .map_err(|e| CloudError::Unavailable(format!("{}: {e}", path.display())))?;
         let listed: Vec<FileInstance> = serde_json::from_slice(&bytes)
             .map_err(|e| CloudError::Unavailable(format!("{}: {e}", path.display())))?;
         Ok(listed
@@ -187,8 +187,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("instances.json");
         let cloud = LocalInstances::new("me".into(), zone(), Some(file.clone()));
-        let only = cloud.list_instances().await.unwrap();
-        assert_eq!(only.len(), 1, "a missing file lists this host alone");
+        assert!(
+            cloud.list_instances().await.is_err(),
+            "a missing file is unknown, not an empty cloud"
+        );
+        let alone = LocalInstances::new("me".into(), zone(), None);
+        let only = alone.list_instances().await.unwrap();
+        assert_eq!(only.len(), 1, "without a file: this host alone");
         assert_eq!(only[0].provider_id, "local://me");
         assert!(only[0].instance_type.starts_with("local."));
         assert!(only[0]
