@@ -101,7 +101,12 @@ impl Csi {
             .tempdir()
             .expect("tempdir");
         let socket = dir.path().join("csi.sock");
-        let state_dir = dir.path().join("state");
+        // A test may put the state elsewhere (a small filesystem of its own).
+        let state_dir = args
+            .iter()
+            .find_map(|a| a.strip_prefix("--state-dir="))
+            .map(PathBuf::from)
+            .unwrap_or_else(|| dir.path().join("state"));
         let log = dir.path().join("csi.log");
         let mut csi = Self {
             child: None,
@@ -132,8 +137,10 @@ impl Csi {
             cmd.arg(format!("--zone={ZONE}"))
                 .arg(format!("--region={REGION}"));
         }
+        if !self.args.iter().any(|a| a.starts_with("--state-dir=")) {
+            cmd.arg(format!("--state-dir={}", self.state_dir.display()));
+        }
         cmd.arg(format!("--endpoint=unix://{}", self.socket.display()))
-            .arg(format!("--state-dir={}", self.state_dir.display()))
             .arg(format!(
                 "--node-state-dir={}",
                 self.dir.path().join("node").display()
@@ -209,6 +216,12 @@ impl Csi {
     /// Starts the process again on the same socket and state, and waits for it.
     pub async fn restart(&mut self) {
         self.kill9();
+        self.resume().await;
+    }
+
+    /// Starts the process again after [`Csi::kill9`] (and whatever the test did while
+    /// it was down), and waits for it.
+    pub async fn resume(&mut self) {
         self.spawn();
         self.wait_ready(Duration::from_secs(20)).await;
     }

@@ -19,10 +19,22 @@ pub fn to_status(op: &str, err: CloudError) -> Status {
         CloudError::OutOfRange(_) => Code::OutOfRange,
         CloudError::InvalidArgument(_) => Code::InvalidArgument,
         CloudError::Unavailable(_) => Code::Unavailable,
-        CloudError::Io { .. } => Code::Internal,
+        CloudError::Io { source, .. } => io_code(source),
         CloudError::Store(_) => Code::Internal,
     };
     Status::new(code, format!("{op}: {err}"))
+}
+
+/// A failed system call by its root cause: what the CO or an operator can act on gets
+/// the code that says so; the rest is the driver's own failure.
+fn io_code(err: &std::io::Error) -> Code {
+    use std::io::ErrorKind;
+    match err.kind() {
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded => Code::ResourceExhausted,
+        ErrorKind::ReadOnlyFilesystem => Code::Unavailable,
+        ErrorKind::ResourceBusy => Code::FailedPrecondition,
+        _ => Code::Internal,
+    }
 }
 
 #[cfg(test)]
@@ -62,6 +74,14 @@ mod tests {
             (
                 CloudError::io("write", std::io::Error::other("eio")),
                 Code::Internal,
+            ),
+            (
+                CloudError::io("commit", std::io::ErrorKind::StorageFull.into()),
+                Code::ResourceExhausted,
+            ),
+            (
+                CloudError::io("commit", std::io::ErrorKind::ReadOnlyFilesystem.into()),
+                Code::Unavailable,
             ),
             (CloudError::Store("corrupt".into()), Code::Internal),
         ];

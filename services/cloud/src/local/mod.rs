@@ -459,21 +459,23 @@ impl Disks for LocalCloud {
                 "disk {id} is still bound to /dev/loop{index}; unpublish it first"
             )));
         }
-        // Forget the disk first: a crash before the unlink leaves a file no record
-        // names, which the next start removes.
+        // The file goes first, then the record. On a full filesystem the unlink is what
+        // frees the space the store needs to record the deletion, so the other order
+        // could never delete anything there. A crash between the two leaves a record
+        // whose file is gone (reported abnormal); the CO's retry of DeleteVolume, which
+        // never got its answer, finishes it.
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(CloudError::io(format!("remove {}", path.display()), e)),
+        }
         self.store
             .commit(Mutation::Delete(id.as_str().to_owned()))
             .await?;
-        {
-            let mut index = self.index();
-            index.disks.remove(id.as_str());
-            index.by_name.remove(&record.name);
-        }
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(CloudError::io(format!("remove {}", path.display()), e)),
-        }
+        let mut index = self.index();
+        index.disks.remove(id.as_str());
+        index.by_name.remove(&record.name);
+        Ok(())
     }
 
     async fn attach_disk(&self, raw_id: &str, node: &str, readonly: bool) -> Result<Attachment> {
@@ -614,6 +616,12 @@ impl Disks for LocalCloud {
     }
 
     async fn probe(&self) -> Result<()> {
+        // A state directory that cannot be written to cannot record anything: not ready,
+        // before the next change finds out. A write (not statvfs) is what tells: ext4's
+        // emergency read-only after an error does not show as a read-only mount.
+        let marker = self.cfg.state_dir.join(".probe");
+        std::fs::write(&marker, b"ok")
+            .map_err(|e| CloudError::io(format!("write {}", marker.display()), e))?;
         self.store.check()?;
         loopdev::available()
             .map_err(|e| CloudError::Unavailable(format!("/dev/loop-control: {e}")))?;
