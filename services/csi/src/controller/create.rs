@@ -119,10 +119,8 @@ impl ControllerService {
         let disk = self.cloud.disk(id).await.map_err(|e| to_status(&op, e))?;
         let (required, limit) = validation::range_bounds(Some(range))?;
         let granularity = self.cloud.size_granularity();
-        let target = required
-            .div_ceil(granularity)
-            .saturating_mul(granularity)
-            .max(disk.size_bytes);
+        let asked = required.div_ceil(granularity).saturating_mul(granularity);
+        let target = asked.max(disk.size_bytes);
         if limit != 0 && target > limit {
             return Err(Status::out_of_range(format!(
                 "{op}: the volume has {} bytes and cannot fit under limit_bytes {limit}",
@@ -133,6 +131,15 @@ impl ControllerService {
             return Err(Status::out_of_range(format!(
                 "{op}: {target} bytes exceeds the largest disk"
             )));
+        }
+        if asked < disk.size_bytes {
+            // Below what the volume already has: nothing to do, on the controller or on
+            // the node. (A retry of an expansion that already happened asks for the
+            // size it made, not less, and still gets node_expansion_required below.)
+            return Ok(csi::ControllerExpandVolumeResponse {
+                capacity_bytes: i64::try_from(disk.size_bytes).unwrap_or(i64::MAX),
+                node_expansion_required: false,
+            });
         }
         let size = self
             .cloud

@@ -21,6 +21,8 @@ pub struct ControllerService {
     cloud: Arc<dyn Disks>,
     inflight: Inflight,
     default_size: u64,
+    /// Keys the tags of ListVolumes tokens (a fresh secret per process).
+    token_key: std::hash::RandomState,
 }
 
 impl ControllerService {
@@ -29,6 +31,7 @@ impl ControllerService {
             cloud,
             inflight: Inflight::default(),
             default_size,
+            token_key: std::hash::RandomState::new(),
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The read-only calls: ValidateVolumeCapabilities, ListVolumes, GetCapacity and
 //! ControllerGetVolume.
 
+use std::hash::BuildHasher;
+
 use overcast_api::csi_v1 as csi;
 use tonic::Status;
 use tracing::instrument;
@@ -10,8 +12,39 @@ use crate::errors::to_status;
 use crate::validation;
 
 /// ListVolumes tokens name the last volume of the previous page; ids sort, so a page
-/// boundary survives volumes being created or deleted between calls.
+/// boundary survives volumes being created or deleted between calls. Each carries a tag
+/// keyed by a secret of this process, so a token this driver did not issue — forged, or
+/// from before a restart — is ABORTED instead of answered with a page that ends early
+/// and makes the caller believe the listing complete.
 const TOKEN_PREFIX: &str = "after:";
+
+impl ControllerService {
+    fn token_tag(&self, after: &str) -> u64 {
+        self.token_key.hash_one(after)
+    }
+
+    fn issue_token(&self, after: &str) -> String {
+        format!("{TOKEN_PREFIX}{:016x}:{after}", self.token_tag(after))
+    }
+
+    /// The volume id a token issued by [`Self::issue_token`] names.
+    fn redeem_token(&self, token: &str) -> Result<String, Status> {
+        let issued = token
+            .strip_prefix(TOKEN_PREFIX)
+            .and_then(|rest| rest.split_once(':'))
+            .filter(|(tag, id)| {
+                tag.len() == 16
+                    && !id.is_empty()
+                    && u64::from_str_radix(tag, 16).ok() == Some(self.token_tag(id))
+            });
+        match issued {
+            Some((_, id)) => Ok(id.to_owned()),
+            None => Err(Status::aborted(format!(
+                "starting_token {token:?} was not issued by this driver (or by this run of it); list from the start"
+            ))),
+        }
+    }
+}
 
 impl ControllerService {
     #[instrument(skip_all, fields(volume.id = %req.volume_id))]
@@ -69,14 +102,7 @@ impl ControllerService {
             .map_err(|_| Status::invalid_argument("max_entries is negative"))?;
         let after = match req.starting_token.as_str() {
             "" => None,
-            token => match token.strip_prefix(TOKEN_PREFIX) {
-                Some(id) if !id.is_empty() => Some(id.to_owned()),
-                _ => {
-                    return Err(Status::aborted(format!(
-                        "starting_token {token:?} was not issued by this driver"
-                    )))
-                }
-            },
+            token => Some(self.redeem_token(token)?),
         };
         let disks = self
             .cloud
@@ -104,7 +130,7 @@ impl ControllerService {
             Some(_) => entries
                 .last()
                 .and_then(|e| e.volume.as_ref())
-                .map(|v| format!("{TOKEN_PREFIX}{}", v.volume_id))
+                .map(|v| self.issue_token(&v.volume_id))
                 .unwrap_or_default(),
             None => String::new(),
         };
