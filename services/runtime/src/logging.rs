@@ -27,9 +27,14 @@ impl FromStr for LogFormat {
 /// Installs the global subscriber. Call once, first thing in `main`.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // A log line that cannot be written is dropped, never a panic: by default the
+    // subscriber reports its own write failures with eprintln!, which panics when stderr
+    // itself fails (a full disk under the log file) — inside whatever request was
+    // logging, which then dies as a reset stream instead of answering.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => builder.with_ansi(false).init(),
         LogFormat::Json => builder
