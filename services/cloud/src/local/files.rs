@@ -4,6 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use nix::errno::Errno;
@@ -45,21 +46,36 @@ fn size_file(file: &File, path: &Path, size: u64, thick: bool) -> Result<()> {
     let len = i64::try_from(size)
         .map_err(|_| CloudError::OutOfRange(format!("size {size} is too large")))?;
     if thick {
-        match fallocate(file.as_fd(), FallocateFlags::empty(), 0, len) {
-            Ok(()) => return Ok(()),
-            Err(Errno::ENOSPC) => {
-                return Err(CloudError::ResourceExhausted(format!(
-                    "not enough space for {size} bytes at {}",
-                    path.display()
-                )))
-            }
-            Err(e) => {
-                return Err(CloudError::io(
-                    format!("allocate {}", path.display()),
-                    io::Error::from(e),
-                ))
-            }
+        let meta = file
+            .metadata()
+            .map_err(|e| CloudError::io(format!("stat {}", path.display()), e))?;
+        // fallocate allocates until the filesystem is full and then fails, keeping what
+        // it allocated and the size it reached: one refused request would leave the
+        // host's disk full. Ask first; and undo a failure anyway (another writer may
+        // have taken the space in between).
+        let needed = size.saturating_sub(meta.blocks() * 512);
+        let free = available_bytes(path.parent().unwrap_or(Path::new("/")))?;
+        if needed > free {
+            return Err(CloudError::ResourceExhausted(format!(
+                "not enough space for {size} bytes at {} ({free} bytes free)",
+                path.display()
+            )));
         }
+        return match fallocate(file.as_fd(), FallocateFlags::empty(), 0, len) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if let Err(undo) = file.set_len(meta.len()) {
+                    tracing::warn!(error = %undo, file = %path.display(), "could not give back the space of a failed allocation");
+                }
+                Err(match e {
+                    Errno::ENOSPC => CloudError::ResourceExhausted(format!(
+                        "not enough space for {size} bytes at {}",
+                        path.display()
+                    )),
+                    e => CloudError::io(format!("allocate {}", path.display()), io::Error::from(e)),
+                })
+            }
+        };
     }
     file.set_len(size)
         .map_err(|e| CloudError::io(format!("resize {}", path.display()), e))
@@ -74,8 +90,6 @@ pub fn available_bytes(dir: &Path) -> Result<u64> {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::MetadataExt;
-
     use super::*;
 
     #[test]
@@ -100,5 +114,21 @@ mod tests {
             "grow never shrinks"
         );
         assert!(available_bytes(dir.path()).unwrap() > 0);
+    }
+
+    #[test]
+    fn a_thick_size_past_the_free_space_takes_none_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let free = available_bytes(dir.path()).unwrap();
+        let file = dir.path().join("thick.img");
+        create(&file, 1 << 20, true).unwrap();
+        let err = grow(&file, free + (64 << 30), true).unwrap_err();
+        assert!(matches!(err, CloudError::ResourceExhausted(_)), "{err:?}");
+        let meta = std::fs::metadata(&file).unwrap();
+        assert_eq!(meta.len(), 1 << 20, "the file keeps its size");
+        assert!(meta.blocks() * 512 < 2 << 20, "and holds no more space");
+        assert!(available_bytes(dir.path()).unwrap() + (64 << 20) > free);
+        assert!(create(&dir.path().join("huge.img"), free + (64 << 30), true).is_err());
+        assert!(!dir.path().join("huge.img").exists());
     }
 }
