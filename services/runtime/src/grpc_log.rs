@@ -2,6 +2,11 @@
 //! in Prometheus metrics. Handlers do not log what they return; this layer does, once.
 //! It sees only the path and the status, never a request body, so secrets cannot leak
 //! through it.
+//!
+//! It also keeps every error message short enough for any client: messages name the
+//! request's fields, a caller can send fields of any length, and an HTTP/2 client resets
+//! a stream whose headers pass its limit (16 KiB for most) — the caller would get a
+//! PROTOCOL_ERROR instead of the code.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -126,7 +131,10 @@ where
         let started = Instant::now();
         let response = self.inner.call(req);
         Box::pin(async move {
-            let result = response.await;
+            let mut result = response.await;
+            if let Ok(resp) = result.as_mut() {
+                bound_message(resp.headers_mut());
+            }
             let elapsed = started.elapsed();
             // Unary errors travel "trailers-only": grpc-status sits in the headers. A
             // response without it carries its status in trailers, which for our unary
@@ -161,6 +169,48 @@ where
     }
 }
 
+/// The longest status message sent, in bytes before encoding.
+const MAX_MESSAGE_BYTES: usize = 2048;
+
+/// Cuts an over-long `grpc-message` down to [`MAX_MESSAGE_BYTES`], saying so.
+fn bound_message(headers: &mut http::HeaderMap) {
+    let Some(raw) = headers.get("grpc-message").and_then(|v| v.to_str().ok()) else {
+        return;
+    };
+    if raw.len() <= MAX_MESSAGE_BYTES {
+        return;
+    }
+    let message = percent_decode(raw);
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return;
+    }
+    let mut end = MAX_MESSAGE_BYTES;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = format!(
+        "{}… ({} more bytes cut)",
+        &message[..end],
+        message.len() - end
+    );
+    if let Ok(value) = http::HeaderValue::from_str(&percent_encode(&cut)) {
+        headers.insert("grpc-message", value);
+    }
+}
+
+/// grpc-message's encoding: every byte outside printable ASCII, and `%`, as `%XX`.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// grpc-message is percent-encoded on the wire.
 fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
@@ -192,5 +242,27 @@ mod tests {
         );
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("a%2"), "a%2");
+    }
+
+    #[test]
+    fn long_messages_are_cut_to_a_size_every_client_takes() {
+        let long = format!("stage volume v at /k/{}: bad", "é".repeat(10_000));
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "grpc-message",
+            http::HeaderValue::from_str(&percent_encode(&long)).unwrap(),
+        );
+        bound_message(&mut headers);
+        let sent = headers["grpc-message"].to_str().unwrap();
+        assert!(sent.len() < 3 * MAX_MESSAGE_BYTES + 100, "{}", sent.len());
+        let got = percent_decode(sent);
+        assert!(got.starts_with("stage volume v at /k/é"));
+        assert!(got.ends_with("more bytes cut)"), "{got}");
+
+        let short = "volume_id is required";
+        headers.insert("grpc-message", http::HeaderValue::from_static(short));
+        bound_message(&mut headers);
+        assert_eq!(headers["grpc-message"], short, "short ones are untouched");
+        assert_eq!(percent_decode(&percent_encode("100% é\n")), "100% é\n");
     }
 }
