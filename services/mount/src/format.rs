@@ -118,8 +118,50 @@ fn witness(device: &Path) -> Result<bool> {
     Ok(zeros)
 }
 
-/// Creates `fs_type` on a device [`probe`] found blank.
+/// The smallest device each filesystem can be made on (xfsprogs refuses less than
+/// 300 MB since 5.19; ext4 goes down to a journal-less 1 MiB).
+pub fn min_size(fs_type: &str) -> u64 {
+    match fs_type {
+        "xfs" => 300 << 20,
+        _ => 1 << 20,
+    }
+}
+
+nix::ioctl_read_bad!(blk_ro_get, 0x125e, libc::c_int);
+
+/// Whether the block device is read-only (attached read-only, write-protected).
+pub fn read_only(device: &Path) -> Result<bool> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(device)
+        .map_err(|e| MountError::io(format!("open {}", device.display()), e))?;
+    let mut ro: libc::c_int = 0;
+    // SAFETY: BLKROGET writes one int through the pointer we pass.
+    unsafe { blk_ro_get(file.as_raw_fd(), &mut ro) }
+        .map_err(|e| MountError::io(format!("read-only flag of {}", device.display()), e.into()))?;
+    Ok(ro != 0)
+}
+
+/// Creates `fs_type` on a device [`probe`] found blank. A device that cannot take it —
+/// read-only, or too small for that filesystem — is refused with the reason before
+/// mkfs runs, so the answer names the state to change rather than mkfs's stderr.
 pub async fn mkfs(device: &Path, fs_type: &str) -> Result<()> {
+    if !matches!(fs_type, "ext4" | "xfs") {
+        return Err(MountError::Invalid(format!("cannot format {fs_type}")));
+    }
+    if read_only(device)? {
+        return Err(MountError::Refused(format!(
+            "{} is read-only and holds no filesystem: it cannot be formatted",
+            device.display()
+        )));
+    }
+    let size = crate::device::size_bytes(device)?;
+    if size < min_size(fs_type) {
+        return Err(MountError::Refused(format!(
+            "{} has {size} bytes; {fs_type} needs at least {}",
+            device.display(),
+            min_size(fs_type)
+        )));
+    }
     match fs_type {
         "ext4" => run("mkfs.ext4", &["-q", "-F", "--"], device, MKFS_TIMEOUT).await,
         "xfs" => run("mkfs.xfs", &["-q", "--"], device, MKFS_TIMEOUT).await,
@@ -129,12 +171,30 @@ pub async fn mkfs(device: &Path, fs_type: &str) -> Result<()> {
 
 /// Grows the mounted filesystem on `device` to fill it.
 pub async fn grow(device: &Path, mount_point: &Path, fs_type: &str) -> Result<()> {
-    match fs_type {
+    let grown = match fs_type {
         "ext4" | "ext3" | "ext2" => run("resize2fs", &[], device, GROW_TIMEOUT).await,
         "xfs" => run("xfs_growfs", &["-d", "--"], mount_point, GROW_TIMEOUT).await,
-        other => Err(MountError::Invalid(format!("cannot grow {other}"))),
+        other => return Err(MountError::Invalid(format!("cannot grow {other}"))),
+    };
+    match grown {
+        // The filesystem's own ceiling: its block size and layout, fixed when it was
+        // made, cap how far it can grow (an ext4 made small uses 1 KiB blocks).
+        Err(MountError::Command { stderr, .. }) if TOO_LARGE.iter().any(|m| stderr.contains(m)) => {
+            Err(MountError::OutOfRange(format!(
+                "the {fs_type} filesystem on {} cannot grow to the device's size: {}",
+                device.display(),
+                stderr.lines().last().unwrap_or_default()
+            )))
+        }
+        other => other,
     }
 }
+
+/// What resize2fs says when the size is past what the filesystem's layout can hold.
+const TOO_LARGE: &[&str] = &[
+    "too many block group descriptors",
+    "New size too large to be expressed",
+];
 
 async fn run(program: &str, args: &[&str], path: &Path, timeout: Duration) -> Result<()> {
     let out = run_status(program, args, path, timeout).await?;

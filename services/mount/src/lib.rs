@@ -29,6 +29,13 @@ pub enum MountError {
     /// was changed.
     #[error("{0}")]
     InUse(String),
+    /// The request cannot be served in the device's present state (read-only, too small
+    /// for the filesystem asked for); nothing was changed.
+    #[error("{0}")]
+    Refused(String),
+    /// A size the filesystem cannot take.
+    #[error("{0}")]
+    OutOfRange(String),
 }
 
 impl MountError {

@@ -81,7 +81,8 @@ fn mount_status(op: &str, err: MountError) -> Status {
     let code = match &err {
         MountError::DeviceNotFound(_) => tonic::Code::NotFound,
         MountError::Invalid(_) => tonic::Code::InvalidArgument,
-        MountError::InUse(_) => tonic::Code::FailedPrecondition,
+        MountError::InUse(_) | MountError::Refused(_) => tonic::Code::FailedPrecondition,
+        MountError::OutOfRange(_) => tonic::Code::OutOfRange,
         MountError::Timeout { .. } => tonic::Code::DeadlineExceeded,
         MountError::Io { source, .. } => errno_code(source),
         MountError::Command { .. } => tonic::Code::Internal,

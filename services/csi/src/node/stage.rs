@@ -95,6 +95,16 @@ impl NodeService {
             return Ok(csi::NodeStageVolumeResponse {});
         }
 
+        // Mounting over files would hide them (kubelet's staging directory is empty).
+        if std::fs::read_dir(&staging)
+            .map_err(|e| io_status(&op, e))?
+            .next()
+            .is_some()
+        {
+            return Err(Status::failed_precondition(format!(
+                "{op}: the staging directory is not empty; mounting over it would hide its files"
+            )));
+        }
         // Recorded before anything is mounted: a crash after the mount leaves a path
         // unstage knows to be ours.
         self.record_stage(id, &staging, &dev, false, fs_type)?;
@@ -144,7 +154,13 @@ impl NodeService {
             }
         }
         not_a_symlink(op, staging)?;
-        mounts::mount_fs(dev, staging, fs_type, flags).map_err(|e| mount_status(op, e))
+        // A disk attached read-only (ControllerPublishVolume readonly=true) is mounted
+        // read-only: the kernel refuses a writable mount of it anyway.
+        let mut flags = flags.to_vec();
+        if format::read_only(dev).map_err(|e| mount_status(op, e))? {
+            flags.push("ro".into());
+        }
+        mounts::mount_fs(dev, staging, fs_type, &flags).map_err(|e| mount_status(op, e))
     }
 
     fn record_stage(
