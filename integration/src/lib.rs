@@ -96,6 +96,15 @@ impl Csi {
     }
 
     pub async fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_full(args, env, None).await
+    }
+
+    /// Starts it with its stderr (the log) going to `log` instead of its own directory.
+    pub async fn start_logging_to(args: &[&str], log: PathBuf) -> Self {
+        Self::start_full(args, &[], Some(log)).await
+    }
+
+    async fn start_full(args: &[&str], env: &[(&str, &str)], log: Option<PathBuf>) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("overcast-it-")
             .tempdir()
@@ -107,7 +116,7 @@ impl Csi {
             .find_map(|a| a.strip_prefix("--state-dir="))
             .map(PathBuf::from)
             .unwrap_or_else(|| dir.path().join("state"));
-        let log = dir.path().join("csi.log");
+        let log = log.unwrap_or_else(|| dir.path().join("csi.log"));
         let mut csi = Self {
             child: None,
             socket,

@@ -103,11 +103,13 @@ impl Drop for SmallFs {
     }
 }
 
-/// Writes `path` until the filesystem is full.
+/// Writes `path` until the filesystem is full, to the last byte.
 fn fill(path: &Path) {
     let mut f = std::fs::File::create(path).unwrap();
-    let chunk = vec![0xa5u8; 64 << 10];
-    while f.write_all(&chunk).is_ok() {}
+    for chunk in [64 << 10, 4096, 1] {
+        let bytes = vec![0xa5u8; chunk];
+        while f.write_all(&bytes).is_ok() {}
+    }
     let _ = f.sync_all();
 }
 
@@ -236,6 +238,31 @@ async fn a_full_then_read_only_state_filesystem_fails_clearly_and_heals() {
     csi.restart().await;
     let mut c = csi.controller().await;
     assert_eq!(listed(&mut c).await, acknowledged);
+    drop(c);
+    drop(csi);
+}
+
+#[tokio::test]
+async fn a_log_that_cannot_be_written_never_kills_a_call() {
+    // The log on a filesystem that is full: every call still gets its answer (before,
+    // the log subscriber's own error report panicked inside the handler, and the call
+    // ended as an HTTP/2 stream reset).
+    let fs = SmallFs::new(8);
+    let log = fs.path().join("csi.log");
+    let csi = Csi::start_logging_to(&[], log).await;
+    fill(&fs.path().join("filler"));
+    let mut c = csi.controller().await;
+    for _ in 0..200 {
+        // An error is logged at info: the log write fails each time.
+        let err = c
+            .controller_get_volume(csi::ControllerGetVolumeRequest {
+                volume_id: "vol-0123456789abcdef0123456789abcdef".into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    }
+    assert!(ready(&csi).await);
     drop(c);
     drop(csi);
 }
