@@ -7,7 +7,7 @@
 //! - nothing outside the driver's own directories and devices was created, changed or
 //!   removed: the victims' tree, every mount outside the driver's directory
 //!   (`/proc/self/mountinfo`) and every loop device not backed by one of its disks are
-//!   as they were; and the host's disk has not lost more than 2 GiB of free space.
+//!   as they were; and the driver's files hold less than 2 GiB of the host's disk.
 //!
 //! `cargo test` runs a bounded number of cases (OVERCAST_FUZZ_CASES, default 300) from a
 //! fresh seed, printed so that a failure can be replayed with OVERCAST_FUZZ_SEED.
@@ -58,6 +58,19 @@ fn walk(path: &Path, out: &mut BTreeMap<PathBuf, String>) {
     if kind.is_dir() {
         for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
             walk(&entry.path(), out);
+        }
+    }
+}
+
+/// Bytes allocated on disk to every file under `path`.
+fn walk_blocks(path: &Path, out: &mut BTreeMap<PathBuf, u64>) {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return;
+    };
+    out.insert(path.to_owned(), meta.blocks() * 512);
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+            walk_blocks(&entry.path(), out);
         }
     }
 }
@@ -635,12 +648,13 @@ async fn generated_requests_get_allowed_codes_and_touch_nothing_else() {
     let state_dir = std::fs::canonicalize(&csi.state_dir).unwrap();
     let before = snapshot(scratch.path(), &driver_dir, &state_dir);
     // Space is shared with everything else on the host: the driver may use some, never
-    // most (a failed allocation once kept all it had taken).
-    let free = || {
-        let st = nix::sys::statvfs::statvfs(&state_dir).unwrap();
-        st.blocks_available() as u64 * st.fragment_size() as u64
+    // most (a failed allocation once kept all it had taken). Its own files are counted,
+    // so that other work on the machine does not disturb the measure.
+    let used = || {
+        let mut all = BTreeMap::new();
+        walk_blocks(&state_dir, &mut all);
+        all.values().sum::<u64>()
     };
-    let free_at_start = free();
     let mut seen: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
 
     for case in 0..cases {
@@ -665,11 +679,10 @@ async fn generated_requests_get_allowed_codes_and_touch_nothing_else() {
             .or_default()
             .entry(format!("{code:?}"))
             .or_default() += 1;
+        let allocated = used();
         assert!(
-            free() + (2 << 30) > free_at_start,
-            "case {case} (OVERCAST_FUZZ_SEED={seed}): {rpc} ({result:?}) left the host's disk with {} of {} bytes free",
-            free(),
-            free_at_start
+            allocated < 2 << 30,
+            "case {case} (OVERCAST_FUZZ_SEED={seed}): {rpc} ({result:?}) left the driver holding {allocated} bytes of the host's disk"
         );
         let now = snapshot(scratch.path(), &driver_dir, &state_dir);
         assert!(

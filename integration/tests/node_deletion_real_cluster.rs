@@ -1,7 +1,7 @@
 //! The ccm's node lifecycle on a real API server, when the cloud's answer is missing or
 //! wrong: a missing instances file deletes nothing (it is no answer), and an inventory
-//! that would make more nodes "gone" than the deletion guard allows deletes none of them
-//! and says so (event per node, metric). Replays issue 12 §4. Runs only with
+//! that lacks more nodes than the deletion guard allows — or lacks live (Ready) ones —
+//! deletes none of them and says so (event per node, metric). Replays issue 12 §4. Runs only with
 //! `OVERCAST_TEST_KUBECONFIG` (a disposable cluster: it creates and deletes Nodes named
 //! `overcast-it-guard-*`); otherwise it says it was skipped.
 
@@ -167,6 +167,19 @@ async fn a_missing_or_wrong_inventory_deletes_no_node() {
         refused, expected,
         "an event on each kept NotReady node, none on Ready ones"
     );
+
+    // 2b. A listing that lacks three NotReady nodes — few enough to delete — and five
+    // Ready ones, whose kubelets prove them alive: the listing is wrong; nothing goes.
+    let refused_before = metric(port, "ccm_node_deletions_refused_total");
+    write_inventory(&inventory, (3..NODES).filter(|i| !(20..25).contains(i)));
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            metric(port, "ccm_node_deletions_refused_total") >= refused_before + 3.0
+        })
+        .await,
+        "the three are refused"
+    );
+    assert_eq!(ours(&nodes).await.len(), NODES, "nothing deleted");
 
     // 3. Two really gone: within the guard, deleted; the rest stay.
     write_inventory(&inventory, 2..NODES);

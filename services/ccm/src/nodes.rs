@@ -187,30 +187,42 @@ impl NodeSync<'_> {
     }
 
     /// Whether this sync may delete the nodes the listing says are gone: asked of the
-    /// guard once, for all of them.
+    /// guard once, for all of them, with how much of the cluster the listing lacks.
     fn admit_deletions(&self, nodes: &[Node], instances: &[Instance]) -> bool {
         if !self.parts.lifecycle {
             return true;
         }
-        let gone = nodes
+        let provider = self.cloud.provider_name();
+        let ours: Vec<&Node> = nodes
             .iter()
-            .filter(|n| is_deletion_candidate(n, instances))
-            .count();
+            .filter(|n| is_ours(n, provider) && !has_taint(n, UNINITIALIZED_TAINT))
+            .collect();
+        let missing: Vec<&&Node> = ours
+            .iter()
+            .filter(|n| find(instances, &n.name_any(), provider_id(n)).is_none())
+            .collect();
+        let gone = missing.iter().filter(|n| !ready(n)).count();
         match self
             .guard
-            .admit(gone, nodes.len(), std::time::Instant::now())
+            .admit(gone, missing.len(), ours.len(), std::time::Instant::now())
         {
             Verdict::Allowed => true,
-            Verdict::Refused { recent, budget } => {
+            Verdict::Refused {
+                missing,
+                recent,
+                budget,
+            } => {
                 self.metrics.node_deletions_refused.inc_by(gone as u64);
                 tracing::warn!(
                     candidates = gone,
-                    nodes = nodes.len(),
+                    missing,
+                    nodes = ours.len(),
                     recent,
                     budget,
-                    "refusing to delete NotReady nodes the cloud no longer lists: more than the \
-                     deletion guard allows in its window (a wrong inventory looks the same); \
-                     check the cloud, then delete them by hand or raise --node-deletion-max-percent"
+                    "refusing to delete NotReady nodes the cloud no longer lists: the listing \
+                     lacks more nodes than the deletion guard's share, or more were deleted in \
+                     its window (a wrong inventory looks the same); check the cloud, then \
+                     delete them by hand or raise --node-deletion-max-percent"
                 );
                 false
             }
@@ -314,6 +326,11 @@ impl NodeSync<'_> {
         instance: Option<&Instance>,
         may_delete: bool,
     ) -> Result<Outcome> {
+        // A node another provider manages (a static node beside cloud ones) is not in
+        // this cloud's listing, and is not this controller's to delete or taint.
+        if !is_ours(node, self.cloud.provider_name()) {
+            return Ok(Outcome::Nothing);
+        }
         let name = node.name_any();
         let shutdown_tainted = has_taint(node, SHUTDOWN_TAINT);
         match instance {
@@ -390,12 +407,13 @@ impl NodeSync<'_> {
     }
 }
 
-/// A node the lifecycle controller would delete: initialized, NotReady, and missing
-/// from the cloud's (successful) listing.
-fn is_deletion_candidate(node: &Node, instances: &[Instance]) -> bool {
-    !has_taint(node, UNINITIALIZED_TAINT)
-        && !ready(node)
-        && find(instances, &node.name_any(), provider_id(node)).is_none()
+/// Whether `node` belongs to this cloud: its providerID names `provider`, or it has
+/// none yet (matched by name).
+fn is_ours(node: &Node, provider: &str) -> bool {
+    provider_id(node).is_none_or(|p| {
+        p.strip_prefix(provider)
+            .is_some_and(|rest| rest.starts_with("://"))
+    })
 }
 
 fn ignore_not_found(e: kube::Error) -> Result<()> {

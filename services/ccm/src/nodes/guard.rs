@@ -1,9 +1,12 @@
 //! A brake on node deletion that protects every cloud from the same class of mistake:
 //! an inventory that is wrong but not an error (the wrong project, an emptied file, a
-//! paging bug) makes every NotReady node look gone at once. Within a sliding window the
-//! node lifecycle controller deletes at most a share of the cluster's nodes; a sync
-//! whose deletions would pass that share deletes none of them, and says so (log, event
-//! per node, metric), so that a person decides.
+//! paging bug) makes nodes look gone. Two signs, each capped at a share of the cluster's
+//! nodes of this cloud:
+//! - the listing lacks more of them than the share — Ready ones included, whose kubelets
+//!   prove them alive: the listing is suspect, and nothing is deleted on it;
+//! - more deletions than the share within a sliding window.
+//! A sync past either deletes none of its candidates and says so (log, event per node,
+//! metric), so that a person decides.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -23,9 +26,11 @@ pub struct DeletionGuard {
 pub enum Verdict {
     Allowed,
     Refused {
+        /// Nodes the listing lacks, Ready or not.
+        missing: usize,
         /// Deletions already admitted in the window.
         recent: usize,
-        /// Deletions the window allows for a cluster of this size.
+        /// What the share allows for a cluster of this size.
         budget: usize,
     },
 }
@@ -46,8 +51,9 @@ impl DeletionGuard {
         Self::new(100, Duration::ZERO)
     }
 
-    /// Admits all `candidates` deletions in a cluster of `nodes` nodes, or none.
-    pub fn admit(&self, candidates: usize, nodes: usize, now: Instant) -> Verdict {
+    /// Admits all `candidates` deletions (NotReady nodes the listing lacks), or none,
+    /// in a cluster of `nodes` nodes of this cloud of which the listing lacks `missing`.
+    pub fn admit(&self, candidates: usize, missing: usize, nodes: usize, now: Instant) -> Verdict {
         if candidates == 0 || self.max_share >= 1.0 {
             return Verdict::Allowed;
         }
@@ -59,8 +65,9 @@ impl DeletionGuard {
             admitted.pop_front();
         }
         let budget = (self.max_share * nodes as f64).ceil() as usize;
-        if admitted.len() + candidates > budget {
+        if missing > budget || admitted.len() + candidates > budget {
             return Verdict::Refused {
+                missing,
                 recent: admitted.len(),
                 budget,
             };
@@ -80,45 +87,61 @@ mod tests {
         let t0 = Instant::now();
         // 50 nodes: 5 per window.
         assert_eq!(
-            guard.admit(6, 50, t0),
+            guard.admit(6, 6, 50, t0),
             Verdict::Refused {
+                missing: 6,
                 recent: 0,
                 budget: 5
             }
         );
-        assert_eq!(guard.admit(3, 50, t0), Verdict::Allowed);
-        assert_eq!(guard.admit(2, 50, t0), Verdict::Allowed);
+        assert_eq!(guard.admit(3, 3, 50, t0), Verdict::Allowed);
+        assert_eq!(guard.admit(2, 2, 50, t0), Verdict::Allowed);
         assert_eq!(
-            guard.admit(1, 50, t0 + Duration::from_secs(599)),
+            guard.admit(1, 1, 50, t0 + Duration::from_secs(599)),
             Verdict::Refused {
+                missing: 1,
                 recent: 5,
                 budget: 5
             },
             "the window still holds five"
         );
         assert_eq!(
-            guard.admit(5, 50, t0 + Duration::from_secs(600)),
+            guard.admit(5, 5, 50, t0 + Duration::from_secs(600)),
             Verdict::Allowed,
             "they age out of the window"
         );
     }
 
     #[test]
+    fn a_listing_that_lacks_live_nodes_deletes_nothing() {
+        // 5,000 nodes, 20 NotReady, and an empty inventory: 20 deletions would fit the
+        // share, but a listing without the 4,980 Ready nodes is wrong.
+        let guard = DeletionGuard::new(10, Duration::from_secs(600));
+        let t0 = Instant::now();
+        assert!(matches!(
+            guard.admit(20, 5000, 5000, t0),
+            Verdict::Refused { missing: 5000, .. }
+        ));
+        assert_eq!(guard.admit(20, 20, 5000, t0), Verdict::Allowed);
+    }
+
+    #[test]
     fn small_clusters_can_lose_one_and_the_extremes_mean_what_they_say() {
         let t0 = Instant::now();
         let guard = DeletionGuard::new(10, Duration::from_secs(600));
-        assert_eq!(guard.admit(1, 3, t0), Verdict::Allowed);
-        assert!(matches!(guard.admit(1, 3, t0), Verdict::Refused { .. }));
+        assert_eq!(guard.admit(1, 1, 3, t0), Verdict::Allowed);
+        assert!(matches!(guard.admit(1, 1, 3, t0), Verdict::Refused { .. }));
         let never = DeletionGuard::new(0, Duration::from_secs(600));
         assert_eq!(
-            never.admit(1, 1000, t0),
+            never.admit(1, 1, 1000, t0),
             Verdict::Refused {
+                missing: 1,
                 recent: 0,
                 budget: 0
             }
         );
-        assert_eq!(never.admit(0, 1000, t0), Verdict::Allowed);
+        assert_eq!(never.admit(0, 0, 1000, t0), Verdict::Allowed);
         let off = DeletionGuard::off();
-        assert_eq!(off.admit(1000, 1000, t0), Verdict::Allowed);
+        assert_eq!(off.admit(1000, 1000, 1000, t0), Verdict::Allowed);
     }
 }

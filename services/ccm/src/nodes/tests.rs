@@ -300,3 +300,17 @@ async fn more_gone_nodes_than_the_guard_allows_are_all_kept() {
     assert_eq!(report.unwrap().deletion_refused, 1);
     assert_eq!(served, 0);
 }
+
+#[tokio::test]
+async fn nodes_of_another_provider_are_not_this_controllers() {
+    // A static node beside cloud ones: absent from the cloud's listing by nature.
+    let cloud = FakeCloud::with(vec![instance("n1", InstanceState::Running)]);
+    let nodes = vec![
+        node("n1", &[], true, Some("fake://n1")),
+        node("static-1", &[], false, Some("static://static-1")),
+    ];
+    let (report, served) = run(&cloud, nodes, vec![], ALL).await;
+    let report = report.unwrap();
+    assert_eq!((report.deleted, report.deletion_refused), (0, 0));
+    assert_eq!(served, 0, "neither deleted nor tainted");
+}
