@@ -5,6 +5,7 @@
 //! - the listing lacks more of them than the share — Ready ones included, whose kubelets
 //!   prove them alive: the listing is suspect, and nothing is deleted on it;
 //! - more deletions than the share within a sliding window.
+//!
 //! A sync past either deletes none of its candidates and says so (log, event per node,
 //! metric), so that a person decides.
 
