@@ -144,6 +144,9 @@ async fn ccm_initializes_nodes_runs_their_lifecycle_and_balances_services() {
         .arg("--region=region-1")
         .arg(format!("--instances-file={}", instances.display()))
         .arg("--lb-pool=127.243.0.0/24")
+        // Two of these five nodes are missing from the listing: past the deletion guard's
+        // default 10% (node_deletion_real_cluster.rs tests the guard itself).
+        .arg("--node-deletion-max-percent=50")
         .arg("--leader-elect-identity=it-replica")
         .arg(format!("--metrics-address=127.0.0.1:{metrics_port}"))
         .env("RUST_LOG", "info")

@@ -186,6 +186,14 @@ async fn discoverer_publishes_to_a_real_api_server() {
         Api::namespaced(c.clone(), "kube-system");
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(c.clone(), "kube-system");
+    // What an earlier run published would be found at once, before this discoverer's
+    // first cycle rewrites it (its state directory, hence its data, is new).
+    let _ = secrets
+        .delete("d8-cloud-provider-discovery-data", &DeleteParams::default())
+        .await;
+    let _ = configmaps
+        .delete("d8-cloud-provider-conditions", &DeleteParams::default())
+        .await;
     let port = free_port();
     let _d = Ccm(Command::new(binary("discoverer"))
         .arg(format!("--kubeconfig={kubeconfig}"))
