@@ -83,21 +83,21 @@ pub fn backing_file(index: u32) -> Option<PathBuf> {
 }
 
 /// Every bound loop device and its backing file.
+///
+/// `/proc/partitions` lists block devices that have a size, so unbound loop devices
+/// (hosts keep dozens) are skipped without a sysfs lookup each: one read instead of one
+/// per device, which made this scan the larger part of a DeleteVolume. A loop device
+/// bound to an empty file has no size and is not listed; no disk file is empty.
 pub fn bound_devices() -> io::Result<Vec<(u32, PathBuf)>> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/sys/block")? {
-        let name = entry?.file_name();
-        let Some(index) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("loop"))
-            .and_then(|n| n.parse().ok())
-        else {
-            continue;
-        };
-        if let Some(file) = backing_file(index) {
-            out.push((index, file));
-        }
-    }
+    let partitions = std::fs::read_to_string("/proc/partitions")?;
+    let mut out: Vec<(u32, PathBuf)> = partitions
+        .lines()
+        .filter_map(|line| {
+            let name = line.split_whitespace().nth(3)?;
+            let index = name.strip_prefix("loop")?.parse().ok()?;
+            Some((index, backing_file(index)?))
+        })
+        .collect();
     out.sort();
     Ok(out)
 }
@@ -240,7 +240,10 @@ pub fn detach(index: u32, file: &Path) -> io::Result<bool> {
         let device = match open_exclusive(index) {
             Ok(device) => device,
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                return Err(in_use(index, "is mounted or held by another device"))
+                return Err(in_use(
+                    index,
+                    "is mounted, or held exclusively by another user",
+                ))
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(e),

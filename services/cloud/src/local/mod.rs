@@ -449,11 +449,10 @@ impl Disks for LocalCloud {
         // No record, but the kernel may still reach the file (a detach an older version
         // reported too early, a device bound by hand): unlinking it would leave a live
         // mount on a deleted file.
-        let file = path.clone();
-        let bound = blocking(move || {
-            loopdev::devices_backing(&file).map_err(|e| CloudError::io("list loop devices", e))
-        })
-        .await?;
+        // Inline, like the unlink below: one read of /proc/partitions, cheaper than the
+        // hop to a blocking thread.
+        let bound =
+            loopdev::devices_backing(&path).map_err(|e| CloudError::io("list loop devices", e))?;
         if let Some(index) = bound.first() {
             return Err(CloudError::InUse(format!(
                 "disk {id} is still bound to /dev/loop{index}; unpublish it first"
