@@ -218,6 +218,8 @@ impl FakeApi {
     }
 
     /// Lets `user` do `verb` on `target` (a path, or `ns/resource/subresource/name`).
+    /// As RBAC's nonResourceURLs, a target ending in `*` matches every path it prefixes;
+    /// a `user` of `group:NAME` grants to the members of that group.
     pub fn allow(&self, user: &str, verb: &str, target: &str) {
         self.state.lock().expect("state").allowed.push((
             user.to_owned(),
@@ -262,10 +264,21 @@ impl FakeApi {
                     n["path"].as_str().unwrap_or_default().to_owned(),
                 )
             };
-            let allowed = st
-                .allowed
-                .iter()
-                .any(|(u, v, t)| u == user && *v == verb && *t == target);
+            let groups: Vec<&str> = spec["groups"]
+                .as_array()
+                .map(|g| g.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let allowed = st.allowed.iter().any(|(u, v, t)| {
+                let subject = match u.strip_prefix("group:") {
+                    Some(g) => groups.contains(&g),
+                    None => u == user,
+                };
+                let matches = match t.strip_suffix('*') {
+                    Some(prefix) => target.starts_with(prefix),
+                    None => *t == target,
+                };
+                subject && *v == verb && matches
+            });
             return Some(
                 json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "metadata": {}, "spec": spec, "status": {"allowed": allowed}}),
             );

@@ -13,6 +13,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 pub use overcast_api::csi_v1;
 
+pub mod attacks;
 pub mod fake_api;
 pub mod kubelet;
 pub mod kustomize;
@@ -719,4 +720,48 @@ pub fn self_signed_cert(dir: &Path, name: &str) {
 pub fn say_skipped(why: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {why}");
+}
+
+/// An HTTP/1.1 upstream on loopback that answers `metrics-body` to every request and
+/// records the raw request heads it receives (what a proxy in front of it forwarded).
+pub async fn recording_upstream(heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                continue;
+            };
+            let heads = std::sync::Arc::clone(&heads);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head: Vec<u8> = buf.drain(..end + 4).collect();
+                        heads
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(String::from_utf8_lossy(&head).into_owned());
+                        let body = "metrics-body";
+                        let resp = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if s.write_all(resp.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    port
 }

@@ -10,49 +10,8 @@ use std::time::Duration;
 
 use overcast_integration::fake_api::FakeApi;
 use overcast_integration::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use overcast_integration::KillOnDrop as Proc;
-
-/// An upstream that records the raw request heads it receives.
-async fn upstream(heads: Arc<Mutex<Vec<String>>>) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
-                continue;
-            };
-            let heads = Arc::clone(&heads);
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head: Vec<u8> = buf.drain(..end + 4).collect();
-                        heads
-                            .lock()
-                            .unwrap()
-                            .push(String::from_utf8_lossy(&head).into_owned());
-                        let body = "metrics-body";
-                        let resp = format!(
-                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-                            body.len()
-                        );
-                        if s.write_all(resp.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                    match s.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-            });
-        }
-    });
-    port
-}
 
 fn curl(port: u16, ca: &Path, token: Option<&str>) -> (u16, String) {
     let mut cmd = Command::new("curl");
@@ -113,7 +72,7 @@ async fn the_proxy_authenticates_authorizes_caches_and_never_forwards_the_token(
     api.token("bob-token", "bob", &[]);
     api.allow("alice", "get", "/metrics");
     let heads = Arc::new(Mutex::new(Vec::new()));
-    let up = upstream(Arc::clone(&heads)).await;
+    let up = recording_upstream(Arc::clone(&heads)).await;
     let (_proxy, port) = start_proxy(d, &kubeconfig, up, &[]);
     let ca = d.join("a.crt");
     assert!(
@@ -201,7 +160,7 @@ async fn resource_attributes_decide_when_configured() {
     // Allowed on the path is not enough: the resource decides.
     api.allow("bob", "get", "/metrics");
     api.allow("alice", "get", "kube-system/services/proxy/discoverer");
-    let up = upstream(Arc::default()).await;
+    let up = recording_upstream(Arc::default()).await;
     let extra = [
         "--resource=services",
         "--resource-namespace=kube-system",
@@ -255,7 +214,7 @@ async fn without_certificate_files_it_serves_a_self_signed_one_and_ignored_paths
     let kubeconfig = d.join("kubeconfig");
     FakeApi::kubeconfig(&url, &kubeconfig);
     let heads = Arc::new(Mutex::new(Vec::new()));
-    let up = upstream(Arc::clone(&heads)).await;
+    let up = recording_upstream(Arc::clone(&heads)).await;
     let port = free_port();
     let _proxy = Proc(
         Command::new(binary("rbac-proxy"))

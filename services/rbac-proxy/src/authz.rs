@@ -2,11 +2,14 @@
 //! request is authorized with a SubjectAccessReview — for resource attributes when
 //! configured (as kube-rbac-proxy's `resourceAttributes`), otherwise for the
 //! non-resource URL and the verb of the HTTP method. Both answers are cached for a short
-//! time, keyed so that one token's identity is never served to another.
+//! time in bounded caches, keyed so that one token's identity is never served to another
+//! and one identity's decision never to another (the user's name, uid, groups and extra
+//! all count). A token the API server did not authenticate is remembered briefly; a
+//! review for a token not in the cache is subject to [`ReviewLimit`].
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -16,6 +19,9 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::PostParams;
 use kube::{Api, Client};
+
+use crate::cache::TtlCache;
+use crate::limit::ReviewLimit;
 
 /// Resource attributes to authorize every request against (kube-rbac-proxy's
 /// `authorization.resourceAttributes`); `None` means non-resource URL checks.
@@ -29,7 +35,7 @@ pub struct Resource {
     pub name: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct User {
     pub name: String,
     pub uid: String,
@@ -42,18 +48,27 @@ pub enum Decision {
     Unauthenticated,
     Forbidden(String),
     Allowed(String),
+    /// Too many reviews of unknown tokens from this client: try again later.
+    TooManyRequests,
 }
 
-/// (user, verb, path — empty with resource attributes).
-type DecisionKey = (String, String, String);
+/// A keyed hash of (user, verb, path — empty with resource attributes).
+type DecisionKey = u64;
+
+/// How many identities and decisions are remembered at most (a few MiB at worst).
+const CACHE_ENTRIES: usize = 10_000;
+/// How long a token the API server rejected is remembered: long enough to absorb a
+/// client retrying a bad token, short enough for a token that becomes valid.
+const NEGATIVE_TTL: Duration = Duration::from_secs(10);
 
 pub struct Authorizer {
     client: Client,
     resource: Option<Resource>,
     ttl: Duration,
     hasher: RandomState,
-    identities: Mutex<HashMap<u64, (Instant, Option<User>)>>,
-    decisions: Mutex<HashMap<DecisionKey, (Instant, bool)>>,
+    identities: Mutex<TtlCache<u64, Option<User>>>,
+    decisions: Mutex<TtlCache<DecisionKey, bool>>,
+    limit: ReviewLimit,
 }
 
 /// The verb an HTTP method stands for, as kube-rbac-proxy maps it.
@@ -68,15 +83,35 @@ pub fn verb(method: &str) -> &'static str {
 }
 
 impl Authorizer {
-    pub fn new(client: Client, resource: Option<Resource>, ttl: Duration) -> Self {
+    pub fn new(
+        client: Client,
+        resource: Option<Resource>,
+        ttl: Duration,
+        limit: ReviewLimit,
+    ) -> Self {
         Self {
             client,
             resource,
             ttl,
             hasher: RandomState::new(),
-            identities: Mutex::default(),
-            decisions: Mutex::default(),
+            identities: Mutex::new(TtlCache::new(CACHE_ENTRIES)),
+            decisions: Mutex::new(TtlCache::new(CACHE_ENTRIES)),
+            limit,
         }
+    }
+
+    /// Identities and decisions held now (for the bounded-memory tests and metrics).
+    pub fn cached(&self) -> (usize, usize) {
+        (
+            self.identities
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .len(),
+            self.decisions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .len(),
+        )
     }
 
     pub async fn decide(
@@ -84,12 +119,15 @@ impl Authorizer {
         token: Option<&str>,
         method: &str,
         path: &str,
+        client: IpAddr,
     ) -> kube::Result<Decision> {
         let Some(token) = token.filter(|t| !t.is_empty()) else {
             return Ok(Decision::Unauthenticated);
         };
-        let Some(user) = self.identity(token).await? else {
-            return Ok(Decision::Unauthenticated);
+        let user = match self.identity(token, client).await? {
+            Identity::Known(user) => user,
+            Identity::Unknown => return Ok(Decision::Unauthenticated),
+            Identity::Limited => return Ok(Decision::TooManyRequests),
         };
         let verb = verb(method);
         if self.allowed(&user, verb, path).await? {
@@ -106,17 +144,19 @@ impl Authorizer {
         }
     }
 
-    async fn identity(&self, token: &str) -> kube::Result<Option<User>> {
+    async fn identity(&self, token: &str, client: IpAddr) -> kube::Result<Identity> {
         let key = self.hasher.hash_one(token);
-        if let Some((at, user)) = self
+        let now = Instant::now();
+        let cached = self
             .identities
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-        {
-            if at.elapsed() < self.ttl {
-                return Ok(user.clone());
-            }
+            .get(&key, now);
+        if let Some(user) = cached {
+            return Ok(user.map_or(Identity::Unknown, Identity::Known));
+        }
+        if !self.limit.allow(client, now) {
+            return Ok(Identity::Limited);
         }
         let review = TokenReview {
             spec: TokenReviewSpec {
@@ -140,33 +180,31 @@ impl Authorizer {
                 extra: info.extra.unwrap_or_default(),
             }
         });
+        let ttl = match user {
+            Some(_) => self.ttl,
+            None => self.ttl.min(NEGATIVE_TTL),
+        };
+        let now = Instant::now();
         self.identities
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key, (Instant::now(), user.clone()));
-        Ok(user)
+            .insert(key, user.clone(), now + ttl, now);
+        Ok(user.map_or(Identity::Unknown, Identity::Known))
     }
 
     async fn allowed(&self, user: &User, verb: &str, path: &str) -> kube::Result<bool> {
-        // With resource attributes, the path does not enter the decision.
-        let key = (
-            user.name.clone(),
-            verb.to_owned(),
-            if self.resource.is_some() {
-                String::new()
-            } else {
-                path.to_owned()
-            },
-        );
-        if let Some((at, ok)) = self
+        // The whole identity: two users of one name with other groups may differ. With
+        // resource attributes, the path does not enter the decision.
+        let key =
+            self.hasher
+                .hash_one((user, verb, if self.resource.is_some() { "" } else { path }));
+        let cached = self
             .decisions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-        {
-            if at.elapsed() < self.ttl {
-                return Ok(*ok);
-            }
+            .get(&key, Instant::now());
+        if let Some(ok) = cached {
+            return Ok(ok);
         }
         let (resource_attributes, non_resource_attributes) = match &self.resource {
             Some(r) => (
@@ -207,10 +245,17 @@ impl Authorizer {
             .await?
             .status
             .is_some_and(|s| s.allowed);
+        let now = Instant::now();
         self.decisions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key, (Instant::now(), ok));
+            .insert(key, ok, now + self.ttl, now);
         Ok(ok)
     }
+}
+
+enum Identity {
+    Known(User),
+    Unknown,
+    Limited,
 }

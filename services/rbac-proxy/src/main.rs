@@ -4,10 +4,6 @@
 //! caller's token. 401 without a valid token, 403 when not allowed. TLS on the listener,
 //! certificates reloaded when they change.
 
-mod authz;
-mod tls;
-
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,15 +11,15 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use http_body_util::{combinators::BoxBody, BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
-use hyper::{Request, Response, StatusCode, Uri};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper::Uri;
+use hyper_util::rt::TokioExecutor;
+use overcast_rbac_proxy::authz::{Authorizer, Resource};
+use overcast_rbac_proxy::limit::ReviewLimit;
+use overcast_rbac_proxy::proxy::Proxy;
+use overcast_rbac_proxy::server::{self, Limits};
+use overcast_rbac_proxy::tls;
 use overcast_runtime::LogFormat;
 use tokio::net::TcpListener;
-
-use authz::{Authorizer, Decision, Resource};
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -66,109 +62,30 @@ struct Options {
     resource_subresource: String,
     #[arg(long, default_value = "")]
     resource_name: String,
+    /// Reviews of tokens not in the cache, per second per client address (bursts of
+    /// twice that); past it the client gets 429 without a review.
+    #[arg(long, default_value_t = 20.0)]
+    token_review_rate: f64,
+    /// Connections served at once; more are closed at accept.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// Connections served at once for one client address.
+    #[arg(long, default_value_t = 64)]
+    max_connections_per_client: usize,
+    /// Seconds a client has to finish the TLS handshake.
+    #[arg(long, default_value_t = 10)]
+    tls_handshake_timeout: u64,
+    /// Seconds a client has to send a request's headers (and between keep-alive
+    /// requests on HTTP/1.x).
+    #[arg(long, default_value_t = 10)]
+    header_timeout: u64,
+    /// Seconds without any traffic after which a connection is closed.
+    #[arg(long, default_value_t = 120)]
+    idle_timeout: u64,
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
-}
-
-type Body = BoxBody<Bytes, hyper::Error>;
-type Upstream = hyper_util::client::legacy::Client<HttpConnector, Incoming>;
-
-fn reply(status: StatusCode, text: String) -> Response<Body> {
-    let mut resp = Response::new(
-        Full::new(Bytes::from(text))
-            .map_err(|never: Infallible| match never {})
-            .boxed(),
-    );
-    *resp.status_mut() = status;
-    resp
-}
-
-struct Proxy {
-    authz: Authorizer,
-    upstream: Uri,
-    ignore_paths: Vec<String>,
-    client: Upstream,
-}
-
-/// Headers that belong to one hop, and the caller's credentials: never forwarded.
-const DROPPED: [&str; 7] = [
-    "authorization",
-    "connection",
-    "keep-alive",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "upgrade",
-];
-
-impl Proxy {
-    async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
-        let token = req
-            .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::to_owned);
-        let path = req.uri().path().to_owned();
-        if self.ignore_paths.contains(&path) {
-            return self.forward(req).await;
-        }
-        match self
-            .authz
-            .decide(token.as_deref(), req.method().as_str(), &path)
-            .await
-        {
-            Ok(Decision::Allowed(user)) => {
-                tracing::debug!(%user, %path, "allowed");
-                self.forward(req).await
-            }
-            Ok(Decision::Unauthenticated) => {
-                let mut r = reply(StatusCode::UNAUTHORIZED, "Unauthorized\n".into());
-                r.headers_mut().insert(
-                    hyper::header::WWW_AUTHENTICATE,
-                    hyper::header::HeaderValue::from_static("Bearer"),
-                );
-                r
-            }
-            Ok(Decision::Forbidden(why)) => {
-                reply(StatusCode::FORBIDDEN, format!("Forbidden: {why}\n"))
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "authentication or authorization failed");
-                reply(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "Internal Server Error\n".into(),
-                )
-            }
-        }
-    }
-
-    async fn forward(&self, req: Request<Incoming>) -> Response<Body> {
-        let (mut parts, body) = req.into_parts();
-        let pq = parts
-            .uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/");
-        let base = self.upstream.to_string();
-        let Ok(uri) = format!("{}{pq}", base.trim_end_matches('/')).parse::<Uri>() else {
-            return reply(StatusCode::BAD_REQUEST, "bad path\n".into());
-        };
-        parts.uri = uri;
-        for h in DROPPED {
-            parts.headers.remove(h);
-        }
-        parts.headers.remove(hyper::header::HOST);
-        match self.client.request(Request::from_parts(parts, body)).await {
-            Ok(resp) => resp.map(|b| b.boxed()),
-            Err(e) => {
-                tracing::warn!(error = %e, "upstream failed");
-                reply(StatusCode::BAD_GATEWAY, "Bad Gateway\n".into())
-            }
-        }
-    }
 }
 
 /// The names a self-signed certificate carries: this pod's hostname, and localhost.
@@ -203,38 +120,29 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     let proxy = Arc::new(Proxy {
-        authz: Authorizer::new(kube, resource, Duration::from_secs(o.auth_cache_ttl)),
+        authz: Authorizer::new(
+            kube,
+            resource,
+            Duration::from_secs(o.auth_cache_ttl),
+            ReviewLimit::new(o.token_review_rate, o.token_review_rate * 2.0),
+        ),
         upstream: o.upstream.clone(),
         ignore_paths: o.ignore_paths.clone(),
         client: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http(),
     });
+    let limits = Limits {
+        max_connections: o.max_connections.max(1),
+        max_connections_per_client: o.max_connections_per_client.max(1),
+        handshake_timeout: Duration::from_secs(o.tls_handshake_timeout),
+        header_timeout: Duration::from_secs(o.header_timeout),
+        idle_timeout: Duration::from_secs(o.idle_timeout),
+    };
     let listener = TcpListener::bind(o.secure_listen_address)
         .await
         .with_context(|| format!("listen on {}", o.secure_listen_address))?;
     tracing::info!(address = %listener.local_addr()?, upstream = %o.upstream, "serving");
-    let serve = async {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                continue;
-            };
-            let acceptor = certs.acceptor();
-            let proxy = Arc::clone(&proxy);
-            tokio::spawn(async move {
-                let Ok(stream) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let svc = hyper::service::service_fn(move |req| {
-                    let proxy = Arc::clone(&proxy);
-                    async move { Ok::<_, Infallible>(proxy.handle(req).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    };
     tokio::select! {
-        () = serve => {}
+        () = server::serve(listener, certs, proxy, limits) => {}
         () = overcast_runtime::shutdown::signal_received() => {}
     }
     Ok(())
@@ -252,7 +160,7 @@ mod tests {
             ("PATCH", "patch"),
             ("DELETE", "delete"),
         ] {
-            assert_eq!(crate::authz::verb(m), v);
+            assert_eq!(overcast_rbac_proxy::authz::verb(m), v);
         }
     }
 }

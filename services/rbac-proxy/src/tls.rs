@@ -35,7 +35,9 @@ fn server_config(
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_single_cert(chain, key)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // Everything the server speaks: a client offering only one of these (an h2-only
+    // client, `curl --http1.0`) must not fail the handshake.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec(), b"http/1.0".to_vec()];
     Ok(Arc::new(config))
 }
 
