@@ -108,19 +108,22 @@ pub async fn get(send: &mut SendRequest<Empty<Bytes>>, path: &str, token: &str) 
     }
 }
 
-/// `n` requests with distinct garbage tokens from `from` over `conns` keep-alive
-/// connections (reconnecting when the proxy closes one); statuses seen, with counts.
+/// `n` requests with distinct garbage tokens (distinct across calls with distinct
+/// `tag`s) from `from` over `conns` keep-alive connections, reconnecting when the proxy
+/// closes one; statuses seen, with counts.
 pub async fn token_spray(
     port: u16,
     config: Arc<rustls::ClientConfig>,
     from: IpAddr,
     n: usize,
     conns: usize,
+    tag: &str,
 ) -> BTreeMap<u16, usize> {
     let per = n.div_ceil(conns.max(1));
     let mut tasks = Vec::new();
     for c in 0..conns {
         let config = Arc::clone(&config);
+        let tag = tag.to_owned();
         tasks.push(tokio::spawn(async move {
             let mut seen = BTreeMap::new();
             let mut send = None;
@@ -129,7 +132,7 @@ pub async fn token_spray(
                     send = https(port, Arc::clone(&config), from).await.ok();
                 }
                 let status = match send.as_mut() {
-                    Some(s) => get(s, "/metrics", &format!("garbage-{c}-{i}")).await,
+                    Some(s) => get(s, "/metrics", &format!("garbage-{tag}-{c}-{i}")).await,
                     None => 0,
                 };
                 if status == 0 {

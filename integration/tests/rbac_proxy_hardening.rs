@@ -319,6 +319,7 @@ async fn a_spray_of_garbage_tokens_costs_bounded_reviews_and_memory() {
         ATTACKER.into(),
         6000,
         4,
+        "test",
     ));
     let mut served = 0;
     while !spray.is_finished() {
