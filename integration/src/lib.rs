@@ -18,6 +18,7 @@ pub mod fake_api;
 pub mod kubelet;
 pub mod kustomize;
 pub mod manifests;
+pub mod real;
 
 pub type IdentityClient = csi::identity_client::IdentityClient<Channel>;
 pub type ControllerClient = csi::controller_client::ControllerClient<Channel>;

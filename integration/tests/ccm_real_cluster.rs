@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{DeleteParams, PostParams};
-use kube::{Api, Client, Config};
+use kube::Api;
 use overcast_integration::*;
 use serde_json::json;
 
@@ -16,22 +16,10 @@ const ENV: &str = "OVERCAST_TEST_KUBECONFIG";
 
 use overcast_integration::KillOnDrop as Ccm;
 
-async fn client(path: &str) -> Client {
-    let kc = kube::config::Kubeconfig::read_from(path).expect("read kubeconfig");
-    let config = Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .expect("kubeconfig");
-    Client::try_from(config).expect("client")
-}
+use overcast_integration::real::client;
 
-async fn wait_for<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    for _ in 0..150 {
-        if let Some(v) = f().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("timed out waiting for {what}");
+async fn wait_for<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
+    overcast_integration::real::wait_for(what, Duration::from_secs(30), f).await
 }
 
 #[tokio::test]

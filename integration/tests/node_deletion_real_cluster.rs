@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, Config};
+use kube::Api;
 use overcast_integration::*;
 use serde_json::json;
 
@@ -19,13 +19,7 @@ const ENV: &str = "OVERCAST_TEST_KUBECONFIG";
 const NODES: usize = 40;
 const PREFIX: &str = "overcast-it-guard-";
 
-async fn client(path: &str) -> Client {
-    let kc = kube::config::Kubeconfig::read_from(path).expect("read kubeconfig");
-    let config = Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .expect("kubeconfig");
-    Client::try_from(config).expect("client")
-}
+use overcast_integration::real::client;
 
 fn name(i: usize) -> String {
     format!("{PREFIX}{i:02}")

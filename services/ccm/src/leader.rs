@@ -1,9 +1,14 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, as kube-controller-manager and
-//! the upstream cloud-controller-managers do it: take the lease when it is free or
-//! expired, renew it every retry period, and stop leading (the process exits, so another
-//! replica takes over cleanly) when a renewal has not succeeded within the deadline.
+//! the upstream cloud-controller-managers do it (client-go's leaderelection): take the
+//! lease when it is free or expired, renew it every retry period, and stop leading when a
+//! renewal has not succeeded within the renew deadline. Every call is bounded by that
+//! deadline: an API server that accepts the request and never answers (etcd stopped) must
+//! not keep us leading past it, since after the lease duration another replica may take
+//! the lease; the renew deadline is shorter than the lease duration for exactly that.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -12,6 +17,15 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::Api;
 
 use crate::Result;
+
+/// Why `hold` returned: the caller stops its controllers either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// Another replica holds the lease now.
+    Taken,
+    /// No renewal succeeded within the renew deadline (the API server failed or hung).
+    Deadline,
+}
 
 /// The Lease the replicas contend for, unless `--leader-elect-lease-name` says otherwise.
 pub const DEFAULT_LEASE_NAME: &str = "overcast-cloud-controller-manager";
@@ -91,37 +105,51 @@ impl Election {
         }
     }
 
-    /// Waits until we lead.
+    /// Waits until we lead. Each attempt is bounded by the renew deadline.
     pub async fn acquire(&self, api: &Api<Lease>) {
         loop {
-            match self.try_acquire_or_renew(api).await {
-                Ok(true) => {
+            match tokio::time::timeout(self.renew_deadline, self.try_acquire_or_renew(api)).await {
+                Ok(Ok(true)) => {
                     tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
                     return;
                 }
-                Ok(false) => tracing::debug!(lease = %self.name, "another replica leads"),
-                Err(e) => tracing::warn!(error = %e, "leader election"),
+                Ok(Ok(false)) => tracing::debug!(lease = %self.name, "another replica leads"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "leader election"),
+                Err(_) => tracing::warn!(
+                    lease = %self.name,
+                    "leader election: the API server did not answer within the renew deadline"
+                ),
             }
             tokio::time::sleep(self.retry_period).await;
         }
     }
 
-    /// Renews until a renewal misses the deadline; then returns (leadership is lost).
-    pub async fn hold(&self, api: &Api<Lease>) {
-        let mut last = Instant::now();
+    /// Renews every retry period while we lead; returns as soon as leadership is lost: the
+    /// lease was taken, or no renewal succeeded within the renew deadline of the last one
+    /// that did (a renewal still waiting for its answer is abandoned at the deadline).
+    pub async fn hold(&self, api: &Api<Lease>) -> Lost {
+        let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(self.retry_period).await;
-            match self.try_acquire_or_renew(api).await {
-                Ok(true) => last = Instant::now(),
-                Ok(false) => {
+            let left = self.renew_deadline.saturating_sub(renewed.elapsed());
+            match tokio::time::timeout(left, self.try_acquire_or_renew(api)).await {
+                Ok(Ok(true)) => renewed = Instant::now(),
+                Ok(Ok(false)) => {
                     tracing::error!(lease = %self.name, "another replica took the lease");
-                    return;
+                    return Lost::Taken;
                 }
-                Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "lease renewal failed"),
+                Err(_) => {
+                    tracing::warn!(lease = %self.name, "lease renewal did not answer in time")
+                }
             }
-            if last.elapsed() > self.renew_deadline {
-                tracing::error!(lease = %self.name, "could not renew the lease in time");
-                return;
+            if renewed.elapsed() >= self.renew_deadline {
+                tracing::error!(
+                    lease = %self.name,
+                    deadline = ?self.renew_deadline,
+                    "no renewal within the renew deadline: leadership lost"
+                );
+                return Lost::Deadline;
             }
         }
     }
@@ -216,5 +244,49 @@ mod tests {
             Call::new("PUT", PATH, status_reply(409, "Conflict")).status(409),
         ];
         assert_eq!(attempt(calls).await, (false, 2));
+    }
+
+    /// etcd stopped: the API server takes the renewal and never answers. Leadership must
+    /// end at the renew deadline, not whenever the request gives up (42 s in issue 13).
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_never_answers_ends_leadership_at_the_deadline() {
+        let (client, mut handle) = mock();
+        let hang = tokio::spawn(async move {
+            let mut unanswered = Vec::new();
+            while let Some((_, reply)) = handle.next_request().await {
+                unanswered.push(reply);
+            }
+        });
+        let api: Api<Lease> = Api::namespaced(client, "kube-system");
+        let started = tokio::time::Instant::now();
+        let lost = tokio::time::timeout(Duration::from_secs(120), election().hold(&api))
+            .await
+            .expect("leadership outlived a hung API server");
+        assert_eq!(lost, Lost::Deadline);
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_secs(10) && took < Duration::from_secs(11),
+            "{took:?}"
+        );
+        hang.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_renewals_within_the_deadline_keep_leadership_a_taken_lease_ends_it() {
+        let (client, handle) = mock();
+        let api: Api<Lease> = Api::namespaced(client, "kube-system");
+        let calls = vec![
+            // Two failures (8 s) and then a renewal: still the leader.
+            Call::new("GET", PATH, status_reply(500, "InternalError")).status(500),
+            Call::new("GET", PATH, status_reply(500, "InternalError")).status(500),
+            Call::new("GET", PATH, status_reply(500, "InternalError")).status(500),
+            Call::new("GET", PATH, lease("me", 8)),
+            Call::new("PUT", PATH, lease("me", 0)),
+            Call::new("GET", PATH, lease("other", 1)),
+        ];
+        let server = tokio::spawn(serve(handle, calls));
+        assert_eq!(election().hold(&api).await, Lost::Taken);
+        drop(api);
+        assert_eq!(server.await.unwrap(), 6);
     }
 }

@@ -7,6 +7,7 @@ pub mod api_calls;
 pub mod leader;
 pub mod metrics;
 pub mod nodes;
+pub mod retry;
 pub mod services;
 #[cfg(test)]
 pub mod testing;

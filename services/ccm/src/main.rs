@@ -18,6 +18,7 @@ use overcast_ccm::leader::{DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE};
 use overcast_ccm::metrics::Metrics;
 use overcast_ccm::nodes::guard::DeletionGuard;
 use overcast_ccm::nodes::{NodeSync, Parts};
+use overcast_ccm::retry::Backoff;
 use overcast_ccm::services::{ServiceSync, FINALIZER};
 use overcast_ccm::MANAGER;
 use overcast_cloud::local::cloud_config::{LocalFlags, LocalSettings};
@@ -26,6 +27,7 @@ use overcast_cloud::local::lb::{LocalLoadBalancers, Pool, DEFAULT_POOL};
 use overcast_cloud::Cloud;
 use overcast_runtime::LogFormat;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 #[derive(Debug, Clone, Parser)]
 #[command(name = "ccm", version, about = "Overcast cloud-controller-manager")]
@@ -80,6 +82,23 @@ struct Options {
     /// This replica's identity in the lease (default: hostname and pid).
     #[arg(long)]
     leader_elect_identity: Option<String>,
+    /// How long a lease holds without renewal before another replica may take it
+    /// (`15s`, `1m`, `500ms`; plain numbers are seconds).
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    leader_elect_lease_duration: Duration,
+    /// Leadership ends when no renewal succeeded for this long; shorter than the lease
+    /// duration, so we stop before anyone else may start.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    leader_elect_renew_deadline: Duration,
+    /// Between attempts to take or renew the lease.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    leader_elect_retry_period: Duration,
+    /// A Service whose load balancer fails is retried after this long, doubling per
+    /// failure up to --service-retry-max-delay (the upstream service controller's 5 s–300 s).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    service_retry_min_delay: Duration,
+    #[arg(long, default_value = "300s", value_parser = parse_duration)]
+    service_retry_max_delay: Duration,
     /// Serve /metrics and /healthz here.
     #[arg(long, default_value = "0.0.0.0:10258")]
     metrics_address: std::net::SocketAddr,
@@ -95,6 +114,26 @@ fn slim_node(node: &mut Node) {
     if let Some(status) = node.status.as_mut() {
         status.images = None;
     }
+}
+
+/// Go-style durations as the upstream flags take them: `15s`, `500ms`, `2m`; a bare
+/// number is seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 15s"))?;
+    let seconds = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m, h)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
 }
 
 impl Options {
@@ -117,29 +156,17 @@ async fn main() -> anyhow::Result<()> {
         overcast_runtime::http::serve(o.metrics_address, Arc::new(registry), health).await?;
     tracing::info!(address = %bound, "serving /metrics and /healthz");
 
-    if o.leader_elect {
-        let election = Election {
-            name: o.leader_elect_lease_name.clone(),
-            identity: o.leader_elect_identity.clone().unwrap_or_else(|| {
-                format!(
-                    "{}_{}",
-                    overcast_runtime::host::hostname_or_localhost(),
-                    std::process::id()
-                )
-            }),
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
-        };
-        let leases: Api<Lease> = Api::namespaced(client.clone(), &o.leader_elect_namespace);
-        election.acquire(&leases).await;
-        tokio::spawn(async move {
-            election.hold(&leases).await;
-            // Another replica leads now: stop at once rather than act twice.
-            std::process::exit(1);
-        });
+    if o.leader_elect_renew_deadline >= o.leader_elect_lease_duration
+        || o.leader_elect_retry_period >= o.leader_elect_renew_deadline
+    {
+        anyhow::bail!(
+            "leader election needs retry period < renew deadline < lease duration \
+             (client-go's rule: otherwise a replica may lead past its lease)"
+        );
     }
 
+    // The caches are read-only and survive leadership changes: a replica that leads again
+    // does not list the cluster again.
     let nodes_api: Api<Node> = Api::all(client.clone());
     let (nodes, writer) = reflector::store();
     let node_changed = Arc::new(Notify::new());
@@ -161,70 +188,8 @@ async fn main() -> anyhow::Result<()> {
         });
     }
     nodes.wait_until_ready().await.context("node watch")?;
-    let policy = AddressPolicy {
-        internal_subnets: o.internal_subnets.clone(),
-        external_subnets: o.external_subnets.clone(),
-        excluded_subnets: o.excluded_subnets.clone(),
-        sort_order: o.address_sort_order.clone(),
-    };
-    let mut tasks = Vec::new();
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: MANAGER.into(),
-            instance: None,
-        },
-    );
-
-    let parts = Parts {
-        initialize: o.runs("node"),
-        lifecycle: o.runs("node-lifecycle"),
-    };
-    match (&cloud.instances, parts.initialize || parts.lifecycle) {
-        (Some(instances), true) => {
-            let (instances, nodes, metrics, notify) = (
-                Arc::clone(instances),
-                nodes.clone(),
-                Arc::clone(&metrics),
-                Arc::clone(&node_changed),
-            );
-            let period = Duration::from_secs(o.node_sync_period);
-            let concurrency = o.node_sync_concurrency;
-            let api = nodes_api.clone();
-            let guard = DeletionGuard::new(
-                o.node_deletion_max_percent,
-                Duration::from_secs(o.node_deletion_window),
-            );
-            let recorder = recorder.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let snapshot: Vec<Node> = nodes.state().iter().map(|n| n.as_ref().clone()).collect();
-                    let sync = NodeSync { api: &api, cloud: instances.as_ref(), policy: &policy, metrics: &metrics, parts, concurrency, guard: &guard, recorder: Some(&recorder) };
-                    let wait = match sync.run(&snapshot).await {
-                        Ok(report) => {
-                            tracing::debug!(?report, "node sync");
-                            period
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "node sync failed; retrying");
-                            Duration::from_secs(5).min(period)
-                        }
-                    };
-                    tokio::select! { _ = notify.notified() => {}, _ = tokio::time::sleep(wait) => {} }
-                    // Let a burst of changes settle into one sync.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }));
-        }
-        (None, true) => tracing::info!(
-            cloud = cloud.name,
-            "node controllers not started: the cloud has no instances capability"
-        ),
-        _ => tracing::info!("node controllers not chosen"),
-    }
-
-    match (&cloud.load_balancers, o.runs("service")) {
-        (Some(lbs), true) => {
+    let services = match (&cloud.load_balancers, o.runs("service")) {
+        (Some(_), true) => {
             let svc_api: Api<Service> = Api::all(client.clone());
             let (services, writer) = reflector::store();
             let notify = Arc::clone(&svc_changed);
@@ -239,43 +204,20 @@ async fn main() -> anyhow::Result<()> {
                 }
             });
             services.wait_until_ready().await.context("service watch")?;
-            let recorder = recorder.clone();
-            let (lbs, nodes, metrics, notify, class, client) = (
-                Arc::clone(lbs),
-                nodes.clone(),
-                Arc::clone(&metrics),
-                Arc::clone(&svc_changed),
-                o.load_balancer_class.clone(),
-                client.clone(),
-            );
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let node_list: Vec<Node> = nodes.state().iter().map(|n| n.as_ref().clone()).collect();
-                    let sync = ServiceSync { client: client.clone(), cloud: lbs.as_ref(), recorder: Some(&recorder), metrics: &metrics, class: class.clone() };
-                    let mut failed = false;
-                    for svc in services.state() {
-                        let relevant = svc.spec.as_ref().is_some_and(|s| s.type_.as_deref() == Some("LoadBalancer"))
-                            || svc.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER);
-                        if relevant {
-                            if let Err(e) = sync.reconcile(&svc, &node_list).await {
-                                tracing::warn!(service = ?svc.metadata.name, error = %e, "service reconcile failed");
-                                failed = true;
-                            }
-                        }
-                    }
-                    let wait = if failed { Duration::from_secs(5) } else { Duration::from_secs(300) };
-                    tokio::select! { _ = notify.notified() => {}, _ = tokio::time::sleep(wait) => {} }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }));
+            Some(services)
         }
-        (None, true) => tracing::info!(
-            cloud = cloud.name,
-            "service controller not started: the cloud has no load balancers"
-        ),
-        _ => tracing::info!("service controller not chosen"),
-    }
-
+        (None, true) => {
+            tracing::info!(
+                cloud = cloud.name,
+                "service controller not started: the cloud has no load balancers"
+            );
+            None
+        }
+        _ => {
+            tracing::info!("service controller not chosen");
+            None
+        }
+    };
     match (&cloud.routes, o.runs("route")) {
         (Some(_), true) => {
             tracing::warn!("route controller: routes are not implemented for any cloud yet")
@@ -287,11 +229,222 @@ async fn main() -> anyhow::Result<()> {
         _ => {}
     }
 
-    overcast_runtime::shutdown::signal_received().await;
-    for t in tasks {
-        t.abort();
+    let controllers = Controllers {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: MANAGER.into(),
+                instance: None,
+            },
+        ),
+        client: client.clone(),
+        nodes_api,
+        nodes,
+        services,
+        node_changed,
+        svc_changed,
+        policy: Arc::new(AddressPolicy {
+            internal_subnets: o.internal_subnets.clone(),
+            external_subnets: o.external_subnets.clone(),
+            excluded_subnets: o.excluded_subnets.clone(),
+            sort_order: o.address_sort_order.clone(),
+        }),
+        // The guard's window outlives a leadership: a replica that leads again remembers
+        // what it deleted.
+        guard: Arc::new(DeletionGuard::new(
+            o.node_deletion_max_percent,
+            Duration::from_secs(o.node_deletion_window),
+        )),
+        service_backoff: Arc::new(std::sync::Mutex::new(Backoff::new(
+            o.service_retry_min_delay,
+            o.service_retry_max_delay,
+        ))),
+        cloud,
+        metrics: Arc::clone(&metrics),
+        o: o.clone(),
+    };
+
+    if !o.leader_elect {
+        let tasks = controllers.start();
+        overcast_runtime::shutdown::signal_received().await;
+        for t in tasks {
+            t.abort();
+        }
+        return Ok(());
     }
-    Ok(())
+    let election = Election {
+        name: o.leader_elect_lease_name.clone(),
+        identity: o.leader_elect_identity.clone().unwrap_or_else(|| {
+            format!(
+                "{}_{}",
+                overcast_runtime::host::hostname_or_localhost(),
+                std::process::id()
+            )
+        }),
+        lease_duration: o.leader_elect_lease_duration,
+        renew_deadline: o.leader_elect_renew_deadline,
+        retry_period: o.leader_elect_retry_period,
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &o.leader_elect_namespace);
+    metrics.leading(&election.name, false);
+    let shutdown = overcast_runtime::shutdown::signal_received();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = election.acquire(&leases) => {}
+            _ = &mut shutdown => return Ok(()),
+        }
+        metrics.leading(&election.name, true);
+        let tasks = controllers.start();
+        let lost = tokio::select! {
+            lost = election.hold(&leases) => Some(lost),
+            _ = &mut shutdown => None,
+        };
+        // Stop acting at once: after the lease duration another replica may act. The load
+        // balancers are the cloud's, not the controllers': they keep forwarding to the
+        // backends they have, and whoever leads next reconciles (adopts) them.
+        for t in &tasks {
+            t.abort();
+        }
+        metrics.leading(&election.name, false);
+        match lost {
+            None => return Ok(()),
+            Some(why) => tracing::warn!(
+                ?why,
+                "controllers stopped; load balancers keep forwarding; contending for the lease again"
+            ),
+        }
+    }
+}
+
+/// Everything the controllers need, kept across leaderships: `start` spawns them.
+struct Controllers {
+    o: Options,
+    client: kube::Client,
+    cloud: Cloud,
+    metrics: Arc<Metrics>,
+    recorder: Recorder,
+    nodes_api: Api<Node>,
+    nodes: reflector::Store<Node>,
+    services: Option<reflector::Store<Service>>,
+    node_changed: Arc<Notify>,
+    svc_changed: Arc<Notify>,
+    policy: Arc<AddressPolicy>,
+    guard: Arc<DeletionGuard>,
+    /// Outlives a leadership, as the guard does: a broken Service does not start over at
+    /// the shortest delay each time this replica leads again.
+    service_backoff: Arc<std::sync::Mutex<Backoff>>,
+}
+
+fn lock(b: &std::sync::Mutex<Backoff>) -> std::sync::MutexGuard<'_, Backoff> {
+    b.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Controllers {
+    fn start(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        let o = &self.o;
+        let parts = Parts {
+            initialize: o.runs("node"),
+            lifecycle: o.runs("node-lifecycle"),
+        };
+        match (&self.cloud.instances, parts.initialize || parts.lifecycle) {
+            (Some(instances), true) => {
+                let (instances, nodes, metrics, notify, policy, guard) = (
+                    Arc::clone(instances),
+                    self.nodes.clone(),
+                    Arc::clone(&self.metrics),
+                    Arc::clone(&self.node_changed),
+                    Arc::clone(&self.policy),
+                    Arc::clone(&self.guard),
+                );
+                let period = Duration::from_secs(o.node_sync_period);
+                let concurrency = o.node_sync_concurrency;
+                let api = self.nodes_api.clone();
+                let recorder = self.recorder.clone();
+                tasks.push(tokio::spawn(async move {
+                    loop {
+                        let snapshot: Vec<Node> = nodes.state().iter().map(|n| n.as_ref().clone()).collect();
+                        let sync = NodeSync { api: &api, cloud: instances.as_ref(), policy: &policy, metrics: &metrics, parts, concurrency, guard: &guard, recorder: Some(&recorder) };
+                        let wait = match sync.run(&snapshot).await {
+                            Ok(report) => {
+                                tracing::debug!(?report, "node sync");
+                                period
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "node sync failed; retrying");
+                                Duration::from_secs(5).min(period)
+                            }
+                        };
+                        tokio::select! { _ = notify.notified() => {}, _ = tokio::time::sleep(wait) => {} }
+                        // Let a burst of changes settle into one sync.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }));
+            }
+            (None, true) => tracing::info!(
+                cloud = self.cloud.name,
+                "node controllers not started: the cloud has no instances capability"
+            ),
+            _ => tracing::info!("node controllers not chosen"),
+        }
+
+        if let (Some(lbs), Some(services)) = (&self.cloud.load_balancers, &self.services) {
+            let (lbs, services, nodes, metrics, notify, class, client, recorder) = (
+                Arc::clone(lbs),
+                services.clone(),
+                self.nodes.clone(),
+                Arc::clone(&self.metrics),
+                Arc::clone(&self.svc_changed),
+                o.load_balancer_class.clone(),
+                self.client.clone(),
+                self.recorder.clone(),
+            );
+            let backoff = Arc::clone(&self.service_backoff);
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let node_list: Vec<Node> = nodes.state().iter().map(|n| n.as_ref().clone()).collect();
+                    let sync = ServiceSync { client: client.clone(), cloud: lbs.as_ref(), recorder: Some(&recorder), metrics: &metrics, class: class.clone() };
+                    let all = services.state();
+                    lock(&backoff).retain(|key| all.iter().any(|s| service_key(s) == key));
+                    for svc in all.iter() {
+                        let relevant = svc.spec.as_ref().is_some_and(|s| s.type_.as_deref() == Some("LoadBalancer"))
+                            || svc.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER);
+                        let key = service_key(svc);
+                        let generation = svc.metadata.generation;
+                        if !relevant || !lock(&backoff).ready(&key, generation, Instant::now()) {
+                            continue;
+                        }
+                        match sync.reconcile(svc, &node_list).await {
+                            Ok(()) => lock(&backoff).succeeded(&key),
+                            Err(e) => {
+                                let mut b = lock(&backoff);
+                                let delay = b.failed(&key, generation, Instant::now());
+                                let failures = b.failures(&key);
+                                drop(b);
+                                tracing::warn!(service = %key, error = %e, retry_in = ?delay, failures, "service reconcile failed");
+                            }
+                        }
+                    }
+                    let idle = Instant::now() + Duration::from_secs(300);
+                    let due = lock(&backoff).next_due();
+                    metrics.service_backoff.set(lock(&backoff).waiting() as i64);
+                    let wake = due.map_or(idle, |due| due.min(idle));
+                    tokio::select! { _ = notify.notified() => {}, _ = tokio::time::sleep_until(wake) => {} }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }));
+        }
+        tasks
+    }
+}
+
+fn service_key(svc: &Service) -> String {
+    format!(
+        "{}/{}",
+        svc.metadata.namespace.as_deref().unwrap_or_default(),
+        svc.metadata.name.as_deref().unwrap_or_default()
+    )
 }
 
 fn build_cloud(o: &Options) -> anyhow::Result<Cloud> {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
@@ -20,6 +21,11 @@ pub struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabel {
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CloudCallLabel {
     pub call: String,
 }
@@ -31,6 +37,10 @@ pub struct Metrics {
     pub cloud_calls: Family<CloudCallLabel, Counter>,
     /// NotReady nodes missing from the cloud that the deletion guard kept.
     pub node_deletions_refused: Counter,
+    /// 1 while this replica leads (client-go's name, so existing alerts keep working).
+    pub leader: Family<LeaseLabel, Gauge>,
+    /// Services waiting for a retry after their balancer failed.
+    pub service_backoff: Gauge,
 }
 
 fn histogram() -> Histogram {
@@ -45,7 +55,14 @@ impl Metrics {
             duration: Family::new_with_constructor(histogram),
             cloud_calls: Family::default(),
             node_deletions_refused: Counter::default(),
+            leader: Family::default(),
+            service_backoff: Gauge::default(),
         });
+        registry.register(
+            "leader_election_master_status",
+            "1 while this replica holds the leader lease, 0 otherwise",
+            m.leader.clone(),
+        );
         let r = registry.sub_registry_with_prefix("ccm");
         r.register(
             "reconciles",
@@ -68,6 +85,11 @@ impl Metrics {
             m.cloud_calls.clone(),
         );
         r.register(
+            "service_retry_waiting",
+            "Services whose load balancer failed, waiting for their next try",
+            m.service_backoff.clone(),
+        );
+        r.register(
             "node_deletions_refused",
             "NotReady nodes the cloud no longer lists that the deletion guard kept",
             m.node_deletions_refused.clone(),
@@ -78,6 +100,14 @@ impl Metrics {
     /// For tests and tools that do not export metrics.
     pub fn unregistered() -> Arc<Self> {
         Self::register(&mut Registry::default())
+    }
+
+    pub fn leading(&self, lease: &str, yes: bool) {
+        self.leader
+            .get_or_create(&LeaseLabel {
+                name: lease.to_owned(),
+            })
+            .set(i64::from(yes));
     }
 
     pub fn cloud_call(&self, call: &str) {
