@@ -145,18 +145,26 @@ async fn a_missing_or_wrong_inventory_deletes_no_node() {
     );
     assert_eq!(ours(&nodes).await.len(), NODES, "nothing deleted");
     let events: Api<Event> = Api::namespaced(c.clone(), "default");
-    let refused: std::collections::BTreeSet<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("DeletionRefused"))
-        .filter_map(|e| e.regarding?.name)
-        .filter(|n| n.starts_with(PREFIX))
-        .collect();
     let expected: std::collections::BTreeSet<String> =
         (0..NODES).filter(|i| !ready(*i)).map(name).collect();
+    // The counter moves before the Event is written: wait for the events, then compare.
+    let mut refused = std::collections::BTreeSet::new();
+    for _ in 0..50 {
+        refused = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("DeletionRefused"))
+            .filter_map(|e| e.regarding?.name)
+            .filter(|n| n.starts_with(PREFIX))
+            .collect();
+        if refused.len() >= expected.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert_eq!(
         refused, expected,
         "an event on each kept NotReady node, none on Ready ones"
