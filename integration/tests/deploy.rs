@@ -1026,6 +1026,67 @@ fn binaries_link_only_glibc_and_libgcc() {
     }
 }
 
+const TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The ServiceAccount whose token container `c` holds where in-cluster clients read it:
+/// a projected token is the pod's account, a token Secret the account it is annotated
+/// for; automatic mounting (unless turned off) is the pod's account.
+fn identity(m: &Manifests, pod: &Pod, c: &Container) -> Option<String> {
+    let pod_account = pod
+        .spec
+        .service_account_name
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let Some(mount) = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|v| v.mount_path.trim_end_matches('/') == TOKEN_DIR)
+    else {
+        let sa = m.service_accounts.iter().find(|s| {
+            s.metadata.name.as_deref() == Some(&pod_account[..])
+                && s.metadata.namespace.as_deref() == Some(&pod.namespace[..])
+        });
+        let automount = pod
+            .spec
+            .automount_service_account_token
+            .or(sa.and_then(|s| s.automount_service_account_token))
+            .unwrap_or(true);
+        return automount.then_some(pod_account);
+    };
+    let volume = pod
+        .spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)?;
+    if let Some(projected) = &volume.projected {
+        let has_token = projected.sources.iter().flatten().any(|s| {
+            s.service_account_token
+                .as_ref()
+                .is_some_and(|t| t.path == "token")
+        });
+        return has_token.then_some(pod_account);
+    }
+    let name = volume.secret.as_ref()?.secret_name.clone()?;
+    let secret = m.secrets.iter().find(|s| {
+        s.metadata.name.as_deref() == Some(&name[..])
+            && s.metadata.namespace.as_deref() == Some(&pod.namespace[..])
+    })?;
+    assert_eq!(
+        secret.type_.as_deref(),
+        Some("kubernetes.io/service-account-token"),
+        "{} mounts Secret {name} as its token",
+        c.name
+    );
+    secret
+        .metadata
+        .annotations
+        .as_ref()?
+        .get("kubernetes.io/service-account.name")
+        .cloned()
+}
+
 /// One RBAC grant: (group, resource, verb, namespace scope, names).
 type Grant = (String, String, String, Option<String>, Vec<String>);
 
@@ -1138,36 +1199,63 @@ fn rbac_grants_exactly_the_api_calls_each_service_makes() {
                 "overlay {cloud}: a wildcard in {r:?}"
             );
         }
-        for (pod_name, lists) in [
-            (
-                "overcast-cloud-controller-manager",
-                vec![overcast_ccm::API_CALLS],
-            ),
-            (
-                "overcast-discoverer",
-                vec![
-                    overcast_discoverer::api_calls::API_CALLS,
-                    overcast_rbac_proxy::api_calls::API_CALLS,
-                ],
-            ),
-        ] {
-            let pod = m.pod(pod_name);
-            let account = pod.spec.service_account_name.clone().unwrap();
-            let mut have = grants(&m, &pod.namespace, &account);
-            let mut want = expected(&lists);
-            have.sort();
-            have.dedup();
-            want.sort();
-            want.dedup();
-            let missing: Vec<_> = want.iter().filter(|g| !have.contains(g)).collect();
-            let extra: Vec<_> = have.iter().filter(|g| !want.contains(g)).collect();
-            assert!(
-                missing.is_empty(),
-                "overlay {cloud}: {pod_name} lacks {missing:?}"
+        // Each of our programs, by the identity whose token its container holds, is
+        // granted exactly the calls it lists; an identity two programs share would be
+        // granted the union, so no two programs may share one.
+        let mut holders: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for pod in m.pods() {
+            for c in &pod.spec.containers {
+                let Some(program) = c.command.iter().flatten().next() else {
+                    continue;
+                };
+                let calls: &[ApiCall] = match program.rsplit('/').next() {
+                    Some("ccm") => overcast_ccm::API_CALLS,
+                    Some("discoverer") => overcast_discoverer::api_calls::API_CALLS,
+                    Some("rbac-proxy") => overcast_rbac_proxy::api_calls::API_CALLS,
+                    _ => continue,
+                };
+                let Some(account) = identity(&m, &pod, c) else {
+                    panic!("overlay {cloud}: {} {} holds no token", pod.name, c.name);
+                };
+                holders
+                    .entry(account.clone())
+                    .or_default()
+                    .push(format!("{}/{}", pod.name, c.name));
+                let mut have = grants(&m, &pod.namespace, &account);
+                let mut want = expected(&[calls]);
+                have.sort();
+                have.dedup();
+                want.sort();
+                want.dedup();
+                let missing: Vec<_> = want.iter().filter(|g| !have.contains(g)).collect();
+                let extra: Vec<_> = have.iter().filter(|g| !want.contains(g)).collect();
+                assert!(
+                    missing.is_empty(),
+                    "overlay {cloud}: {} ({account}) lacks {missing:?}",
+                    c.name
+                );
+                assert!(
+                    extra.is_empty(),
+                    "overlay {cloud}: {} ({account}) is granted more than it calls: {extra:?}",
+                    c.name
+                );
+            }
+        }
+        for (account, containers) in &holders {
+            assert_eq!(
+                containers.len(),
+                1,
+                "overlay {cloud}: {containers:?} share the identity {account}"
             );
+        }
+        for want in [
+            "overcast-cloud-controller-manager",
+            "overcast-discoverer",
+            "overcast-rbac-proxy",
+        ] {
             assert!(
-                extra.is_empty(),
-                "overlay {cloud}: {pod_name} is granted more than it calls: {extra:?}"
+                holders.contains_key(want),
+                "overlay {cloud}: nothing runs as {want}"
             );
         }
         // The node plugin talks to no API: no token, no bindings.
@@ -1227,4 +1315,117 @@ fn the_catalog_crd_is_the_resource_the_discoverer_writes() {
     for f in ["name", "cpu", "memory", "rootDisk"] {
         assert!(fields.contains_key(f), "the CRD lacks {f}");
     }
+}
+
+/// `deploy/policies/discoverer-secrets.yaml`, evaluated as the API server would: its
+/// match condition names the account the discoverer runs as, and its validations admit
+/// what the discoverer writes and refuse the token-Secret attack of issue 13.
+#[test]
+fn the_secret_policy_admits_what_the_discoverer_writes_and_refuses_a_token_secret() {
+    use overcast_discoverer::api_calls::{NAMESPACE, SECRET};
+    use serde_json::{json, Value};
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/policies/discoverer-secrets.yaml"),
+    )
+    .unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let policy = docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .expect("policy");
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding")
+        .expect("binding");
+    for d in &docs {
+        assert_eq!(d["apiVersion"], "admissionregistration.k8s.io/v1");
+    }
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+    let rules = &policy["spec"]["matchConstraints"]["resourceRules"][0];
+    assert_eq!(rules["resources"], json!(["secrets"]));
+    assert_eq!(rules["operations"], json!(["CREATE", "UPDATE"]));
+
+    // The account the manifests run the discoverer as.
+    let (_, m) = overlays().into_iter().find(|(c, _)| c == "local").unwrap();
+    let pod = m.pod("overcast-discoverer");
+    let account = identity(&m, &pod, pod.container("discoverer")).unwrap();
+    let discoverer = format!("system:serviceaccount:{}:{account}", pod.namespace);
+    assert_eq!(pod.namespace, NAMESPACE);
+
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["expression"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let conditions = strings(&policy["spec"]["matchConditions"]);
+    let validations = strings(&policy["spec"]["validations"]);
+    let eval = |expr: &str, user: &str, object: &Value| -> bool {
+        let program = cel::Program::compile(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
+        let mut ctx = cel::Context::default();
+        ctx.add_variable("object", object.clone()).unwrap();
+        ctx.add_variable("request", json!({"userInfo": {"username": user}}))
+            .unwrap();
+        match program.execute(&ctx) {
+            Ok(cel::Value::Bool(b)) => b,
+            other => panic!("{expr} on {object}: {other:?}"),
+        }
+    };
+    // Admitted unless the policy matches and a validation fails.
+    let admitted = |user: &str, object: &Value| -> bool {
+        !conditions.iter().all(|c| eval(c, user, object))
+            || validations.iter().all(|v| eval(v, user, object))
+    };
+    let secret = |name: &str, type_: Option<&str>, annotations: Value| {
+        let mut s = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "data": {"discovery-data.json": "e30="}});
+        if let Some(t) = type_ {
+            s["type"] = json!(t);
+        }
+        if !annotations.is_null() {
+            s["metadata"]["annotations"] = annotations;
+        }
+        s
+    };
+    let ours = secret(SECRET, Some("Opaque"), Value::Null);
+    assert!(admitted(&discoverer, &ours), "what the discoverer writes");
+    assert!(admitted(&discoverer, &secret(SECRET, None, Value::Null)));
+    assert!(admitted(
+        &discoverer,
+        &secret(SECRET, Some("Opaque"), json!({"note": "x"}))
+    ));
+    let attack = secret(
+        SECRET,
+        Some("kubernetes.io/service-account-token"),
+        json!({"kubernetes.io/service-account.name": "overcast-cloud-controller-manager"}),
+    );
+    assert!(!admitted(&discoverer, &attack), "the token-Secret attack");
+    for other_type in [
+        "kubernetes.io/service-account-token",
+        "kubernetes.io/dockerconfigjson",
+    ] {
+        assert!(
+            !admitted(&discoverer, &secret(SECRET, Some(other_type), Value::Null)),
+            "{other_type}"
+        );
+    }
+    assert!(!admitted(
+        &discoverer,
+        &secret(
+            SECRET,
+            Some("Opaque"),
+            json!({"kubernetes.io/service-account.name": "overcast-cloud-controller-manager"})
+        )
+    ));
+    assert!(!admitted(
+        &discoverer,
+        &secret("another", Some("Opaque"), Value::Null)
+    ));
+    // Nobody else is this policy's business.
+    assert!(admitted("system:serviceaccount:kube-system:other", &attack));
+    assert!(admitted("admin", &attack));
 }

@@ -16,49 +16,30 @@ pub const CATALOG_KIND: &str = "InstanceTypesCatalog";
 pub const CATALOG_PLURAL: &str = "instancetypescatalogs";
 
 pub const API_CALLS: &[ApiCall] = &[
+    // Read, then server-side apply by name. An apply that creates is authorized as a
+    // create with the object's name, so create is limited by name too; the discoverer
+    // never POSTs. delete: a discovery Secret of the wrong type (its type cannot be
+    // changed) is deleted and published anew.
     ApiCall {
         group: "",
         resource: "secrets",
-        verbs: &["get", "patch"],
+        verbs: &["get", "patch", "create", "delete"],
         namespace: Some(NAMESPACE),
         names: &[SECRET],
     },
     ApiCall {
         group: "",
         resource: "configmaps",
-        verbs: &["get", "patch"],
+        verbs: &["get", "patch", "create"],
         namespace: Some(NAMESPACE),
         names: &[CONDITIONS],
     },
     ApiCall {
         group: CATALOG_GROUP,
         resource: CATALOG_PLURAL,
-        verbs: &["get", "patch"],
+        verbs: &["get", "patch", "create"],
         namespace: None,
         names: &[CATALOG],
-    },
-    // A server-side apply that creates the object is authorized as a create too, and
-    // RBAC cannot limit create by name.
-    ApiCall {
-        group: "",
-        resource: "secrets",
-        verbs: &["create"],
-        namespace: Some(NAMESPACE),
-        names: &[],
-    },
-    ApiCall {
-        group: "",
-        resource: "configmaps",
-        verbs: &["create"],
-        namespace: Some(NAMESPACE),
-        names: &[],
-    },
-    ApiCall {
-        group: CATALOG_GROUP,
-        resource: CATALOG_PLURAL,
-        verbs: &["create"],
-        namespace: None,
-        names: &[],
     },
     // Orphan detection: which disks no PersistentVolume references.
     ApiCall {

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, Secret};
 use k8s_openapi::ByteString;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::{Api, Client};
 use overcast_cloud::Discovery;
 use serde_json::{json, Value};
@@ -36,6 +36,11 @@ fn catalog_resource() -> ApiResource {
         kind: CATALOG_KIND.into(),
         plural: CATALOG_PLURAL.into(),
     }
+}
+
+/// A Secret without a type is Opaque (the API server's default).
+fn opaque(s: &Secret) -> bool {
+    s.type_.as_deref().is_none_or(|t| t == "Opaque")
 }
 
 fn apply() -> PatchParams {
@@ -122,7 +127,7 @@ impl Publisher {
         cloud_ok
     }
 
-    fn report(&self, what: &str, result: kube::Result<bool>) -> bool {
+    fn report<E: std::fmt::Display>(&self, what: &str, result: Result<bool, E>) -> bool {
         match result {
             Ok(true) => {
                 tracing::info!(what, "published");
@@ -137,10 +142,36 @@ impl Publisher {
     }
 
     /// Applies the Secret when its document differs; `Ok(true)` when it wrote.
-    async fn publish_secret(&self, data: &Value) -> kube::Result<bool> {
+    ///
+    /// Only an `Opaque` Secret is ours. One of another type under our name (made by
+    /// someone else first, say `kubernetes.io/service-account-token`, which a token
+    /// controller would fill with another account's token) cannot be changed in place —
+    /// the type is immutable, every apply would fail with 422 forever — so it is deleted
+    /// (guarded by its uid and resourceVersion: only what was inspected) and published anew.
+    async fn publish_secret(&self, data: &Value) -> anyhow::Result<bool> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), NAMESPACE);
         let bytes = serde_json::to_vec(data).unwrap_or_default();
-        let current = api.get_opt(SECRET).await?;
+        let mut current = api.get_opt(SECRET).await?;
+        if let Some(found) = current.as_ref().filter(|s| !opaque(s)) {
+            tracing::warn!(
+                secret = SECRET,
+                found_type = found.type_.as_deref().unwrap_or_default(),
+                "the discovery Secret is not Opaque and its type cannot change: deleting it to publish it anew"
+            );
+            let guard = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: found.metadata.uid.clone(),
+                    resource_version: found.metadata.resource_version.clone(),
+                }),
+                ..Default::default()
+            };
+            match api.delete(SECRET, &guard).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            current = None;
+        }
         if current
             .and_then(|s| s.data)
             .and_then(|d| d.get(SECRET_KEY).cloned())
@@ -161,7 +192,14 @@ impl Publisher {
         let mut body = serde_json::to_value(&secret).unwrap_or_default();
         body["apiVersion"] = json!("v1");
         body["kind"] = json!("Secret");
-        api.patch(SECRET, &apply(), &Patch::Apply(&body)).await?;
+        let written = api.patch(SECRET, &apply(), &Patch::Apply(&body)).await?;
+        // Created or updated, what is there now must be ours; a race with another writer
+        // is healed by the next cycle.
+        anyhow::ensure!(
+            opaque(&written),
+            "the discovery Secret is of type {:?} after publishing",
+            written.type_
+        );
         Ok(true)
     }
 
