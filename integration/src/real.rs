@@ -3,7 +3,20 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kube::{Client, Config};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::discovery::{pinned_kind, Scope};
+use kube::{Api, Client, Config};
+use serde_json::json;
+
+use crate::manifests::{kustomizations, Manifests};
+
+/// The namespace our ServiceAccounts live in.
+pub const NS: &str = "kube-system";
 
 /// The variable naming the disposable cluster's admin kubeconfig.
 pub const ENV: &str = "OVERCAST_TEST_KUBECONFIG";
@@ -91,4 +104,159 @@ pub fn metric(body: &str, series: &str) -> Option<f64> {
             .parse()
             .ok()
     })
+}
+
+/// One request a program made, and the server's answer.
+#[derive(Debug, Clone)]
+pub struct Heard {
+    pub method: String,
+    pub path: String,
+    pub watch: bool,
+    pub status: u16,
+}
+
+/// A plain-HTTP listener on loopback that forwards every request to the API server as it
+/// came (the caller's own bearer token included) and records it with the answer's status.
+pub async fn recorder(upstream: Client) -> (u16, Arc<Mutex<Vec<Heard>>>) {
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    let heard: Arc<Mutex<Vec<Heard>>> = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("helper");
+    let port = listener.local_addr().expect("helper").port();
+    let log = Arc::clone(&heard);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let (upstream, log) = (upstream.clone(), Arc::clone(&log));
+            tokio::spawn(async move {
+                let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (upstream, log) = (upstream.clone(), Arc::clone(&log));
+                    async move {
+                        use http_body_util::BodyExt;
+                        let (parts, body) = req.into_parts();
+                        let bytes = body
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
+                        let query = parts.uri.query().unwrap_or_default().to_owned();
+                        let path = parts.uri.path().to_owned();
+                        let method = parts.method.to_string();
+                        let req = hyper::Request::from_parts(
+                            parts,
+                            kube::client::Body::from(bytes.to_vec()),
+                        );
+                        let response = match upstream.send(req).await {
+                            Ok(r) => r,
+                            Err(e) => hyper::Response::builder()
+                                .status(502)
+                                .body(kube::client::Body::from(e.to_string().into_bytes()))
+                                .expect("helper"),
+                        };
+                        log.lock().expect("helper").push(Heard {
+                            method,
+                            path,
+                            watch: query
+                                .split('&')
+                                .any(|kv| kv == "watch=true" || kv == "watch=1"),
+                            status: response.status().as_u16(),
+                        });
+                        Ok::<_, Infallible>(response)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (port, heard)
+}
+
+/// A kubeconfig that reaches the API server through the recorder, as `token`.
+pub fn token_kubeconfig(dir: &Path, who: &str, port: u16, token: &str) -> String {
+    let path = dir.join(format!("{who}.kubeconfig"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"http://127.0.0.1:{port}\"}}}}]\n\
+             users: [{{name: u, user: {{token: \"{token}\"}}}}]\n\
+             contexts: [{{name: c, context: {{cluster: c, user: u, namespace: {NS}}}}}]\ncurrent-context: c\n"
+        ),
+    )
+    .expect("helper");
+    path.display().to_string()
+}
+
+pub async fn token(c: &Client, account: &str) -> String {
+    let api: Api<ServiceAccount> = Api::namespaced(c.clone(), NS);
+    let req: TokenRequest = serde_json::from_value(json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600}
+    }))
+    .expect("helper");
+    api.create_token_request(account, &PostParams::default(), &req)
+        .await
+        .unwrap_or_else(|e| panic!("a token for {account}: {e}"))
+        .status
+        .expect("helper")
+        .token
+}
+
+/// A client with no credentials: the recorder's, which passes on the caller's own.
+pub fn anonymous(admin: &Config) -> Client {
+    let mut config = admin.clone();
+    config.auth_info = kube::config::AuthInfo::default();
+    Client::try_from(config).expect("helper")
+}
+
+/// A client that talks as `token` (for SelfSubjectRulesReview).
+pub async fn as_account(admin: &Config, token: &str) -> Client {
+    let mut config = admin.clone();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.to_owned().into()),
+        ..Default::default()
+    };
+    Client::try_from(config).expect("helper")
+}
+
+/// Applies the local overlay's accounts, roles, bindings and CRD, as a cluster admin would.
+pub async fn apply_rbac(c: &Client) {
+    let dir = kustomizations("overlays")
+        .into_iter()
+        .find(|d| d.ends_with("local"))
+        .expect("helper");
+    let m = Manifests::load(&dir).expect("helper");
+    let params = PatchParams::apply("overcast-identity-test").force();
+    for r in &m.all {
+        if !matches!(
+            r.kind(),
+            "ServiceAccount"
+                | "Role"
+                | "ClusterRole"
+                | "RoleBinding"
+                | "ClusterRoleBinding"
+                | "CustomResourceDefinition"
+        ) {
+            continue;
+        }
+        let api_version = r.object["apiVersion"].as_str().expect("helper");
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let (resource, caps) = pinned_kind(c, &GroupVersionKind::gvk(group, version, r.kind()))
+            .await
+            .expect("helper");
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => {
+                Api::namespaced_with(c.clone(), r.namespace().expect("helper"), &resource)
+            }
+            Scope::Cluster => Api::all_with(c.clone(), &resource),
+        };
+        api.patch(r.name(), &params, &Patch::Apply(&r.object))
+            .await
+            .unwrap_or_else(|e| panic!("{} {}: {e}", r.kind(), r.name()));
+    }
 }

@@ -15,27 +15,23 @@
 //! `kubernetes.io/service-account-token` for the ccm's account. It must replace it.
 
 use std::collections::BTreeSet;
-use std::convert::Infallible;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::authorization::v1::SelfSubjectRulesReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Service, ServiceAccount};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
-use kube::discovery::{pinned_kind, Scope};
 use kube::{Api, Client, Config};
 use overcast_integration::fake_api::Seen;
-use overcast_integration::manifests::{kustomizations, Manifests};
-use overcast_integration::real::{self, wait_for};
+use overcast_integration::real::{
+    self, anonymous, apply_rbac, as_account, recorder, token, token_kubeconfig, wait_for, Heard, NS,
+};
 use overcast_integration::{binary, free_port, self_signed_cert, KillOnDrop};
 use serde_json::json;
 
-const NS: &str = "kube-system";
 const CCM: &str = "overcast-cloud-controller-manager";
 const DISCOVERER: &str = "overcast-discoverer";
 const PROXY: &str = "overcast-rbac-proxy";
@@ -44,122 +40,6 @@ const NOBODY: &str = "overcast-it-id-nobody";
 const SECRET: &str = "d8-cloud-provider-discovery-data";
 const CONDITIONS: &str = "d8-cloud-provider-conditions";
 const CATALOG: &str = "for-cluster-autoscaler";
-
-/// One request a program made, and the server's answer.
-#[derive(Debug, Clone)]
-struct Heard {
-    method: String,
-    path: String,
-    watch: bool,
-    status: u16,
-}
-
-/// A plain-HTTP listener on loopback that forwards every request to the API server as it
-/// came (the caller's own bearer token included) and records it with the answer's status.
-async fn recorder(upstream: Client) -> (u16, Arc<Mutex<Vec<Heard>>>) {
-    use hyper::service::service_fn;
-    use hyper_util::rt::TokioIo;
-    let heard: Arc<Mutex<Vec<Heard>>> = Arc::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let log = Arc::clone(&heard);
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let (upstream, log) = (upstream.clone(), Arc::clone(&log));
-            tokio::spawn(async move {
-                let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let (upstream, log) = (upstream.clone(), Arc::clone(&log));
-                    async move {
-                        use http_body_util::BodyExt;
-                        let (parts, body) = req.into_parts();
-                        let bytes = body
-                            .collect()
-                            .await
-                            .map(|b| b.to_bytes())
-                            .unwrap_or_default();
-                        let query = parts.uri.query().unwrap_or_default().to_owned();
-                        let path = parts.uri.path().to_owned();
-                        let method = parts.method.to_string();
-                        let req = hyper::Request::from_parts(
-                            parts,
-                            kube::client::Body::from(bytes.to_vec()),
-                        );
-                        let response = match upstream.send(req).await {
-                            Ok(r) => r,
-                            Err(e) => hyper::Response::builder()
-                                .status(502)
-                                .body(kube::client::Body::from(e.to_string().into_bytes()))
-                                .unwrap(),
-                        };
-                        log.lock().unwrap().push(Heard {
-                            method,
-                            path,
-                            watch: query
-                                .split('&')
-                                .any(|kv| kv == "watch=true" || kv == "watch=1"),
-                            status: response.status().as_u16(),
-                        });
-                        Ok::<_, Infallible>(response)
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    (port, heard)
-}
-
-/// A kubeconfig that reaches the API server through the recorder, as `token`.
-fn kubeconfig(dir: &Path, who: &str, port: u16, token: &str) -> String {
-    let path = dir.join(format!("{who}.kubeconfig"));
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"http://127.0.0.1:{port}\"}}}}]\n\
-             users: [{{name: u, user: {{token: \"{token}\"}}}}]\n\
-             contexts: [{{name: c, context: {{cluster: c, user: u, namespace: {NS}}}}}]\ncurrent-context: c\n"
-        ),
-    )
-    .unwrap();
-    path.display().to_string()
-}
-
-async fn token(c: &Client, account: &str) -> String {
-    let api: Api<ServiceAccount> = Api::namespaced(c.clone(), NS);
-    let req: TokenRequest = serde_json::from_value(json!({
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-        "spec": {"expirationSeconds": 3600}
-    }))
-    .unwrap();
-    api.create_token_request(account, &PostParams::default(), &req)
-        .await
-        .unwrap_or_else(|e| panic!("a token for {account}: {e}"))
-        .status
-        .unwrap()
-        .token
-}
-
-/// A client with no credentials: the recorder's, which passes on the caller's own.
-fn anonymous(admin: &Config) -> Client {
-    let mut config = admin.clone();
-    config.auth_info = kube::config::AuthInfo::default();
-    Client::try_from(config).unwrap()
-}
-
-/// A client that talks as `token` (for SelfSubjectRulesReview).
-async fn as_account(admin: &Config, token: &str) -> Client {
-    let mut config = admin.clone();
-    config.auth_info = kube::config::AuthInfo {
-        token: Some(token.to_owned().into()),
-        ..Default::default()
-    };
-    Client::try_from(config).unwrap()
-}
 
 /// (group, resource, verb, name or "") for every resource right the account has.
 type Right = (String, String, String, String);
@@ -234,41 +114,6 @@ fn covered(right: &Right, uses: &[Right]) -> bool {
     uses.iter().any(|u| {
         u.0 == right.0 && u.1 == right.1 && u.2 == right.2 && (right.3.is_empty() || u.3 == right.3)
     })
-}
-
-/// Applies the local overlay's accounts, roles, bindings and CRD, as a cluster admin would.
-async fn apply_rbac(c: &Client) {
-    let dir = kustomizations("overlays")
-        .into_iter()
-        .find(|d| d.ends_with("local"))
-        .unwrap();
-    let m = Manifests::load(&dir).unwrap();
-    let params = PatchParams::apply("overcast-identity-test").force();
-    for r in &m.all {
-        if !matches!(
-            r.kind(),
-            "ServiceAccount"
-                | "Role"
-                | "ClusterRole"
-                | "RoleBinding"
-                | "ClusterRoleBinding"
-                | "CustomResourceDefinition"
-        ) {
-            continue;
-        }
-        let api_version = r.object["apiVersion"].as_str().unwrap();
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let (resource, caps) = pinned_kind(c, &GroupVersionKind::gvk(group, version, r.kind()))
-            .await
-            .unwrap();
-        let api: Api<DynamicObject> = match caps.scope {
-            Scope::Namespaced => Api::namespaced_with(c.clone(), r.namespace().unwrap(), &resource),
-            Scope::Cluster => Api::all_with(c.clone(), &resource),
-        };
-        api.patch(r.name(), &params, &Patch::Apply(&r.object))
-            .await
-            .unwrap_or_else(|e| panic!("{} {}: {e}", r.kind(), r.name()));
-    }
 }
 
 fn catalogs(c: &Client) -> Api<DynamicObject> {
@@ -415,7 +260,7 @@ async fn each_program_does_its_whole_job_with_its_own_account_and_uses_every_rig
         Command::new(binary("discoverer"))
             .arg(format!(
                 "--kubeconfig={}",
-                kubeconfig(d, "discoverer", port, &discoverer_token)
+                token_kubeconfig(d, "discoverer", port, &discoverer_token)
             ))
             .arg(format!("--state-dir={}", d.display()))
             .args(["--zone=zone-a", "--discovery-period=1"])
@@ -473,7 +318,7 @@ async fn each_program_does_its_whole_job_with_its_own_account_and_uses_every_rig
             ))
             .arg(format!(
                 "--kubeconfig={}",
-                kubeconfig(d, "rbac-proxy", port, &proxy_token)
+                token_kubeconfig(d, "rbac-proxy", port, &proxy_token)
             ))
             .stderr(Stdio::inherit())
             .spawn()
@@ -514,7 +359,7 @@ async fn each_program_does_its_whole_job_with_its_own_account_and_uses_every_rig
         Command::new(binary("ccm"))
             .arg(format!(
                 "--kubeconfig={}",
-                kubeconfig(d, "ccm", port, &ccm_token)
+                token_kubeconfig(d, "ccm", port, &ccm_token)
             ))
             .arg(format!("--instances-file={}", instances.display()))
             .args([
