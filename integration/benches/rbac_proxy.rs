@@ -128,75 +128,90 @@ async fn main() {
     api.token(TOKEN, "prometheus", &[]);
     api.allow("prometheus", "get", "/metrics");
     let up = upstream().await;
-    let port = free_port();
-    let proxy = Command::new(binary("rbac-proxy"))
-        .arg(format!("--secure-listen-address=127.0.0.1:{port}"))
-        .arg(format!("--upstream=http://127.0.0.1:{up}/"))
-        .arg(format!("--tls-cert-file={}", d.join("tls.crt").display()))
-        .arg(format!(
-            "--tls-private-key-file={}",
-            d.join("tls.key").display()
-        ))
-        .arg(format!("--kubeconfig={}", d.join("kubeconfig").display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("proxy");
-    let _proxy = KillOnDrop(proxy);
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    // This build's proxy, and optionally another build's in the same run (the figures of
+    // two sessions are not comparable on a shared machine): OVERCAST_BENCH_BASELINE_PROXY
+    // names that binary.
+    let mut proxies = vec![("now".to_owned(), binary("rbac-proxy"))];
+    if let Ok(path) = std::env::var("OVERCAST_BENCH_BASELINE_PROXY") {
+        proxies.insert(0, ("before".to_owned(), path.into()));
+    }
+    let mut running = Vec::new();
+    for (label, bin) in &proxies {
+        let port = free_port();
+        let proxy = Command::new(bin)
+            .arg(format!("--secure-listen-address=127.0.0.1:{port}"))
+            .arg(format!("--upstream=http://127.0.0.1:{up}/"))
+            .arg(format!("--tls-cert-file={}", d.join("tls.crt").display()))
+            .arg(format!(
+                "--tls-private-key-file={}",
+                d.join("tls.key").display()
+            ))
+            .arg(format!("--kubeconfig={}", d.join("kubeconfig").display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("proxy");
+        running.push((label.clone(), port, KillOnDrop(proxy)));
     }
     let ca = d.join("tls.crt");
-    // Warm-up: fills the proxy's review cache and both connection pools.
-    run(tls(port, &ca).await, 50).await;
+    for (_, port, _) in &running {
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", *port))
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Warm-up: fills the proxy's review cache and its connection pool.
+        run(tls(*port, &ca).await, 50).await;
+    }
     run(plain(up).await, 50).await;
 
     println!("## rbac-proxy added latency ({n} GETs of a 2 KiB page per row, keep-alive)\n");
-    println!("| clients | direct p50 | direct p99 | via proxy p50 | via proxy p99 | added p50 | added p99 |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| proxy | clients | direct p50 | direct p99 | via proxy p50 | via proxy p99 | added p50 | added p99 |");
+    println!("|---|---|---|---|---|---|---|---|");
     for clients in [1usize, 16] {
-        let mut direct = Vec::new();
-        let mut proxied = Vec::new();
-        let mut tasks = Vec::new();
-        for _ in 0..clients {
-            tasks.push(tokio::spawn(run(plain(up).await, n / clients)));
+        for (label, port, _) in &running {
+            let port = *port;
+            let mut direct = Vec::new();
+            let mut proxied = Vec::new();
+            let mut tasks = Vec::new();
+            for _ in 0..clients {
+                tasks.push(tokio::spawn(run(plain(up).await, n / clients)));
+            }
+            for t in tasks {
+                direct.extend(t.await.expect("direct"));
+            }
+            let mut tasks = Vec::new();
+            for _ in 0..clients {
+                let ca = ca.clone();
+                tasks.push(tokio::spawn(async move {
+                    run(tls(port, &ca).await, n / clients).await
+                }));
+            }
+            for t in tasks {
+                proxied.extend(t.await.expect("proxied"));
+            }
+            direct.sort();
+            proxied.sort();
+            let (d50, d99, p50, p99) = (
+                pct(&direct, 0.5),
+                pct(&direct, 0.99),
+                pct(&proxied, 0.5),
+                pct(&proxied, 0.99),
+            );
+            println!(
+                "| {label} | {clients} | {} | {} | {} | {} | {} | {} |",
+                us(d50),
+                us(d99),
+                us(p50),
+                us(p99),
+                us(p50.saturating_sub(d50)),
+                us(p99.saturating_sub(d99))
+            );
         }
-        for t in tasks {
-            direct.extend(t.await.expect("direct"));
-        }
-        let mut tasks = Vec::new();
-        for _ in 0..clients {
-            let ca = ca.clone();
-            tasks.push(tokio::spawn(async move {
-                run(tls(port, &ca).await, n / clients).await
-            }));
-        }
-        for t in tasks {
-            proxied.extend(t.await.expect("proxied"));
-        }
-        direct.sort();
-        proxied.sort();
-        let (d50, d99, p50, p99) = (
-            pct(&direct, 0.5),
-            pct(&direct, 0.99),
-            pct(&proxied, 0.5),
-            pct(&proxied, 0.99),
-        );
-        println!(
-            "| {clients} | {} | {} | {} | {} | {} | {} |",
-            us(d50),
-            us(d99),
-            us(p50),
-            us(p99),
-            us(p50.saturating_sub(d50)),
-            us(p99.saturating_sub(d99))
-        );
     }
     let reviews = api
         .seen()
