@@ -1000,3 +1000,72 @@ async fn concurrent_operations_on_one_volume_succeed_or_abort_and_a_retry_succee
         .expect("the retry succeeds");
     assert_eq!(r.into_inner().capacity_bytes, 300 * MIB);
 }
+
+/// Exactly what external-provisioner's capacity tracking sends for the local overlay's
+/// default StorageClass (`csi.storage.k8s.io/fstype: ext4`, passed as is), per zone: v2–v4 with one `mount{}`
+/// capability of access mode UNKNOWN (the class names no capability), v5 with none. Both
+/// must get the free space of the disks' filesystem, or kube-scheduler is told there is no
+/// room and WaitForFirstConsumer pods stay Pending. A capability no disk can serve still
+/// gets 0.
+#[tokio::test]
+async fn get_capacity_answers_the_provisioners_own_request_with_the_free_space() {
+    let csi = Csi::start(&[]).await;
+    let mut c = csi.controller().await;
+    let parameters: std::collections::HashMap<String, String> =
+        [("csi.storage.k8s.io/fstype".to_owned(), "ext4".to_owned())].into();
+    let zone = csi::Topology {
+        segments: [(ZONE_KEY.into(), ZONE.into())].into(),
+    };
+    let v4_capability = csi::VolumeCapability {
+        access_type: Some(csi::volume_capability::AccessType::Mount(
+            csi::volume_capability::MountVolume::default(),
+        )),
+        access_mode: Some(csi::volume_capability::AccessMode {
+            mode: csi::volume_capability::access_mode::Mode::Unknown as i32,
+        }),
+    };
+    let free = || {
+        let s = nix::sys::statvfs::statvfs(&csi.state_dir).unwrap();
+        s.blocks_available() as i64 * s.fragment_size() as i64
+    };
+    for (who, caps) in [("v4", vec![v4_capability]), ("v5", vec![])] {
+        let before = free();
+        let r = c
+            .get_capacity(csi::GetCapacityRequest {
+                volume_capabilities: caps,
+                parameters: parameters.clone(),
+                accessible_topology: Some(zone.clone()),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{who}: {e}"))
+            .into_inner();
+        let after = free();
+        // Other tests write beside us: the answer lies between two readings, give or take.
+        let slack = 256 * MIB;
+        assert!(
+            r.available_capacity >= before.min(after) - slack
+                && r.available_capacity <= before.max(after) + slack,
+            "{who}: {} bytes, the filesystem has {before}..{after} free",
+            r.available_capacity
+        );
+        assert!(r.available_capacity > 0, "{who}");
+    }
+    let multi = csi::VolumeCapability {
+        access_type: Some(csi::volume_capability::AccessType::Mount(
+            csi::volume_capability::MountVolume::default(),
+        )),
+        access_mode: Some(csi::volume_capability::AccessMode {
+            mode: csi::volume_capability::access_mode::Mode::MultiNodeMultiWriter as i32,
+        }),
+    };
+    let r = c
+        .get_capacity(csi::GetCapacityRequest {
+            volume_capabilities: vec![multi],
+            parameters,
+            accessible_topology: Some(zone),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.available_capacity, 0, "no disk several nodes attach");
+}

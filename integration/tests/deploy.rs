@@ -326,6 +326,32 @@ fn csi_driver_names_sockets_and_kubelet_paths_agree() {
             "{}",
             at("extra create metadata")
         );
+        // Capacity tracking: the driver says so, the provisioner publishes it, owned by the
+        // Deployment (pod → ReplicaSet → Deployment), found through its own pod's name.
+        assert_eq!(
+            m.csi_drivers[0].spec.storage_capacity,
+            Some(true),
+            "{}",
+            at("CSIDriver storageCapacity")
+        );
+        assert!(
+            has_flag(provisioner, "enable-capacity"),
+            "{}",
+            at("--enable-capacity")
+        );
+        assert_eq!(controller.kind, "Deployment");
+        assert_eq!(
+            flag(provisioner, "capacity-ownerref-level").as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            env_field(provisioner, "NAMESPACE").as_deref(),
+            Some("metadata.namespace")
+        );
+        assert_eq!(
+            env_field(provisioner, "POD_NAME").as_deref(),
+            Some("metadata.name")
+        );
         assert_eq!(
             flag(provisioner, "feature-gates").as_deref(),
             Some("Topology=true")

@@ -89,6 +89,30 @@ pub fn capability_problem(cap: &csi::VolumeCapability) -> Option<String> {
     }
 }
 
+/// Why no volume of this capability could be made, for GetCapacity: only what the
+/// capability *says* counts. external-provisioner v2–v4 asks capacity with `mount{}` and
+/// access mode UNKNOWN for every StorageClass (the class names no capability) and v5 with
+/// none; both must get the real figure, or the scheduler is told there is no room.
+pub fn capacity_problem(cap: &csi::VolumeCapability) -> Option<String> {
+    let mode = cap.access_mode.as_ref().map(|m| m.mode());
+    if let Some(
+        m @ (Mode::MultiNodeReaderOnly | Mode::MultiNodeSingleWriter | Mode::MultiNodeMultiWriter),
+    ) = mode
+    {
+        return Some(format!(
+            "access mode {} needs a disk several nodes can attach",
+            m.as_str_name()
+        ));
+    }
+    match &cap.access_type {
+        Some(AccessType::Mount(m)) if !FS_TYPES.contains(&m.fs_type.as_str()) => Some(format!(
+            "filesystem {:?} is not supported (ext4 or xfs)",
+            m.fs_type
+        )),
+        _ => None,
+    }
+}
+
 /// Checks a required list of capabilities; INVALID_ARGUMENT names the first problem.
 pub fn capabilities(caps: &[csi::VolumeCapability]) -> Result<(), Status> {
     if caps.is_empty() {

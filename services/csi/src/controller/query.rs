@@ -161,7 +161,7 @@ impl ControllerService {
         if req
             .volume_capabilities
             .iter()
-            .any(|c| validation::capability_problem(c).is_some())
+            .any(|c| validation::capacity_problem(c).is_some())
         {
             return Ok(empty_capacity());
         }
