@@ -83,6 +83,7 @@ async fn discoverer_publishes_what_changed_reports_orphans_and_survives_cloud_er
             .arg(format!("--region={REGION}"))
             .arg(format!("--node-name={NODE_ID}"))
             .arg("--discovery-period=1")
+            .arg("--stale-after=3")
             .arg(format!("--metrics-address=127.0.0.1:{port}"))
             .stderr(Stdio::null())
             .spawn()
@@ -168,12 +169,27 @@ async fn discoverer_publishes_what_changed_reports_orphans_and_survives_cloud_er
     let moved = csi.dir.path().join("state-moved");
     std::fs::rename(&csi.state_dir, &moved).unwrap();
     let failing = "cloud_data_discovery_cloud_request_error{type=\"discovery_data\"} 1";
+    assert_eq!(http_get(port, "/healthz").0, 200, "fresh");
     let seen_failure = eventually(Duration::from_secs(15), || {
         http_get(port, "/metrics").1.contains(failing)
     })
     .await;
+    // Nothing good for longer than --stale-after: the probe says so, with why.
+    let stale = eventually(Duration::from_secs(15), || {
+        http_get(port, "/healthz").0 == 503
+    })
+    .await;
+    let why = http_get(port, "/healthz").1;
     std::fs::rename(&moved, &csi.state_dir).unwrap();
     assert!(seen_failure, "{}", http_get(port, "/metrics").1);
+    assert!(stale, "/healthz stayed 200 while nothing was published");
+    assert!(why.contains("no discovery cycle"), "{why}");
+    assert!(
+        eventually(Duration::from_secs(40), || http_get(port, "/healthz").0
+            == 200)
+        .await,
+        "/healthz recovers with the cloud"
+    );
     assert_eq!(
         secret_document(&api).unwrap(),
         doc,

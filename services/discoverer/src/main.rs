@@ -41,6 +41,11 @@ struct Options {
     /// Seconds between discoveries.
     #[arg(long, default_value_t = 3600)]
     discovery_period: u64,
+    /// /healthz answers 503 once no cycle has both heard the cloud and published for this
+    /// many seconds (0: three discovery periods, at least 10 minutes), so a wedged or
+    /// cut-off discoverer is restarted and seen, not reported alive forever.
+    #[arg(long, default_value_t = 0)]
+    stale_after: u64,
     #[arg(long, default_value = "127.0.0.1:8081")]
     metrics_address: std::net::SocketAddr,
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
@@ -70,7 +75,18 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
-    let health: overcast_runtime::http::HealthCheck = Arc::new(|| Box::pin(async { Ok(()) }));
+    let stale_after = match o.stale_after {
+        0 => Duration::from_secs(o.discovery_period.saturating_mul(3).max(600)),
+        n => Duration::from_secs(n),
+    };
+    let freshness = Arc::new(publish::Freshness::new());
+    let health: overcast_runtime::http::HealthCheck = {
+        let freshness = Arc::clone(&freshness);
+        Arc::new(move || {
+            let verdict = freshness.check(stale_after);
+            Box::pin(async move { verdict })
+        })
+    };
     let bound =
         overcast_runtime::http::serve(o.metrics_address, Arc::new(registry), health).await?;
     tracing::info!(address = %bound, "serving /metrics and /healthz");
@@ -79,6 +95,7 @@ async fn main() -> anyhow::Result<()> {
         client,
         cloud,
         metrics,
+        freshness,
     };
     let period = Duration::from_secs(o.discovery_period);
     let mut backoff = BACKOFF_START;

@@ -26,6 +26,48 @@ pub struct Publisher {
     pub client: Client,
     pub cloud: Arc<dyn Discovery>,
     pub metrics: Arc<Metrics>,
+    pub freshness: Arc<Freshness>,
+}
+
+/// When a cycle last heard the cloud and published everything (or since start).
+pub struct Freshness {
+    last_good: std::sync::Mutex<Instant>,
+}
+
+impl Default for Freshness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Freshness {
+    pub fn new() -> Self {
+        Self {
+            last_good: std::sync::Mutex::new(Instant::now()),
+        }
+    }
+
+    fn good(&self) {
+        *self.last_good.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// `/healthz`: an error once nothing good happened for `limit`.
+    pub fn check(&self, limit: std::time::Duration) -> Result<(), String> {
+        let since = self
+            .last_good
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed();
+        if since > limit {
+            Err(format!(
+                "no discovery cycle has reached the cloud and published for {}s (limit {}s)",
+                since.as_secs(),
+                limit.as_secs()
+            ))
+        } else {
+            Ok(())
+        }
+    }
 }
 
 fn catalog_resource() -> ApiResource {
@@ -121,6 +163,9 @@ impl Publisher {
             }
         }
         self.metrics.update_resource_error.set(i64::from(!write_ok));
+        if cloud_ok && write_ok {
+            self.freshness.good();
+        }
         self.metrics
             .cycle_duration
             .observe(started.elapsed().as_secs_f64());
