@@ -7,11 +7,12 @@ use crate::leader::{DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE};
 
 pub const API_CALLS: &[ApiCall] = &[
     // nodes.rs: the node reflector lists and watches; initialization and address sync
-    // merge-patch the Node and strategic-patch its status; lifecycle deletes and taints.
+    // merge-patch the Node and strategic-patch its status; lifecycle deletes and taints;
+    // a patch refused with 409 reads the node again (get) and retries.
     ApiCall {
         group: "",
         resource: "nodes",
-        verbs: &["list", "watch", "patch", "delete"],
+        verbs: &["get", "list", "watch", "patch", "delete"],
         namespace: None,
         names: &[],
     },

@@ -26,6 +26,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// The API refused a write guarded by a resourceVersion that is no longer current.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Kube(kube::Error::Api(s)) if s.code == 409)
+    }
+
     /// A short, stable name for metrics labels.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -142,6 +142,9 @@ fn k8s_addresses(policy: &AddressPolicy, instance: &Instance) -> Vec<K8sAddress>
         .collect()
 }
 
+/// Re-reads after a conflict before the error is left to the next sync.
+const CONFLICT_RETRIES: u32 = 3;
+
 impl NodeSync<'_> {
     pub async fn run(&self, nodes: &[Node]) -> Result<SyncReport> {
         let started = Instant::now();
@@ -229,16 +232,33 @@ impl NodeSync<'_> {
         }
     }
 
+    /// Syncs one node; a patch refused with 409 (the node changed since the cache read
+    /// it) re-reads the node and tries again at once, as client-go's RetryOnConflict does,
+    /// instead of waiting for the next sync.
     async fn named(
         &self,
         node: &Node,
         instances: &[Instance],
         may_delete: bool,
     ) -> (String, Result<Vec<Outcome>>) {
-        (
-            node.name_any(),
-            self.sync_node(node, instances, may_delete).await,
-        )
+        let name = node.name_any();
+        let mut fresh: Option<Node> = None;
+        let mut attempt = 0;
+        loop {
+            let current = fresh.as_ref().unwrap_or(node);
+            match self.sync_node(current, instances, may_delete).await {
+                Err(e) if e.is_conflict() && attempt < CONFLICT_RETRIES => {
+                    attempt += 1;
+                    match self.api.get_opt(&name).await {
+                        Ok(Some(n)) => fresh = Some(n),
+                        // Deleted meanwhile: nothing left to do.
+                        Ok(None) => return (name, Ok(vec![])),
+                        Err(e) => return (name, Err(e.into())),
+                    }
+                }
+                other => return (name, other),
+            }
+        }
     }
 
     async fn sync_node(

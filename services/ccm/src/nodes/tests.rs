@@ -210,7 +210,7 @@ async fn lifecycle_deletes_gone_not_ready_nodes_and_taints_shut_down_ones() {
 }
 
 #[tokio::test]
-async fn drifted_addresses_are_patched_and_conflicts_surface_as_errors() {
+async fn drifted_addresses_are_patched_and_a_conflict_is_read_again_and_retried_at_once() {
     let mut moved = instance("n1", InstanceState::Running);
     moved.addresses[0].address = "10.0.0.99".into();
     let cloud = FakeCloud::with(vec![moved, instance("n2", InstanceState::Shutdown)]);
@@ -218,27 +218,51 @@ async fn drifted_addresses_are_patched_and_conflicts_surface_as_errors() {
         node("n1", &[], true, Some("fake://n1")),
         node("n2", &[], false, Some("fake://n2")),
     ];
+    let mut newer =
+        serde_json::to_value(node("n2", &["dedicated"], false, Some("fake://n2"))).unwrap();
+    newer["metadata"]["resourceVersion"] = json!("43");
     let calls = vec![
         Call::new("PATCH", "/api/v1/nodes/n1/status", node_json("n1")).checking(|b| {
             assert_eq!(b["status"]["addresses"][0]["address"], "10.0.0.99");
         }),
         Call::new("PATCH", "/api/v1/nodes/n2", status_reply(409, "Conflict")).status(409),
+        Call::new("GET", "/api/v1/nodes/n2", newer),
+        Call::new("PATCH", "/api/v1/nodes/n2", node_json("n2")).checking(|b| {
+            assert_eq!(b["metadata"]["resourceVersion"], "43", "guarded by the version read again");
+            assert_eq!(
+                b["spec"]["taints"],
+                json!([{"key": "dedicated", "effect": "NoSchedule"}, {"key": SHUTDOWN_TAINT, "effect": "NoSchedule"}]),
+                "the taint someone added meanwhile is kept"
+            );
+        }),
     ];
-    let (report, served) = run(
-        &cloud,
-        nodes,
-        calls,
-        Parts {
-            initialize: true,
-            lifecycle: true,
-        },
-    )
-    .await;
+    let (report, served) = run(&cloud, nodes, calls, ALL).await;
+    assert_eq!(report.unwrap().tainted_shutdown, 1);
+    assert_eq!(served, 4);
+}
+
+#[tokio::test]
+async fn a_conflict_that_persists_surfaces_as_an_error_after_three_reads() {
+    let cloud = FakeCloud::with(vec![instance("n2", InstanceState::Shutdown)]);
+    let nodes = vec![node("n2", &[], false, Some("fake://n2"))];
+    let mut calls =
+        vec![Call::new("PATCH", "/api/v1/nodes/n2", status_reply(409, "Conflict")).status(409)];
+    for _ in 0..3 {
+        calls.push(Call::new(
+            "GET",
+            "/api/v1/nodes/n2",
+            serde_json::to_value(node("n2", &[], false, Some("fake://n2"))).unwrap(),
+        ));
+        calls.push(
+            Call::new("PATCH", "/api/v1/nodes/n2", status_reply(409, "Conflict")).status(409),
+        );
+    }
+    let (report, served) = run(&cloud, nodes, calls, ALL).await;
     assert!(
-        matches!(report, Err(Error::Kube(kube::Error::Api(ref s))) if s.code == 409),
+        matches!(report, Err(ref e) if e.is_conflict()),
         "{report:?}"
     );
-    assert_eq!(served, 2);
+    assert_eq!(served, 7);
 }
 
 #[tokio::test]
