@@ -43,13 +43,15 @@ const CATALOG: &str = "for-cluster-autoscaler";
 
 /// Rights used only on a path a run cannot be made to take on demand, each with the test
 /// that does take it: (account, (group, resource, verb, name), why).
-const RARE: &[(&str, (&str, &str, &str, &str), &str)] = &[(
+type StaticRight = (&'static str, &'static str, &'static str, &'static str);
+
+const RARE: &[(&str, StaticRight, &str)] = &[(
     CCM,
     ("", "nodes", "get", ""),
     "re-reads a node after a 409 conflict; services/ccm/src/nodes/tests.rs drives that path",
 )];
 
-fn right_of(r: &(&str, &str, &str, &str)) -> Right {
+fn right_of(r: &StaticRight) -> Right {
     (r.0.into(), r.1.into(), r.2.into(), r.3.into())
 }
 
