@@ -13,7 +13,6 @@ use overcast_cloud::{Disks, Zone};
 use overcast_runtime::{socket, GrpcLogLayer, GrpcMetrics};
 use prometheus_client::registry::Registry;
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 
 use crate::controller::ControllerService;
@@ -134,10 +133,13 @@ impl Driver {
             .add_service(csi::identity_server::IdentityServer::new(identity))
             .add_optional_service(controller)
             .add_optional_service(node)
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
-                shutdown.await;
-                let _ = stopping_tx.send(());
-            });
+            .serve_with_incoming_shutdown(
+                overcast_runtime::authority::incoming(listener),
+                async move {
+                    shutdown.await;
+                    let _ = stopping_tx.send(());
+                },
+            );
         // Graceful shutdown lets calls in flight finish, but the sidecars and kubelet keep
         // idle connections open indefinitely: past the drain period, stop regardless.
         let drain_expired = async move {

@@ -8,7 +8,6 @@ use std::time::Duration;
 use overcast_api::pluginregistration as reg;
 use overcast_runtime::{socket, GrpcLogLayer};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
@@ -79,7 +78,7 @@ pub async fn serve(
         let server = Server::builder()
             .layer(GrpcLogLayer::new(None))
             .add_service(service)
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+            .serve_with_incoming_shutdown(overcast_runtime::authority::incoming(listener), async {
                 let _ = stop_rx.await;
             });
         tokio::pin!(server);

@@ -2,6 +2,7 @@
 //! endpoints, shutdown on signals, the gRPC logging/metrics layer and a small HTTP
 //! server for `/metrics` and `/healthz`.
 
+pub mod authority;
 pub mod client;
 pub mod grpc_log;
 pub mod host;
