@@ -126,6 +126,11 @@ async fn a_whole_volume_lifecycle_through_the_cli() {
         table.starts_with("VOLUME") && table.contains(&id),
         "{table}"
     );
+    // Each volume's name (CreateVolume's), from the volume context.
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header[1], "NAME", "{table}");
+    let row = table.lines().find(|l| l.contains(&id)).unwrap();
+    assert_eq!(row.split_whitespace().nth(1), Some("demo"), "{table}");
 
     ok(
         s,

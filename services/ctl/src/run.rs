@@ -262,6 +262,11 @@ async fn controller(cmd: &ControllerCmd, channel: Channel) -> Result<Report> {
                 .map(|e| {
                     vec![
                         crate::output::plain(&e["volume_id"]),
+                        // CSI volumes have no name; the Overcast driver returns it in the
+                        // volume context (other drivers: "-").
+                        e["volume_context"]
+                            .get(overcast_api::VOLUME_NAME_KEY)
+                            .map_or_else(|| "-".to_owned(), crate::output::plain),
                         crate::output::plain(&e["capacity_bytes"]),
                         crate::output::plain(&e["published_node_ids"]),
                         if e["condition"]["abnormal"] == json!(true) {
@@ -279,7 +284,7 @@ async fn controller(cmd: &ControllerCmd, channel: Channel) -> Result<Report> {
                 .join("\n");
             Report {
                 json: json!({"entries": entries, "next_token": r.next_token}),
-                header: vec!["VOLUME", "BYTES", "PUBLISHED", "CONDITION"],
+                header: vec!["VOLUME", "NAME", "BYTES", "PUBLISHED", "CONDITION"],
                 rows,
                 quiet,
             }

@@ -54,7 +54,7 @@ fn volume_of(disk: &Disk) -> csi::Volume {
     csi::Volume {
         capacity_bytes: i64::try_from(disk.size_bytes).unwrap_or(i64::MAX),
         volume_id: disk.id.clone(),
-        volume_context: Default::default(),
+        volume_context: [(overcast_api::VOLUME_NAME_KEY.to_owned(), disk.name.clone())].into(),
         content_source: None,
         accessible_topology: vec![topology_of(&disk.zone)],
     }
