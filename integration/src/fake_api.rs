@@ -99,6 +99,9 @@ struct State {
     /// (user, verb, target) allowed by SubjectAccessReviews; the target is a non-resource
     /// path, or `namespace/resource/subresource/name` for resource attributes.
     allowed: Vec<(String, String, String)>,
+    /// (collection, name, field manager) → the configuration that manager last applied:
+    /// what server-side apply uses to remove the fields a manager stops sending.
+    applied: BTreeMap<(String, String, String), Value>,
 }
 
 #[derive(Clone, Default)]
@@ -533,6 +536,10 @@ impl FakeApi {
             Some(c) => c,
             // Server-side apply creates what does not exist yet.
             None if method == "PATCH" && apply => {
+                st.applied.insert(
+                    (collection.to_owned(), name.clone(), field_manager(query)),
+                    body.clone(),
+                );
                 let mut object = body;
                 st.version += 1;
                 object["metadata"]["name"] = json!(name);
@@ -556,6 +563,18 @@ impl FakeApi {
                 }
                 let next = if method == "PUT" {
                     body
+                } else if apply {
+                    // Server-side apply: the fields this manager applied last time and no
+                    // longer sends are removed (it owned them), then the rest is merged.
+                    // One manager per field, as this fake's callers use it.
+                    let manager = (collection.to_owned(), name.clone(), field_manager(query));
+                    let mut n = current.clone();
+                    if let Some(before) = st.applied.get(&manager) {
+                        drop_unsent(&mut n, before, &body, 0);
+                    }
+                    merge(&mut n, &body);
+                    st.applied.insert(manager, body);
+                    n
                 } else {
                     let mut n = current.clone();
                     merge(&mut n, &body);
@@ -592,6 +611,8 @@ impl FakeApi {
                     (200, next)
                 } else {
                     // A deletion has its own resourceVersion, as on a real server.
+                    st.applied
+                        .retain(|(c, n, _), _| !(c == collection && *n == name));
                     let mut gone = current;
                     st.version += 1;
                     gone["metadata"]["resourceVersion"] = json!(st.version.to_string());
@@ -624,9 +645,78 @@ fn notify(st: &mut State, collection: &str, kind: &str, object: &Value) {
         .retain(|(path, tx)| !watch_sees(path, collection) || tx.send(line.clone()).is_ok());
 }
 
+/// The `fieldManager` of a request's query (kube-rs always sends one with apply).
+fn field_manager(query: &str) -> String {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("fieldManager="))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Removes from `object` what `before` (a manager's last applied configuration) set and
+/// `now` (its new one) no longer does; maps are followed field by field, anything else
+/// (lists included: atomic here) is one field. Identity fields stay.
+fn drop_unsent(object: &mut Value, before: &Value, now: &Value, depth: usize) {
+    let (Some(obj), Some(before)) = (object.as_object_mut(), before.as_object()) else {
+        return;
+    };
+    for (k, was) in before {
+        if depth == 0 && matches!(k.as_str(), "apiVersion" | "kind") {
+            continue;
+        }
+        if depth == 1 && matches!(k.as_str(), "name" | "namespace") {
+            continue;
+        }
+        match now.get(k) {
+            None | Some(Value::Null) => {
+                obj.remove(k);
+            }
+            Some(next) if was.is_object() && next.is_object() => {
+                if let Some(child) = obj.get_mut(k) {
+                    drop_unsent(child, was, next, depth + 1);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_side_apply_removes_what_its_manager_stopped_sending() {
+        let api = FakeApi::default();
+        let path = "/api/v1/namespaces/kube-system/configmaps/c";
+        let q = "fieldManager=me&force=true";
+        let first = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "labels": {"a": "1", "b": "2"}},
+            "data": {"x": "1", "y": "2"}});
+        assert_eq!(api.respond("PATCH", path, q, first, true).0, 201);
+        // Someone else's field, set by a merge patch: not this manager's to remove.
+        api.respond(
+            "PATCH",
+            path,
+            "",
+            json!({"metadata": {"annotations": {"theirs": "1"}}}),
+            false,
+        );
+        let second = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "labels": {"a": "1"}},
+            "data": {"y": "3"}});
+        let (code, got) = api.respond("PATCH", path, q, second, true);
+        assert_eq!(code, 200);
+        assert_eq!(
+            got["data"],
+            json!({"y": "3"}),
+            "x was dropped by its manager"
+        );
+        assert_eq!(got["metadata"]["labels"], json!({"a": "1"}));
+        assert_eq!(got["metadata"]["annotations"], json!({"theirs": "1"}));
+        assert_eq!(got["metadata"]["name"], "c");
+    }
 
     /// A watch's events as (type, name, resourceVersion), read off a raw HTTP connection.
     struct WatchEvents(tokio::io::Lines<tokio::io::BufReader<tokio::net::TcpStream>>);
