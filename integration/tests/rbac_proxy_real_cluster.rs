@@ -95,7 +95,7 @@ async fn the_proxy_authorizes_what_it_forwards_and_holds_under_a_token_spray() {
     roles
         .patch(ROLE, &ssa, &Patch::Apply(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": ROLE},
-            "rules": [{"nonResourceURLs": ["/metrics", "/metrics/*"], "verbs": ["get"]}],
+            "rules": [{"nonResourceURLs": ["/metrics", "/metrics/*", "/rbac-proxy/metrics"], "verbs": ["get"]}],
         })))
         .await
         .unwrap();
@@ -233,6 +233,49 @@ async fn the_proxy_authorizes_what_it_forwards_and_holds_under_a_token_spray() {
     assert!(
         slowest < Duration::from_secs(2),
         "a valid request took {slowest:?}"
+    );
+    // The proxy's own account of it, read through itself (authorized like any path).
+    let own = {
+        let mut send = attacks::https(port, Arc::clone(&tls), "127.0.0.1".parse().unwrap())
+            .await
+            .unwrap();
+        let req = hyper::Request::get("/rbac-proxy/metrics")
+            .header("host", "localhost")
+            .header("authorization", &bearer)
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        String::from_utf8(
+            resp.into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .to_vec(),
+        )
+        .unwrap()
+    };
+    let value = |series: &str| real::metric(&own, series).unwrap_or(0.0) as usize;
+    let limited = statuses.get(&429).copied().unwrap_or(0);
+    assert_eq!(
+        value("rbac_proxy_reviews_rate_limited_total"),
+        limited,
+        "{own}"
+    );
+    assert_eq!(
+        value("rbac_proxy_requests_total{code=\"429\"}"),
+        limited,
+        "{own}"
+    );
+    assert_eq!(
+        value("rbac_proxy_review_duration_seconds_count{review=\"token\",outcome=\"unauthenticated\"}"),
+        spent,
+        "every TokenReview sent for a garbage token is counted: {own}"
+    );
+    assert!(
+        value("rbac_proxy_cache_lookups_total{cache=\"decision\",result=\"hit\"}") > 0,
+        "{own}"
     );
     let refused: Vec<_> = heard
         .lock()

@@ -10,7 +10,7 @@
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -22,6 +22,7 @@ use kube::{Api, Client};
 
 use crate::cache::TtlCache;
 use crate::limit::ReviewLimit;
+use crate::metrics::Metrics;
 
 /// Resource attributes to authorize every request against (kube-rbac-proxy's
 /// `authorization.resourceAttributes`); `None` means non-resource URL checks.
@@ -69,6 +70,7 @@ pub struct Authorizer {
     identities: Mutex<TtlCache<u64, Option<User>>>,
     decisions: Mutex<TtlCache<DecisionKey, bool>>,
     limit: ReviewLimit,
+    metrics: Arc<Metrics>,
 }
 
 /// The verb an HTTP method stands for, as kube-rbac-proxy maps it.
@@ -88,6 +90,7 @@ impl Authorizer {
         resource: Option<Resource>,
         ttl: Duration,
         limit: ReviewLimit,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Self {
             client,
@@ -97,6 +100,7 @@ impl Authorizer {
             identities: Mutex::new(TtlCache::new(CACHE_ENTRIES)),
             decisions: Mutex::new(TtlCache::new(CACHE_ENTRIES)),
             limit,
+            metrics,
         }
     }
 
@@ -152,10 +156,12 @@ impl Authorizer {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&key, now);
+        self.metrics.cache("token", cached.is_some());
         if let Some(user) = cached {
             return Ok(user.map_or(Identity::Unknown, Identity::Known));
         }
         if !self.limit.allow(client, now) {
+            self.metrics.rate_limited.inc();
             return Ok(Identity::Limited);
         }
         let review = TokenReview {
@@ -166,11 +172,22 @@ impl Authorizer {
             ..Default::default()
         };
         let api: Api<TokenReview> = Api::all(self.client.clone());
-        let status = api
-            .create(&PostParams::default(), &review)
-            .await?
-            .status
-            .unwrap_or_default();
+        let sent = Instant::now();
+        let answer = api.create(&PostParams::default(), &review).await;
+        let seconds = sent.elapsed().as_secs_f64();
+        let status = match answer {
+            Ok(r) => r.status.unwrap_or_default(),
+            Err(e) => {
+                self.metrics.review("token", "error", seconds);
+                return Err(e);
+            }
+        };
+        let outcome = if status.authenticated == Some(true) {
+            "authenticated"
+        } else {
+            "unauthenticated"
+        };
+        self.metrics.review("token", outcome, seconds);
         let user = (status.authenticated == Some(true)).then(|| {
             let info = status.user.unwrap_or_default();
             User {
@@ -203,6 +220,7 @@ impl Authorizer {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&key, Instant::now());
+        self.metrics.cache("decision", cached.is_some());
         if let Some(ok) = cached {
             return Ok(ok);
         }
@@ -240,11 +258,18 @@ impl Authorizer {
             ..Default::default()
         };
         let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let ok = api
-            .create(&PostParams::default(), &review)
-            .await?
-            .status
-            .is_some_and(|s| s.allowed);
+        let sent = Instant::now();
+        let answer = api.create(&PostParams::default(), &review).await;
+        let seconds = sent.elapsed().as_secs_f64();
+        let ok = match answer {
+            Ok(r) => r.status.is_some_and(|s| s.allowed),
+            Err(e) => {
+                self.metrics.review("access", "error", seconds);
+                return Err(e);
+            }
+        };
+        self.metrics
+            .review("access", if ok { "allowed" } else { "denied" }, seconds);
         let now = Instant::now();
         self.decisions
             .lock()

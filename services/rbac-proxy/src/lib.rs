@@ -6,6 +6,7 @@ pub mod authz;
 mod cache;
 mod idle;
 pub mod limit;
+pub mod metrics;
 pub mod path;
 pub mod proxy;
 pub mod server;

@@ -119,16 +119,19 @@ async fn main() -> anyhow::Result<()> {
             tls::Certificates::self_signed(self_signed_names())?
         }
     };
+    let metrics = overcast_rbac_proxy::metrics::Metrics::new();
     let proxy = Arc::new(Proxy {
         authz: Authorizer::new(
             kube,
             resource,
             Duration::from_secs(o.auth_cache_ttl),
             ReviewLimit::new(o.token_review_rate, o.token_review_rate * 2.0),
+            Arc::clone(&metrics),
         ),
         upstream: o.upstream.clone(),
         ignore_paths: o.ignore_paths.clone(),
         client: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http(),
+        metrics,
     });
     let limits = Limits {
         max_connections: o.max_connections.max(1),

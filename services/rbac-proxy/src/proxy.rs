@@ -4,6 +4,7 @@
 
 use std::convert::Infallible;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
@@ -12,6 +13,7 @@ use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::authz::{Authorizer, Decision};
+use crate::metrics::{self, CodeLabel, Metrics};
 use crate::path;
 
 pub type Body = BoxBody<Bytes, hyper::Error>;
@@ -32,6 +34,7 @@ pub struct Proxy {
     pub upstream: Uri,
     pub ignore_paths: Vec<String>,
     pub client: Upstream,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Headers that belong to one hop, and the caller's credentials: never forwarded.
@@ -92,7 +95,19 @@ pub fn upstream_headers(mut headers: HeaderMap, client: IpAddr) -> HeaderMap {
 }
 
 impl Proxy {
+    /// One request, counted by the status it was answered with.
     pub async fn handle(&self, req: Request<Incoming>, client: IpAddr) -> Response<Body> {
+        let r = self.answer(req, client).await;
+        self.metrics
+            .requests
+            .get_or_create(&CodeLabel {
+                code: r.status().as_u16(),
+            })
+            .inc();
+        r
+    }
+
+    async fn answer(&self, req: Request<Incoming>, client: IpAddr) -> Response<Body> {
         let path = match path::normalize(req.uri().path()) {
             Ok(p) => p,
             Err(e) => return reply(StatusCode::BAD_REQUEST, format!("Bad Request: {e}\n")),
@@ -108,6 +123,14 @@ impl Proxy {
         {
             Ok(Decision::Allowed(user)) => {
                 tracing::debug!(%user, %path, "allowed");
+                if path == metrics::PATH {
+                    let mut r = reply(StatusCode::OK, self.metrics.encode());
+                    r.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                    );
+                    return r;
+                }
                 self.forward(req, &path, client).await
             }
             Ok(Decision::Unauthenticated) => {
