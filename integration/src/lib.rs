@@ -594,6 +594,24 @@ pub fn http_get(port: u16, path: &str) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.to_owned())
 }
 
+/// HTTPS GET of `/metrics` on loopback with curl, trusting `ca`, with `token` as bearer:
+/// (status, body).
+pub fn curl_metrics(port: u16, ca: &Path, token: Option<&str>) -> (u16, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-m", "5", "-w", "\n%{http_code}", "--cacert"])
+        .arg(ca);
+    if let Some(t) = token {
+        cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    let out = cmd
+        .arg(format!("https://localhost:{port}/metrics"))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
 /// A running `registrar` process registering the driver at `csi_socket`.
 pub struct Registrar {
     child: Option<Child>,

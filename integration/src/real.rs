@@ -260,3 +260,31 @@ pub async fn apply_rbac(c: &Client) {
             .unwrap_or_else(|e| panic!("{} {}: {e}", r.kind(), r.name()));
     }
 }
+
+/// The real `rbac-proxy` on a free loopback port in front of `upstream_port`, serving
+/// `dir`'s `tls.crt`/`tls.key`, reaching the API server through the recorder on `api_port`
+/// as `token`: (the process, its port).
+pub fn rbac_proxy_as(
+    dir: &Path,
+    upstream_port: u16,
+    api_port: u16,
+    token: &str,
+) -> (crate::KillOnDrop, u16) {
+    let port = crate::free_port();
+    let child = std::process::Command::new(crate::binary("rbac-proxy"))
+        .arg(format!("--secure-listen-address=127.0.0.1:{port}"))
+        .arg(format!("--upstream=http://127.0.0.1:{upstream_port}/"))
+        .arg(format!("--tls-cert-file={}", dir.join("tls.crt").display()))
+        .arg(format!(
+            "--tls-private-key-file={}",
+            dir.join("tls.key").display()
+        ))
+        .arg(format!(
+            "--kubeconfig={}",
+            token_kubeconfig(dir, "rbac-proxy", api_port, token)
+        ))
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("spawn rbac-proxy");
+    (crate::KillOnDrop(child), port)
+}

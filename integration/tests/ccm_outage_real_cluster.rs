@@ -70,6 +70,26 @@ async fn ingress(api: &Api<Service>, name: &str) -> Option<String> {
     s.status?.load_balancer?.ingress?.first()?.ip.clone()
 }
 
+/// Creates a LoadBalancer Service, waits for its address and starts the NodePort stand-in
+/// behind it: (ingress IP, port).
+async fn balanced(services: &Api<Service>, name: &str) -> (String, u16) {
+    let port = free_port();
+    services
+        .create(&PostParams::default(), &service(name, port, None))
+        .await
+        .unwrap();
+    let ip = wait_for(
+        &format!("an address for {name}"),
+        Duration::from_secs(30),
+        async || ingress(services, name).await,
+    )
+    .await;
+    let spec = services.get(name).await.unwrap().spec.unwrap();
+    let node_port = spec.ports.unwrap()[0].node_port.unwrap();
+    backend(u16::try_from(node_port).unwrap());
+    (ip, port)
+}
+
 fn leading(metrics_port: u16) -> Option<f64> {
     let (code, body) = http_get(metrics_port, "/metrics");
     (code == 200)
@@ -177,28 +197,7 @@ async fn an_api_outage_ends_leadership_in_time_and_never_stops_the_traffic() {
     );
 
     // A balancer that works.
-    let port_a = free_port();
-    services
-        .create(&PostParams::default(), &service(SERVICES[0], port_a, None))
-        .await
-        .unwrap();
-    let ip_a = wait_for(
-        "the first balancer's address",
-        Duration::from_secs(30),
-        async || ingress(&services, SERVICES[0]).await,
-    )
-    .await;
-    let node_port = services
-        .get(SERVICES[0])
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .ports
-        .unwrap()[0]
-        .node_port
-        .unwrap();
-    backend(node_port as u16);
+    let (ip_a, port_a) = balanced(&services, SERVICES[0]).await;
     assert_eq!(through(&ip_a, port_a).unwrap(), "hello");
 
     // A balancer that cannot work: the address is taken. Retried 1 s, 2 s, 4 s, 8 s, 8 s…
@@ -263,28 +262,7 @@ async fn an_api_outage_ends_leadership_in_time_and_never_stops_the_traffic() {
         (leading(metrics_port) == Some(1.0)).then_some(())
     })
     .await;
-    let port_b = free_port();
-    services
-        .create(&PostParams::default(), &service(SERVICES[2], port_b, None))
-        .await
-        .unwrap();
-    let ip_b = wait_for(
-        "a new balancer after the outage",
-        Duration::from_secs(30),
-        async || ingress(&services, SERVICES[2]).await,
-    )
-    .await;
-    let node_port_b = services
-        .get(SERVICES[2])
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .ports
-        .unwrap()[0]
-        .node_port
-        .unwrap();
-    backend(node_port_b as u16);
+    let (ip_b, port_b) = balanced(&services, SERVICES[2]).await;
     assert_eq!(through(&ip_b, port_b).unwrap(), "hello");
     // The broken Service's backoff outlived the leadership: it did not start over at 1 s.
     let (_, body) = http_get(metrics_port, "/metrics");

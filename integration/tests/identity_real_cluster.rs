@@ -139,16 +139,7 @@ fn catalogs(c: &Client) -> Api<DynamicObject> {
 }
 
 fn curl(port: u16, ca: &Path, token: &str) -> (u16, String) {
-    let out = Command::new("curl")
-        .args(["-s", "-m", "5", "-w", "\n%{http_code}", "--cacert"])
-        .arg(ca)
-        .args(["-H", &format!("Authorization: Bearer {token}")])
-        .arg(format!("https://localhost:{port}/metrics"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_owned())
+    overcast_integration::curl_metrics(port, ca, Some(token))
 }
 
 fn node(name: &str, tainted: bool) -> Node {
@@ -320,24 +311,7 @@ async fn each_program_does_its_whole_job_with_its_own_account_and_uses_every_rig
     self_signed_cert(d, "tls");
     let (port, proxy_heard) = recorder(anonymous(&admin_config)).await;
     let proxy_token = token(&admin, PROXY).await;
-    let proxy_port = free_port();
-    let proxy = KillOnDrop(
-        Command::new(binary("rbac-proxy"))
-            .arg(format!("--secure-listen-address=127.0.0.1:{proxy_port}"))
-            .arg(format!("--upstream=http://127.0.0.1:{metrics_port}/"))
-            .arg(format!("--tls-cert-file={}", d.join("tls.crt").display()))
-            .arg(format!(
-                "--tls-private-key-file={}",
-                d.join("tls.key").display()
-            ))
-            .arg(format!(
-                "--kubeconfig={}",
-                token_kubeconfig(d, "rbac-proxy", port, &proxy_token)
-            ))
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
+    let (proxy, proxy_port) = real::rbac_proxy_as(d, metrics_port, port, &proxy_token);
     let ca = d.join("tls.crt");
     let scraper = token(&admin, SCRAPER).await;
     let nobody = token(&admin, NOBODY).await;

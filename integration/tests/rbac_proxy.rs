@@ -14,19 +14,7 @@ use overcast_integration::*;
 use overcast_integration::KillOnDrop as Proc;
 
 fn curl(port: u16, ca: &Path, token: Option<&str>) -> (u16, String) {
-    let mut cmd = Command::new("curl");
-    cmd.args(["-s", "-m", "5", "-w", "\n%{http_code}", "--cacert"])
-        .arg(ca);
-    if let Some(t) = token {
-        cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
-    }
-    let out = cmd
-        .arg(format!("https://localhost:{port}/metrics"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_owned())
+    curl_metrics(port, ca, token)
 }
 
 fn start_proxy(dir: &Path, kubeconfig: &Path, up: u16, extra: &[&str]) -> (Proc, u16) {

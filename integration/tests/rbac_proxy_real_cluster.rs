@@ -13,7 +13,6 @@
 //! - Thousands of garbage tokens cost a bounded number of TokenReviews (20/s per client,
 //!   bursts of 40), the rest are answered 429, and a valid token is served meanwhile.
 
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,10 +24,8 @@ use kube::api::{
 };
 use kube::Api;
 use overcast_integration::attacks::{self, ATTACKER};
-use overcast_integration::real::{
-    self, anonymous, apply_rbac, recorder, token, token_kubeconfig, wait_for, NS,
-};
-use overcast_integration::{binary, free_port, recording_upstream, self_signed_cert, KillOnDrop};
+use overcast_integration::real::{self, anonymous, apply_rbac, recorder, token, wait_for, NS};
+use overcast_integration::{recording_upstream, self_signed_cert};
 use serde_json::json;
 
 const PROXY: &str = "overcast-rbac-proxy";
@@ -115,24 +112,7 @@ async fn the_proxy_authorizes_what_it_forwards_and_holds_under_a_token_spray() {
     let proxy_token = token(&admin, PROXY).await;
     let heads = Arc::new(Mutex::new(Vec::new()));
     let up = recording_upstream(Arc::clone(&heads)).await;
-    let port = free_port();
-    let proxy = KillOnDrop(
-        Command::new(binary("rbac-proxy"))
-            .arg(format!("--secure-listen-address=127.0.0.1:{port}"))
-            .arg(format!("--upstream=http://127.0.0.1:{up}/"))
-            .arg(format!("--tls-cert-file={}", d.join("tls.crt").display()))
-            .arg(format!(
-                "--tls-private-key-file={}",
-                d.join("tls.key").display()
-            ))
-            .arg(format!(
-                "--kubeconfig={}",
-                token_kubeconfig(d, "rbac-proxy", api_port, &proxy_token)
-            ))
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
+    let (proxy, port) = real::rbac_proxy_as(d, up, api_port, &proxy_token);
     let scraper = token(&admin, SCRAPER).await;
     let bearer = format!("Bearer {scraper}");
     let tls = attacks::tls_config(&d.join("tls.crt"));
