@@ -107,6 +107,12 @@ impl<S> Lenient<S> {
                     let len = (usize::from(self.raw[0]) << 16)
                         | (usize::from(self.raw[1]) << 8)
                         | usize::from(self.raw[2]);
+                    // The servers advertise the default SETTINGS_MAX_FRAME_SIZE: a larger
+                    // frame is h2's to refuse, and is not worth holding in memory here.
+                    if len > MAX_FRAME {
+                        self.give_up();
+                        continue;
+                    }
                     if self.raw.len() < FRAME_HEADER + len {
                         return;
                     }
@@ -457,6 +463,30 @@ mod tests {
         // Non-header frames are untouched.
         let data_at = out.windows(data.len()).position(|w| w == data);
         assert!(data_at.is_some());
+    }
+
+    #[tokio::test]
+    async fn an_oversized_frame_is_passed_on_not_buffered() {
+        let mut input = PREFACE.to_vec();
+        // Announces 16 MiB - 1 and sends a little: h2 refuses it; the shim must not wait
+        // for the rest (the client is still connected), nor hold it.
+        input.extend([0xff, 0xff, 0xff, 0x0, 0x0, 0, 0, 0, 1]);
+        input.extend([1, 2, 3]);
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        tokio::io::AsyncWriteExt::write_all(&mut client, &input)
+            .await
+            .unwrap();
+        let mut lenient = Lenient::new(server);
+        let mut out = vec![0u8; input.len()];
+        tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            lenient.read_exact(&mut out),
+        )
+        .await
+        .expect("passed on at once")
+        .unwrap();
+        assert_eq!(out, input);
+        drop(client);
     }
 
     #[tokio::test]
