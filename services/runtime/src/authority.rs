@@ -28,6 +28,9 @@ const PADDED: u8 = 0x8;
 const PRIORITY: u8 = 0x20;
 /// The smallest SETTINGS_MAX_FRAME_SIZE a peer may have: re-encoded blocks are split to it.
 const MAX_FRAME: usize = 16_384;
+/// The most header block collected before giving up on it: past it (a CONTINUATION flood)
+/// the frames go to h2 as they are, whose own limits then apply; nothing grows here.
+const MAX_BLOCK: usize = 256 * 1024;
 /// What an unusable `:authority` becomes.
 const REPLACEMENT: &[u8] = b"localhost";
 
@@ -170,7 +173,11 @@ impl<S> Lenient<S> {
                     fragment: payload.to_vec(),
                 });
             }
-            (CONTINUATION, Some(b)) if b.stream == stream => b.fragment.extend_from_slice(payload),
+            (CONTINUATION, Some(b))
+                if b.stream == stream && b.fragment.len() + payload.len() <= MAX_BLOCK =>
+            {
+                b.fragment.extend_from_slice(payload)
+            }
             _ => return false,
         }
         if flags & END_HEADERS == 0 {
@@ -487,6 +494,46 @@ mod tests {
         .unwrap();
         assert_eq!(out, input);
         drop(client);
+    }
+
+    /// A header block that never ends is not collected without bound: past MAX_BLOCK the
+    /// shim stops collecting and passes the rest on as it comes.
+    #[tokio::test]
+    async fn a_continuation_flood_is_not_collected() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let mut lenient = Lenient::new(server);
+        let writer = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            client.write_all(PREFACE).await.unwrap();
+            client
+                .write_all(&frame(HEADERS, 0, 1, &[0x82]))
+                .await
+                .unwrap();
+            let junk = frame(CONTINUATION, 0, 1, &[0u8; MAX_FRAME]);
+            for _ in 0..(4 * MAX_BLOCK / MAX_FRAME) {
+                if client.write_all(&junk).await.is_err() {
+                    return;
+                }
+            }
+        });
+        // Reading goes on while the flood comes: the shim passes bytes on long before the
+        // flood ends, and what it holds stays under its bound.
+        let mut out = vec![0u8; 64 * 1024];
+        let mut passed = 0;
+        while passed < 2 * MAX_BLOCK {
+            let n = tokio::time::timeout(std::time::Duration::from_secs(2), lenient.read(&mut out))
+                .await
+                .expect("bytes keep flowing")
+                .unwrap();
+            assert!(n > 0);
+            passed += n;
+            let held = lenient.raw.len() + lenient.block.as_ref().map_or(0, |b| b.fragment.len());
+            assert!(
+                held <= MAX_BLOCK + MAX_FRAME + FRAME_HEADER,
+                "{held} bytes held"
+            );
+        }
+        writer.abort();
     }
 
     #[tokio::test]
