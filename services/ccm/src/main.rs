@@ -406,7 +406,8 @@ impl Controllers {
                     let node_list: Vec<Node> = nodes.state().iter().map(|n| n.as_ref().clone()).collect();
                     let sync = ServiceSync { client: client.clone(), cloud: lbs.as_ref(), recorder: Some(&recorder), metrics: &metrics, class: class.clone() };
                     let all = services.state();
-                    lock(&backoff).retain(|key| all.iter().any(|s| service_key(s) == key));
+                    let present: std::collections::HashSet<String> = all.iter().map(|s| service_key(s)).collect();
+                    lock(&backoff).retain(|key| present.contains(key));
                     for svc in all.iter() {
                         let relevant = svc.spec.as_ref().is_some_and(|s| s.type_.as_deref() == Some("LoadBalancer"))
                             || svc.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER);
@@ -422,13 +423,16 @@ impl Controllers {
                                 let delay = b.failed(&key, generation, Instant::now());
                                 let failures = b.failures(&key);
                                 drop(b);
-                                tracing::warn!(service = %key, error = %e, retry_in = ?delay, failures, "service reconcile failed");
+                                tracing::warn!(namespace = ?svc.metadata.namespace, service = ?svc.metadata.name, error = %e, retry_in = ?delay, failures, "service reconcile failed");
                             }
                         }
                     }
                     let idle = Instant::now() + Duration::from_secs(300);
-                    let due = lock(&backoff).next_due();
-                    metrics.service_backoff.set(lock(&backoff).waiting() as i64);
+                    let (due, waiting) = {
+                        let b = lock(&backoff);
+                        (b.next_due(), b.waiting())
+                    };
+                    metrics.service_backoff.set(waiting as i64);
                     let wake = due.map_or(idle, |due| due.min(idle));
                     tokio::select! { _ = notify.notified() => {}, _ = tokio::time::sleep_until(wake) => {} }
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -439,12 +443,16 @@ impl Controllers {
     }
 }
 
+/// A Service's backoff key: its uid, so a Service deleted and made again under the same
+/// name starts afresh instead of inheriting the old one's delay.
 fn service_key(svc: &Service) -> String {
-    format!(
-        "{}/{}",
-        svc.metadata.namespace.as_deref().unwrap_or_default(),
-        svc.metadata.name.as_deref().unwrap_or_default()
-    )
+    svc.metadata.uid.clone().unwrap_or_else(|| {
+        format!(
+            "{}/{}",
+            svc.metadata.namespace.as_deref().unwrap_or_default(),
+            svc.metadata.name.as_deref().unwrap_or_default()
+        )
+    })
 }
 
 fn build_cloud(o: &Options) -> anyhow::Result<Cloud> {
