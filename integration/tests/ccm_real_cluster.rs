@@ -225,3 +225,38 @@ async fn discoverer_publishes_to_a_real_api_server() {
         .resource_version;
     assert_eq!(before, after);
 }
+
+/// Leader-election timings that would let a replica lead past its lease are refused at
+/// start, before any cluster is contacted, as are durations that do not parse.
+#[tokio::test]
+async fn ccm_refuses_leader_timings_that_could_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-kubeconfig");
+    for (flags, says) in [
+        (
+            vec!["--leader-elect-renew-deadline=20s"],
+            "renew deadline < lease duration",
+        ),
+        (
+            vec![
+                "--leader-elect-retry-period=10s",
+                "--leader-elect-renew-deadline=10s",
+            ],
+            "retry period < renew deadline",
+        ),
+        (vec!["--leader-elect-lease-duration=5x"], "unknown unit"),
+    ] {
+        let out = Command::new(binary("ccm"))
+            .arg(format!("--kubeconfig={}", missing.display()))
+            .args(&flags)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{flags:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{flags:?}: {err}");
+        assert!(
+            !err.contains("no-kubeconfig"),
+            "{flags:?}: checked after reading the kubeconfig: {err}"
+        );
+    }
+}

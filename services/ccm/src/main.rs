@@ -146,6 +146,15 @@ impl Options {
 async fn main() -> anyhow::Result<()> {
     let o = Options::parse();
     overcast_runtime::logging::init(o.log_format);
+    // Flags first: a wrong one is said before anything is contacted.
+    if o.leader_elect_renew_deadline >= o.leader_elect_lease_duration
+        || o.leader_elect_retry_period >= o.leader_elect_renew_deadline
+    {
+        anyhow::bail!(
+            "leader election needs retry period < renew deadline < lease duration \
+             (client-go's rule: otherwise a replica may lead past its lease)"
+        );
+    }
     let client = overcast_kube::client(o.kubeconfig.as_deref()).await?;
     let cloud = build_cloud(&o)?;
 
@@ -155,15 +164,6 @@ async fn main() -> anyhow::Result<()> {
     let bound =
         overcast_runtime::http::serve(o.metrics_address, Arc::new(registry), health).await?;
     tracing::info!(address = %bound, "serving /metrics and /healthz");
-
-    if o.leader_elect_renew_deadline >= o.leader_elect_lease_duration
-        || o.leader_elect_retry_period >= o.leader_elect_renew_deadline
-    {
-        anyhow::bail!(
-            "leader election needs retry period < renew deadline < lease duration \
-             (client-go's rule: otherwise a replica may lead past its lease)"
-        );
-    }
 
     // The caches are read-only and survive leadership changes: a replica that leads again
     // does not list the cluster again.
