@@ -2,7 +2,12 @@
 //! start-up time, resident memory idle and under load, and CreateVolume+DeleteVolume
 //! pairs per second at concurrency 1, 16 and 64 with per-call p50/p99 — next to two
 //! baselines measured in the same run: the raw kernel work of a pair (create a sparse
-//! 16 MiB file, unlink it) and the gRPC floor (Probe round trips).
+//! 16 MiB file, unlink it), the gRPC floor (Probe round trips) and the durability floor
+//! (one small write + fdatasync on the state filesystem).
+//!
+//! With `OVERCAST_BENCH_HOSTPATH` set to a kubernetes-csi hostpath driver binary
+//! (`hostpathplugin`), the same pairs run against it too, as the reference, in the same
+//! run and on the same filesystem.
 //!
 //! `cargo build --release --bins && cargo bench -p overcast-integration --bench csi`
 
@@ -11,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use overcast_integration::csi_v1 as csi;
 use overcast_integration::*;
+use tonic::transport::Channel;
 
 const VOLUME: i64 = 16 * MIB;
 
@@ -30,10 +36,11 @@ struct Run {
     pairs_per_sec: f64,
     create: Vec<Duration>,
     delete: Vec<Duration>,
+    /// CreateVolume + DeleteVolume of one volume, as one caller sees it.
+    pair: Vec<Duration>,
 }
 
-async fn create_delete(csi: &Csi, concurrency: usize, pairs: usize) -> Run {
-    let channel = csi.channel().await;
+async fn create_delete(channel: &Channel, concurrency: usize, pairs: usize) -> Run {
     let per_worker = pairs / concurrency;
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -42,6 +49,7 @@ async fn create_delete(csi: &Csi, concurrency: usize, pairs: usize) -> Run {
         tasks.push(tokio::spawn(async move {
             let mut create = Vec::with_capacity(per_worker);
             let mut delete = Vec::with_capacity(per_worker);
+            let mut pair = Vec::with_capacity(per_worker);
             for i in 0..per_worker {
                 let t = Instant::now();
                 let v = c
@@ -59,25 +67,111 @@ async fn create_delete(csi: &Csi, concurrency: usize, pairs: usize) -> Run {
                 c.delete_volume(delete_request(&v.volume_id))
                     .await
                     .expect("delete");
-                delete.push(t.elapsed());
+                let d = t.elapsed();
+                delete.push(d);
+                pair.push(create[i] + d);
             }
-            (create, delete)
+            (create, delete, pair)
         }));
     }
     let mut create = Vec::new();
     let mut delete = Vec::new();
+    let mut pair = Vec::new();
     for t in tasks {
-        let (c, d) = t.await.expect("worker");
+        let (c, d, p) = t.await.expect("worker");
         create.extend(c);
         delete.extend(d);
+        pair.extend(p);
     }
     let elapsed = started.elapsed();
     create.sort();
     delete.sort();
+    pair.sort();
     Run {
         pairs_per_sec: (per_worker * concurrency) as f64 / elapsed.as_secs_f64(),
         create,
         delete,
+        pair,
+    }
+}
+
+/// A driver other than the one under test, answering on its own socket: the reference
+/// (kubernetes-csi's hostpath driver) or an earlier build of ours, with its state
+/// beside ours (same filesystem).
+struct Other {
+    label: String,
+    _child: KillOnDrop,
+    _dir: tempfile::TempDir,
+    channel: Channel,
+}
+
+impl Other {
+    /// Starts `program` with `args(socket, state dir)` and waits for Probe.
+    async fn start(
+        label: &str,
+        program: &std::path::Path,
+        beside: &std::path::Path,
+        args: impl FnOnce(&std::path::Path, &std::path::Path) -> Vec<String>,
+    ) -> Self {
+        let dir = tempfile::tempdir_in(beside).expect("driver dir");
+        let socket = dir.path().join("csi.sock");
+        let child = std::process::Command::new(program)
+            .args(args(&socket, &dir.path().join("state")))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
+        let child = KillOnDrop(child);
+        let started = Instant::now();
+        let channel = loop {
+            if let Ok(ch) = connect(&socket).await {
+                let mut id = csi::identity_client::IdentityClient::new(ch.clone());
+                if let Ok(r) = id.probe(csi::ProbeRequest {}).await {
+                    // hostpath answers without `ready` (it means ready).
+                    if r.into_inner().ready != Some(false) {
+                        break ch;
+                    }
+                }
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{} did not answer Probe",
+                program.display()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        Self {
+            label: label.to_owned(),
+            _child: child,
+            _dir: dir,
+            channel,
+        }
+    }
+}
+
+impl Run {
+    /// One run out of slices run at different times (rates add up by time spent).
+    fn merge(runs: Vec<Run>) -> Run {
+        let pairs: usize = runs.iter().map(|r| r.pair.len()).sum();
+        let secs: f64 = runs
+            .iter()
+            .map(|r| r.pair.len() as f64 / r.pairs_per_sec)
+            .sum();
+        let mut out = Run {
+            pairs_per_sec: pairs as f64 / secs,
+            create: Vec::new(),
+            delete: Vec::new(),
+            pair: Vec::new(),
+        };
+        for r in runs {
+            out.create.extend(r.create);
+            out.delete.extend(r.delete);
+            out.pair.extend(r.pair);
+        }
+        out.create.sort();
+        out.delete.sort();
+        out.pair.sort();
+        out
     }
 }
 
@@ -161,8 +255,7 @@ impl Drop for Hog {
 }
 
 /// gRPC round trips that do no work: the transport's ceiling.
-async fn probes(csi: &Csi, concurrency: usize, calls: usize) -> (f64, Duration) {
-    let channel = csi.channel().await;
+async fn probes(channel: &Channel, concurrency: usize, calls: usize) -> (f64, Duration) {
     let per_worker = calls / concurrency;
     let started = Instant::now();
     let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -231,6 +324,13 @@ async fn startup_times(runs: usize) -> Vec<Duration> {
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let pairs = if quick { 640 } else { 6400 };
+    // `--concurrency=1,16` runs only those levels.
+    let levels: Vec<usize> = std::env::args()
+        .find_map(|a| {
+            a.strip_prefix("--concurrency=")
+                .map(|l| l.split(',').map(|n| n.parse().expect("a number")).collect())
+        })
+        .unwrap_or_else(|| vec![1, 16, 64]);
 
     let starts = startup_times(if quick { 3 } else { 15 }).await;
     let csi = Csi::start(&[]).await;
@@ -238,45 +338,107 @@ async fn main() {
     let idle_rss = rss_kib(csi.pid());
 
     let raw_dir = tempfile::tempdir_in(&csi.state_dir).expect("raw dir");
+    let mut others = Vec::new();
+    match std::env::var_os("OVERCAST_BENCH_HOSTPATH") {
+        Some(bin) => others.push(
+            Other::start(
+                "hostpath (reference)",
+                std::path::Path::new(&bin),
+                &csi.state_dir,
+                |socket, state| {
+                    vec![
+                        format!("--endpoint=unix://{}", socket.display()),
+                        "--nodeid=bench".into(),
+                        format!("--statedir={}", state.display()),
+                    ]
+                },
+            )
+            .await,
+        ),
+        None => {
+            println!("(OVERCAST_BENCH_HOSTPATH is not set: no hostpath reference in this run)\n")
+        }
+    }
+    // Earlier builds of ours, to compare in the same run (paths separated by ':').
+    for bin in std::env::var_os("OVERCAST_BENCH_BASELINE_CSI")
+        .map(|v| std::env::split_paths(&v).collect::<Vec<_>>())
+        .unwrap_or_default()
+    {
+        let label = format!(
+            "overcast, build {}",
+            bin.file_name().unwrap_or_default().to_string_lossy()
+        );
+        others.push(
+            Other::start(&label, &bin, &csi.state_dir, |socket, state| {
+                vec![
+                    format!("--endpoint=unix://{}", socket.display()),
+                    "--node-id=bench".into(),
+                    format!("--state-dir={}", state.display()),
+                ]
+            })
+            .await,
+        );
+    }
+    let mut drivers = vec![("overcast".to_owned(), csi.channel().await)];
+    drivers.extend(others.iter().map(|o| (o.label.clone(), o.channel.clone())));
     let mut peak_rss = 0;
     // Idle, then with two busy threads beside it (the machine has two cores), as when
     // other builds load a CI machine.
     for hog in [false, true] {
-        println!(
-            "## csi controller on the local cloud ({} pairs per concurrency, 16 MiB volumes{})\n",
-            pairs,
-            if hog {
-                ", two CPU hogs running"
-            } else {
-                ", idle"
-            }
-        );
-        println!("| concurrency | pairs/s | CreateVolume p50 | p99 | DeleteVolume p50 | p99 | raw file pairs/s | gRPC floor calls/s (p50) | fdatasync p50 | pair p50 / (2 fdatasync + 2 gRPC) |");
-        println!("|---|---|---|---|---|---|---|---|---|---|");
+        let load = if hog { "two CPU hogs running" } else { "idle" };
+        println!("## CreateVolume + DeleteVolume pairs, 16 MiB volumes, {load}\n");
+        println!("| concurrency | driver | pairs/s | CreateVolume p50 | p99 | DeleteVolume p50 | p99 | pair p50 | pair p99 | pair p50 / floor | GetPluginInfo p50 |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
         let _hog = hog.then(|| Hog::start(2));
-        for concurrency in [1usize, 16, 64] {
-            let n = if concurrency == 1 { pairs / 4 } else { pairs };
-            // Warm up the connection and the store.
-            create_delete(&csi, concurrency, concurrency * 4).await;
-            let run = create_delete(&csi, concurrency, n).await;
-            peak_rss = peak_rss.max(rss_kib(csi.pid()));
+        let mut floors = Vec::new();
+        for &concurrency in &levels {
+            let n = if concurrency == 1 { pairs / 2 } else { pairs };
+            // Warm up the connections and the stores.
+            for (_, channel) in &drivers {
+                create_delete(channel, concurrency, concurrency * 4).await;
+            }
+            // The drivers take turns, a slice each, so that a change in the machine's
+            // load in the middle of the run weighs on all of them alike.
+            const ROUNDS: usize = 4;
+            let mut runs: Vec<Vec<Run>> = drivers.iter().map(|_| Vec::new()).collect();
+            for _ in 0..ROUNDS {
+                for (i, (_, channel)) in drivers.iter().enumerate() {
+                    runs[i].push(create_delete(channel, concurrency, n / ROUNDS).await);
+                }
+                peak_rss = peak_rss.max(rss_kib(csi.pid()));
+            }
             let raw = raw_files(raw_dir.path(), concurrency, n);
-            let (floor, floor_p50) = probes(&csi, concurrency, n * 2).await;
+            let (_, grpc_p50) = probes(&drivers[0].1, concurrency, n * 2).await;
             let sync_p50 = fdatasync_p50(raw_dir.path(), 200);
-            let pair_p50 = percentile(&run.create, 0.5) + percentile(&run.delete, 0.5);
-            let bound = 2 * sync_p50 + 2 * floor_p50;
+            let floor = 2 * sync_p50 + 2 * grpc_p50;
+            floors.push((concurrency, raw, grpc_p50, sync_p50, floor));
+            for ((label, channel), runs) in drivers.iter().zip(runs) {
+                let run = Run::merge(runs);
+                let (_, rtt) = probes(channel, concurrency, n).await;
+                let pair_p50 = percentile(&run.pair, 0.5);
+                println!(
+                    "| {concurrency} | {label} | {:.0} | {} | {} | {} | {} | {} | {} | {:.1} | {} |",
+                    run.pairs_per_sec,
+                    us(percentile(&run.create, 0.5)),
+                    us(percentile(&run.create, 0.99)),
+                    us(percentile(&run.delete, 0.5)),
+                    us(percentile(&run.delete, 0.99)),
+                    us(pair_p50),
+                    us(percentile(&run.pair, 0.99)),
+                    pair_p50.as_secs_f64() / floor.as_secs_f64(),
+                    us(rtt),
+                );
+            }
+        }
+        println!("\nFloors measured in the same run ({load}): what a pair cannot go below.\n");
+        println!("| concurrency | raw file pairs/s (create+size+unlink, no driver) | gRPC round trip p50 (GetPluginInfo) | 4 KiB write + fdatasync p50 | floor = 2 fdatasync + 2 gRPC |");
+        println!("|---|---|---|---|---|");
+        for (concurrency, raw, grpc, sync, floor) in floors {
             println!(
-                "| {concurrency} | {:.0} | {} | {} | {} | {} | {:.0} | {:.0} ({}) | {} | {:.1} |",
-                run.pairs_per_sec,
-                us(percentile(&run.create, 0.5)),
-                us(percentile(&run.create, 0.99)),
-                us(percentile(&run.delete, 0.5)),
-                us(percentile(&run.delete, 0.99)),
-                raw,
-                floor,
-                us(floor_p50),
-                us(sync_p50),
-                pair_p50.as_secs_f64() / bound.as_secs_f64(),
+                "| {concurrency} | {raw:.0} | {} | {} | {} |",
+                us(grpc),
+                us(sync),
+                us(floor)
             );
         }
         println!();
