@@ -66,7 +66,7 @@ async fn node_mode_serves_no_controller_and_reports_its_node() {
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
     assert!(
-        !csi.state_dir.join("store.redb").exists(),
+        !csi.state_dir.join("store.log").exists(),
         "a node opens no cloud state"
     );
     let info = csi

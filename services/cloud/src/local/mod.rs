@@ -78,7 +78,7 @@ impl LocalCloud {
             let state_dir = std::fs::canonicalize(&state_dir)
                 .map_err(|e| CloudError::io(format!("resolve {}", state_dir.display()), e))?;
             let disks_dir = state_dir.join("disks");
-            let store = Store::open(&state_dir.join("store.redb"))?;
+            let store = Store::open(&state_dir)?;
             let records = store.load()?;
             Ok((LocalConfig { state_dir, ..cfg }, disks_dir, store, records))
         })
@@ -393,8 +393,15 @@ impl Disks for LocalCloud {
         let id = DiskId::generate();
         let path = self.path_of(&id);
         let size = spec.size_bytes;
-        let file = path.clone();
-        blocking(move || files::create(&file, size, thick)).await?;
+        if thick {
+            // Allocating every block takes as long as the size asks: off the runtime.
+            let file = path.clone();
+            blocking(move || files::create(&file, size, true)).await?;
+        } else {
+            // A sparse file is one create and one truncate, cheaper than the hop to a
+            // blocking thread (which, on a loaded machine, waits for a core).
+            files::create(&path, size, false)?;
+        }
         let record = DiskRecord {
             id: id.as_str().to_owned(),
             name: spec.name.clone(),

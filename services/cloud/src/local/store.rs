@@ -1,34 +1,64 @@
-//! The local cloud's metadata: an embedded transactional store (redb) written by one
-//! thread that commits every mutation waiting in its queue in a single transaction.
+//! The local cloud's metadata: a log of mutations on the state filesystem, folded into a
+//! snapshot now and then.
 //!
-//! A caller's mutation is acknowledged only once its transaction is durable, so a
-//! `kill -9` (or a power cut) never loses what was acknowledged; grouping keeps the cost
-//! at one fsync per batch however many callers wait.
+//! A caller's mutation is acknowledged only once it is durable (written and
+//! `fdatasync`ed), so a `kill -9` or a power cut never loses what was acknowledged. One
+//! commit is one small append and one `fdatasync`: the floor of a durable write on this
+//! filesystem (a B-tree store such as redb writes a handful of scattered pages per
+//! commit, and measured a third slower; see BENCHMARKS.md, issue 14 §5).
 //!
-//! redb refuses every later transaction after one I/O error ("close and re-open the
-//! database"). The store does exactly that: a failed write marks it broken, and the next
-//! write or health check reopens the file and proves it can write again, so a full or
-//! read-only filesystem costs the calls made while it lasts, not the process. While it
-//! is broken, [`Store::check`] fails, so Probe is not ready.
+//! Two paths lead to the log:
+//! - a caller that finds nothing being written commits its mutation itself, on its own
+//!   thread: a single caller pays one durable append and no thread hand-off (each
+//!   hand-off waits for a core, which a loaded machine makes long);
+//! - a caller that finds a commit under way queues its mutation for the writer thread,
+//!   which appends everything queued as one record when the store is free: under
+//!   concurrency the cost stays one fsync per batch however many callers wait.
+//!
+//! Files in the state directory: `store.log` (records: magic, length, CRC-32 and a JSON
+//! batch of mutations; a batch is all or nothing), `store.snapshot` (every disk, the same
+//! framing, replaced atomically); an exclusive `flock` on the log keeps a second
+//! process out. Opening reads the snapshot and replays the log: a torn last record
+//! (a crash during its write, never acknowledged) is cut off; a damaged record with more
+//! after it is corruption, and opening fails rather than drop acknowledged changes.
+//! Replaying the log over a newer snapshot is harmless (every mutation sets or removes a
+//! whole record), so a crash between writing a snapshot and emptying the log loses
+//! nothing. A store of the earlier redb format (`store.redb`) is converted once.
+//!
+//! A failed write (ENOSPC, EIO, EROFS) cuts the log back to its last durable record and
+//! marks the store broken; the next write, or a health check, repeats the cut and a sync
+//! and clears the mark when they succeed — so a full or read-only filesystem costs the
+//! calls made while it lasts, not the process. While it is broken, [`Store::check`]
+//! fails, so Probe is not ready.
 
 use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::{CloudError, Result, Zone};
 
-const DISKS: TableDefinition<&str, &[u8]> = TableDefinition::new("disks");
-/// One key a health check writes, to prove the store can write again.
-const HEALTH: TableDefinition<&str, u64> = TableDefinition::new("health");
-/// The most mutations one transaction carries.
+/// The log of mutations since the snapshot.
+pub const LOG: &str = "store.log";
+/// Every disk at the time of the last fold.
+pub const SNAPSHOT: &str = "store.snapshot";
+/// The store of versions before 0.1 (redb), read once and renamed.
+const LEGACY: &str = "store.redb";
+const MAGIC: u32 = 0x4f43_4c47; // "OCLG"
+const HEADER: usize = 12;
+/// The most mutations one record carries.
 const MAX_BATCH: usize = 512;
+/// The log is folded into a new snapshot once it is longer than this and than the
+/// snapshot itself (so folding costs at most about as much as the appends did).
+const FOLD_AT: u64 = 4 << 20;
 
 /// One disk as the store holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,7 +81,8 @@ pub struct AttachmentRecord {
     pub readonly: bool,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum Mutation {
     Put(DiskRecord),
     Delete(String),
@@ -68,16 +99,10 @@ pub struct Failure {
 }
 
 impl Failure {
-    fn of(e: impl Into<redb::Error>) -> Self {
-        match e.into() {
-            redb::Error::Io(io) => Self {
-                kind: Some(io.kind()),
-                message: io.to_string(),
-            },
-            other => Self {
-                kind: None,
-                message: other.to_string(),
-            },
+    fn io(context: &str, e: &io::Error) -> Self {
+        Self {
+            kind: Some(e.kind()),
+            message: format!("{context}: {e}"),
         }
     }
 
@@ -100,169 +125,446 @@ impl Failure {
     }
 }
 
-/// The database behind a lock, so that it can be closed and reopened after an I/O error
-/// while nobody holds it.
-struct Db {
-    path: PathBuf,
-    inner: RwLock<Option<Database>>,
-    /// The failure that broke the store, until a write succeeds again.
-    broken: Mutex<Option<Failure>>,
+/// A record's bytes: magic, payload length, CRC-32 of the payload (little endian), payload.
+fn frame(payload: &[u8]) -> std::result::Result<Vec<u8>, Failure> {
+    let len =
+        u32::try_from(payload.len()).map_err(|_| Failure::message("a store record over 4 GiB"))?;
+    let mut out = Vec::with_capacity(HEADER + payload.len());
+    out.extend_from_slice(&MAGIC.to_le_bytes());
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    out.extend_from_slice(payload);
+    Ok(out)
 }
 
-impl Db {
-    fn open(path: &Path) -> Result<Self> {
-        let db = create(path).map_err(|f| f.to_cloud())?;
-        Ok(Self {
-            path: path.to_owned(),
-            inner: RwLock::new(Some(db)),
-            broken: Mutex::new(None),
-        })
+/// What reading a file of records found.
+#[derive(Debug, PartialEq, Eq)]
+enum Scan<'a> {
+    /// Whole records, and where the last one ends (a torn record after it, if any, is
+    /// not included: `end` may be less than the file's length).
+    Records(Vec<&'a [u8]>, usize),
+    /// A damaged record with more after it, at this offset.
+    Corrupt(usize),
+}
+
+fn scan(buf: &[u8]) -> Scan<'_> {
+    let mut records = Vec::new();
+    let mut at = 0;
+    while at < buf.len() {
+        let Some(header) = buf.get(at..at + HEADER) else {
+            break; // a torn header at the end
+        };
+        let word = |i: usize| u32::from_le_bytes(header[i..i + 4].try_into().expect("4 bytes"));
+        let (magic, len, crc) = (word(0), word(4) as usize, word(8));
+        let end = at + HEADER + len;
+        if magic != MAGIC {
+            // A write that extended the file but did not reach the disk reads as zeros.
+            if buf[at..].iter().all(|&b| b == 0) {
+                break;
+            }
+            return Scan::Corrupt(at);
+        }
+        let Some(payload) = buf.get(at + HEADER..end) else {
+            break; // torn at the end
+        };
+        if crc32fast::hash(payload) != crc {
+            if end == buf.len() {
+                break; // the last record, torn
+            }
+            return Scan::Corrupt(at);
+        }
+        records.push(payload);
+        at = end;
+    }
+    Scan::Records(records, at)
+}
+
+/// The log, the records it and the snapshot make, and whether the last write failed.
+struct Log {
+    dir: PathBuf,
+    file: Flock<File>,
+    /// Where the last durable record ends: the next one is written here.
+    len: u64,
+    snapshot_len: u64,
+    records: BTreeMap<String, DiskRecord>,
+    /// The failure that broke the store, until the log is cut back and synced again.
+    broken: Option<Failure>,
+}
+
+impl Log {
+    fn open(dir: &Path) -> Result<Self> {
+        let path = dir.join(LOG);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| CloudError::io(format!("open {}", path.display()), e))?;
+        // One process owns the store: a second controller on the same state directory
+        // would write the same disks.
+        let file = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+            CloudError::Store(format!(
+                "{} is held by another process ({e})",
+                path.display()
+            ))
+        })?;
+        let mut log = Self {
+            dir: dir.to_owned(),
+            file,
+            len: 0,
+            snapshot_len: 0,
+            records: BTreeMap::new(),
+            broken: None,
+        };
+        let legacy = dir.join(LEGACY);
+        let snapshot = dir.join(SNAPSHOT);
+        let log_len = log
+            .file
+            .metadata()
+            .map_err(|e| CloudError::io(format!("stat {}", path.display()), e))?
+            .len();
+        if legacy.exists() && !snapshot.exists() && log_len == 0 {
+            log.records = read_legacy(&legacy)?;
+            log.fold().map_err(|f| f.to_cloud())?;
+            tracing::info!(disks = log.records.len(), from = %legacy.display(), "converted the metadata store to its log format");
+        }
+        if legacy.exists() {
+            let done = dir.join(format!("{LEGACY}.converted"));
+            std::fs::rename(&legacy, &done)
+                .map_err(|e| CloudError::io(format!("rename {}", legacy.display()), e))?;
+        }
+        log.read_snapshot()?;
+        log.replay()?;
+        Ok(log)
     }
 
-    /// Runs `f` on the open database.
-    fn with<T>(
-        &self,
-        f: impl FnOnce(&Database) -> std::result::Result<T, Failure>,
-    ) -> std::result::Result<T, Failure> {
-        let guard = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        let db = guard
-            .as_ref()
-            .ok_or_else(|| Failure::message("the store is closed after a failed reopen"))?;
-        f(db)
-    }
-
-    fn failure(&self) -> Option<Failure> {
-        self.broken
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    fn set_broken(&self, failure: Option<Failure>) {
-        *self.broken.lock().unwrap_or_else(|p| p.into_inner()) = failure;
-    }
-
-    /// Closes and reopens the database (redb's own remedy after an I/O error).
-    fn reopen(&self) -> std::result::Result<(), Failure> {
-        let mut guard = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        // Closed first: redb holds a lock on the file while open.
-        *guard = None;
-        *guard = Some(create(&self.path)?);
+    fn read_snapshot(&mut self) -> Result<()> {
+        let path = self.dir.join(SNAPSHOT);
+        let buf = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(CloudError::io(format!("read {}", path.display()), e)),
+        };
+        // A snapshot is written whole, synced and renamed into place: anything but one
+        // whole record is damage, never a crash.
+        let payload = match scan(&buf) {
+            Scan::Records(r, end) if r.len() == 1 && end == buf.len() => r[0],
+            _ => {
+                return Err(CloudError::Store(format!(
+                    "{} is damaged; the previous state is not readable",
+                    path.display()
+                )))
+            }
+        };
+        let records: Vec<DiskRecord> = serde_json::from_slice(payload)
+            .map_err(|e| CloudError::Store(format!("{}: {e}", path.display())))?;
+        self.records = records.into_iter().map(|r| (r.id.clone(), r)).collect();
+        self.snapshot_len = buf.len() as u64;
         Ok(())
     }
 
-    /// If broken, reopens and proves a durable write works; clears the mark if it does.
-    fn heal(&self) -> std::result::Result<(), Failure> {
-        if self.failure().is_none() {
+    fn replay(&mut self) -> Result<()> {
+        let path = self.dir.join(LOG);
+        let mut buf = Vec::new();
+        io::Read::read_to_end(&mut &*self.file, &mut buf)
+            .map_err(|e| CloudError::io(format!("read {}", path.display()), e))?;
+        let (batches, end) = match scan(&buf) {
+            Scan::Records(r, end) => (r, end),
+            Scan::Corrupt(at) => {
+                return Err(CloudError::Store(format!(
+                    "{} is damaged at byte {at}, with records after it; refusing to drop them",
+                    path.display()
+                )))
+            }
+        };
+        for (i, payload) in batches.into_iter().enumerate() {
+            let batch: Vec<Mutation> = serde_json::from_slice(payload)
+                .map_err(|e| CloudError::Store(format!("{} record {i}: {e}", path.display())))?;
+            self.apply(batch.iter());
+        }
+        self.len = end as u64;
+        if end < buf.len() {
+            tracing::warn!(path = %path.display(), at = end, bytes = buf.len() - end, "cut a torn record off the end of the metadata log (a write a crash interrupted; it was never acknowledged)");
+            self.cut().map_err(|f| f.to_cloud())?;
+        }
+        Ok(())
+    }
+
+    fn apply<'a>(&mut self, mutations: impl Iterator<Item = &'a Mutation>) {
+        for m in mutations {
+            match m {
+                Mutation::Put(r) => {
+                    self.records.insert(r.id.clone(), r.clone());
+                }
+                Mutation::Delete(id) => {
+                    self.records.remove(id);
+                }
+            }
+        }
+    }
+
+    /// Cuts the log back to its last durable record and syncs it.
+    fn cut(&mut self) -> std::result::Result<(), Failure> {
+        self.file
+            .set_len(self.len)
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| Failure::io("cut back the metadata log", &e))
+    }
+
+    /// If broken, cuts the log back (dropping whatever the failed write left) and clears
+    /// the mark when that is durable.
+    fn heal(&mut self) -> std::result::Result<(), Failure> {
+        if self.broken.is_none() {
             return Ok(());
         }
-        let healed = self.reopen().and_then(|()| {
-            self.with(|db| {
-                let txn = db.begin_write().map_err(Failure::of)?;
-                {
-                    let mut table = txn.open_table(HEALTH).map_err(Failure::of)?;
-                    let n = table
-                        .get("writes")
-                        .map_err(Failure::of)?
-                        .map_or(0, |v| v.value());
-                    table.insert("writes", n + 1).map_err(Failure::of)?;
-                }
-                txn.commit().map_err(Failure::of)
-            })
-        });
-        match healed {
+        match self.cut() {
             Ok(()) => {
-                tracing::info!(path = %self.path.display(), "metadata store writes again");
-                self.set_broken(None);
+                tracing::info!(dir = %self.dir.display(), "metadata store writes again");
+                self.broken = None;
                 Ok(())
             }
             Err(f) => {
-                self.set_broken(Some(f.clone()));
+                self.broken = Some(f.clone());
                 Err(f)
             }
         }
     }
+
+    /// Appends `mutations` as one record and makes it durable.
+    fn append(&mut self, mutations: &[&Mutation]) -> std::result::Result<(), Failure> {
+        self.heal()?;
+        let payload = serde_json::to_vec(mutations).map_err(|e| Failure::message(e.to_string()))?;
+        let record = frame(&payload)?;
+        let written = self
+            .file
+            .write_all_at(&record, self.len)
+            .and_then(|()| self.file.sync_data());
+        if let Err(e) = written {
+            let f = Failure::io("write the metadata log", &e);
+            tracing::warn!(error = %f.message, "metadata store write failed; the log is cut back before the next write");
+            // Give back at once what the failed write took (on a full filesystem that
+            // is what the next write needs); if that fails too, the store is broken and
+            // heal() repeats the cut before anything else is written.
+            self.broken = self.cut().err();
+            return Err(f);
+        }
+        self.len += record.len() as u64;
+        self.apply(mutations.iter().copied());
+        if self.len > FOLD_AT.max(self.snapshot_len) {
+            if let Err(f) = self.fold() {
+                // The log stays as it is, and stays correct; folding is tried again
+                // after the next write.
+                tracing::warn!(error = %f.message, "could not fold the metadata log into a snapshot");
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes every record as the new snapshot (synced, renamed into place, directory
+    /// synced), then empties the log.
+    fn fold(&mut self) -> std::result::Result<(), Failure> {
+        let path = self.dir.join(SNAPSHOT);
+        let tmp = self.dir.join(format!("{SNAPSHOT}.tmp"));
+        let records: Vec<&DiskRecord> = self.records.values().collect();
+        let payload = serde_json::to_vec(&records).map_err(|e| Failure::message(e.to_string()))?;
+        let bytes = frame(&payload)?;
+        let written = (|| -> io::Result<()> {
+            let f = File::create(&tmp)?;
+            f.write_all_at(&bytes, 0)?;
+            f.sync_data()?;
+            std::fs::rename(&tmp, &path)?;
+            File::open(&self.dir)?.sync_all()
+        })();
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Failure::io("write the metadata snapshot", &e));
+        }
+        self.snapshot_len = bytes.len() as u64;
+        // Replaying the old log over the new snapshot changes nothing, so this needs no
+        // more care than any other cut.
+        let len = self.len;
+        self.len = 0;
+        if let Err(f) = self.cut() {
+            self.len = len;
+            return Err(f);
+        }
+        Ok(())
+    }
 }
 
-fn create(path: &Path) -> std::result::Result<Database, Failure> {
-    let db = Database::create(path).map_err(Failure::of)?;
-    let txn = db.begin_write().map_err(Failure::of)?;
-    txn.open_table(DISKS).map_err(Failure::of)?;
-    txn.commit().map_err(Failure::of)?;
-    Ok(db)
+/// Reads a store of the earlier (redb) format.
+fn read_legacy(path: &Path) -> Result<BTreeMap<String, DiskRecord>> {
+    use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+    const DISKS: TableDefinition<&str, &[u8]> = TableDefinition::new("disks");
+    let fail = |e: &dyn std::fmt::Display| CloudError::Store(format!("{}: {e}", path.display()));
+    let db = redb::Database::open(path).map_err(|e| fail(&e))?;
+    let txn = db.begin_read().map_err(|e| fail(&e))?;
+    let table = match txn.open_table(DISKS) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(BTreeMap::new()),
+        Err(e) => return Err(fail(&e)),
+    };
+    let mut out = BTreeMap::new();
+    for item in table.iter().map_err(|e| fail(&e))? {
+        let (key, value) = item.map_err(|e| fail(&e))?;
+        let record: DiskRecord = serde_json::from_slice(value.value())
+            .map_err(|e| fail(&format!("record {}: {e}", key.value())))?;
+        out.insert(record.id.clone(), record);
+    }
+    Ok(out)
+}
+
+/// Who writes next: the mutations waiting for the writer thread, and whether a
+/// transaction is being written (by the writer thread or by a caller itself).
+#[derive(Default)]
+struct Queue {
+    pending: Vec<(Mutation, Reply)>,
+    busy: bool,
+    /// Every handle is gone: the writer thread ends once the queue is empty.
+    closed: bool,
+    /// The writer thread has ended (or died): nothing queued would be written.
+    writer_gone: bool,
+}
+
+struct Shared {
+    log: Mutex<Log>,
+    queue: Mutex<Queue>,
+    /// Wakes the writer thread: something was queued, the store became free, or it closed.
+    wake: Condvar,
+    /// Something changed since the inventory was last written.
+    dirty: AtomicBool,
+}
+
+impl Shared {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn log(&self) -> MutexGuard<'_, Log> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes `mutations` durable as one record (all or nothing).
+    fn write(&self, mutations: &[&Mutation]) -> std::result::Result<(), Failure> {
+        let outcome = self.log().append(mutations);
+        if outcome.is_ok() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        outcome
+    }
+
+    /// Marks the store free again, and hands what was queued meanwhile to the writer.
+    fn release(&self) {
+        let mut queue = self.queue();
+        queue.busy = false;
+        if !queue.pending.is_empty() {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// The last handle closes the queue, so the writer thread ends and lets go of the file.
+struct Handle(Arc<Shared>);
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.0.queue().closed = true;
+        self.0.wake.notify_one();
+    }
 }
 
 #[derive(Clone)]
-pub struct Store {
-    db: Arc<Db>,
-    queue: mpsc::UnboundedSender<(Mutation, Reply)>,
-}
+pub struct Store(Arc<Handle>);
 
 impl Store {
-    /// Opens (or creates) the store at `path` and starts its writer thread.
-    pub fn open(path: &Path) -> Result<Self> {
-        let db = Arc::new(Db::open(path)?);
-        let (queue, rx) = mpsc::unbounded_channel();
-        let writer_db = Arc::clone(&db);
-        // Start dirty: the inventory is written once at open.
-        let dirty = Arc::new(AtomicBool::new(true));
-        let writer_dirty = Arc::clone(&dirty);
+    /// Opens (or creates) the store in the directory `dir` and starts its writer thread.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let shared = Arc::new(Shared {
+            log: Mutex::new(Log::open(dir)?),
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            // Start dirty: the inventory is written once at open.
+            dirty: AtomicBool::new(true),
+        });
+        let writer = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || write_loop(&writer_db, rx, &writer_dirty))
+            .spawn(move || write_loop(&writer))
             .map_err(|e| CloudError::io("start the store writer", e))?;
-        let inventory = path.with_file_name(INVENTORY);
-        let weak = Arc::downgrade(&db);
+        let inventory = dir.join(INVENTORY);
+        let weak = Arc::downgrade(&shared);
         std::thread::Builder::new()
             .name("store-inventory".into())
-            .spawn(move || inventory_loop(weak, &inventory, &dirty))
+            .spawn(move || inventory_loop(weak, &inventory))
             .map_err(|e| CloudError::io("start the inventory writer", e))?;
-        Ok(Self { db, queue })
+        Ok(Self(Arc::new(Handle(shared))))
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.0 .0
     }
 
     /// Every record, sorted by id.
     pub fn load(&self) -> Result<Vec<DiskRecord>> {
-        self.db.with(read_all).map_err(|f| f.to_cloud())
+        Ok(self.shared().log().records.values().cloned().collect())
     }
 
     /// Makes `mutation` durable; returns once it is.
+    ///
+    /// When nothing else is being written, the commit happens here, on the caller's
+    /// thread, and blocks it for one durable write (about one fdatasync): that is what
+    /// a lone caller waits for anyway, and doing it in place saves the three thread
+    /// hand-offs a queue would cost. Under concurrency the store is busy, and the
+    /// mutation joins the writer thread's next batch.
     pub async fn commit(&self, mutation: Mutation) -> Result<()> {
-        let (tx, rx) = oneshot::channel();
-        self.queue
-            .send((mutation, tx))
-            .map_err(|_| CloudError::Store("writer thread has stopped".into()))?;
-        rx.await
-            .map_err(|_| CloudError::Store("writer thread has stopped".into()))?
-            .map_err(|f| f.to_cloud())
+        let shared = self.shared();
+        let queued = {
+            let mut queue = shared.queue();
+            if queue.writer_gone {
+                return Err(CloudError::Store("writer thread has stopped".into()));
+            }
+            if queue.busy || !queue.pending.is_empty() {
+                let (tx, rx) = oneshot::channel();
+                queue.pending.push((mutation, tx));
+                if !queue.busy {
+                    shared.wake.notify_one();
+                }
+                Ok(rx)
+            } else {
+                queue.busy = true;
+                Err(mutation)
+            }
+        };
+        match queued {
+            Ok(rx) => rx
+                .await
+                .map_err(|_| CloudError::Store("writer thread has stopped".into()))?
+                .map_err(|f| f.to_cloud()),
+            Err(mutation) => {
+                // Released even if the write panics, or the store would stay busy.
+                struct Release<'a>(&'a Shared);
+                impl Drop for Release<'_> {
+                    fn drop(&mut self) {
+                        self.0.release();
+                    }
+                }
+                let _release = Release(shared);
+                shared.write(&[&mutation]).map_err(|f| f.to_cloud())
+            }
+        }
     }
 
-    /// Answers when the store can be read, its writer is alive, and its last write did
-    /// not fail — or, if it did, when a reopen and a test write now succeed.
+    /// Answers when the writer is alive and the last write did not fail — or, if it
+    /// did, when cutting the log back to its last durable record and syncing it now
+    /// succeed.
     pub fn check(&self) -> Result<()> {
-        if self.queue.is_closed() {
+        let shared = self.shared();
+        if shared.queue().writer_gone {
             return Err(CloudError::Store("writer thread has stopped".into()));
         }
-        self.db.heal().map_err(|f| f.to_cloud())?;
-        self.db
-            .with(|db| {
-                let txn = db.begin_read().map_err(Failure::of)?;
-                txn.open_table(DISKS).map_err(Failure::of).map(drop)
-            })
-            .map_err(|f| f.to_cloud())
+        shared.log().heal().map_err(|f| f.to_cloud())
     }
-}
-
-fn read_all(db: &Database) -> std::result::Result<Vec<DiskRecord>, Failure> {
-    let txn = db.begin_read().map_err(Failure::of)?;
-    let table = txn.open_table(DISKS).map_err(Failure::of)?;
-    let mut out = Vec::new();
-    for item in table.iter().map_err(Failure::of)? {
-        let (key, value) = item.map_err(Failure::of)?;
-        let record: DiskRecord = serde_json::from_slice(value.value())
-            .map_err(|e| Failure::message(format!("record {}: {e}", key.value())))?;
-        out.push(record);
-    }
-    Ok(out)
 }
 
 /// The inventory other processes read (the discoverer's orphan report): the store
@@ -281,24 +583,26 @@ pub struct InventoryDisk {
 
 /// Rewrites the inventory at most once a second, when something changed, until the
 /// store is closed.
-fn inventory_loop(db: Weak<Db>, path: &Path, dirty: &AtomicBool) {
+fn inventory_loop(shared: Weak<Shared>, path: &Path) {
     loop {
-        let Some(db) = db.upgrade() else { return };
-        if dirty.swap(false, Ordering::AcqRel) {
-            if let Err(e) = write_inventory(&db, path) {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if shared.dirty.swap(false, Ordering::AcqRel) {
+            if let Err(e) = write_inventory(&shared, path) {
                 tracing::warn!(error = %e, path = %path.display(), "could not write the disk inventory");
-                dirty.store(true, Ordering::Release);
+                shared.dirty.store(true, Ordering::Release);
             }
         }
-        drop(db);
+        drop(shared);
         std::thread::sleep(Duration::from_secs(1));
     }
 }
 
-fn write_inventory(db: &Db, path: &Path) -> Result<()> {
-    let disks: Vec<InventoryDisk> = db
-        .with(read_all)
-        .map_err(|f| f.to_cloud())?
+fn write_inventory(shared: &Shared, path: &Path) -> Result<()> {
+    // Copied under the lock, written without it: a commit does not wait for the file.
+    let records: Vec<DiskRecord> = shared.log().records.values().cloned().collect();
+    let disks: Vec<InventoryDisk> = records
         .into_iter()
         .map(|r| InventoryDisk {
             id: r.id,
@@ -314,52 +618,48 @@ fn write_inventory(db: &Db, path: &Path) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(|e| CloudError::io(format!("rename {}", tmp.display()), e))
 }
 
-fn write_loop(db: &Db, mut rx: mpsc::UnboundedReceiver<(Mutation, Reply)>, dirty: &AtomicBool) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = rx.blocking_recv() {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
+/// Commits what callers queued while the store was busy, a batch at a time, until the
+/// last handle is gone.
+fn write_loop(shared: &Shared) {
+    // Marks the writer gone however it ends, so callers are told instead of waiting.
+    struct Gone<'a>(&'a Shared);
+    impl Drop for Gone<'_> {
+        fn drop(&mut self) {
+            let mut queue = self.0.queue();
+            queue.writer_gone = true;
+            // Dropping the replies tells every queued caller.
+            queue.pending.clear();
         }
-        // A store broken by an earlier failure is reopened first; if that fails, the
-        // batch fails with the reason and the next one tries again.
-        let outcome = db.heal().and_then(|()| db.with(|d| apply(d, &batch)));
-        match &outcome {
-            Ok(()) => dirty.store(true, Ordering::Release),
-            Err(f) => {
-                tracing::warn!(error = %f.message, "metadata store write failed; it is reopened before the next write");
-                db.set_broken(Some(f.clone()));
+    }
+    let _gone = Gone(shared);
+    loop {
+        let batch: Vec<(Mutation, Reply)> = {
+            let mut queue = shared.queue();
+            loop {
+                if !queue.busy && !queue.pending.is_empty() {
+                    break;
+                }
+                if queue.closed && queue.pending.is_empty() {
+                    return;
+                }
+                queue = shared.wake.wait(queue).unwrap_or_else(|p| p.into_inner());
             }
+            queue.busy = true;
+            let n = queue.pending.len().min(MAX_BATCH);
+            queue.pending.drain(..n).collect()
+        };
+        let mutations: Vec<&Mutation> = batch.iter().map(|(m, _)| m).collect();
+        let outcome = shared.write(&mutations);
+        drop(mutations);
+        {
+            // Free before the replies go out: a caller answered now may commit at once.
+            let mut queue = shared.queue();
+            queue.busy = false;
         }
-        for (_, reply) in batch.drain(..) {
+        for (_, reply) in batch {
             let _ = reply.send(outcome.clone());
         }
     }
-}
-
-fn apply(db: &Database, batch: &[(Mutation, Reply)]) -> std::result::Result<(), Failure> {
-    let txn = db.begin_write().map_err(Failure::of)?;
-    {
-        let mut table = txn.open_table(DISKS).map_err(Failure::of)?;
-        for (mutation, _) in batch {
-            match mutation {
-                Mutation::Put(record) => {
-                    let bytes =
-                        serde_json::to_vec(record).map_err(|e| Failure::message(e.to_string()))?;
-                    table
-                        .insert(record.id.as_str(), bytes.as_slice())
-                        .map_err(Failure::of)?;
-                }
-                Mutation::Delete(id) => {
-                    table.remove(id.as_str()).map_err(Failure::of)?;
-                }
-            }
-        }
-    }
-    txn.commit().map_err(Failure::of)
 }
 
 #[cfg(test)]
@@ -386,9 +686,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_commits_are_all_durable_and_reopen_intact() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store.redb");
+        let path = dir.path();
         {
-            let store = Store::open(&path).unwrap();
+            let store = Store::open(path).unwrap();
             let mut tasks = Vec::new();
             for i in 0..200 {
                 let store = store.clone();
@@ -406,7 +706,7 @@ mod tests {
         // The writer thread of the first handle may still hold the file: reopen by
         // waiting for it to let go.
         let store = loop {
-            match Store::open(&path) {
+            match Store::open(path) {
                 Ok(s) => break s,
                 Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
             }
@@ -419,5 +719,174 @@ mod tests {
             "records come back sorted by id"
         );
         assert_eq!(all[0], record("000"));
+    }
+
+    /// Opens the store once its previous handle's writer has let go of the lock.
+    fn reopen(dir: &Path) -> Store {
+        for _ in 0..500 {
+            if let Ok(s) = Store::open(dir) {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Store::open(dir).unwrap()
+    }
+
+    fn ids(store: &Store) -> Vec<String> {
+        store.load().unwrap().into_iter().map(|r| r.id).collect()
+    }
+
+    #[tokio::test]
+    async fn a_second_process_is_kept_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let _store = Store::open(dir.path()).unwrap();
+        let err = Store::open(dir.path()).err().expect("refused");
+        assert!(err.to_string().contains("held by another process"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_torn_last_record_is_cut_off_and_the_rest_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            for id in ["a", "b"] {
+                store.commit(Mutation::Put(record(id))).await.unwrap();
+            }
+        }
+        let log = dir.path().join(LOG);
+        let whole = std::fs::metadata(&log).unwrap().len();
+        // A crash in the middle of the next write: half a record, then one that
+        // extended the file but whose bytes never reached the disk.
+        let next = frame(&serde_json::to_vec(&[Mutation::Put(record("c"))]).unwrap()).unwrap();
+        for torn in [&next[..next.len() / 2], &vec![0u8; 100][..], &next[..5]] {
+            let f = OpenOptions::new().write(true).open(&log).unwrap();
+            f.write_all_at(torn, whole).unwrap();
+            drop(f);
+            let store = reopen(dir.path());
+            assert_eq!(ids(&store), ["a", "b"]);
+            assert_eq!(std::fs::metadata(&log).unwrap().len(), whole, "cut back");
+            drop(store);
+        }
+        // A whole record whose last byte flipped, at the end: torn as well.
+        let mut flipped = next.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        let f = OpenOptions::new().write(true).open(&log).unwrap();
+        f.write_all_at(&flipped, whole).unwrap();
+        drop(f);
+        let store = reopen(dir.path());
+        assert_eq!(ids(&store), ["a", "b"]);
+        store.commit(Mutation::Put(record("c"))).await.unwrap();
+        drop(store);
+        assert_eq!(ids(&reopen(dir.path())), ["a", "b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn a_damaged_record_with_records_after_it_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            for id in ["a", "b", "c"] {
+                store.commit(Mutation::Put(record(id))).await.unwrap();
+            }
+        }
+        let log = dir.path().join(LOG);
+        let mut bytes = std::fs::read(&log).unwrap();
+        bytes[HEADER + 3] ^= 0xff; // inside the first record's payload
+        std::fs::write(&log, &bytes).unwrap();
+        let mut last = None;
+        for _ in 0..500 {
+            match Store::open(dir.path()) {
+                Err(e) if e.to_string().contains("held by another") => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                other => {
+                    last = Some(other);
+                    break;
+                }
+            }
+        }
+        let err = last.unwrap().err().expect("refused");
+        assert!(err.to_string().contains("damaged at byte 0"), "{err}");
+        assert_eq!(std::fs::read(&log).unwrap(), bytes, "nothing was cut");
+    }
+
+    #[tokio::test]
+    async fn the_log_folds_into_a_snapshot_and_reads_back_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let want = {
+            let store = Store::open(dir.path()).unwrap();
+            // Enough puts of a fat record to pass the fold threshold more than once.
+            let mut fat = record("x");
+            fat.metadata.insert("pad".into(), "p".repeat(8 << 10));
+            for i in 0..1200 {
+                let mut r = fat.clone();
+                r.id = format!("{:04}", i % 300);
+                store.commit(Mutation::Put(r)).await.unwrap();
+            }
+            for i in (0..300).step_by(3) {
+                store
+                    .commit(Mutation::Delete(format!("{i:04}")))
+                    .await
+                    .unwrap();
+            }
+            let want = ids(&store);
+            assert_eq!(want.len(), 200);
+            want
+        };
+        assert!(dir.path().join(SNAPSHOT).exists());
+        let log_len = std::fs::metadata(dir.path().join(LOG)).unwrap().len();
+        assert!(
+            log_len < FOLD_AT,
+            "the log was emptied by a fold ({log_len} bytes)"
+        );
+        let store = reopen(dir.path());
+        assert_eq!(ids(&store), want);
+        drop(store);
+        // A crash after a fold wrote its snapshot but before it emptied the log: the old
+        // log replays over the new snapshot to the same state.
+        let snapshot_state = {
+            let store = reopen(dir.path());
+            store.commit(Mutation::Delete("0001".into())).await.unwrap();
+            let log = std::fs::read(dir.path().join(LOG)).unwrap();
+            let state = ids(&store);
+            let mut guard = store.shared().log();
+            guard.fold().unwrap();
+            drop(guard);
+            drop(store);
+            std::fs::write(dir.path().join(LOG), log).unwrap();
+            state
+        };
+        assert_eq!(ids(&reopen(dir.path())), snapshot_state);
+    }
+
+    #[tokio::test]
+    async fn a_store_of_the_earlier_format_is_converted_once() {
+        use redb::TableDefinition;
+        const DISKS: TableDefinition<&str, &[u8]> = TableDefinition::new("disks");
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = redb::Database::create(dir.path().join(LEGACY)).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut t = txn.open_table(DISKS).unwrap();
+                for id in ["vol-a", "vol-b"] {
+                    let bytes = serde_json::to_vec(&record(id)).unwrap();
+                    t.insert(id, bytes.as_slice()).unwrap();
+                }
+            }
+            txn.commit().unwrap();
+        }
+        {
+            let store = Store::open(dir.path()).unwrap();
+            assert_eq!(store.load().unwrap(), [record("vol-a"), record("vol-b")]);
+            store
+                .commit(Mutation::Delete("vol-a".into()))
+                .await
+                .unwrap();
+        }
+        assert!(!dir.path().join(LEGACY).exists());
+        assert!(dir.path().join(format!("{LEGACY}.converted")).exists());
+        // Read from the log from now on, not converted again.
+        assert_eq!(ids(&reopen(dir.path())), ["vol-b"]);
     }
 }
