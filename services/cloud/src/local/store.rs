@@ -563,7 +563,16 @@ impl Store {
         if shared.queue().writer_gone {
             return Err(CloudError::Store("writer thread has stopped".into()));
         }
-        shared.log().heal().map_err(|f| f.to_cloud())
+        // Probe runs on the async runtime: never wait there behind a commit's fdatasync.
+        // A write under way heals a broken store first, and its outcome is what the
+        // next check sees.
+        match shared.log.try_lock() {
+            Ok(mut log) => log.heal().map_err(|f| f.to_cloud()),
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                p.into_inner().heal().map_err(|f| f.to_cloud())
+            }
+            Err(std::sync::TryLockError::WouldBlock) => Ok(()),
+        }
     }
 }
 
