@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use overcast_cloud::local::cloud_config::LocalCloudConfig;
+use overcast_cloud_local::cloud_config::LocalCloudConfig;
 use overcast_csi::validation::{REGION_KEY, ZONE_KEY};
 use overcast_integration::kustomize::{self, by_id};
 use overcast_integration::manifests::{

@@ -1,5 +1,6 @@
 //! The cloud abstraction: one set of traits, split by capability, that every Overcast
-//! service reaches its cloud through, and the providers that implement them.
+//! service reaches its cloud through. Providers live in crates of their own
+//! (`services/cloud-<name>`), which depend on this one.
 //!
 //! A provider implements only the capabilities its cloud has; the services ask for the
 //! capability they need and map the typed [`CloudError`] to their wire codes in one place.
@@ -9,7 +10,6 @@ mod disks;
 mod error;
 pub mod instances;
 pub mod load_balancers;
-pub mod local;
 
 use std::sync::Arc;
 

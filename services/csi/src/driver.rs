@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use overcast_api::csi_v1 as csi;
-use overcast_cloud::local::cloud_config::LocalCloudConfig;
-use overcast_cloud::local::{LocalCloud, LocalConfig};
 use overcast_cloud::{Disks, Zone};
+use overcast_cloud_local::cloud_config::LocalCloudConfig;
+use overcast_cloud_local::{LocalCloud, LocalConfig};
 use overcast_runtime::{socket, GrpcLogLayer, GrpcMetrics};
 use prometheus_client::registry::Registry;
 use tokio::net::UnixListener;

@@ -19,8 +19,12 @@ pub fn to_status(op: &str, err: CloudError) -> Status {
         CloudError::OutOfRange(_) => Code::OutOfRange,
         CloudError::InvalidArgument(_) => Code::InvalidArgument,
         CloudError::Unavailable(_) => Code::Unavailable,
+        CloudError::DeadlineExceeded(_) => Code::DeadlineExceeded,
+        CloudError::Conflict(_) => Code::Aborted,
+        CloudError::Unauthenticated(_) => Code::Unauthenticated,
+        CloudError::PermissionDenied(_) => Code::PermissionDenied,
         CloudError::Io { source, .. } => io_code(source),
-        CloudError::Store(_) => Code::Internal,
+        CloudError::Internal(_) => Code::Internal,
     };
     Status::new(code, format!("{op}: {err}"))
 }
@@ -83,7 +87,20 @@ mod tests {
                 CloudError::io("commit", std::io::ErrorKind::ReadOnlyFilesystem.into()),
                 Code::Unavailable,
             ),
-            (CloudError::Store("corrupt".into()), Code::Internal),
+            (CloudError::Internal("corrupt".into()), Code::Internal),
+            (
+                CloudError::DeadlineExceeded("slow".into()),
+                Code::DeadlineExceeded,
+            ),
+            (CloudError::Conflict("locked".into()), Code::Aborted),
+            (
+                CloudError::Unauthenticated("expired".into()),
+                Code::Unauthenticated,
+            ),
+            (
+                CloudError::PermissionDenied("not allowed".into()),
+                Code::PermissionDenied,
+            ),
         ];
         for (err, code) in cases {
             let status = to_status("attach volume v to node n", err);

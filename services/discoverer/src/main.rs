@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use overcast_cloud::local::cloud_config::LocalFlags;
-use overcast_cloud::local::discovery::LocalDiscovery;
-use overcast_cloud::local::instances::LocalInstances;
 use overcast_cloud::Discovery;
+use overcast_cloud_local::cloud_config::LocalFlags;
+use overcast_cloud_local::discovery::LocalDiscovery;
+use overcast_cloud_local::instances::LocalInstances;
 use overcast_runtime::LogFormat;
 use rand::Rng;
 

@@ -10,8 +10,8 @@ use serde_json::json;
 use super::instances::{host_instance_type, LocalInstances};
 use super::loopdev;
 use super::store::{InventoryDisk, INVENTORY};
-use crate::discovery::{CloudCondition, ClusterDisk, Discovery, InstanceType};
-use crate::{CloudError, Instances, Result, Zone};
+use overcast_cloud::discovery::{CloudCondition, ClusterDisk, Discovery, InstanceType};
+use overcast_cloud::{CloudError, Instances, Result, Zone};
 
 pub struct LocalDiscovery {
     state_dir: PathBuf,

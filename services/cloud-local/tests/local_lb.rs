@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use overcast_cloud::local::lb::{LocalLoadBalancers, Pool};
 use overcast_cloud::{Backend, LbPort, LoadBalancerSpec, LoadBalancers, Protocol};
+use overcast_cloud_local::lb::{LocalLoadBalancers, Pool};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 

@@ -10,7 +10,7 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::fcntl::{fallocate, FallocateFlags};
 
-use crate::{CloudError, Result};
+use overcast_cloud::{CloudError, Result};
 
 /// Creates `path` (which must not exist) with `size` bytes.
 pub fn create(path: &Path, size: u64, thick: bool) -> Result<()> {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::Zone;
+use overcast_cloud::Zone;
 
 /// What the local cloud reads from its cloud-config file (YAML or JSON). Unknown keys
 /// are refused so that a misspelt setting fails at start instead of being ignored.

@@ -14,10 +14,10 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
-use crate::load_balancers::{
+use overcast_cloud::load_balancers::{
     Backend, LbPort, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers, Protocol,
 };
-use crate::{CloudError, Result};
+use overcast_cloud::{CloudError, Result};
 
 /// Where ingress addresses come from unless configured: loopback, so nothing leaves the host.
 pub const DEFAULT_POOL: &str = "127.240.0.0/16";

@@ -44,7 +44,8 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use crate::{CloudError, Result, Zone};
+use crate::store_error;
+use overcast_cloud::{CloudError, Result, Zone};
 
 /// The log of mutations since the snapshot.
 pub const LOG: &str = "store.log";
@@ -120,7 +121,7 @@ impl Failure {
             Some(kind) => {
                 CloudError::io("metadata store", io::Error::new(kind, self.message.clone()))
             }
-            None => CloudError::Store(self.message.clone()),
+            None => store_error(self.message.clone()),
         }
     }
 }
@@ -204,7 +205,7 @@ impl Log {
         // One process owns the store: a second controller on the same state directory
         // would write the same disks.
         let file = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
-            CloudError::Store(format!(
+            store_error(format!(
                 "{} is held by another process ({e})",
                 path.display()
             ))
@@ -251,14 +252,14 @@ impl Log {
         let payload = match scan(&buf) {
             Scan::Records(r, end) if r.len() == 1 && end == buf.len() => r[0],
             _ => {
-                return Err(CloudError::Store(format!(
+                return Err(store_error(format!(
                     "{} is damaged; the previous state is not readable",
                     path.display()
                 )))
             }
         };
         let records: Vec<DiskRecord> = serde_json::from_slice(payload)
-            .map_err(|e| CloudError::Store(format!("{}: {e}", path.display())))?;
+            .map_err(|e| store_error(format!("{}: {e}", path.display())))?;
         self.records = records.into_iter().map(|r| (r.id.clone(), r)).collect();
         self.snapshot_len = buf.len() as u64;
         Ok(())
@@ -272,7 +273,7 @@ impl Log {
         let (batches, end) = match scan(&buf) {
             Scan::Records(r, end) => (r, end),
             Scan::Corrupt(at) => {
-                return Err(CloudError::Store(format!(
+                return Err(store_error(format!(
                     "{} is damaged at byte {at}, with records after it; refusing to drop them",
                     path.display()
                 )))
@@ -280,7 +281,7 @@ impl Log {
         };
         for (i, payload) in batches.into_iter().enumerate() {
             let batch: Vec<Mutation> = serde_json::from_slice(payload)
-                .map_err(|e| CloudError::Store(format!("{} record {i}: {e}", path.display())))?;
+                .map_err(|e| store_error(format!("{} record {i}: {e}", path.display())))?;
             self.apply(batch.iter());
         }
         self.len = end as u64;
@@ -397,7 +398,7 @@ impl Log {
 fn read_legacy(path: &Path) -> Result<BTreeMap<String, DiskRecord>> {
     use redb::{ReadableDatabase, ReadableTable, TableDefinition};
     const DISKS: TableDefinition<&str, &[u8]> = TableDefinition::new("disks");
-    let fail = |e: &dyn std::fmt::Display| CloudError::Store(format!("{}: {e}", path.display()));
+    let fail = |e: &dyn std::fmt::Display| store_error(format!("{}: {e}", path.display()));
     let db = redb::Database::open(path).map_err(|e| fail(&e))?;
     let txn = db.begin_read().map_err(|e| fail(&e))?;
     let table = match txn.open_table(DISKS) {
@@ -522,7 +523,7 @@ impl Store {
         let queued = {
             let mut queue = shared.queue();
             if queue.writer_gone {
-                return Err(CloudError::Store("writer thread has stopped".into()));
+                return Err(store_error("writer thread has stopped"));
             }
             if queue.busy || !queue.pending.is_empty() {
                 let (tx, rx) = oneshot::channel();
@@ -539,7 +540,7 @@ impl Store {
         match queued {
             Ok(rx) => rx
                 .await
-                .map_err(|_| CloudError::Store("writer thread has stopped".into()))?
+                .map_err(|_| store_error("writer thread has stopped"))?
                 .map_err(|f| f.to_cloud()),
             Err(mutation) => {
                 // Released even if the write panics, or the store would stay busy.
@@ -561,7 +562,7 @@ impl Store {
     pub fn check(&self) -> Result<()> {
         let shared = self.shared();
         if shared.queue().writer_gone {
-            return Err(CloudError::Store("writer thread has stopped".into()));
+            return Err(store_error("writer thread has stopped"));
         }
         // Probe runs on the async runtime: never wait there behind a commit's fdatasync.
         // A write under way heals a broken store first, and its outcome is what the
@@ -621,7 +622,7 @@ fn write_inventory(shared: &Shared, path: &Path) -> Result<()> {
         })
         .collect();
     let tmp: PathBuf = path.with_extension("json.tmp");
-    let bytes = serde_json::to_vec_pretty(&disks).map_err(|e| CloudError::Store(e.to_string()))?;
+    let bytes = serde_json::to_vec_pretty(&disks).map_err(|e| store_error(e.to_string()))?;
     std::fs::write(&tmp, bytes)
         .map_err(|e| CloudError::io(format!("write {}", tmp.display()), e))?;
     std::fs::rename(&tmp, path).map_err(|e| CloudError::io(format!("rename {}", tmp.display()), e))

@@ -16,7 +16,7 @@ use std::path::Path;
 use super::id::DiskId;
 use super::loopdev;
 use super::store::{DiskRecord, Mutation, Store};
-use crate::{CloudError, Result};
+use overcast_cloud::{CloudError, Result};
 
 pub async fn run(
     disks_dir: &Path,

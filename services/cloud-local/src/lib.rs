@@ -24,7 +24,7 @@ use async_trait::async_trait;
 pub use id::DiskId;
 use store::{AttachmentRecord, DiskRecord, Mutation, Store};
 
-use crate::{Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, Result, Zone};
+use overcast_cloud::{Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, Result, Zone};
 
 /// StorageClass parameter asking for a fully allocated (thick) backing file.
 pub const PARAM_THICK: &str = "thickProvisioning";
@@ -83,7 +83,7 @@ impl LocalCloud {
             Ok((LocalConfig { state_dir, ..cfg }, disks_dir, store, records))
         })
         .await
-        .map_err(|e| CloudError::Store(format!("open task: {e}")))??;
+        .map_err(|e| store_error(format!("open task: {e}")))??;
 
         let records = reconcile::run(&disks_dir, &cfg.node_name, &store, records).await?;
         let mut index = Index::default();
@@ -635,4 +635,9 @@ impl Disks for LocalCloud {
             .map(drop)
             .map_err(|e| CloudError::Unavailable(format!("{}: {e}", self.disks_dir.display())))
     }
+}
+
+/// The local cloud's store failed: the provider's own failure.
+pub(crate) fn store_error(message: impl Into<String>) -> CloudError {
+    CloudError::Internal(format!("metadata store: {}", message.into()))
 }

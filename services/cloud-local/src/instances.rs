@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use serde::Deserialize;
 
-use crate::instances::{AddressType, Instance, InstanceState, Instances, NodeAddress};
-use crate::{CloudError, Result, Zone};
+use overcast_cloud::instances::{AddressType, Instance, InstanceState, Instances, NodeAddress};
+use overcast_cloud::{CloudError, Result, Zone};
 
 pub const PROVIDER: &str = "local";
 
@@ -215,13 +215,13 @@ mod tests {
         assert_eq!(all[1].state, InstanceState::Shutdown);
         assert_eq!(all[1].zone.as_ref().unwrap().zone, "z2");
         assert_eq!(
-            crate::instances::find(&all, "n2", None)
+            overcast_cloud::instances::find(&all, "n2", None)
                 .unwrap()
                 .provider_id,
             "local://n2"
         );
         assert_eq!(
-            crate::instances::find(&all, "x", Some("local://n2"))
+            overcast_cloud::instances::find(&all, "x", Some("local://n2"))
                 .unwrap()
                 .node_name,
             "n2"
