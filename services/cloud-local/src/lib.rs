@@ -24,15 +24,17 @@ use async_trait::async_trait;
 pub use id::DiskId;
 use store::{AttachmentRecord, DiskRecord, Mutation, Store};
 
-use overcast_cloud::{Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, Result, Zone};
+use overcast_cloud::{
+    Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, PublishContext, Result, Zone,
+};
 
 /// StorageClass parameter asking for a fully allocated (thick) backing file.
 pub const PARAM_THICK: &str = "thickProvisioning";
-/// Publish context key: the loop device the disk is attached as.
-pub const CTX_DEVICE_PATH: &str = "devicePath";
-/// Publish context key: the disk's backing file, which identifies the loop device even
-/// after a re-attach gave it another number.
-pub const CTX_BACKING_FILE: &str = "backingFile";
+/// Publish context keys the local cloud writes (the loop device, and the backing file,
+/// which identifies it even after a re-attach gave it another number).
+pub use overcast_cloud::publish::{
+    BACKING_FILE as CTX_BACKING_FILE, DEVICE_PATH as CTX_DEVICE_PATH,
+};
 
 const MIB: u64 = 1 << 20;
 /// ext4's largest file with 4 KiB blocks.
@@ -209,13 +211,12 @@ impl Drop for Reservation {
 }
 
 fn publish_context(loop_index: u32, path: &Path) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (
-            CTX_DEVICE_PATH.to_owned(),
-            loopdev::device_path(loop_index).display().to_string(),
-        ),
-        (CTX_BACKING_FILE.to_owned(), path.display().to_string()),
-    ])
+    PublishContext {
+        device_path: Some(loopdev::device_path(loop_index)),
+        backing_file: Some(path.to_owned()),
+        ..PublishContext::default()
+    }
+    .to_map()
 }
 
 /// Binds `file` to a loop device unless one already reaches it, in which case that one

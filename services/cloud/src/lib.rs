@@ -10,6 +10,7 @@ mod disks;
 mod error;
 pub mod instances;
 pub mod load_balancers;
+pub mod publish;
 
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ pub use instances::{AddressType, Instance, InstanceState, Instances, NodeAddress
 pub use load_balancers::{
     Backend, LbPort, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers, Protocol, Route, Routes,
 };
+pub use publish::PublishContext;
 
 /// A cloud and the capabilities it has. Services start only the controllers whose
 /// capability is present, and say which they skipped.

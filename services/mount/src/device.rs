@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use crate::{MountError, Result};
 
-/// Publish-context keys the controllers write.
-pub const CTX_DEVICE_PATH: &str = "devicePath";
-pub const CTX_BACKING_FILE: &str = "backingFile";
-pub const CTX_SERIAL: &str = "serial";
-pub const CTX_WWN: &str = "wwn";
+/// Publish-context keys the controllers write: the contract lives with the cloud traits.
+pub use overcast_cloud::publish::{
+    BACKING_FILE as CTX_BACKING_FILE, DEVICE_PATH as CTX_DEVICE_PATH, SERIAL as CTX_SERIAL,
+    WWN as CTX_WWN,
+};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceHint {
@@ -28,11 +28,12 @@ pub struct DeviceHint {
 
 impl DeviceHint {
     pub fn from_context(ctx: &HashMap<String, String>) -> Result<Self> {
+        let read = overcast_cloud::PublishContext::from_map(ctx);
         let hint = Self {
-            device_path: ctx.get(CTX_DEVICE_PATH).map(PathBuf::from),
-            backing_file: ctx.get(CTX_BACKING_FILE).map(PathBuf::from),
-            serial: ctx.get(CTX_SERIAL).filter(|s| !s.is_empty()).cloned(),
-            wwn: ctx.get(CTX_WWN).filter(|s| !s.is_empty()).cloned(),
+            device_path: read.device_path,
+            backing_file: read.backing_file,
+            serial: read.serial,
+            wwn: read.wwn,
         };
         if hint == Self::default() {
             return Err(MountError::Invalid(format!(
@@ -230,6 +231,50 @@ pub fn size_bytes(path: &Path) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The contract both sides share: what a provider writes, the node reads back and
+    /// ties to its volume; a context that does not name the volume's disk is refused.
+    #[test]
+    fn what_a_provider_writes_the_node_reads_and_ties_to_its_volume() {
+        let id = "vol-0123456789abcdef0123456789abcdef";
+        let local = overcast_cloud::PublishContext {
+            device_path: Some("/dev/loop7".into()),
+            backing_file: Some(format!("/var/lib/overcast/disks/{id}.img").into()),
+            ..Default::default()
+        };
+        let cloud = overcast_cloud::PublishContext {
+            serial: Some("0QEMU_QEMU_HARDDISK_0123456789abcdef0123".into()),
+            ..Default::default()
+        };
+        for ctx in [local, cloud] {
+            let map: HashMap<String, String> = ctx.to_map().into_iter().collect();
+            let hint = DeviceHint::from_context(&map).unwrap();
+            assert_eq!(hint.device_path, ctx.device_path);
+            assert_eq!(hint.backing_file, ctx.backing_file);
+            assert_eq!(hint.serial, ctx.serial);
+            hint.check_volume(id).unwrap();
+        }
+        let other = overcast_cloud::PublishContext {
+            backing_file: Some(
+                "/var/lib/overcast/disks/vol-ffffffffffffffffffffffffffffffff.img".into(),
+            ),
+            ..Default::default()
+        };
+        let map: HashMap<String, String> = other.to_map().into_iter().collect();
+        assert!(DeviceHint::from_context(&map)
+            .unwrap()
+            .check_volume(id)
+            .is_err());
+        let bare = overcast_cloud::PublishContext {
+            device_path: Some("/dev/vda".into()),
+            ..Default::default()
+        };
+        let map: HashMap<String, String> = bare.to_map().into_iter().collect();
+        assert!(DeviceHint::from_context(&map)
+            .unwrap()
+            .check_volume(id)
+            .is_err());
+    }
 
     #[test]
     fn a_context_must_name_a_device_under_dev() {

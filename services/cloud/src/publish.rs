@@ -1,0 +1,95 @@
+//! The publish context: what a provider's attach tells the node plugin about the disk it
+//! attached, so that the node finds the device without asking the cloud. Both sides use
+//! this type: the controller side writes it ([`PublishContext::to_map`], the CSI
+//! `publish_context`), the node side reads it back ([`PublishContext::from_map`]) and
+//! finds the device by it (`services/mount/src/device.rs`).
+//!
+//! A context must tie the device to its volume, not merely name a device: a loop disk by
+//! its backing file (whose stem is the volume id), a cloud disk by the serial or WWN its
+//! hypervisor gives the virtual disk. A bare device path is never enough (it names any
+//! device on the host, and device names are not stable across reboots).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// `/dev/...` where the disk appeared, when the controller side knows it.
+pub const DEVICE_PATH: &str = "devicePath";
+/// The file behind a loop device; its stem is the volume id.
+pub const BACKING_FILE: &str = "backingFile";
+/// The disk's serial as the guest sees it (`/dev/disk/by-id/*-<serial>`, sysfs `serial`).
+pub const SERIAL: &str = "serial";
+/// The disk's WWN (`/dev/disk/by-id/wwn-<wwn>`, sysfs `wwid`).
+pub const WWN: &str = "wwn";
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PublishContext {
+    pub device_path: Option<PathBuf>,
+    pub backing_file: Option<PathBuf>,
+    pub serial: Option<String>,
+    pub wwn: Option<String>,
+}
+
+impl PublishContext {
+    /// The CSI `publish_context` map; absent fields are left out.
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let mut put = |key: &str, value: Option<String>| {
+            if let Some(v) = value.filter(|v| !v.is_empty()) {
+                out.insert(key.to_owned(), v);
+            }
+        };
+        put(
+            DEVICE_PATH,
+            self.device_path.as_ref().map(|p| p.display().to_string()),
+        );
+        put(
+            BACKING_FILE,
+            self.backing_file.as_ref().map(|p| p.display().to_string()),
+        );
+        put(SERIAL, self.serial.clone());
+        put(WWN, self.wwn.clone());
+        out
+    }
+
+    /// Reads a `publish_context` map back; unknown keys (another driver's, a newer
+    /// version's) are ignored, empty values are absent.
+    pub fn from_map<'a>(map: impl IntoIterator<Item = (&'a String, &'a String)>) -> Self {
+        let mut out = Self::default();
+        for (key, value) in map {
+            if value.is_empty() {
+                continue;
+            }
+            match key.as_str() {
+                DEVICE_PATH => out.device_path = Some(PathBuf::from(value)),
+                BACKING_FILE => out.backing_file = Some(PathBuf::from(value)),
+                SERIAL => out.serial = Some(value.clone()),
+                WWN => out.wwn = Some(value.clone()),
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_context_reads_back_as_it_was_written() {
+        let ctx = PublishContext {
+            device_path: Some("/dev/loop3".into()),
+            backing_file: Some("/var/lib/overcast/disks/vol-1.img".into()),
+            serial: Some("0QEMU_QEMU_HARDDISK_abc".into()),
+            wwn: None,
+        };
+        let map = ctx.to_map();
+        assert_eq!(map.len(), 3);
+        assert_eq!(map[BACKING_FILE], "/var/lib/overcast/disks/vol-1.img");
+        assert_eq!(PublishContext::from_map(&map), ctx);
+        let mut other = map.clone();
+        other.insert("someone-else".into(), "x".into());
+        other.insert(WWN.into(), String::new());
+        assert_eq!(PublishContext::from_map(&other), ctx);
+    }
+}
