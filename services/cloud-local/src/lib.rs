@@ -642,3 +642,95 @@ impl Disks for LocalCloud {
 pub(crate) fn store_error(message: impl Into<String>) -> CloudError {
     CloudError::Internal(format!("metadata store: {}", message.into()))
 }
+
+#[cfg(test)]
+mod conformance_tests {
+    //! The provider conformance suite against the local cloud (root: real loop devices).
+
+    use super::*;
+    use overcast_cloud::conformance::{self, DiskHarness};
+
+    /// Detaches every loop device still backed by a file of `dir`, also when a check
+    /// panicked half-way.
+    struct Loops(PathBuf);
+
+    impl Drop for Loops {
+        fn drop(&mut self) {
+            let Ok(entries) = std::fs::read_dir(&self.0) else {
+                return;
+            };
+            for file in entries.flatten().map(|e| e.path()) {
+                for index in loopdev::devices_backing(&file).unwrap_or_default() {
+                    let _ = loopdev::detach(index, &file);
+                }
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_local_cloud_passes_the_provider_conformance_suite() {
+        let dir = tempfile::tempdir().unwrap();
+        let zone = Zone {
+            region: "local".into(),
+            zone: "local-a".into(),
+        };
+        let cloud = LocalCloud::open(LocalConfig {
+            state_dir: dir.path().join("state"),
+            node_name: "conformance-node".into(),
+            zone: zone.clone(),
+            max_attachments_per_node: 16,
+        })
+        .await
+        .unwrap();
+        let _loops = Loops(cloud.disks_dir.clone());
+        let harness = DiskHarness {
+            disks: Arc::new(cloud),
+            node: "conformance-node".into(),
+            gone_node: "no-such-node".into(),
+            zone: zone.clone(),
+            parameters: BTreeMap::new(),
+            prefix: "conformance-".into(),
+        };
+        conformance::disks(&harness).await;
+        let instances = instances::LocalInstances::new("conformance-node".into(), zone, None);
+        conformance::instances(&instances, "conformance-node").await;
+    }
+
+    /// The suite can fail: a harness that calls a live node "gone" is caught.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_suite_catches_a_broken_rule() {
+        let dir = tempfile::tempdir().unwrap();
+        let zone = Zone {
+            region: "local".into(),
+            zone: "local-a".into(),
+        };
+        let cloud = LocalCloud::open(LocalConfig {
+            state_dir: dir.path().join("state"),
+            node_name: "n".into(),
+            zone: zone.clone(),
+            max_attachments_per_node: 16,
+        })
+        .await
+        .unwrap();
+        let _loops = Loops(cloud.disks_dir.clone());
+        let harness = Arc::new(DiskHarness {
+            disks: Arc::new(cloud),
+            node: "n".into(),
+            gone_node: "n".into(),
+            zone,
+            parameters: BTreeMap::new(),
+            prefix: String::new(),
+        });
+        let h = Arc::clone(&harness);
+        let outcome =
+            tokio::spawn(
+                async move { conformance::attach_to_a_gone_instance_is_not_found(&h).await },
+            )
+            .await;
+        assert!(outcome.unwrap_err().is_panic());
+        // What the failed check left attached is detached before the directory goes.
+        for d in harness.disks.list_disks().await.unwrap() {
+            harness.disks.detach_disk(&d.id, "n").await.unwrap();
+        }
+    }
+}

@@ -56,6 +56,14 @@ pub struct Instance {
     pub state: InstanceState,
 }
 
+/// The machines of the cloud, as the CCM sees them.
+///
+/// The identity contract every provider keeps (checked by
+/// [`crate::conformance::instances`]): the CSI node id the node plugin reports for a
+/// machine is the `node_name` of exactly one listed instance, and that is the
+/// Kubernetes node's name; the instance's `provider_id` is `<provider_name>://<id>`,
+/// which the CCM writes to `spec.providerID` and looks the node up by from then on (a
+/// node found by providerID keeps its instance even if renamed).
 #[async_trait]
 pub trait Instances: Send + Sync + 'static {
     /// The providerID scheme, e.g. `local` for `local://<node>`.

@@ -5,6 +5,8 @@
 //! A provider implements only the capabilities its cloud has; the services ask for the
 //! capability they need and map the typed [`CloudError`] to their wire codes in one place.
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod discovery;
 mod disks;
 mod error;
