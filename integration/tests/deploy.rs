@@ -294,7 +294,7 @@ fn csi_driver_names_sockets_and_kubelet_paths_agree() {
         );
         assert_eq!(mode(&node).as_deref(), Some("node"), "{}", at("node mode"));
         assert_eq!(
-            env(controller.container("csi"), "CSI_CLOUD").as_deref(),
+            env(controller.container("csi"), "OVERCAST_CLOUD").as_deref(),
             Some(&cloud[..])
         );
 

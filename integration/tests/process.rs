@@ -236,3 +236,51 @@ async fn zone_and_region_come_from_the_cloud_config_file() {
         "{err}"
     );
 }
+
+/// Every cloud name the deploy overlays set is accepted by every binary, which then says
+/// at once — before contacting anything — that its provider is not in this build; an
+/// unknown name is refused naming the known ones; the csi still reads the older
+/// `CSI_CLOUD`.
+#[test]
+fn every_binary_knows_every_overlay_cloud_and_says_which_are_not_built() {
+    let run = |bin: &str, env: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(binary(bin));
+        if bin == "csi" {
+            cmd.arg("--endpoint=unix:///nonexistent/overcast/csi.sock");
+        }
+        cmd.env_remove("OVERCAST_CLOUD")
+            .env_remove("CSI_CLOUD")
+            .env_remove("CLOUD_CONFIG")
+            .env("KUBECONFIG", "/nonexistent/kubeconfig");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("run");
+        assert!(!out.status.success(), "{bin} {env:?} exited 0");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for cloud in ["dvp", "openstack", "vsphere", "zvirt"] {
+        for bin in ["csi", "ccm", "discoverer"] {
+            let err = run(bin, &[("OVERCAST_CLOUD", cloud)]);
+            assert!(
+                err.contains(&format!(
+                    "cloud \"{cloud}\" is known but its provider is not in this build yet (this build has: local)"
+                )),
+                "{bin} with {cloud}: {err}"
+            );
+            assert!(
+                !err.contains("kubeconfig"),
+                "{bin} said nothing else first: {err}"
+            );
+        }
+        let err = run("csi", &[("CSI_CLOUD", cloud)]);
+        assert!(err.contains("is not in this build yet"), "{err}");
+    }
+    for bin in ["csi", "ccm", "discoverer"] {
+        let err = run(bin, &[("OVERCAST_CLOUD", "aws")]);
+        assert!(
+            err.contains("unknown cloud \"aws\" (one of: local, dvp, openstack, vsphere, zvirt)"),
+            "{bin}: {err}"
+        );
+    }
+}

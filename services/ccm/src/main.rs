@@ -21,7 +21,7 @@ use overcast_ccm::nodes::{NodeSync, Parts};
 use overcast_ccm::retry::Backoff;
 use overcast_ccm::services::{ServiceSync, FINALIZER};
 use overcast_ccm::MANAGER;
-use overcast_cloud::Cloud;
+use overcast_cloud::{Cloud, CloudName};
 use overcast_cloud_local::cloud_config::{LocalFlags, LocalSettings};
 use overcast_cloud_local::instances::LocalInstances;
 use overcast_cloud_local::lb::{LocalLoadBalancers, Pool, DEFAULT_POOL};
@@ -35,9 +35,9 @@ struct Options {
     /// kubeconfig to use; in-cluster configuration when unset.
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
-    /// Cloud provider.
+    /// Cloud provider: local, dvp, openstack, vsphere, zvirt.
     #[arg(long, env = "OVERCAST_CLOUD", default_value = "local")]
-    cloud: String,
+    cloud: CloudName,
     /// Controllers to run: node, node-lifecycle, service, route (comma-separated; * for all).
     #[arg(long, default_value = "*", value_delimiter = ',')]
     controllers: Vec<String>,
@@ -155,8 +155,10 @@ async fn main() -> anyhow::Result<()> {
              (client-go's rule: otherwise a replica may lead past its lease)"
         );
     }
-    let client = overcast_kube::client(o.kubeconfig.as_deref()).await?;
+    // The cloud first: a wrong or missing cloud setting is said before anything is
+    // contacted.
     let cloud = build_cloud(&o)?;
+    let client = overcast_kube::client(o.kubeconfig.as_deref()).await?;
 
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -456,8 +458,8 @@ fn service_key(svc: &Service) -> String {
 }
 
 fn build_cloud(o: &Options) -> anyhow::Result<Cloud> {
-    match o.cloud.as_str() {
-        "local" => {
+    match o.cloud {
+        CloudName::Local => {
             let LocalSettings {
                 file,
                 zone,
@@ -484,6 +486,6 @@ fn build_cloud(o: &Options) -> anyhow::Result<Cloud> {
                 discovery: None,
             })
         }
-        other => anyhow::bail!("unknown cloud {other:?} (this build knows: local)"),
+        other => anyhow::bail!(other.not_built()),
     }
 }

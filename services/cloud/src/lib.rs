@@ -12,6 +12,7 @@ mod disks;
 mod error;
 pub mod instances;
 pub mod load_balancers;
+mod name;
 pub mod publish;
 
 use std::sync::Arc;
@@ -23,6 +24,7 @@ pub use instances::{AddressType, Instance, InstanceState, Instances, NodeAddress
 pub use load_balancers::{
     Backend, LbPort, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers, Protocol, Route, Routes,
 };
+pub use name::CloudName;
 pub use publish::PublishContext;
 
 /// A cloud and the capabilities it has. Services start only the controllers whose

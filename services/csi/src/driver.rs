@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use overcast_api::csi_v1 as csi;
-use overcast_cloud::{Disks, Zone};
+use overcast_cloud::{CloudName, Disks, Zone};
 use overcast_cloud_local::cloud_config::LocalCloudConfig;
 use overcast_cloud_local::{LocalCloud, LocalConfig};
 use overcast_runtime::{socket, GrpcLogLayer, GrpcMetrics};
@@ -18,7 +18,7 @@ use tonic::transport::Server;
 use crate::controller::ControllerService;
 use crate::identity::IdentityService;
 use crate::node::{NodeService, NodeState};
-use crate::options::{CloudKind, Options};
+use crate::options::Options;
 
 /// How long a shutdown waits for open connections to finish.
 const DRAIN_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
@@ -38,6 +38,12 @@ impl Driver {
     /// Builds the cloud (controller modes only: a node needs none) and binds the socket.
     pub async fn start(options: Options) -> anyhow::Result<Self> {
         let socket_path = socket::parse_endpoint(&options.endpoint)?;
+        // Before anything else: a cloud this build lacks is said at once, in any mode
+        // (the node plugin's topology comes from its cloud too).
+        let name = options.cloud().map_err(anyhow::Error::msg)?;
+        if !name.is_built() {
+            anyhow::bail!(name.not_built());
+        }
         let cloud_config = LocalCloudConfig::load(options.cloud_config.as_deref())?;
         let zone = Zone {
             zone: cloud_config.zone(options.zone.as_deref()),
@@ -162,8 +168,8 @@ impl Driver {
 }
 
 async fn open_cloud(options: &Options, zone: Zone) -> anyhow::Result<Arc<dyn Disks>> {
-    match options.cloud {
-        CloudKind::Local => {
+    match options.cloud().map_err(anyhow::Error::msg)? {
+        CloudName::Local => {
             let config = LocalConfig {
                 state_dir: options.state_dir.clone(),
                 node_name: options.node_id(),
@@ -175,5 +181,6 @@ async fn open_cloud(options: &Options, zone: Zone) -> anyhow::Result<Arc<dyn Dis
             })?;
             Ok(Arc::new(cloud))
         }
+        other => anyhow::bail!(other.not_built()),
     }
 }

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
+use overcast_cloud::CloudName;
 use overcast_runtime::LogFormat;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -25,12 +26,6 @@ impl Mode {
     pub fn node(self) -> bool {
         matches!(self, Self::Node | Self::All)
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CloudKind {
-    /// The embedded local cloud: sparse files attached as loop devices.
-    Local,
 }
 
 #[derive(Debug, Clone, Parser)]
@@ -56,9 +51,11 @@ pub struct Options {
     #[arg(long, env = "KUBE_NODE_NAME")]
     pub node_id: Option<String>,
 
-    /// Which cloud provider to use.
-    #[arg(long, env = "CSI_CLOUD", value_enum, default_value = "local")]
-    pub cloud: CloudKind,
+    /// Which cloud provider to use: local, dvp, openstack, vsphere, zvirt (the same
+    /// name and variable in every binary; `CSI_CLOUD` is read when this is unset, as
+    /// earlier manifests set it).
+    #[arg(long, env = "OVERCAST_CLOUD")]
+    pub cloud: Option<CloudName>,
 
     /// Local cloud: the directory holding disk files and the metadata store.
     #[arg(long, env = "CSI_STATE_DIR", default_value = "/var/lib/overcast/local")]
@@ -109,6 +106,15 @@ pub struct Options {
 }
 
 impl Options {
+    /// The cloud: `--cloud`/`OVERCAST_CLOUD`, else the older `CSI_CLOUD`, else local.
+    pub fn cloud(&self) -> Result<CloudName, String> {
+        match (&self.cloud, std::env::var("CSI_CLOUD")) {
+            (Some(c), _) => Ok(*c),
+            (None, Ok(old)) => old.parse(),
+            (None, Err(_)) => Ok(CloudName::Local),
+        }
+    }
+
     pub fn node_id(&self) -> String {
         self.node_id
             .clone()

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use overcast_cloud::Discovery;
+use overcast_cloud::{CloudName, Discovery};
 use overcast_cloud_local::cloud_config::LocalFlags;
 use overcast_cloud_local::discovery::LocalDiscovery;
 use overcast_cloud_local::instances::LocalInstances;
@@ -31,8 +31,9 @@ use rand::Rng;
 struct Options {
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
+    /// Cloud provider: local, dvp, openstack, vsphere, zvirt.
     #[arg(long, env = "OVERCAST_CLOUD", default_value = "local")]
-    cloud: String,
+    cloud: CloudName,
     /// Local cloud: the CSI controller's state directory.
     #[arg(long, env = "CSI_STATE_DIR", default_value = "/var/lib/overcast/local")]
     state_dir: PathBuf,
@@ -59,9 +60,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 async fn main() -> anyhow::Result<()> {
     let o = Options::parse();
     overcast_runtime::logging::init(o.log_format);
-    let client = overcast_kube::client(o.kubeconfig.as_deref()).await?;
-    let cloud: Arc<dyn Discovery> = match o.cloud.as_str() {
-        "local" => {
+    // The cloud first: a wrong or missing cloud setting is said before anything is
+    // contacted.
+    let cloud: Arc<dyn Discovery> = match o.cloud {
+        CloudName::Local => {
             let local = o.local.resolve()?;
             let instances =
                 LocalInstances::new(local.node_name, local.zone.clone(), local.instances_file);
@@ -71,8 +73,9 @@ async fn main() -> anyhow::Result<()> {
                 instances,
             ))
         }
-        other => anyhow::bail!("unknown cloud {other:?} (this build knows: local)"),
+        other => anyhow::bail!(other.not_built()),
     };
+    let client = overcast_kube::client(o.kubeconfig.as_deref()).await?;
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
     let stale_after = match o.stale_after {
