@@ -22,9 +22,9 @@ use overcast_ccm::retry::Backoff;
 use overcast_ccm::services::{ServiceSync, FINALIZER};
 use overcast_ccm::MANAGER;
 use overcast_cloud::{Cloud, CloudName};
-use overcast_cloud_local::cloud_config::{LocalFlags, LocalSettings};
-use overcast_cloud_local::instances::LocalInstances;
-use overcast_cloud_local::lb::{LocalLoadBalancers, Pool, DEFAULT_POOL};
+use overcast_cloud_local::cloud_config::LocalFlags;
+use overcast_cloud_local::lb::Pool;
+use overcast_clouds::{Role, Settings};
 use overcast_runtime::LogFormat;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -157,7 +157,7 @@ async fn main() -> anyhow::Result<()> {
     }
     // The cloud first: a wrong or missing cloud setting is said before anything is
     // contacted.
-    let cloud = build_cloud(&o)?;
+    let cloud = build_cloud(&o).await?;
     let client = overcast_kube::client(o.kubeconfig.as_deref()).await?;
 
     let mut registry = prometheus_client::registry::Registry::default();
@@ -457,35 +457,14 @@ fn service_key(svc: &Service) -> String {
     })
 }
 
-fn build_cloud(o: &Options) -> anyhow::Result<Cloud> {
-    match o.cloud {
-        CloudName::Local => {
-            let LocalSettings {
-                file,
-                zone,
-                node_name,
-                instances_file,
-            } = o.local.resolve()?;
-            let pool = match (o.lb_pool, &file.load_balancer_pool) {
-                (Some(pool), _) => pool,
-                (None, Some(text)) => text
-                    .parse()
-                    .map_err(|e| anyhow::anyhow!("cloud config loadBalancerPool: {e}"))?,
-                (None, None) => DEFAULT_POOL.parse().map_err(anyhow::Error::msg)?,
-            };
-            Ok(Cloud {
-                name: "local",
-                disks: None,
-                instances: Some(Arc::new(LocalInstances::new(
-                    node_name,
-                    zone,
-                    instances_file,
-                ))),
-                load_balancers: Some(Arc::new(LocalLoadBalancers::new(pool))),
-                routes: None,
-                discovery: None,
-            })
-        }
-        other => anyhow::bail!(other.not_built()),
-    }
+async fn build_cloud(o: &Options) -> anyhow::Result<Cloud> {
+    let mut s = Settings::new(o.cloud);
+    s.cloud_config = o.local.cloud_config.clone();
+    s.node_name = o.local.node_name.clone();
+    s.zone = o.local.zone.clone();
+    s.region = o.local.region.clone();
+    s.instances_file = o.local.instances_file.clone();
+    s.lb_pool = o.lb_pool;
+    overcast_clouds::check_built(s.cloud)?;
+    overcast_clouds::open(Role::Ccm, &s).await
 }

@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use overcast_api::csi_v1 as csi;
-use overcast_cloud::{CloudName, Disks, Zone};
-use overcast_cloud_local::cloud_config::LocalCloudConfig;
-use overcast_cloud_local::{LocalCloud, LocalConfig};
+use overcast_cloud::{Disks, Zone};
+use overcast_clouds::{Role, Settings};
 use overcast_runtime::{socket, GrpcLogLayer, GrpcMetrics};
 use prometheus_client::registry::Registry;
 use tokio::net::UnixListener;
@@ -40,17 +39,16 @@ impl Driver {
         let socket_path = socket::parse_endpoint(&options.endpoint)?;
         // Before anything else: a cloud this build lacks is said at once, in any mode
         // (the node plugin's topology comes from its cloud too).
-        let name = options.cloud().map_err(anyhow::Error::msg)?;
-        if !name.is_built() {
-            anyhow::bail!(name.not_built());
-        }
-        let cloud_config = LocalCloudConfig::load(options.cloud_config.as_deref())?;
-        let zone = Zone {
-            zone: cloud_config.zone(options.zone.as_deref()),
-            region: cloud_config.region(options.region.as_deref()),
-        };
+        let settings = settings(&options)?;
+        overcast_clouds::check_built(settings.cloud)?;
+        let zone = overcast_clouds::node_identity(&settings)?.zone;
         let cloud: Option<Arc<dyn Disks>> = if options.mode.controller() {
-            Some(open_cloud(&options, zone.clone()).await?)
+            let cloud = overcast_clouds::open(Role::CsiController, &settings).await?;
+            Some(
+                cloud
+                    .disks
+                    .ok_or_else(|| anyhow::anyhow!("cloud {} has no disks", settings.cloud))?,
+            )
         } else {
             None
         };
@@ -167,20 +165,14 @@ impl Driver {
     }
 }
 
-async fn open_cloud(options: &Options, zone: Zone) -> anyhow::Result<Arc<dyn Disks>> {
-    match options.cloud().map_err(anyhow::Error::msg)? {
-        CloudName::Local => {
-            let config = LocalConfig {
-                state_dir: options.state_dir.clone(),
-                node_name: options.node_id(),
-                zone,
-                max_attachments_per_node: options.max_volumes_per_node,
-            };
-            let cloud = LocalCloud::open(config).await.with_context(|| {
-                format!("open the local cloud in {}", options.state_dir.display())
-            })?;
-            Ok(Arc::new(cloud))
-        }
-        other => anyhow::bail!(other.not_built()),
-    }
+/// The registry's settings from the csi's flags.
+fn settings(options: &Options) -> anyhow::Result<Settings> {
+    let mut s = Settings::new(options.cloud().map_err(anyhow::Error::msg)?);
+    s.cloud_config = options.cloud_config.clone();
+    s.node_name = Some(options.node_id());
+    s.zone = options.zone.clone();
+    s.region = options.region.clone();
+    s.state_dir = options.state_dir.clone();
+    s.max_attachments_per_node = options.max_volumes_per_node;
+    Ok(s)
 }

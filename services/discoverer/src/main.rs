@@ -17,8 +17,7 @@ use std::time::Duration;
 use clap::Parser;
 use overcast_cloud::{CloudName, Discovery};
 use overcast_cloud_local::cloud_config::LocalFlags;
-use overcast_cloud_local::discovery::LocalDiscovery;
-use overcast_cloud_local::instances::LocalInstances;
+use overcast_clouds::{Role, Settings};
 use overcast_runtime::LogFormat;
 use rand::Rng;
 
@@ -62,19 +61,18 @@ async fn main() -> anyhow::Result<()> {
     overcast_runtime::logging::init(o.log_format);
     // The cloud first: a wrong or missing cloud setting is said before anything is
     // contacted.
-    let cloud: Arc<dyn Discovery> = match o.cloud {
-        CloudName::Local => {
-            let local = o.local.resolve()?;
-            let instances =
-                LocalInstances::new(local.node_name, local.zone.clone(), local.instances_file);
-            Arc::new(LocalDiscovery::new(
-                o.state_dir.clone(),
-                local.zone,
-                instances,
-            ))
-        }
-        other => anyhow::bail!(other.not_built()),
-    };
+    let mut settings = Settings::new(o.cloud);
+    settings.cloud_config = o.local.cloud_config.clone();
+    settings.node_name = o.local.node_name.clone();
+    settings.zone = o.local.zone.clone();
+    settings.region = o.local.region.clone();
+    settings.instances_file = o.local.instances_file.clone();
+    settings.state_dir = o.state_dir.clone();
+    overcast_clouds::check_built(settings.cloud)?;
+    let cloud: Arc<dyn Discovery> = overcast_clouds::open(Role::Discoverer, &settings)
+        .await?
+        .discovery
+        .ok_or_else(|| anyhow::anyhow!("cloud {} has no discovery", settings.cloud))?;
     let client = overcast_kube::client(o.kubeconfig.as_deref()).await?;
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);

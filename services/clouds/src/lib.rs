@@ -1,0 +1,191 @@
+//! The registry: the one place a cloud name becomes a provider. Every binary turns its
+//! flags into [`Settings`] and asks for the capabilities of its [`Role`]; a new cloud
+//! adds its crate (`services/cloud-<name>`), one arm in [`open`] and one in
+//! [`node_identity`], and touches no service.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use overcast_cloud::{Cloud, CloudName, Zone};
+use overcast_cloud_local::cloud_config::LocalCloudConfig;
+use overcast_cloud_local::discovery::LocalDiscovery;
+use overcast_cloud_local::instances::LocalInstances;
+use overcast_cloud_local::lb::{LocalLoadBalancers, Pool, DEFAULT_POOL};
+use overcast_cloud_local::{LocalCloud, LocalConfig};
+
+/// What a binary runs as; each gets only the capabilities it uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The CSI controller: disks.
+    CsiController,
+    /// The cloud-controller-manager: instances, load balancers, routes.
+    Ccm,
+    /// The cloud-data-discoverer: discovery.
+    Discoverer,
+}
+
+/// Everything the binaries know that a provider may need. Each provider reads what is
+/// its own and says what is missing; the services never look inside.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub cloud: CloudName,
+    /// The cloud's configuration file (the Secret the manifests mount).
+    pub cloud_config: Option<PathBuf>,
+    /// This host's node name, which is also its CSI node id (default: the hostname).
+    pub node_name: Option<String>,
+    /// Local cloud: zone and region given on the command line (over the file's).
+    pub zone: Option<String>,
+    pub region: Option<String>,
+    /// Local cloud: the directory of the disk files and the store.
+    pub state_dir: PathBuf,
+    /// Local cloud: further machines (name, addresses, state …).
+    pub instances_file: Option<PathBuf>,
+    /// Local cloud: where load-balancer addresses come from.
+    pub lb_pool: Option<Pool>,
+    /// How many disks one node takes.
+    pub max_attachments_per_node: u64,
+}
+
+impl Settings {
+    pub fn new(cloud: CloudName) -> Self {
+        Self {
+            cloud,
+            cloud_config: None,
+            node_name: None,
+            zone: None,
+            region: None,
+            state_dir: PathBuf::from("/var/lib/overcast/local"),
+            instances_file: None,
+            lb_pool: None,
+            max_attachments_per_node: 128,
+        }
+    }
+
+    fn node_name(&self) -> String {
+        self.node_name
+            .clone()
+            .unwrap_or_else(overcast_runtime::host::hostname_or_localhost)
+    }
+}
+
+/// What the CSI node plugin needs to know about its own node, from its own cloud: its
+/// node id (the instance's node name, see `overcast_cloud::Instances`) and its place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeIdentity {
+    pub node_id: String,
+    pub zone: Zone,
+}
+
+/// Says at once, before anything is contacted, that this build lacks the cloud.
+pub fn check_built(cloud: CloudName) -> anyhow::Result<()> {
+    if cloud.is_built() {
+        Ok(())
+    } else {
+        anyhow::bail!(cloud.not_built())
+    }
+}
+
+/// This node's identity as its cloud gives it (the node plugin never reads another
+/// cloud's configuration).
+pub fn node_identity(s: &Settings) -> anyhow::Result<NodeIdentity> {
+    match s.cloud {
+        CloudName::Local => {
+            let file = LocalCloudConfig::load(s.cloud_config.as_deref())?;
+            Ok(NodeIdentity {
+                node_id: s.node_name(),
+                zone: Zone {
+                    zone: file.zone(s.zone.as_deref()),
+                    region: file.region(s.region.as_deref()),
+                },
+            })
+        }
+        other => anyhow::bail!(other.not_built()),
+    }
+}
+
+/// The capabilities `role` needs from the cloud `s` names.
+pub async fn open(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
+    match s.cloud {
+        CloudName::Local => open_local(role, s).await,
+        other => anyhow::bail!(other.not_built()),
+    }
+}
+
+async fn open_local(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
+    let file = LocalCloudConfig::load(s.cloud_config.as_deref())?;
+    let me = node_identity(s)?;
+    let instances = || {
+        LocalInstances::new(
+            me.node_id.clone(),
+            me.zone.clone(),
+            s.instances_file.clone().or(file.instances_file.clone()),
+        )
+    };
+    let mut cloud = Cloud {
+        name: CloudName::Local.as_str(),
+        ..Cloud::default()
+    };
+    match role {
+        Role::CsiController => {
+            let config = LocalConfig {
+                state_dir: s.state_dir.clone(),
+                node_name: me.node_id.clone(),
+                zone: me.zone.clone(),
+                max_attachments_per_node: s.max_attachments_per_node,
+            };
+            let disks = LocalCloud::open(config)
+                .await
+                .with_context(|| format!("open the local cloud in {}", s.state_dir.display()))?;
+            cloud.disks = Some(Arc::new(disks));
+        }
+        Role::Ccm => {
+            let pool = match (s.lb_pool, &file.load_balancer_pool) {
+                (Some(pool), _) => pool,
+                (None, Some(text)) => text
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("cloud config loadBalancerPool: {e}"))?,
+                (None, None) => DEFAULT_POOL.parse().map_err(anyhow::Error::msg)?,
+            };
+            cloud.instances = Some(Arc::new(instances()));
+            cloud.load_balancers = Some(Arc::new(LocalLoadBalancers::new(pool)));
+        }
+        Role::Discoverer => {
+            cloud.discovery = Some(Arc::new(LocalDiscovery::new(
+                s.state_dir.clone(),
+                me.zone.clone(),
+                instances(),
+            )));
+        }
+    }
+    Ok(cloud)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn each_role_gets_its_capabilities_and_unbuilt_clouds_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Settings::new(CloudName::Local);
+        s.state_dir = dir.path().join("state");
+        s.node_name = Some("n1".into());
+        s.zone = Some("z1".into());
+        let ccm = open(Role::Ccm, &s).await.unwrap();
+        assert!(ccm.instances.is_some() && ccm.load_balancers.is_some());
+        assert!(ccm.disks.is_none() && ccm.discovery.is_none());
+        let disc = open(Role::Discoverer, &s).await.unwrap();
+        assert!(disc.discovery.is_some() && disc.instances.is_none());
+        let me = node_identity(&s).unwrap();
+        assert_eq!(me.node_id, "n1");
+        assert_eq!(me.zone.zone, "z1");
+        for c in CloudName::ALL.into_iter().filter(|c| !c.is_built()) {
+            let s = Settings::new(c);
+            let err = open(Role::Ccm, &s).await.err().unwrap().to_string();
+            assert!(err.contains("not in this build"), "{err}");
+            assert!(node_identity(&s).is_err());
+            assert!(check_built(c).is_err());
+        }
+    }
+}
