@@ -18,6 +18,11 @@ use overcast_integration::KillOnDrop as Ccm;
 
 use overcast_integration::real::client;
 
+/// The tests of this file that run a ccm share the cluster's nodes (a ccm's node
+/// controllers see every node, and its deletion guard counts the other tests' nodes):
+/// they take turns.
+static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn wait_for<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
     overcast_integration::real::wait_for(what, Duration::from_secs(30), f).await
 }
@@ -28,6 +33,7 @@ async fn ccm_initializes_deletes_taints_and_balances_on_a_real_api_server() {
         say_skipped(&format!("set {ENV} to a disposable cluster's kubeconfig to run the CCM against a real API server"));
         return;
     };
+    let _turn = CLUSTER.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let instances = dir.path().join("instances.json");
     std::fs::write(
@@ -259,4 +265,156 @@ async fn ccm_refuses_leader_timings_that_could_split() {
             "{flags:?}: checked after reading the kubeconfig: {err}"
         );
     }
+}
+
+/// A node's addresses become exactly the cloud's: two addresses of one type both stay,
+/// and one the cloud no longer lists goes (before, a strategic-merge patch merged them
+/// by type: one InternalIP was lost, a stale ExternalIP stayed, and the node was
+/// patched on every sync). Only a real server merges by the patch key, so only it shows
+/// this.
+#[tokio::test]
+async fn node_addresses_become_exactly_the_clouds_on_a_real_api_server() {
+    let Ok(kubeconfig) = std::env::var(ENV) else {
+        say_skipped(&format!(
+            "set {ENV} to a disposable cluster's kubeconfig to check node addresses on a real API server"
+        ));
+        return;
+    };
+    let _turn = CLUSTER.lock().await;
+    let name = "overcast-it-addresses";
+    let dir = tempfile::tempdir().unwrap();
+    let instances = dir.path().join("instances.json");
+    std::fs::write(
+        &instances,
+        json!([{"name": name, "addresses": [
+            {"type": "InternalIP", "address": "10.0.0.1"},
+            {"type": "InternalIP", "address": "10.0.0.2"},
+        ]}])
+        .to_string(),
+    )
+    .unwrap();
+    let c = client(&kubeconfig).await;
+    let nodes: Api<Node> = Api::all(c.clone());
+    let _ = nodes.delete(name, &DeleteParams::default()).await;
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "spec": {"providerID": format!("local://{name}")},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    // What an earlier listing left: an ExternalIP the cloud no longer has.
+    nodes
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"addresses": [
+                {"type": "ExternalIP", "address": "203.0.113.9"},
+                {"type": "InternalIP", "address": "10.0.0.1"},
+            ]}})),
+        )
+        .await
+        .unwrap();
+
+    let port = free_port();
+    let _ccm = Ccm(Command::new(binary("ccm"))
+        .arg(format!("--kubeconfig={kubeconfig}"))
+        .arg(format!("--instances-file={}", instances.display()))
+        .arg("--node-name=overcast-it-host")
+        .arg("--controllers=node")
+        .arg("--node-sync-period=1")
+        .arg("--leader-elect-lease-name=overcast-it-ccm-addresses")
+        .arg(format!("--metrics-address=127.0.0.1:{port}"))
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap());
+
+    let pairs = |n: &Node| -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = n
+            .status
+            .as_ref()
+            .and_then(|s| s.addresses.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| a.type_ != "Hostname")
+            .map(|a| (a.type_, a.address))
+            .collect();
+        v.sort();
+        v
+    };
+    let want = vec![
+        ("InternalIP".to_owned(), "10.0.0.1".to_owned()),
+        ("InternalIP".to_owned(), "10.0.0.2".to_owned()),
+    ];
+    let settled = overcast_integration::real::wait_for(
+        "the cloud's addresses, exactly",
+        Duration::from_secs(30),
+        async || {
+            let n = nodes.get(name).await.ok()?;
+            (pairs(&n) == want).then_some(n)
+        },
+    )
+    .await;
+    // Settled: three more syncs change nothing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = nodes.get(name).await.unwrap();
+    assert_eq!(pairs(&later), want);
+    assert_eq!(
+        later.metadata.resource_version, settled.metadata.resource_version,
+        "the node was not written again"
+    );
+    let _ = nodes.delete(name, &DeleteParams::default()).await;
+}
+
+/// A clean shutdown gives the lease up, so a rolling restart has no leaderless gap
+/// (before, the next replica waited out the lease duration, 15 s by default).
+#[tokio::test]
+async fn sigterm_releases_the_lease_on_a_real_api_server() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let Ok(kubeconfig) = std::env::var(ENV) else {
+        say_skipped(&format!(
+            "set {ENV} to a disposable cluster's kubeconfig to check the lease release on a real API server"
+        ));
+        return;
+    };
+    let _turn = CLUSTER.lock().await;
+    let lease_name = "overcast-it-ccm-release";
+    let identity = "overcast-it-releaser";
+    let c = client(&kubeconfig).await;
+    let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-system");
+    let _ = leases.delete(lease_name, &DeleteParams::default()).await;
+    let port = free_port();
+    let mut ccm = Ccm(Command::new(binary("ccm"))
+        .arg(format!("--kubeconfig={kubeconfig}"))
+        .arg("--node-name=overcast-it-host")
+        .arg("--controllers=node")
+        .arg(format!("--leader-elect-lease-name={lease_name}"))
+        .arg(format!("--leader-elect-identity={identity}"))
+        .arg(format!("--metrics-address=127.0.0.1:{port}"))
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap());
+    wait_for("the lease held", async || {
+        let l = leases.get_opt(lease_name).await.ok()??;
+        (l.spec?.holder_identity.as_deref() == Some(identity)).then_some(())
+    })
+    .await;
+    let pid = nix::unistd::Pid::from_raw(ccm.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let exited = wait_for("the ccm to exit", async || match ccm.0.try_wait() {
+        Ok(Some(status)) => Some(status),
+        _ => {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            None
+        }
+    })
+    .await;
+    assert!(exited.success(), "{exited}");
+    let spec = leases.get(lease_name).await.unwrap().spec.unwrap();
+    assert_eq!(
+        spec.holder_identity.as_deref().unwrap_or(""),
+        "",
+        "{spec:?}"
+    );
+    assert_eq!(spec.lease_duration_seconds, Some(1));
+    let _ = leases.delete(lease_name, &DeleteParams::default()).await;
 }

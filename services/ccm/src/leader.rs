@@ -94,6 +94,48 @@ impl Election {
         }
     }
 
+    /// Gives the lease up on a clean shutdown (client-go's ReleaseOnCancel): no holder,
+    /// a one-second duration, so the next replica leads at its next attempt instead of
+    /// after the lease duration. Only a lease we still hold is touched (the replace
+    /// carries the resourceVersion we read); bounded by the renew deadline; the caller
+    /// has stopped its controllers first.
+    pub async fn release(&self, api: &Api<Lease>) {
+        let attempt = async {
+            let Some(existing) = api.get_opt(&self.name).await? else {
+                return Ok::<bool, crate::Error>(false);
+            };
+            let spec = existing.spec.clone().unwrap_or_default();
+            if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+                return Ok(false);
+            }
+            let now = MicroTime(Timestamp::now());
+            let lease = Lease {
+                metadata: existing.metadata,
+                spec: Some(LeaseSpec {
+                    holder_identity: None,
+                    lease_duration_seconds: Some(1),
+                    acquire_time: Some(now.clone()),
+                    renew_time: Some(now),
+                    lease_transitions: spec.lease_transitions,
+                    ..Default::default()
+                }),
+            };
+            api.replace(&self.name, &PostParams::default(), &lease)
+                .await?;
+            Ok(true)
+        };
+        match tokio::time::timeout(self.renew_deadline, attempt).await {
+            Ok(Ok(true)) => tracing::info!(lease = %self.name, "lease released"),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, lease = %self.name, "could not release the lease; it expires by itself")
+            }
+            Err(_) => {
+                tracing::warn!(lease = %self.name, "releasing the lease did not answer in time; it expires by itself")
+            }
+        }
+    }
+
     fn spec(&self, acquired: Timestamp, renewed: Timestamp, transitions: i32) -> LeaseSpec {
         LeaseSpec {
             holder_identity: Some(self.identity.clone()),

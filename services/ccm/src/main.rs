@@ -310,7 +310,12 @@ async fn main() -> anyhow::Result<()> {
         }
         metrics.leading(&election.name, false);
         match lost {
-            None => return Ok(()),
+            None => {
+                // A clean shutdown (a rolling restart): the next replica takes over at
+                // once instead of after the lease duration.
+                election.release(&leases).await;
+                return Ok(());
+            }
             Some(why) => tracing::warn!(
                 ?why,
                 "controllers stopped; load balancers keep forwarding; contending for the lease again"

@@ -332,10 +332,14 @@ impl NodeSync<'_> {
         Ok(())
     }
 
+    /// Replaces the node's addresses with the cloud's. A JSON merge patch replaces the
+    /// list; a strategic-merge patch would merge it by address type (Kubernetes' patch
+    /// key for `addresses`), so two InternalIPs became one and an address the cloud no
+    /// longer lists stayed, and the node never matched and was patched on every sync.
     async fn patch_addresses(&self, name: &str, addresses: Vec<K8sAddress>) -> Result<()> {
         let patch = json!({ "status": { "addresses": addresses } });
         self.api
-            .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         Ok(())
     }
