@@ -78,6 +78,9 @@ async fn ccm_initializes_deletes_taints_and_balances_on_a_real_api_server() {
         .arg("--zone=zone-a")
         .arg("--region=region-1")
         .arg("--lb-pool=127.242.0.0/24")
+        // Existing nodes are synced periodically (their watch events start no sync): a
+        // first sync that met another test's leftovers is repeated soon.
+        .arg("--node-sync-period=2")
         .arg("--leader-elect-lease-name=overcast-it-ccm")
         .arg(format!("--metrics-address=127.0.0.1:{port}"))
         .stderr(Stdio::inherit())
@@ -417,4 +420,104 @@ async fn sigterm_releases_the_lease_on_a_real_api_server() {
     );
     assert_eq!(spec.lease_duration_seconds, Some(1));
     let _ = leases.delete(lease_name, &DeleteParams::default()).await;
+}
+
+/// Heartbeats do not list the cloud: kubelets patch their node's status every few
+/// seconds, and before every such event started a full sync (one cloud listing each).
+/// Twenty heartbeats after initialization cost no listing; a new node costs one.
+#[tokio::test]
+async fn heartbeats_do_not_list_the_cloud_on_a_real_api_server() {
+    let Ok(kubeconfig) = std::env::var(ENV) else {
+        say_skipped(&format!(
+            "set {ENV} to a disposable cluster's kubeconfig to count cloud listings on a real API server"
+        ));
+        return;
+    };
+    let _turn = CLUSTER.lock().await;
+    let names = ["overcast-it-beat", "overcast-it-late"];
+    let dir = tempfile::tempdir().unwrap();
+    let instances = dir.path().join("instances.json");
+    std::fs::write(
+        &instances,
+        json!([{"name": names[0]}, {"name": names[1]}]).to_string(),
+    )
+    .unwrap();
+    let c = client(&kubeconfig).await;
+    let nodes: Api<Node> = Api::all(c.clone());
+    let node = |name: &str| -> Node {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "spec": {"taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}]},
+        }))
+        .unwrap()
+    };
+    for n in names {
+        let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
+    nodes
+        .create(&PostParams::default(), &node(names[0]))
+        .await
+        .unwrap();
+    let port = free_port();
+    let _ccm = Ccm(Command::new(binary("ccm"))
+        .arg(format!("--kubeconfig={kubeconfig}"))
+        .arg(format!("--instances-file={}", instances.display()))
+        .arg("--node-name=overcast-it-host")
+        .arg("--controllers=node")
+        .arg("--node-sync-period=600")
+        .arg("--leader-elect-lease-name=overcast-it-ccm-beats")
+        .arg(format!("--metrics-address=127.0.0.1:{port}"))
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap());
+    let initialized = |name: &'static str| {
+        let nodes = nodes.clone();
+        async move {
+            wait_for("initialization", async || {
+                let n = nodes.get(name).await.ok()?;
+                n.spec?.provider_id.is_some().then_some(())
+            })
+            .await
+        }
+    };
+    initialized(names[0]).await;
+    let listings = || {
+        let (_, body) = http_get(port, "/metrics");
+        overcast_integration::real::metric(&body, "ccm_cloud_calls_total{call=\"list_instances\"}")
+            .unwrap_or(0.0)
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = listings();
+    for i in 0..20 {
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        nodes
+            .patch_status(
+                names[0],
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"status": {"conditions": [
+                    {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                     "message": format!("beat {i}"), "lastHeartbeatTime": now, "lastTransitionTime": now}
+                ]}})),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after_beats = listings();
+    // The first heartbeat turned the node Ready: one sync for that, none for the rest.
+    assert!(
+        after_beats - before <= 1.0,
+        "20 heartbeats cost {} cloud listings",
+        after_beats - before
+    );
+    nodes
+        .create(&PostParams::default(), &node(names[1]))
+        .await
+        .unwrap();
+    initialized(names[1]).await;
+    assert!(listings() > after_beats, "a new node is handled at once");
+    for n in names {
+        let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
 }

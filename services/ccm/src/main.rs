@@ -11,13 +11,13 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
-use kube::Api;
+use kube::{Api, ResourceExt};
 use overcast_ccm::addresses::{AddressPolicy, Cidr};
 use overcast_ccm::leader::Election;
 use overcast_ccm::leader::{DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE};
 use overcast_ccm::metrics::Metrics;
 use overcast_ccm::nodes::guard::DeletionGuard;
-use overcast_ccm::nodes::{NodeSync, Parts};
+use overcast_ccm::nodes::{NodeSync, Parts, Wake, WatchTriage};
 use overcast_ccm::retry::Backoff;
 use overcast_ccm::services::{ServiceSync, FINALIZER};
 use overcast_ccm::MANAGER;
@@ -177,13 +177,31 @@ async fn main() -> anyhow::Result<()> {
         let (n, s) = (Arc::clone(&node_changed), Arc::clone(&svc_changed));
         let stream = watcher(nodes_api.clone(), watcher::Config::default())
             .modify(slim_node)
-            .reflect(writer)
-            .applied_objects();
+            .reflect(writer);
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
+            let mut triage = WatchTriage::default();
+            let mut relist = std::collections::HashSet::new();
             while let Some(ev) = stream.next().await {
-                if ev.is_ok() {
+                let wake = match ev {
+                    Ok(watcher::Event::Apply(node)) => triage.applied(&node),
+                    Ok(watcher::Event::Delete(node)) => triage.deleted(&node),
+                    Ok(watcher::Event::Init) => {
+                        relist.clear();
+                        Wake::default()
+                    }
+                    Ok(watcher::Event::InitApply(node)) => {
+                        relist.insert(node.metadata.uid.clone().unwrap_or_else(|| node.name_any()));
+                        triage.applied(&node);
+                        Wake::default()
+                    }
+                    Ok(watcher::Event::InitDone) => triage.relisted(&relist),
+                    Err(_) => Wake::default(),
+                };
+                if wake.nodes {
                     n.notify_one();
+                }
+                if wake.services {
                     s.notify_one();
                 }
             }

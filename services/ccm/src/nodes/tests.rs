@@ -338,3 +338,56 @@ async fn nodes_of_another_provider_are_not_this_controllers() {
     assert_eq!((report.deleted, report.deletion_refused), (0, 0));
     assert_eq!(served, 0, "neither deleted nor tainted");
 }
+
+#[test]
+fn heartbeats_wake_nothing_new_uninitialized_and_readiness_changes_do() {
+    use crate::nodes::{Wake, WatchTriage};
+    let node = |ready: bool, uninit: bool| -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n", "uid": "u1"},
+            "spec": {"taints": if uninit { serde_json::json!([{"key": UNINITIALIZED_TAINT, "effect": "NoSchedule"}]) } else { serde_json::json!([]) }},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+        }))
+        .unwrap()
+    };
+    let mut t = WatchTriage::default();
+    let both = Wake {
+        nodes: true,
+        services: true,
+    };
+    assert_eq!(t.applied(&node(false, true)), both, "a new node");
+    assert_eq!(
+        t.applied(&node(false, true)),
+        Wake {
+            nodes: true,
+            services: false
+        },
+        "still uninitialized"
+    );
+    assert_eq!(
+        t.applied(&node(false, false)),
+        Wake::default(),
+        "initialized, NotReady as before"
+    );
+    assert_eq!(t.applied(&node(true, false)), both, "turned Ready");
+    for _ in 0..20 {
+        assert_eq!(
+            t.applied(&node(true, false)),
+            Wake::default(),
+            "a heartbeat"
+        );
+    }
+    assert_eq!(t.applied(&node(false, false)), both, "turned NotReady");
+    assert_eq!(
+        t.deleted(&node(false, false)),
+        Wake {
+            nodes: false,
+            services: true
+        }
+    );
+    assert_eq!(
+        t.applied(&node(false, false)),
+        both,
+        "the same name again is new"
+    );
+}
