@@ -388,17 +388,22 @@ impl Controllers {
                 let api = self.nodes_api.clone();
                 let recorder = self.recorder.clone();
                 tasks.push(tokio::spawn(async move {
+                    // A failed sync (the cloud or the API server) is retried sooner than the
+                    // period, backing off from 1 s up to the period.
+                    let mut retry = overcast_runtime::backoff::Retry::new(Duration::from_secs(1), period);
                     loop {
                         let snapshot: Vec<Node> = nodes.state().iter().map(|n| n.as_ref().clone()).collect();
                         let sync = NodeSync { api: &api, cloud: instances.as_ref(), policy: &policy, metrics: &metrics, parts, concurrency, guard: &guard, recorder: Some(&recorder) };
                         let wait = match sync.run(&snapshot).await {
                             Ok(report) => {
                                 tracing::debug!(?report, "node sync");
+                                retry.succeeded();
                                 period
                             }
                             Err(e) => {
-                                tracing::warn!(error = %e, "node sync failed; retrying");
-                                Duration::from_secs(5).min(period)
+                                let wait = retry.failed();
+                                tracing::warn!(error = %e, retry_in = ?wait, "node sync failed; retrying");
+                                wait
                             }
                         };
                         tokio::select! { _ = notify.notified() => {}, _ = tokio::time::sleep(wait) => {} }

@@ -4,8 +4,9 @@
 //! `kube-system/d8-cloud-provider-conditions`, the `for-cluster-autoscaler`
 //! InstanceTypesCatalog — by server-side apply and only when the content changed; it
 //! reports disks the cluster made that no PersistentVolume references (never deletes
-//! them). A failed cloud request is retried with jittered backoff (3 s → 30 s) and leaves
-//! the last good objects in place.
+//! them). A failed cloud request is retried with the suite's backoff (from 3 s, doubling
+//! to 30 s, jittered: `overcast_runtime::backoff`) and leaves the last good objects in
+//! place.
 
 mod metrics;
 mod publish;
@@ -19,7 +20,6 @@ use overcast_cloud::{CloudName, Discovery};
 use overcast_cloud_local::cloud_config::LocalFlags;
 use overcast_clouds::{Role, Settings};
 use overcast_runtime::LogFormat;
-use rand::Rng;
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -99,16 +99,14 @@ async fn main() -> anyhow::Result<()> {
         freshness,
     };
     let period = Duration::from_secs(o.discovery_period);
-    let mut backoff = BACKOFF_START;
+    let mut retry = overcast_runtime::backoff::Retry::new(BACKOFF_START, BACKOFF_MAX);
     let cycles = async {
         loop {
             let wait = if publisher.cycle().await {
-                backoff = BACKOFF_START;
+                retry.succeeded();
                 period
             } else {
-                let jittered = backoff.mul_f64(rand::rng().random_range(0.8..1.2));
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-                jittered
+                retry.failed()
             };
             tokio::time::sleep(wait).await;
         }

@@ -3,6 +3,7 @@
 //! server for `/metrics` and `/healthz`.
 
 pub mod authority;
+pub mod backoff;
 pub mod client;
 pub mod grpc_log;
 pub mod host;
