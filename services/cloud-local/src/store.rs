@@ -225,12 +225,22 @@ impl Log {
             .metadata()
             .map_err(|e| CloudError::io(format!("stat {}", path.display()), e))?
             .len();
-        if legacy.exists() && !snapshot.exists() && log_len == 0 {
+        if legacy.exists() && !snapshot.exists() {
+            if log_len != 0 {
+                // Both formats hold changes (an older version ran again after this one):
+                // neither can be dropped, and merging them would guess.
+                return Err(store_error(format!(
+                    "{} and {} both hold disks; move the one that is out of date away",
+                    legacy.display(),
+                    path.display()
+                )));
+            }
             log.records = read_legacy(&legacy)?;
             log.fold().map_err(|f| f.to_cloud())?;
             tracing::info!(disks = log.records.len(), from = %legacy.display(), "converted the metadata store to its log format");
         }
         if legacy.exists() {
+            // Converted (the snapshot holds its disks): kept beside, renamed, never read again.
             let done = dir.join(format!("{LEGACY}.converted"));
             std::fs::rename(&legacy, &done)
                 .map_err(|e| CloudError::io(format!("rename {}", legacy.display()), e))?;
@@ -898,5 +908,18 @@ mod tests {
         assert!(dir.path().join(format!("{LEGACY}.converted")).exists());
         // Read from the log from now on, not converted again.
         assert_eq!(ids(&reopen(dir.path())), ["vol-b"]);
+
+        // An older version ran again after the conversion (a rollback) and wrote a new
+        // redb store, and neither has a snapshot to say which is current: refused.
+        let other = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            dir.path().join(format!("{LEGACY}.converted")),
+            other.path().join(LEGACY),
+        )
+        .unwrap();
+        std::fs::copy(dir.path().join(LOG), other.path().join(LOG)).unwrap();
+        let err = Store::open(other.path()).err().expect("refused");
+        assert!(err.to_string().contains("both hold disks"), "{err}");
+        assert!(other.path().join(LEGACY).exists(), "nothing renamed");
     }
 }
