@@ -15,8 +15,8 @@
 //!   which appends everything queued as one record when the store is free: under
 //!   concurrency the cost stays one fsync per batch however many callers wait.
 //!
-//! Files in the state directory: `store.log` (records: magic, length, CRC-32 and a JSON
-//! batch of mutations; a batch is all or nothing), `store.snapshot` (every disk, the same
+//! Files in the state directory: `store.log` (records: magic, length, CRC-32 of the
+//! payload, CRC-32 of the header, and a JSON batch of mutations; a batch is all or nothing), `store.snapshot` (every disk, the same
 //! framing, replaced atomically); an exclusive `flock` on the log keeps a second
 //! process out. Opening reads the snapshot and replays the log: a torn last record
 //! (a crash during its write, never acknowledged) is cut off; a damaged record with more
@@ -54,7 +54,7 @@ pub const SNAPSHOT: &str = "store.snapshot";
 /// The store of versions before 0.1 (redb), read once and renamed.
 const LEGACY: &str = "store.redb";
 const MAGIC: u32 = 0x4f43_4c47; // "OCLG"
-const HEADER: usize = 12;
+const HEADER: usize = 16;
 /// The most mutations one record carries.
 const MAX_BATCH: usize = 512;
 /// The log is folded into a new snapshot once it is longer than this and than the
@@ -126,7 +126,9 @@ impl Failure {
     }
 }
 
-/// A record's bytes: magic, payload length, CRC-32 of the payload (little endian), payload.
+/// A record's bytes (little endian): magic, payload length, CRC-32 of the payload, CRC-32
+/// of those twelve bytes, payload. The header's own checksum is what tells a damaged
+/// length (which would make every later record look like a torn tail) from a torn write.
 fn frame(payload: &[u8]) -> std::result::Result<Vec<u8>, Failure> {
     let len =
         u32::try_from(payload.len()).map_err(|_| Failure::message("a store record over 4 GiB"))?;
@@ -134,6 +136,8 @@ fn frame(payload: &[u8]) -> std::result::Result<Vec<u8>, Failure> {
     out.extend_from_slice(&MAGIC.to_le_bytes());
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    let header_crc = crc32fast::hash(&out);
+    out.extend_from_slice(&header_crc.to_le_bytes());
     out.extend_from_slice(payload);
     Ok(out)
 }
@@ -158,15 +162,16 @@ fn scan(buf: &[u8]) -> Scan<'_> {
         let word = |i: usize| u32::from_le_bytes(header[i..i + 4].try_into().expect("4 bytes"));
         let (magic, len, crc) = (word(0), word(4) as usize, word(8));
         let end = at + HEADER + len;
-        if magic != MAGIC {
+        if magic != MAGIC || crc32fast::hash(&header[..12]) != word(12) {
             // A write that extended the file but did not reach the disk reads as zeros.
+            // (A header is far smaller than a sector: it is written whole or not at all.)
             if buf[at..].iter().all(|&b| b == 0) {
                 break;
             }
             return Scan::Corrupt(at);
         }
         let Some(payload) = buf.get(at + HEADER..end) else {
-            break; // torn at the end
+            break; // a whole header, its payload cut short: torn at the end
         };
         if crc32fast::hash(payload) != crc {
             if end == buf.len() {
@@ -826,6 +831,17 @@ mod tests {
             }
         }
         let err = last.unwrap().err().expect("refused");
+        assert!(err.to_string().contains("damaged at byte 0"), "{err}");
+        assert_eq!(std::fs::read(&log).unwrap(), bytes, "nothing was cut");
+
+        // A damaged length in the first record points past the end of the file: without
+        // the header's checksum that read as a torn tail, and the two acknowledged records
+        // after it were cut off.
+        let mut bytes = bytes.clone();
+        bytes[HEADER + 3] ^= 0xff; // the payload as it was
+        bytes[6] ^= 0x7f; // the length's third byte: ~8 MiB more
+        std::fs::write(&log, &bytes).unwrap();
+        let err = Store::open(dir.path()).err().expect("refused");
         assert!(err.to_string().contains("damaged at byte 0"), "{err}");
         assert_eq!(std::fs::read(&log).unwrap(), bytes, "nothing was cut");
     }
