@@ -486,13 +486,9 @@ fn service_key(svc: &Service) -> String {
 }
 
 async fn build_cloud(o: &Options) -> anyhow::Result<Cloud> {
-    let mut s = Settings::new(o.cloud);
-    s.cloud_config = o.local.cloud_config.clone();
-    s.node_name = o.local.node_name.clone();
-    s.zone = o.local.zone.clone();
-    s.region = o.local.region.clone();
-    s.instances_file = o.local.instances_file.clone();
-    s.lb_pool = o.lb_pool;
-    overcast_clouds::check_built(s.cloud)?;
+    let s = Settings {
+        lb_pool: o.lb_pool,
+        ..Settings::with_local_flags(o.cloud, &o.local)
+    };
     overcast_clouds::open(Role::Ccm, &s).await
 }

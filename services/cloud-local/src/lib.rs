@@ -667,32 +667,40 @@ mod conformance_tests {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_local_cloud_passes_the_provider_conformance_suite() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A local cloud in `dir` serving `node`, the harness for it (with `gone_node` as the
+    /// node that names no instance), and the guard that detaches what it leaves bound.
+    async fn harness(dir: &Path, node: &str, gone_node: &str) -> (DiskHarness, Loops) {
         let zone = Zone {
             region: "local".into(),
             zone: "local-a".into(),
         };
         let cloud = LocalCloud::open(LocalConfig {
-            state_dir: dir.path().join("state"),
-            node_name: "conformance-node".into(),
+            state_dir: dir.join("state"),
+            node_name: node.into(),
             zone: zone.clone(),
             max_attachments_per_node: 16,
         })
         .await
         .unwrap();
-        let _loops = Loops(cloud.disks_dir.clone());
+        let loops = Loops(cloud.disks_dir.clone());
         let harness = DiskHarness {
             disks: Arc::new(cloud),
-            node: "conformance-node".into(),
-            gone_node: "no-such-node".into(),
-            zone: zone.clone(),
+            node: node.into(),
+            gone_node: gone_node.into(),
+            zone,
             parameters: BTreeMap::new(),
             prefix: "conformance-".into(),
         };
+        (harness, loops)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_local_cloud_passes_the_provider_conformance_suite() {
+        let dir = tempfile::tempdir().unwrap();
+        let (harness, _loops) = harness(dir.path(), "conformance-node", "no-such-node").await;
         conformance::disks(&harness).await;
-        let instances = instances::LocalInstances::new("conformance-node".into(), zone, None);
+        let instances =
+            instances::LocalInstances::new("conformance-node".into(), harness.zone.clone(), None);
         conformance::instances(&instances, "conformance-node").await;
     }
 
@@ -700,27 +708,8 @@ mod conformance_tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_suite_catches_a_broken_rule() {
         let dir = tempfile::tempdir().unwrap();
-        let zone = Zone {
-            region: "local".into(),
-            zone: "local-a".into(),
-        };
-        let cloud = LocalCloud::open(LocalConfig {
-            state_dir: dir.path().join("state"),
-            node_name: "n".into(),
-            zone: zone.clone(),
-            max_attachments_per_node: 16,
-        })
-        .await
-        .unwrap();
-        let _loops = Loops(cloud.disks_dir.clone());
-        let harness = Arc::new(DiskHarness {
-            disks: Arc::new(cloud),
-            node: "n".into(),
-            gone_node: "n".into(),
-            zone,
-            parameters: BTreeMap::new(),
-            prefix: String::new(),
-        });
+        let (harness, _loops) = harness(dir.path(), "n", "n").await;
+        let harness = Arc::new(harness);
         let h = Arc::clone(&harness);
         let outcome =
             tokio::spawn(

@@ -40,7 +40,6 @@ impl Driver {
         // Before anything else: a cloud this build lacks is said at once, in any mode
         // (the node plugin's topology comes from its cloud too).
         let settings = settings(&options)?;
-        overcast_clouds::check_built(settings.cloud)?;
         let zone = overcast_clouds::node_identity(&settings)?.zone;
         let cloud: Option<Arc<dyn Disks>> = if options.mode.controller() {
             let cloud = overcast_clouds::open(Role::CsiController, &settings).await?;

@@ -61,14 +61,10 @@ async fn main() -> anyhow::Result<()> {
     overcast_runtime::logging::init(o.log_format);
     // The cloud first: a wrong or missing cloud setting is said before anything is
     // contacted.
-    let mut settings = Settings::new(o.cloud);
-    settings.cloud_config = o.local.cloud_config.clone();
-    settings.node_name = o.local.node_name.clone();
-    settings.zone = o.local.zone.clone();
-    settings.region = o.local.region.clone();
-    settings.instances_file = o.local.instances_file.clone();
-    settings.state_dir = o.state_dir.clone();
-    overcast_clouds::check_built(settings.cloud)?;
+    let settings = Settings {
+        state_dir: o.state_dir.clone(),
+        ..Settings::with_local_flags(o.cloud, &o.local)
+    };
     let cloud: Arc<dyn Discovery> = overcast_clouds::open(Role::Discoverer, &settings)
         .await?
         .discovery
