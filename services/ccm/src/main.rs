@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Api, ResourceExt};
@@ -19,7 +19,7 @@ use overcast_ccm::metrics::Metrics;
 use overcast_ccm::nodes::guard::DeletionGuard;
 use overcast_ccm::nodes::{NodeSync, Parts, Wake, WatchTriage};
 use overcast_ccm::retry::Backoff;
-use overcast_ccm::services::{ServiceSync, FINALIZER};
+use overcast_ccm::services::{self, ServiceSync};
 use overcast_ccm::MANAGER;
 use overcast_cloud::{Cloud, CloudName};
 use overcast_cloud_local::cloud_config::LocalFlags;
@@ -27,7 +27,6 @@ use overcast_cloud_local::lb::Pool;
 use overcast_clouds::{Role, Settings};
 use overcast_runtime::LogFormat;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 #[derive(Debug, Clone, Parser)]
 #[command(name = "ccm", version, about = "Overcast cloud-controller-manager")]
@@ -99,6 +98,10 @@ struct Options {
     service_retry_min_delay: Duration,
     #[arg(long, default_value = "300s", value_parser = parse_duration)]
     service_retry_max_delay: Duration,
+    /// Services reconciled at once (upstream's flag; its default of 1 lets one slow
+    /// balancer hold every other Service).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    concurrent_service_syncs: u16,
     /// Serve /metrics and /healthz here.
     #[arg(long, default_value = "0.0.0.0:10258")]
     metrics_address: std::net::SocketAddr,
@@ -209,33 +212,17 @@ async fn main() -> anyhow::Result<()> {
     }
     nodes.wait_until_ready().await.context("node watch")?;
     let services = match (&cloud.load_balancers, o.runs("service")) {
-        (Some(_), true) => {
-            let svc_api: Api<Service> = Api::all(client.clone());
-            let (services, writer) = reflector::store();
-            let notify = Arc::clone(&svc_changed);
-            let stream =
-                reflector(writer, watcher(svc_api, watcher::Config::default())).applied_objects();
-            tokio::spawn(async move {
-                let mut stream = std::pin::pin!(stream);
-                while let Some(ev) = stream.next().await {
-                    if ev.is_ok() {
-                        notify.notify_one();
-                    }
-                }
-            });
-            services.wait_until_ready().await.context("service watch")?;
-            Some(services)
-        }
+        (Some(_), true) => true,
         (None, true) => {
             tracing::info!(
                 cloud = cloud.name,
                 "service controller not started: the cloud has no load balancers"
             );
-            None
+            false
         }
         _ => {
             tracing::info!("service controller not chosen");
-            None
+            false
         }
     };
     match (&cloud.routes, o.runs("route")) {
@@ -351,7 +338,8 @@ struct Controllers {
     recorder: Recorder,
     nodes_api: Api<Node>,
     nodes: reflector::Store<Node>,
-    services: Option<reflector::Store<Service>>,
+    /// Whether the service controller runs.
+    services: bool,
     node_changed: Arc<Notify>,
     svc_changed: Arc<Notify>,
     policy: Arc<AddressPolicy>,
@@ -359,10 +347,6 @@ struct Controllers {
     /// Outlives a leadership, as the guard does: a broken Service does not start over at
     /// the shortest delay each time this replica leads again.
     service_backoff: Arc<std::sync::Mutex<Backoff>>,
-}
-
-fn lock(b: &std::sync::Mutex<Backoff>) -> std::sync::MutexGuard<'_, Backoff> {
-    b.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Controllers {
@@ -419,70 +403,31 @@ impl Controllers {
             _ => tracing::info!("node controllers not chosen"),
         }
 
-        if let (Some(lbs), Some(services)) = (&self.cloud.load_balancers, &self.services) {
-            let (lbs, services, nodes, metrics, notify, class, client, recorder) = (
-                Arc::clone(lbs),
-                services.clone(),
-                self.nodes.clone(),
-                Arc::clone(&self.metrics),
-                Arc::clone(&self.svc_changed),
-                o.load_balancer_class.clone(),
+        if let (Some(lbs), true) = (&self.cloud.load_balancers, self.services) {
+            let mut sync = ServiceSync::new(
                 self.client.clone(),
-                self.recorder.clone(),
+                Arc::clone(lbs),
+                Arc::clone(&self.metrics),
             );
-            let backoff = Arc::clone(&self.service_backoff);
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let node_list: Vec<Node> = nodes.state().iter().map(|n| n.as_ref().clone()).collect();
-                    let sync = ServiceSync { client: client.clone(), cloud: lbs.as_ref(), recorder: Some(&recorder), metrics: &metrics, class: class.clone() };
-                    let all = services.state();
-                    let present: std::collections::HashSet<String> = all.iter().map(|s| service_key(s)).collect();
-                    lock(&backoff).retain(|key| present.contains(key));
-                    for svc in all.iter() {
-                        let relevant = svc.spec.as_ref().is_some_and(|s| s.type_.as_deref() == Some("LoadBalancer"))
-                            || svc.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER);
-                        let key = service_key(svc);
-                        let generation = svc.metadata.generation;
-                        if !relevant || !lock(&backoff).ready(&key, generation, Instant::now()) {
-                            continue;
-                        }
-                        match sync.reconcile(svc, &node_list).await {
-                            Ok(()) => lock(&backoff).succeeded(&key),
-                            Err(e) => {
-                                let mut b = lock(&backoff);
-                                let delay = b.failed(&key, generation, Instant::now());
-                                let failures = b.failures(&key);
-                                drop(b);
-                                tracing::warn!(namespace = ?svc.metadata.namespace, service = ?svc.metadata.name, error = %e, retry_in = ?delay, failures, "service reconcile failed");
-                            }
-                        }
-                    }
-                    let idle = Instant::now() + Duration::from_secs(300);
-                    let (due, waiting) = {
-                        let b = lock(&backoff);
-                        (b.next_due(), b.waiting())
-                    };
-                    metrics.service_backoff.set(waiting as i64);
-                    let wake = due.map_or(idle, |due| due.min(idle));
-                    tokio::select! { _ = notify.notified() => {}, _ = tokio::time::sleep_until(wake) => {} }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }));
+            sync.recorder = Some(self.recorder.clone());
+            sync.class = o.load_balancer_class.clone();
+            sync.backoff = Arc::clone(&self.service_backoff);
+            // Each node change the triage finds relevant to balancers re-runs every
+            // Service (its backends may have changed).
+            let changed = futures::stream::unfold(Arc::clone(&self.svc_changed), |n| async move {
+                n.notified().await;
+                Some(((), n))
+            });
+            let (nodes, concurrency) = (self.nodes.clone(), o.concurrent_service_syncs);
+            tasks.push(tokio::spawn(services::run(
+                Arc::new(sync),
+                nodes,
+                changed,
+                concurrency,
+            )));
         }
         tasks
     }
-}
-
-/// A Service's backoff key: its uid, so a Service deleted and made again under the same
-/// name starts afresh instead of inheriting the old one's delay.
-fn service_key(svc: &Service) -> String {
-    svc.metadata.uid.clone().unwrap_or_else(|| {
-        format!(
-            "{}/{}",
-            svc.metadata.namespace.as_deref().unwrap_or_default(),
-            svc.metadata.name.as_deref().unwrap_or_default()
-        )
-    })
 }
 
 async fn build_cloud(o: &Options) -> anyhow::Result<Cloud> {

@@ -40,6 +40,13 @@ impl Backoff {
             .is_none_or(|e| e.due <= now || e.generation != generation)
     }
 
+    /// How long until the object's next try (zero when it may be tried now).
+    pub fn remaining(&self, key: &str, now: Instant) -> Duration {
+        self.entries
+            .get(key)
+            .map_or(Duration::ZERO, |e| e.due.saturating_duration_since(now))
+    }
+
     /// Records a failure; returns how long until the next try.
     pub fn failed(&mut self, key: &str, generation: Option<i64>, now: Instant) -> Duration {
         let e = self.entries.entry(key.to_owned()).or_insert(Entry {
@@ -64,11 +71,6 @@ impl Backoff {
     /// Forgets objects that no longer exist.
     pub fn retain(&mut self, mut exists: impl FnMut(&str) -> bool) {
         self.entries.retain(|k, _| exists(k));
-    }
-
-    /// When the earliest waiting object is due.
-    pub fn next_due(&self) -> Option<Instant> {
-        self.entries.values().map(|e| e.due).min()
     }
 
     /// Objects waiting for a retry.
@@ -97,6 +99,8 @@ mod tests {
         assert_eq!(delays, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
         assert!(!b.ready("ns/a", Some(1), t + 299 * S));
         assert!(b.ready("ns/a", Some(1), t + 300 * S));
+        assert_eq!(b.remaining("ns/a", t + 100 * S), 200 * S);
+        assert_eq!(b.remaining("ns/a", t + 301 * S), Duration::ZERO);
         b.succeeded("ns/a");
         assert_eq!(b.failed("ns/a", Some(1), t).as_secs(), 5);
     }
@@ -121,8 +125,8 @@ mod tests {
             20,
             "and its failures still count"
         );
-        assert_eq!(b.next_due(), Some(t + 21 * S));
+        assert_eq!(b.remaining("ns/a", t + S), 20 * S);
         b.retain(|k| k != "ns/a");
-        assert_eq!(b.next_due(), None);
+        assert_eq!(b.waiting(), 0);
     }
 }

@@ -4,29 +4,73 @@
 //! balancer does. Backends follow the nodes; a Service asking for another
 //! `loadBalancerClass` is left to its own controller.
 
-use std::time::Instant;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::finalizer::{self, finalizer};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
-use overcast_cloud::{Backend, LbPort, LoadBalancerSpec, LoadBalancers, Protocol};
+use overcast_cloud::{
+    Backend, LbPort, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers, Protocol,
+};
 use serde_json::json;
+use tokio::time::Instant;
 
 use crate::metrics::Metrics;
 use crate::nodes::ready;
+use crate::retry::Backoff;
 use crate::{Error, Result};
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 
-pub struct ServiceSync<'a> {
+/// Reconciles one Service at a time (the controller in [`run`] runs many of these at once).
+pub struct ServiceSync {
     pub client: Client,
-    pub cloud: &'a dyn LoadBalancers,
-    pub recorder: Option<&'a Recorder>,
-    pub metrics: &'a Metrics,
+    pub cloud: Arc<dyn LoadBalancers>,
+    pub recorder: Option<Recorder>,
+    pub metrics: Arc<Metrics>,
     /// The loadBalancerClass we answer for besides the default (none set).
     pub class: Option<String>,
+    /// A Service whose balancer was ensured and has not changed is ensured again after
+    /// this long (repairs drift in the cloud); a change to it or to the backends, sooner.
+    pub resync: Duration,
+    /// Per-Service retry delays; outlives the controller (a leadership), so a broken
+    /// Service does not start over at the shortest delay when this replica leads again.
+    pub backoff: Arc<Mutex<Backoff>>,
+    /// What each Service's balancer was last ensured as, and when, by Service uid: a
+    /// watch event that changes nothing the cloud sees (our own status patch, an
+    /// annotation) costs no cloud call.
+    ensured: Mutex<HashMap<String, Ensured>>,
+}
+
+struct Ensured {
+    spec: LoadBalancerSpec,
+    status: LoadBalancerStatus,
+    at: Instant,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A Service's backoff and cache key: its uid, so a Service deleted and made again under
+/// the same name starts afresh instead of inheriting the old one's delay.
+pub fn service_key(svc: &Service) -> String {
+    svc.metadata.uid.clone().unwrap_or_else(|| {
+        format!(
+            "{}/{}",
+            svc.metadata.namespace.as_deref().unwrap_or_default(),
+            svc.metadata.name.as_deref().unwrap_or_default()
+        )
+    })
 }
 
 /// The balancer's name: `a` + the Service uid without dashes, cut to 32 characters
@@ -69,7 +113,23 @@ pub fn backends(nodes: &[Node]) -> Vec<Backend> {
     out
 }
 
-impl ServiceSync<'_> {
+impl ServiceSync {
+    pub fn new(client: Client, cloud: Arc<dyn LoadBalancers>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            client,
+            cloud,
+            recorder: None,
+            metrics,
+            class: None,
+            resync: Duration::from_secs(300),
+            backoff: Arc::new(Mutex::new(Backoff::new(
+                Duration::from_secs(5),
+                Duration::from_secs(300),
+            ))),
+            ensured: Mutex::new(HashMap::new()),
+        }
+    }
+
     fn wants_balancer(&self, svc: &Service) -> bool {
         let Some(spec) = &svc.spec else { return false };
         spec.type_.as_deref() == Some("LoadBalancer")
@@ -80,81 +140,145 @@ impl ServiceSync<'_> {
             }
     }
 
-    pub async fn reconcile(&self, svc: &Service, nodes: &[Node]) -> Result<()> {
-        let started = Instant::now();
-        let result = self.apply(svc, nodes).await;
+    /// One pass over one Service, with its retry delay: a Service still waiting out a
+    /// failure is put back until then without a call (unless its spec changed: a new
+    /// `metadata.generation` is tried at once).
+    pub async fn reconcile(&self, svc: Arc<Service>, nodes: &[Node]) -> Result<Action> {
+        let key = service_key(&svc);
+        let generation = svc.metadata.generation;
+        {
+            let b = lock(&self.backoff);
+            if !b.ready(&key, generation, Instant::now()) {
+                return Ok(Action::requeue(b.remaining(&key, Instant::now())));
+            }
+        }
+        let started = std::time::Instant::now();
+        let result = self.apply(Arc::clone(&svc), nodes).await;
         self.metrics.reconciled(
             "service",
             started.elapsed().as_secs_f64(),
             result.as_ref().err(),
         );
+        let mut b = lock(&self.backoff);
+        match &result {
+            Ok(_) => b.succeeded(&key),
+            Err(e) => {
+                let delay = b.failed(&key, generation, Instant::now());
+                tracing::warn!(namespace = ?svc.metadata.namespace, service = ?svc.metadata.name, error = %e, retry_in = ?delay, failures = b.failures(&key), "service reconcile failed");
+            }
+        }
+        self.metrics.service_backoff.set(b.waiting() as i64);
         result
     }
 
-    async fn apply(&self, svc: &Service, nodes: &[Node]) -> Result<()> {
+    /// When a failed Service is tried again (the controller's error policy).
+    pub fn retry_after(&self, svc: &Service) -> Action {
+        Action::requeue(lock(&self.backoff).remaining(&service_key(svc), Instant::now()))
+    }
+
+    async fn apply(&self, svc: Arc<Service>, nodes: &[Node]) -> Result<Action> {
+        let ours = svc.finalizers().iter().any(|f| f == FINALIZER);
+        if !ours && !self.wants_balancer(&svc) {
+            return Ok(Action::await_change());
+        }
         let ns = svc.namespace().unwrap_or_else(|| "default".into());
         let api: Api<Service> = Api::namespaced(self.client.clone(), &ns);
-        let name = svc.name_any();
-        let ours = svc.finalizers().iter().any(|f| f == FINALIZER);
-        if self.wants_balancer(svc) {
-            if !ours {
-                let mut finalizers = svc.finalizers().to_vec();
-                finalizers.push(FINALIZER.to_owned());
-                let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": svc.resource_version()}});
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?;
-            }
-            let mut spec = self.spec(svc)?;
-            spec.backends = backends(nodes);
-            self.metrics.cloud_call("ensure_load_balancer");
-            let status = match self.cloud.ensure_load_balancer(&spec).await {
-                Ok(s) => s,
-                Err(e) => {
-                    self.event(
-                        svc,
-                        EventType::Warning,
-                        "SyncLoadBalancerFailed",
-                        format!("{e}"),
-                    )
-                    .await;
-                    return Err(e.into());
+        // finalizer() adds ours before the first balancer is made (so the Service cannot
+        // vanish with its balancer still in the cloud) and removes it once Cleanup
+        // succeeded; both patches are JSON patches that test the list they change.
+        finalizer(&api, FINALIZER, svc, |event| async {
+            match event {
+                finalizer::Event::Apply(svc) if self.wants_balancer(&svc) => {
+                    self.ensure(&api, &svc, nodes).await
                 }
-            };
-            let ingress: Vec<serde_json::Value> = status
-                .ingress_ips
-                .iter()
-                .map(|ip| json!({"ip": ip}))
-                .chain(
-                    status
-                        .ingress_hostnames
-                        .iter()
-                        .map(|h| json!({"hostname": h})),
-                )
-                .collect();
-            let current = serde_json::to_value(
-                svc.status
-                    .as_ref()
-                    .and_then(|s| s.load_balancer.as_ref())
-                    .and_then(|l| l.ingress.clone())
-                    .unwrap_or_default(),
-            )
-            .unwrap_or_default();
-            if current != json!(ingress) {
-                let patch = json!({"status": {"loadBalancer": {"ingress": ingress}}});
-                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?;
-                let note = format!("load balancer at {}", status.ingress_ips.join(", "));
-                self.event(svc, EventType::Normal, "EnsuredLoadBalancer", note)
-                    .await;
+                // Still ours but no longer a balancer of ours (another type or class):
+                // tear down, clear the address, let go.
+                finalizer::Event::Apply(svc) => {
+                    self.tear_down(&api, &svc).await?;
+                    release(&api, &svc).await?;
+                    Ok(Action::await_change())
+                }
+                finalizer::Event::Cleanup(svc) => {
+                    self.tear_down(&api, &svc).await?;
+                    Ok(Action::await_change())
+                }
             }
-            return Ok(());
+        })
+        .await
+        .map_err(|e| match e {
+            finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
+            finalizer::Error::AddFinalizer(e) | finalizer::Error::RemoveFinalizer(e) => e.into(),
+            other => Error::Invalid(other.to_string()),
+        })
+    }
+
+    async fn ensure(&self, api: &Api<Service>, svc: &Service, nodes: &[Node]) -> Result<Action> {
+        let key = service_key(svc);
+        let mut spec = self.spec(svc)?;
+        spec.backends = backends(nodes);
+        let current = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|l| l.ingress.clone())
+            .unwrap_or_default();
+        let current = serde_json::to_value(current).unwrap_or_default();
+        let unchanged = lock(&self.ensured).get(&key).and_then(|e| {
+            let fresh = e.at.elapsed() < self.resync;
+            (fresh && e.spec == spec && current == ingress(&e.status))
+                .then(|| self.resync.saturating_sub(e.at.elapsed()))
+        });
+        if let Some(left) = unchanged {
+            return Ok(Action::requeue(left));
         }
-        if !ours {
-            return Ok(());
+        self.metrics.cloud_call("ensure_load_balancer");
+        let status = match self.cloud.ensure_load_balancer(&spec).await {
+            Ok(s) => s,
+            Err(e) => {
+                lock(&self.ensured).remove(&key);
+                self.event(
+                    svc,
+                    EventType::Warning,
+                    "SyncLoadBalancerFailed",
+                    format!("{e}"),
+                )
+                .await;
+                return Err(e.into());
+            }
+        };
+        let wanted = ingress(&status);
+        if current != wanted {
+            let patch = json!({"status": {"loadBalancer": {"ingress": wanted}}});
+            api.patch_status(
+                &svc.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+            let note = format!("load balancer at {}", status.ingress_ips.join(", "));
+            self.event(svc, EventType::Normal, "EnsuredLoadBalancer", note)
+                .await;
         }
-        // No longer ours to balance (deleted, another type or class): tear down, then let go.
+        // The next pass reads the address we just wrote back as the one to keep: the
+        // same balancer, not a change.
+        if spec.requested_ip.is_none() {
+            spec.requested_ip = status.ingress_ips.first().cloned();
+        }
+        lock(&self.ensured).insert(
+            key,
+            Ensured {
+                spec,
+                status,
+                at: Instant::now(),
+            },
+        );
+        Ok(Action::requeue(self.resync))
+    }
+
+    async fn tear_down(&self, api: &Api<Service>, svc: &Service) -> Result<()> {
         self.metrics.cloud_call("delete_load_balancer");
         self.cloud.delete_load_balancer(&balancer_name(svc)).await?;
+        lock(&self.ensured).remove(&service_key(svc));
         self.event(
             svc,
             EventType::Normal,
@@ -170,17 +294,13 @@ impl ServiceSync<'_> {
             .is_some_and(|i| !i.is_empty());
         if svc.meta().deletion_timestamp.is_none() && has_ingress {
             let patch = json!({"status": {"loadBalancer": {"ingress": null}}});
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-        }
-        let finalizers: Vec<&String> = svc
-            .finalizers()
-            .iter()
-            .filter(|f| *f != FINALIZER)
-            .collect();
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": svc.resource_version()}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            api.patch_status(
+                &svc.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await?;
+        }
         Ok(())
     }
 
@@ -235,7 +355,7 @@ impl ServiceSync<'_> {
     }
 
     async fn event(&self, svc: &Service, type_: EventType, reason: &str, note: String) {
-        let Some(recorder) = self.recorder else {
+        let Some(recorder) = &self.recorder else {
             return;
         };
         let event = Event {
@@ -253,3 +373,79 @@ impl ServiceSync<'_> {
 
 #[cfg(test)]
 mod tests;
+
+/// `status.loadBalancer.ingress` for a cloud's answer.
+fn ingress(status: &LoadBalancerStatus) -> serde_json::Value {
+    let ips = status.ingress_ips.iter().map(|ip| json!({"ip": ip}));
+    let names = status
+        .ingress_hostnames
+        .iter()
+        .map(|h| json!({"hostname": h}));
+    serde_json::Value::Array(ips.chain(names).collect())
+}
+
+/// Removes our finalizer from a Service that is not being deleted (it stopped being a
+/// balancer of ours). Tests the entry first, as finalizer() does, so a concurrent change
+/// to the list fails this patch (and the Service is tried again) instead of removing
+/// someone else's finalizer.
+async fn release(api: &Api<Service>, svc: &Service) -> Result<()> {
+    let Some(i) = svc.finalizers().iter().position(|f| f == FINALIZER) else {
+        return Ok(());
+    };
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": format!("/metadata/finalizers/{i}"), "value": FINALIZER},
+        {"op": "remove", "path": format!("/metadata/finalizers/{i}")},
+    ]))
+    .map_err(|e| Error::Invalid(format!("finalizer patch: {e}")))?;
+    api.patch(
+        &svc.name_any(),
+        &PatchParams::default(),
+        &Patch::<()>::Json(patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Runs the service controller until `shutdown`: every Service of type LoadBalancer (and
+/// every Service still holding our finalizer) is reconciled on its own changes, on
+/// `nodes_changed` (backends follow the nodes), and every `resync`. Up to `concurrency`
+/// Services are reconciled at once and never one Service twice at once, so a balancer
+/// that takes minutes in the cloud holds only its own Service.
+pub async fn run(
+    sync: Arc<ServiceSync>,
+    nodes: Store<Node>,
+    nodes_changed: impl Stream<Item = ()> + Send + 'static,
+    concurrency: u16,
+) {
+    let api: Api<Service> = Api::all(sync.client.clone());
+    let controller = Controller::new(api, watcher::Config::default())
+        .with_config(
+            Config::default()
+                .concurrency(concurrency)
+                // A burst of node changes settles into one pass.
+                .debounce(Duration::from_millis(100)),
+        )
+        .reconcile_all_on(nodes_changed);
+    let services = controller.store();
+    controller
+        .run(
+            move |svc, sync: Arc<ServiceSync>| {
+                let nodes: Vec<Node> = nodes.state().iter().map(|n| n.as_ref().clone()).collect();
+                let services = services.clone();
+                async move {
+                    let result = sync.reconcile(svc, &nodes).await;
+                    if result.is_err() {
+                        // Forget the delays of Services that are gone.
+                        let present: std::collections::HashSet<String> =
+                            services.state().iter().map(|s| service_key(s)).collect();
+                        lock(&sync.backoff).retain(|k| present.contains(k));
+                    }
+                    result
+                }
+            },
+            |svc, _error, sync| sync.retry_after(&svc),
+            sync,
+        )
+        .for_each(|_| async {})
+        .await;
+}

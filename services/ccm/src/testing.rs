@@ -22,6 +22,8 @@ pub struct Call {
     pub check: Box<dyn Fn(&Value) + Send>,
     pub status: u16,
     pub reply: Value,
+    /// Match any path that starts with `path` (names the server generates).
+    pub prefix: bool,
 }
 
 impl Call {
@@ -32,11 +34,17 @@ impl Call {
             check: Box::new(|_| {}),
             status: 200,
             reply,
+            prefix: false,
         }
     }
 
     pub fn checking(mut self, check: impl Fn(&Value) + Send + 'static) -> Self {
         self.check = Box::new(check);
+        self
+    }
+
+    pub fn prefix(mut self) -> Self {
+        self.prefix = true;
         self
     }
 
@@ -55,7 +63,10 @@ pub async fn serve(mut handle: Handle, calls: Vec<Call>) -> usize {
             .await
             .unwrap_or_else(|| panic!("expected {} {}, got nothing", call.method, call.path));
         let method = request.method().as_str().to_owned();
-        let path = request.uri().path().to_owned();
+        let mut path = request.uri().path().to_owned();
+        if call.prefix && path.starts_with(&call.path) {
+            path.clone_from(&call.path);
+        }
         assert_eq!(
             (method.as_str(), path.as_str()),
             (call.method, call.path.as_str()),
