@@ -37,10 +37,11 @@ impl Driver {
     /// Builds the cloud (controller modes only: a node needs none) and binds the socket.
     pub async fn start(options: Options) -> anyhow::Result<Self> {
         let socket_path = socket::parse_endpoint(&options.endpoint)?;
-        // Before anything else: a cloud this build lacks is said at once, in any mode
-        // (the node plugin's topology comes from its cloud too).
+        // Before anything else: a cloud this build lacks, or a configuration lacking
+        // credentials, is said at once, in any mode (the node plugin's topology comes
+        // from its cloud too). The controller's configuration first: it is what a
+        // Secret without credentials breaks.
         let settings = settings(&options)?;
-        let zone = overcast_clouds::node_identity(&settings)?.zone;
         let cloud: Option<Arc<dyn Disks>> = if options.mode.controller() {
             let cloud = overcast_clouds::open(Role::CsiController, &settings).await?;
             Some(
@@ -51,6 +52,7 @@ impl Driver {
         } else {
             None
         };
+        let zone = overcast_clouds::node_identity(&settings)?.zone;
         let listener = socket::bind(&socket_path)
             .await
             .with_context(|| format!("bind {}", socket_path.display()))?;

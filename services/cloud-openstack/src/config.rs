@@ -1,0 +1,351 @@
+//! OCCM's `cloud.conf` (gcfg INI), as cloud-provider-openstack's cinder-csi-plugin and
+//! openstack-cloud-controller-manager read it, so an existing Secret works unchanged.
+//! Unknown keys are reported (the caller warns); a malformed line fails with its number.
+
+use std::path::Path;
+
+use overcast_cloud::config::{parse_ini, read_optional, IniSection};
+use overcast_cloud::ConfigError;
+
+const CLOUD: &str = "openstack";
+
+const GLOBAL_KEYS: &[&str] = &[
+    "auth-url",
+    "username",
+    "user-id",
+    "password",
+    "user-domain-name",
+    "user-domain-id",
+    "tenant-id",
+    "project-id",
+    "tenant-name",
+    "project-name",
+    "tenant-domain-name",
+    "tenant-domain-id",
+    "project-domain-name",
+    "project-domain-id",
+    "domain-name",
+    "domain-id",
+    "region",
+    "ca-file",
+    "cert-file",
+    "key-file",
+    "tls-insecure",
+    "application-credential-id",
+    "application-credential-name",
+    "application-credential-secret",
+    "trust-id",
+    "trustee-id",
+    "trustee-password",
+    "use-clouds",
+    "clouds-file",
+    "cloud",
+    "os-endpoint-type",
+];
+const BLOCK_STORAGE_KEYS: &[&str] = &[
+    "node-volume-attach-limit",
+    "rescan-on-resize",
+    "ignore-volume-az",
+    "ignore-volume-microversion",
+    "bs-version",
+    "trust-device-path",
+];
+/// Sections whose keys belong to the CCM half (a later issue); read, not yet checked.
+const LATER_SECTIONS: &[&str] = &[
+    "loadbalancer",
+    "networking",
+    "route",
+    "metadata",
+    "loadbalancerclass",
+];
+
+/// How Keystone is asked for a token.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Auth {
+    Password {
+        user: String,
+        password: String,
+        project: String,
+    },
+    ApplicationCredential {
+        id_or_name: String,
+        secret: String,
+    },
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Password { user, project, .. } => f
+                .debug_struct("Password")
+                .field("user", user)
+                .field("project", project)
+                .field("password", &"<redacted>")
+                .finish(),
+            Self::ApplicationCredential { id_or_name, .. } => f
+                .debug_struct("ApplicationCredential")
+                .field("id_or_name", id_or_name)
+                .field("secret", &"<redacted>")
+                .finish(),
+        }
+    }
+}
+
+/// A complete OpenStack configuration (what this build checks of it).
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub auth_url: String,
+    pub auth: Auth,
+    pub region: Option<String>,
+    pub tls_insecure: bool,
+    /// `[BlockStorage] node-volume-attach-limit` (cinder-csi's default 256).
+    pub node_volume_attach_limit: u32,
+    pub rescan_on_resize: bool,
+    pub ignore_volume_az: bool,
+    /// `[Section] key (line n)` of every key or section this version does not know.
+    pub unknown: Vec<String>,
+}
+
+fn boolean(s: &IniSection, key: &str, path: Option<&Path>) -> Result<bool, ConfigError> {
+    match s.get(key) {
+        None => Ok(false),
+        Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
+        Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
+        Some(_) => Err(at(s, key, path, format!("{key} must be true or false"))),
+    }
+}
+
+fn at(s: &IniSection, key: &str, path: Option<&Path>, why: String) -> ConfigError {
+    let line = s.values.iter().rev().find(|v| v.key == key).map(|v| v.line);
+    ConfigError::Invalid {
+        cloud: CLOUD,
+        file: path.map(Path::to_path_buf),
+        line,
+        why,
+    }
+}
+
+impl Config {
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let text = read_optional(CLOUD, path)?.unwrap_or_default();
+        let sections = parse_ini(&text).map_err(|(line, why)| ConfigError::Invalid {
+            cloud: CLOUD,
+            file: path.map(Path::to_path_buf),
+            line: Some(line),
+            why,
+        })?;
+        let mut unknown = Vec::new();
+        let empty = IniSection {
+            name: "global".into(),
+            sub: None,
+            line: 0,
+            values: Vec::new(),
+        };
+        let mut global = &empty;
+        let mut block = None;
+        for s in &sections {
+            let known: &[&str] = match s.name.as_str() {
+                "global" => {
+                    global = s;
+                    GLOBAL_KEYS
+                }
+                "blockstorage" => {
+                    block = Some(s);
+                    BLOCK_STORAGE_KEYS
+                }
+                name if LATER_SECTIONS.contains(&name) => continue,
+                name => {
+                    unknown.push(format!("[{name}] (line {})", s.line));
+                    continue;
+                }
+            };
+            for v in &s.values {
+                if !known.contains(&v.key.as_str()) {
+                    unknown.push(format!("[{}] {} (line {})", s.name, v.key, v.line));
+                }
+            }
+        }
+        let get = |k: &str| {
+            global
+                .get(k)
+                .filter(|v| !v.trim().is_empty())
+                .map(str::to_owned)
+        };
+        let any = |keys: &[&str]| keys.iter().find_map(|k| get(k));
+        let mut missing = Vec::new();
+        let auth_url = get("auth-url");
+        if auth_url.is_none() {
+            missing.push("Keystone's URL (auth-url in [Global])".to_owned());
+        }
+        let user_domain = any(&[
+            "user-domain-name",
+            "user-domain-id",
+            "domain-name",
+            "domain-id",
+        ]);
+        let user = match (get("user-id"), get("username")) {
+            (Some(id), _) => Some(id),
+            (None, Some(name)) if user_domain.is_some() => Some(name),
+            (None, Some(_)) => {
+                missing.push(
+                    "the user's domain (user-domain-name or user-domain-id, or domain-name)".into(),
+                );
+                None
+            }
+            (None, None) => None,
+        };
+        let auth = match any(&["application-credential-id", "application-credential-name"]) {
+            Some(id_or_name) => {
+                if get("application-credential-id").is_none() && user.is_none() {
+                    missing.push("the user an application-credential-name belongs to (user-id, or username with its domain)".into());
+                }
+                match get("application-credential-secret") {
+                    Some(secret) => Some(Auth::ApplicationCredential { id_or_name, secret }),
+                    None => {
+                        missing.push("application-credential-secret in [Global]".into());
+                        None
+                    }
+                }
+            }
+            None => {
+                let project = any(&["project-id", "tenant-id", "project-name", "tenant-name"]);
+                if user.is_none() && get("username").is_none() {
+                    missing.push("a user (username or user-id in [Global]) or an application credential (application-credential-id and -secret)".into());
+                }
+                if get("password").is_none() {
+                    missing.push("password in [Global]".into());
+                }
+                if project.is_none() {
+                    missing.push("the project (project-id or project-name in [Global])".into());
+                } else if get("project-id").or(get("tenant-id")).is_none()
+                    && any(&[
+                        "project-domain-name",
+                        "project-domain-id",
+                        "domain-name",
+                        "domain-id",
+                    ])
+                    .is_none()
+                {
+                    missing.push("the project's domain (project-domain-name or project-domain-id, or domain-name)".into());
+                }
+                match (user.clone(), get("password"), project) {
+                    (Some(user), Some(password), Some(project)) => Some(Auth::Password {
+                        user,
+                        password,
+                        project,
+                    }),
+                    _ => None,
+                }
+            }
+        };
+        let (Some(auth_url), Some(auth), true) = (auth_url, auth, missing.is_empty()) else {
+            return Err(ConfigError::Missing {
+                cloud: CLOUD,
+                file: path.map(Path::to_path_buf),
+                missing,
+            });
+        };
+        if !(auth_url.starts_with("https://") || auth_url.starts_with("http://")) {
+            return Err(at(
+                global,
+                "auth-url",
+                path,
+                format!("auth-url {auth_url:?} is not an http(s) URL"),
+            ));
+        }
+        let tls_insecure = boolean(global, "tls-insecure", path)?;
+        let (mut limit, mut rescan, mut ignore_az) = (256, false, false);
+        if let Some(b) = block {
+            if let Some(v) = b.get("node-volume-attach-limit") {
+                limit = v.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    at(
+                        b,
+                        "node-volume-attach-limit",
+                        path,
+                        format!("node-volume-attach-limit {v:?} is not a positive number"),
+                    )
+                })?;
+            }
+            rescan = boolean(b, "rescan-on-resize", path)?;
+            ignore_az = boolean(b, "ignore-volume-az", path)?;
+        }
+        Ok(Self {
+            auth_url,
+            auth,
+            region: get("region"),
+            tls_insecure,
+            node_volume_attach_limit: limit,
+            rescan_on_resize: rescan,
+            ignore_volume_az: ignore_az,
+            unknown,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cloud.conf");
+        std::fs::write(&path, text).unwrap();
+        Config::load(Some(&path))
+    }
+
+    #[test]
+    fn no_file_names_what_keystone_needs() {
+        let e = Config::load(None).unwrap_err();
+        let text = e.to_string();
+        assert!(e.is_missing(), "{text}");
+        for what in ["auth-url", "username or user-id", "password", "project-id"] {
+            assert!(text.contains(what), "{text}");
+        }
+    }
+
+    #[test]
+    fn occms_password_and_application_credential_files_read_unchanged() {
+        let c = load(
+            "[Global]\nauth-url = https://keystone:5000/v3\nusername = k8s\npassword = \"s3cr#t\"\n\
+             user-domain-name = Default\nproject-id = 0123\nregion = RegionOne\nfancy = 1\n\
+             [BlockStorage]\nnode-volume-attach-limit = 60\nrescan-on-resize = true\n\
+             [LoadBalancer]\nuse-octavia = true\n[Mystery]\n",
+        )
+        .unwrap();
+        assert_eq!(c.node_volume_attach_limit, 60);
+        assert!(c.rescan_on_resize && !c.ignore_volume_az);
+        assert_eq!(c.region.as_deref(), Some("RegionOne"));
+        assert_eq!(
+            c.unknown,
+            vec![
+                "[global] fancy (line 8)".to_owned(),
+                "[mystery] (line 14)".to_owned()
+            ]
+        );
+        assert!(matches!(&c.auth, Auth::Password { password, .. } if password == "s3cr#t"));
+        assert!(!format!("{c:?}").contains("s3cr"));
+        let c = load("[Global]\nauth-url=https://k/v3\napplication-credential-id=abc\napplication-credential-secret=xyz\n").unwrap();
+        assert_eq!(c.node_volume_attach_limit, 256);
+        assert!(matches!(c.auth, Auth::ApplicationCredential { .. }));
+    }
+
+    #[test]
+    fn what_is_missing_or_wrong_is_named() {
+        let e = load("[Global]\nauth-url = https://k/v3\nusername = k8s\nproject-name = p\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("password") && e.contains("user's domain") && e.contains("project's domain"),
+            "{e}"
+        );
+        let e = load("[Global]\nauth-url=https://k/v3\napplication-credential-id=abc\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("application-credential-secret"), "{e}");
+        let e = load("[Global]\nauth-url=https://k/v3\nuser-id=u\npassword=p\nproject-id=x\n[BlockStorage]\nnode-volume-attach-limit = lots\n")
+            .unwrap_err();
+        assert!(e.to_string().contains("line 7"), "{e}");
+        let e = load("[Global]\nauth-url = \"open\n").unwrap_err();
+        assert!(e.to_string().contains("line 2"), "{e}");
+    }
+}

@@ -1,0 +1,11 @@
+//! The vSphere provider (vCenter's APIs).
+//!
+//! Built so far: its configuration — `vsphere.conf` in the INI form
+//! cloud-provider-vsphere reads, and what it needs, said before anything is contacted.
+//! The vCenter client, volumes and instances come after the DVP, OpenStack and zVirt
+//! issues (the YAML form of the file with them); until then the registry stops after
+//! the configuration check, saying so.
+
+pub mod config;
+
+pub use config::Config;
