@@ -1,0 +1,349 @@
+//! The client plumbing every HTTP cloud shares (OpenStack, zVirt, vSphere), chosen once so
+//! four providers don't each invent it:
+//!
+//! - **TLS** with rustls: the system's roots, or the cloud's own CA bundle (PEM), or — when
+//!   the operator says `insecure` — no verification, as upstream's `insecure` flags do.
+//! - **Deadlines**: every attempt has a timeout and the whole call (retries included) a
+//!   deadline; running out is [`CloudError::DeadlineExceeded`].
+//! - **Retries** with the suite's one policy (`overcast_runtime::backoff::Retry`, jittered
+//!   exponential): a connection failure, 429, 502, 503 or 504 is tried again — for
+//!   idempotent requests only, so a POST that may have happened is never repeated blind.
+//! - **Metrics per request name**, with the names the upstream controllers export
+//!   (`openstack_api_request_duration_seconds{request}`, `…_requests_total`,
+//!   `…_request_errors_total`, the prefix being the cloud's).
+//! - **Redaction**: header values are never in an error or a log; bodies quoted in errors
+//!   are cut short and have their credential fields and URL passwords masked ([`redact`]).
+//!
+//! A provider gets raw responses from [`HttpClient::send`] (a 404 on detach is success
+//! to it) and maps the rest with [`status_error`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use overcast_cloud::CloudError;
+use overcast_runtime::backoff::Retry;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+mod redact;
+mod tls;
+
+pub use redact::redact;
+
+/// How a cloud's client behaves.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    /// The cloud's name, for errors.
+    pub cloud: &'static str,
+    /// PEM bundle of the CA(s) the cloud's endpoints are signed by, instead of the
+    /// system's roots.
+    pub ca_pem: Option<String>,
+    /// Skip certificate verification (the operator's explicit choice).
+    pub insecure: bool,
+    /// One attempt's limit.
+    pub attempt_timeout: Duration,
+    /// The whole call's limit, retries included.
+    pub deadline: Duration,
+    /// At most this many attempts of an idempotent request.
+    pub attempts: u32,
+    /// The first retry's delay (doubling, jittered, up to 10 s).
+    pub retry_delay: Duration,
+}
+
+impl HttpSettings {
+    pub fn new(cloud: &'static str) -> Self {
+        Self {
+            cloud,
+            ca_pem: None,
+            insecure: false,
+            attempt_timeout: Duration::from_secs(30),
+            deadline: Duration::from_secs(120),
+            attempts: 4,
+            retry_delay: Duration::from_millis(500),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabel {
+    request: String,
+}
+
+/// Per-request-name metrics, registered under the cloud's prefix.
+#[derive(Debug)]
+pub struct ApiMetrics {
+    duration: Family<RequestLabel, Histogram>,
+    requests: Family<RequestLabel, Counter>,
+    errors: Family<RequestLabel, Counter>,
+}
+
+impl ApiMetrics {
+    /// `<prefix>_api_request_duration_seconds{request}`, `<prefix>_api_requests_total`,
+    /// `<prefix>_api_request_errors_total` (OCCM's names with prefix `openstack`).
+    pub fn register(registry: &mut Registry, prefix: &str) -> Arc<Self> {
+        let m = Self::unregistered();
+        registry.register(
+            format!("{prefix}_api_request_duration_seconds"),
+            "Time an API request took, by request",
+            m.duration.clone(),
+        );
+        registry.register(
+            format!("{prefix}_api_requests"),
+            "API requests made, by request",
+            m.requests.clone(),
+        );
+        registry.register(
+            format!("{prefix}_api_request_errors"),
+            "API requests that failed, by request",
+            m.errors.clone(),
+        );
+        Arc::new(m)
+    }
+
+    fn unregistered() -> Self {
+        Self {
+            duration: Family::new_with_constructor(|| {
+                Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0])
+            }),
+            requests: Family::default(),
+            errors: Family::default(),
+        }
+    }
+
+    /// Requests made under `name` so far (benchmarks count API calls per operation).
+    pub fn requests(&self, name: &str) -> u64 {
+        self.requests
+            .get_or_create(&RequestLabel {
+                request: name.to_owned(),
+            })
+            .get()
+    }
+
+    pub fn errors(&self, name: &str) -> u64 {
+        self.errors
+            .get_or_create(&RequestLabel {
+                request: name.to_owned(),
+            })
+            .get()
+    }
+}
+
+/// One request: what, where, and its name for metrics (`volume_create`).
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub name: &'static str,
+    pub method: Method,
+    pub uri: Uri,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Request {
+    pub fn new(name: &'static str, method: Method, uri: Uri) -> Self {
+        Self {
+            name,
+            method,
+            uri,
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+        }
+    }
+
+    /// GET, HEAD, PUT, DELETE, OPTIONS: safe to send again (RFC 9110 §9.2.2).
+    pub fn idempotent(&self) -> bool {
+        matches!(
+            self.method,
+            Method::GET | Method::HEAD | Method::PUT | Method::DELETE | Method::OPTIONS
+        )
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+#[derive(Clone)]
+pub struct HttpClient {
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    settings: HttpSettings,
+    metrics: Arc<ApiMetrics>,
+}
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("cloud", &self.settings.cloud)
+            .finish()
+    }
+}
+
+/// A status worth another attempt (the request may not have been acted on, or the
+/// server asks for patience).
+fn retry_status(s: StatusCode) -> bool {
+    matches!(s.as_u16(), 429 | 502 | 503 | 504)
+}
+
+impl HttpClient {
+    pub fn new(
+        settings: HttpSettings,
+        metrics: Option<Arc<ApiMetrics>>,
+    ) -> Result<Self, CloudError> {
+        let tls = tls::client_config(settings.ca_pem.as_deref(), settings.insecure)
+            .map_err(|e| CloudError::InvalidArgument(format!("{}: TLS: {e}", settings.cloud)))?;
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(settings.attempt_timeout));
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        Ok(Self {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            settings,
+            metrics: metrics.unwrap_or_else(|| Arc::new(ApiMetrics::unregistered())),
+        })
+    }
+
+    pub fn metrics(&self) -> &Arc<ApiMetrics> {
+        &self.metrics
+    }
+
+    /// Sends `req`, retrying what may be retried, within the deadline. Any status comes
+    /// back as a [`Response`]; only the transport's failures (and running out of time)
+    /// are errors.
+    pub async fn send(&self, req: Request) -> Result<Response, CloudError> {
+        let started = Instant::now();
+        let mut retry = Retry::new(self.settings.retry_delay, Duration::from_secs(10));
+        let label = RequestLabel {
+            request: req.name.to_owned(),
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let left = self.settings.deadline.saturating_sub(started.elapsed());
+            let limit = self.settings.attempt_timeout.min(left);
+            self.metrics.requests.get_or_create(&label).inc();
+            let one = Instant::now();
+            let result = tokio::time::timeout(limit, self.attempt(&req)).await;
+            self.metrics
+                .duration
+                .get_or_create(&label)
+                .observe(one.elapsed().as_secs_f64());
+            let e = match result {
+                Ok(Ok(resp)) if !retry_status(resp.status) => return Ok(resp),
+                Ok(Ok(resp)) => status_error(self.settings.cloud, req.name, &resp),
+                Ok(Err(e)) => e,
+                Err(_) => CloudError::DeadlineExceeded(format!(
+                    "{}: {} took longer than {limit:?}",
+                    self.settings.cloud, req.name
+                )),
+            };
+            self.metrics.errors.get_or_create(&label).inc();
+            let wait = retry.failed();
+            let may_retry = req.idempotent()
+                && attempt < self.settings.attempts
+                && started.elapsed() + wait < self.settings.deadline;
+            if !may_retry {
+                return Err(e);
+            }
+            tracing::debug!(cloud = self.settings.cloud, request = req.name, attempt, error = %e, retry_in = ?wait, "retrying");
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    async fn attempt(&self, req: &Request) -> Result<Response, CloudError> {
+        let mut builder = http::Request::builder()
+            .method(req.method.clone())
+            .uri(req.uri.clone());
+        if let Some(h) = builder.headers_mut() {
+            h.extend(req.headers.clone());
+        }
+        let request = builder.body(Full::new(req.body.clone())).map_err(|e| {
+            CloudError::InvalidArgument(format!("{}: {}: {e}", self.settings.cloud, req.name))
+        })?;
+        let resp = self.client.request(request).await.map_err(|e| {
+            // The URI's path and query may carry ids, never credentials (headers carry
+            // those); the host is what an operator needs to see.
+            let host = req.uri.host().unwrap_or_default();
+            CloudError::Unavailable(redact(&format!(
+                "{}: {} to {host}: {}",
+                self.settings.cloud,
+                req.name,
+                chain(&e)
+            )))
+        })?;
+        let (parts, body) = resp.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map_err(|e| {
+                CloudError::Unavailable(format!(
+                    "{}: {}: reading the answer: {e}",
+                    self.settings.cloud, req.name
+                ))
+            })?
+            .to_bytes();
+        Ok(Response {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    }
+}
+
+/// An error and its causes, one line (hyper's top-level message alone says little).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// The typed error for a response a provider did not expect: 400 InvalidArgument, 401
+/// Unauthenticated, 403 PermissionDenied, 404 NotFound, 409 Conflict, 413/429
+/// ResourceExhausted, 5xx Unavailable; the body, redacted and cut short, says why.
+pub fn status_error(cloud: &str, name: &str, resp: &Response) -> CloudError {
+    let text = String::from_utf8_lossy(&resp.body);
+    let mut why: String = redact(text.trim()).chars().take(300).collect();
+    if why.is_empty() {
+        why = resp
+            .status
+            .canonical_reason()
+            .unwrap_or("no reason")
+            .to_owned();
+    }
+    let msg = format!("{cloud}: {name}: HTTP {}: {why}", resp.status.as_u16());
+    match resp.status.as_u16() {
+        400 | 422 => CloudError::InvalidArgument(msg),
+        401 => CloudError::Unauthenticated(msg),
+        403 => CloudError::PermissionDenied(msg),
+        404 => CloudError::NotFound {
+            kind: "object",
+            id: msg,
+        },
+        409 => CloudError::Conflict(msg),
+        413 | 429 => CloudError::ResourceExhausted(msg),
+        500..=599 => CloudError::Unavailable(msg),
+        _ => CloudError::Internal(msg),
+    }
+}
+
+#[cfg(test)]
+mod tests;
