@@ -120,6 +120,7 @@ impl Driver {
                     zone,
                     state,
                     wait,
+                    Arc::new(overcast_mount::System),
                 );
                 Some(csi::node_server::NodeServer::new(service))
             }

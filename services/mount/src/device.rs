@@ -18,72 +18,54 @@ pub use overcast_cloud::publish::{
     WWN as CTX_WWN,
 };
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DeviceHint {
-    pub device_path: Option<PathBuf>,
-    pub backing_file: Option<PathBuf>,
-    pub serial: Option<String>,
-    pub wwn: Option<String>,
-}
+pub use overcast_cloud::PublishContext;
 
-impl DeviceHint {
-    pub fn from_context(ctx: &HashMap<String, String>) -> Result<Self> {
-        let read = overcast_cloud::PublishContext::from_map(ctx);
-        let hint = Self {
-            device_path: read.device_path,
-            backing_file: read.backing_file,
-            serial: read.serial,
-            wwn: read.wwn,
-        };
-        if hint == Self::default() {
+/// Reads the publish context the controller wrote and checks it names a device at all
+/// (and, when it gives a device path, one under /dev).
+pub fn from_context(ctx: &HashMap<String, String>) -> Result<PublishContext> {
+    let hint = PublishContext::from_map(ctx);
+    if hint == PublishContext::default() {
+        return Err(MountError::Invalid(format!(
+            "publish_context names no device ({CTX_DEVICE_PATH}, {CTX_BACKING_FILE}, {CTX_SERIAL} or {CTX_WWN})"
+        )));
+    }
+    if let Some(p) = &hint.device_path {
+        if !p.starts_with("/dev/") || p.components().any(|c| c == std::path::Component::ParentDir) {
             return Err(MountError::Invalid(format!(
-                "publish_context names no device ({CTX_DEVICE_PATH}, {CTX_BACKING_FILE}, {CTX_SERIAL} or {CTX_WWN})"
+                "{CTX_DEVICE_PATH} {} is not a path under /dev",
+                p.display()
             )));
         }
-        if let Some(p) = &hint.device_path {
-            if !p.starts_with("/dev/")
-                || p.components().any(|c| c == std::path::Component::ParentDir)
-            {
-                return Err(MountError::Invalid(format!(
-                    "{CTX_DEVICE_PATH} {} is not a path under /dev",
-                    p.display()
-                )));
-            }
-        }
-        Ok(hint)
     }
+    Ok(hint)
+}
 
-    /// Whether this context ties the device to `volume_id`, rather than merely naming a
-    /// device: the node formats and mounts only a disk the context says is the
-    /// volume's. A loop disk's backing file is named after its volume id (its stem is
-    /// the id); a cloud disk is named by the serial or WWN its controller reported.
-    /// A bare `devicePath` names any device on the host (`/dev/vda`) and is refused.
-    pub fn check_volume(&self, volume_id: &str) -> Result<()> {
-        if let Some(file) = &self.backing_file {
-            if file.file_stem().and_then(|s| s.to_str()) != Some(volume_id) {
-                return Err(MountError::Invalid(format!(
-                    "{CTX_BACKING_FILE} {} is not the disk file of volume {volume_id}",
-                    file.display()
-                )));
-            }
-            return Ok(());
+/// Whether this context ties the device to `volume_id`, rather than merely naming a
+/// device: the node formats and mounts only a disk the context says is the volume's. A
+/// loop disk's backing file is named after its volume id (its stem is the id); a cloud
+/// disk is named by the serial or WWN its controller reported. A bare `devicePath` names
+/// any device on the host (`/dev/vda`) and is refused.
+pub fn check_volume(hint: &PublishContext, volume_id: &str) -> Result<()> {
+    if let Some(file) = &hint.backing_file {
+        if file.file_stem().and_then(|s| s.to_str()) != Some(volume_id) {
+            return Err(MountError::Invalid(format!(
+                "{CTX_BACKING_FILE} {} is not the disk file of volume {volume_id}",
+                file.display()
+            )));
         }
-        if self.serial.is_some() || self.wwn.is_some() {
-            return Ok(());
-        }
-        Err(MountError::Invalid(format!(
-            "publish_context names a device but not the disk of volume {volume_id}: \
-             {CTX_BACKING_FILE}, {CTX_SERIAL} or {CTX_WWN} is required"
-        )))
+        return Ok(());
     }
-
-    fn describe(&self) -> String {
-        format!("{self:?}")
+    if hint.serial.is_some() || hint.wwn.is_some() {
+        return Ok(());
     }
+    Err(MountError::Invalid(format!(
+        "publish_context names a device but not the disk of volume {volume_id}: \
+         {CTX_BACKING_FILE}, {CTX_SERIAL} or {CTX_WWN} is required"
+    )))
 }
 
 /// Waits up to `timeout` for the device `hint` names.
-pub async fn find(hint: &DeviceHint, timeout: Duration) -> Result<PathBuf> {
+pub async fn find(hint: &PublishContext, timeout: Duration) -> Result<PathBuf> {
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(5);
     loop {
@@ -91,14 +73,14 @@ pub async fn find(hint: &DeviceHint, timeout: Duration) -> Result<PathBuf> {
             return Ok(path);
         }
         if Instant::now() >= deadline {
-            return Err(MountError::DeviceNotFound(hint.describe()));
+            return Err(MountError::DeviceNotFound(format!("{hint:?}")));
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(200));
     }
 }
 
-pub fn find_once(hint: &DeviceHint) -> Option<PathBuf> {
+pub fn find_once(hint: &PublishContext) -> Option<PathBuf> {
     if let Some(file) = &hint.backing_file {
         // The recorded device first (cheap), then every loop device.
         if let Some(dev) = hint.device_path.as_deref().filter(|d| loop_backs(d, file)) {
@@ -248,11 +230,11 @@ mod tests {
         };
         for ctx in [local, cloud] {
             let map: HashMap<String, String> = ctx.to_map().into_iter().collect();
-            let hint = DeviceHint::from_context(&map).unwrap();
+            let hint = from_context(&map).unwrap();
             assert_eq!(hint.device_path, ctx.device_path);
             assert_eq!(hint.backing_file, ctx.backing_file);
             assert_eq!(hint.serial, ctx.serial);
-            hint.check_volume(id).unwrap();
+            check_volume(&hint, id).unwrap();
         }
         let other = overcast_cloud::PublishContext {
             backing_file: Some(
@@ -261,28 +243,22 @@ mod tests {
             ..Default::default()
         };
         let map: HashMap<String, String> = other.to_map().into_iter().collect();
-        assert!(DeviceHint::from_context(&map)
-            .unwrap()
-            .check_volume(id)
-            .is_err());
+        assert!(check_volume(&from_context(&map).unwrap(), id).is_err());
         let bare = overcast_cloud::PublishContext {
             device_path: Some("/dev/vda".into()),
             ..Default::default()
         };
         let map: HashMap<String, String> = bare.to_map().into_iter().collect();
-        assert!(DeviceHint::from_context(&map)
-            .unwrap()
-            .check_volume(id)
-            .is_err());
+        assert!(check_volume(&from_context(&map).unwrap(), id).is_err());
     }
 
     #[test]
     fn a_context_must_name_a_device_under_dev() {
-        assert!(DeviceHint::from_context(&HashMap::new()).is_err());
+        assert!(from_context(&HashMap::new()).is_err());
         let ctx = |k: &str, v: &str| HashMap::from([(k.to_owned(), v.to_owned())]);
-        assert!(DeviceHint::from_context(&ctx(CTX_DEVICE_PATH, "/etc/passwd")).is_err());
-        assert!(DeviceHint::from_context(&ctx(CTX_DEVICE_PATH, "/dev/../etc/passwd")).is_err());
-        let hint = DeviceHint::from_context(&ctx(CTX_SERIAL, "abc")).unwrap();
+        assert!(from_context(&ctx(CTX_DEVICE_PATH, "/etc/passwd")).is_err());
+        assert!(from_context(&ctx(CTX_DEVICE_PATH, "/dev/../etc/passwd")).is_err());
+        let hint = from_context(&ctx(CTX_SERIAL, "abc")).unwrap();
         assert_eq!(hint.serial.as_deref(), Some("abc"));
     }
 
@@ -293,19 +269,17 @@ mod tests {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect();
-            DeviceHint::from_context(&map).unwrap()
+            from_context(&map).unwrap()
         };
         let vol = "vol-0123456789abcdef0123456789abcdef";
         let own = format!("/state/disks/{vol}.img");
-        assert!(ctx(&[(CTX_BACKING_FILE, &own)]).check_volume(vol).is_ok());
-        assert!(
-            ctx(&[(CTX_DEVICE_PATH, "/dev/loop1"), (CTX_BACKING_FILE, &own)])
-                .check_volume(vol)
-                .is_ok()
-        );
-        assert!(ctx(&[(CTX_SERIAL, "0123456789abcdef0123")])
-            .check_volume(vol)
-            .is_ok());
+        assert!(check_volume(&ctx(&[(CTX_BACKING_FILE, &own)]), vol).is_ok());
+        assert!(check_volume(
+            &ctx(&[(CTX_DEVICE_PATH, "/dev/loop1"), (CTX_BACKING_FILE, &own)]),
+            vol
+        )
+        .is_ok());
+        assert!(check_volume(&ctx(&[(CTX_SERIAL, "0123456789abcdef0123")]), vol).is_ok());
         for bad in [
             ctx(&[(CTX_DEVICE_PATH, "/dev/vda")]),
             ctx(&[(
@@ -315,7 +289,7 @@ mod tests {
             ctx(&[(CTX_BACKING_FILE, "/etc/passwd")]),
         ] {
             assert!(
-                matches!(bad.check_volume(vol), Err(MountError::Invalid(_))),
+                matches!(check_volume(&bad, vol), Err(MountError::Invalid(_))),
                 "{bad:?}"
             );
         }
@@ -323,7 +297,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_device_is_reported_after_the_wait() {
-        let hint = DeviceHint {
+        let hint = PublishContext {
             serial: Some("no-such-serial-overcast".into()),
             ..Default::default()
         };

@@ -4,10 +4,13 @@
 
 pub mod device;
 pub mod format;
+pub mod host;
 pub mod mountinfo;
 pub mod mounts;
 
 use std::io;
+
+pub use host::{Host, System};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {

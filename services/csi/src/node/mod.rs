@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use overcast_api::csi_v1 as csi;
 use overcast_cloud::Zone;
-use overcast_mount::MountError;
+use std::sync::Arc;
+
+use overcast_mount::{Host, MountError};
 use tonic::{Request, Response, Status};
 
 use crate::inflight::Inflight;
@@ -29,6 +31,9 @@ pub struct NodeService {
     inflight: Inflight,
     state: NodeState,
     device_wait: Duration,
+    /// The machine: devices, mounts, filesystems (`overcast_mount::System` in the
+    /// binary; an in-memory host in the root-free tests).
+    host: Arc<dyn Host>,
 }
 
 impl NodeService {
@@ -38,6 +43,7 @@ impl NodeService {
         zone: Zone,
         state: NodeState,
         device_wait: Duration,
+        host: Arc<dyn Host>,
     ) -> Self {
         Self {
             node_id,
@@ -46,6 +52,7 @@ impl NodeService {
             inflight: Inflight::default(),
             state,
             device_wait,
+            host,
         }
     }
 }
@@ -207,3 +214,6 @@ impl csi::node_server::Node for NodeService {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests;

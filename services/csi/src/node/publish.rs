@@ -6,7 +6,6 @@
 use std::path::Path;
 
 use overcast_api::csi_v1 as csi;
-use overcast_mount::{device, mountinfo, mounts};
 use tonic::Status;
 use tracing::instrument;
 
@@ -44,7 +43,7 @@ impl NodeService {
                 let dev = match record
                     .as_ref()
                     .and_then(|r| r.device.clone())
-                    .filter(|d| device::is_block_device(d))
+                    .filter(|d| self.host.is_block_device(d))
                 {
                     Some(dev) => dev,
                     None => {
@@ -54,10 +53,17 @@ impl NodeService {
                         )))
                     }
                 };
-                let numbers = device::numbers(&dev).map_err(|e| mount_status(&op, e))?;
-                if let Some(existing) = mountinfo::top(&target).map_err(|e| mount_status(&op, e))? {
+                let numbers = self
+                    .host
+                    .device_numbers(&dev)
+                    .map_err(|e| mount_status(&op, e))?;
+                if let Some(existing) = self
+                    .host
+                    .top_mount(&target)
+                    .map_err(|e| mount_status(&op, e))?
+                {
                     // A bound device node stats as the device itself.
-                    let same = device::numbers(&target).ok() == Some(numbers);
+                    let same = self.host.device_numbers(&target).ok() == Some(numbers);
                     return self.already_published(
                         id,
                         &op,
@@ -84,13 +90,16 @@ impl NodeService {
                     Err(e) => return Err(io_status(&op, e)),
                 }
                 self.record_target(id, &target, readonly)?;
-                if let Err(e) = mounts::bind(&dev, &target, readonly, &[]) {
+                if let Err(e) = self.host.bind(&dev, &target, readonly, &[]) {
                     self.forget_target(id, &target);
                     return Err(mount_status(&op, e));
                 }
             }
             Some(AccessType::Mount(m)) => {
-                let Some(staged) = mountinfo::top(&staging).map_err(|e| mount_status(&op, e))?
+                let Some(staged) = self
+                    .host
+                    .top_mount(&staging)
+                    .map_err(|e| mount_status(&op, e))?
                 else {
                     return Err(Status::failed_precondition(format!(
                         "{op}: the volume is not staged at {}",
@@ -103,7 +112,11 @@ impl NodeService {
                         staging.display()
                     )));
                 }
-                if let Some(existing) = mountinfo::top(&target).map_err(|e| mount_status(&op, e))? {
+                if let Some(existing) = self
+                    .host
+                    .top_mount(&target)
+                    .map_err(|e| mount_status(&op, e))?
+                {
                     let same = (existing.major, existing.minor, &existing.root)
                         == (staged.major, staged.minor, &staged.root);
                     return self.already_published(
@@ -127,7 +140,7 @@ impl NodeService {
                     )));
                 }
                 self.record_target(id, &target, readonly)?;
-                if let Err(e) = mounts::bind(&staging, &target, readonly, &m.mount_flags) {
+                if let Err(e) = self.host.bind(&staging, &target, readonly, &m.mount_flags) {
                     self.forget_target(id, &target);
                     return Err(mount_status(&op, e));
                 }
@@ -203,7 +216,9 @@ impl NodeService {
             // up): the spec's idempotent success, and whatever is there stays.
             return Ok(csi::NodeUnpublishVolumeResponse {});
         }
-        mounts::unmount_all(&target).map_err(|e| mount_status(&op, e))?;
+        self.host
+            .unmount_all(&target)
+            .map_err(|e| mount_status(&op, e))?;
         // The spec: the SP deletes the file or directory it created at the target —
         // an empty directory, or the empty file a block volume was bound onto. Anything
         // else there (files written while nothing was mounted, a link) is left.

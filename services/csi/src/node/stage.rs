@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use overcast_api::csi_v1 as csi;
-use overcast_mount::format::{self, Content};
-use overcast_mount::{device, mountinfo, mounts};
+use overcast_mount::device;
+use overcast_mount::format::Content;
 use tonic::Status;
 use tracing::instrument;
 
@@ -26,9 +26,9 @@ impl NodeService {
         let id = validation::require("volume_id", &req.volume_id)?;
         let staging = path_field("staging_target_path", &req.staging_target_path)?;
         let cap = validation::capability(req.volume_capability.as_ref())?;
-        let hint = device::DeviceHint::from_context(&req.publish_context)
-            .map_err(|e| mount_status("stage", e))?;
-        hint.check_volume(id)
+        let hint =
+            device::from_context(&req.publish_context).map_err(|e| mount_status("stage", e))?;
+        device::check_volume(&hint, id)
             .map_err(|e| mount_status(&format!("stage volume {id}"), e))?;
         let op = format!("stage volume {id} at {}", staging.display());
         let _guard = self.inflight.volume(id)?;
@@ -37,7 +37,9 @@ impl NodeService {
         // elsewhere is a second writer the first one does not know about.
         if let Some(other) = self.state.get(id).and_then(|v| v.staging) {
             if other != staging
-                && mountinfo::top(&other)
+                && self
+                    .host
+                    .top_mount(&other)
                     .map_err(|e| mount_status(&op, e))?
                     .is_some()
             {
@@ -48,10 +50,15 @@ impl NodeService {
             }
         }
 
-        let dev = device::find(&hint, self.device_wait)
+        let dev = self
+            .host
+            .find_device(&hint, self.device_wait)
             .await
             .map_err(|e| mount_status(&op, e))?;
-        let (major, minor) = device::numbers(&dev).map_err(|e| mount_status(&op, e))?;
+        let (major, minor) = self
+            .host
+            .device_numbers(&dev)
+            .map_err(|e| mount_status(&op, e))?;
         not_a_symlink(&op, &staging)?;
         std::fs::create_dir_all(&staging).map_err(|e| io_status(&op, e))?;
 
@@ -59,8 +66,10 @@ impl NodeService {
             Some(AccessType::Mount(m)) => m,
             // A block volume needs no filesystem: publish binds the device itself.
             _ => {
-                if let Some(existing) =
-                    mountinfo::top(&staging).map_err(|e| mount_status(&op, e))?
+                if let Some(existing) = self
+                    .host
+                    .top_mount(&staging)
+                    .map_err(|e| mount_status(&op, e))?
                 {
                     return Err(Status::already_exists(format!(
                         "{op}: the staging path holds a {} mount",
@@ -78,7 +87,11 @@ impl NodeService {
         };
 
         // Already staged from this device: nothing to do. Anything else there: refuse.
-        if let Some(existing) = mountinfo::top(&staging).map_err(|e| mount_status(&op, e))? {
+        if let Some(existing) = self
+            .host
+            .top_mount(&staging)
+            .map_err(|e| mount_status(&op, e))?
+        {
             if (existing.major, existing.minor) != (major, minor) {
                 return Err(Status::already_exists(format!(
                     "{op}: the staging path holds another device ({}:{})",
@@ -132,8 +145,15 @@ impl NodeService {
         fs_type: &str,
         flags: &[String],
     ) -> Result<(), Status> {
-        match format::probe(dev).await.map_err(|e| mount_status(op, e))? {
-            Content::Blank => format::mkfs(dev, fs_type)
+        match self
+            .host
+            .probe(dev)
+            .await
+            .map_err(|e| mount_status(op, e))?
+        {
+            Content::Blank => self
+                .host
+                .mkfs(dev, fs_type)
                 .await
                 .map_err(|e| mount_status(op, e))?,
             Content::Filesystem(found) if found == fs_type => {}
@@ -157,10 +177,12 @@ impl NodeService {
         // A disk attached read-only (ControllerPublishVolume readonly=true) is mounted
         // read-only: the kernel refuses a writable mount of it anyway.
         let mut flags = flags.to_vec();
-        if format::read_only(dev).map_err(|e| mount_status(op, e))? {
+        if self.host.read_only(dev).map_err(|e| mount_status(op, e))? {
             flags.push("ro".into());
         }
-        mounts::mount_fs(dev, staging, fs_type, &flags).map_err(|e| mount_status(op, e))
+        self.host
+            .mount_fs(dev, staging, fs_type, &flags)
+            .map_err(|e| mount_status(op, e))
     }
 
     fn record_stage(
@@ -204,7 +226,9 @@ impl NodeService {
         // a live bind would leave the pod writing to a disk the controller then detaches.
         let mut live = Vec::new();
         for target in record.targets.keys() {
-            if mountinfo::top(target)
+            if self
+                .host
+                .top_mount(target)
                 .map_err(|e| mount_status(&op, e))?
                 .is_some()
             {
@@ -219,11 +243,15 @@ impl NodeService {
         }
 
         if !record.block {
-            if let Some(top) = mountinfo::top(&staging).map_err(|e| mount_status(&op, e))? {
+            if let Some(top) = self
+                .host
+                .top_mount(&staging)
+                .map_err(|e| mount_status(&op, e))?
+            {
                 let ours = record
                     .device
                     .as_deref()
-                    .and_then(|d| device::numbers(d).ok())
+                    .and_then(|d| self.host.device_numbers(d).ok())
                     .is_none_or(|numbers| numbers == (top.major, top.minor));
                 if !ours {
                     return Err(Status::failed_precondition(format!(
@@ -232,7 +260,9 @@ impl NodeService {
                     )));
                 }
             }
-            mounts::unmount_all(&staging).map_err(|e| mount_status(&op, e))?;
+            self.host
+                .unmount_all(&staging)
+                .map_err(|e| mount_status(&op, e))?;
         }
         self.state
             .update(id, |v| {

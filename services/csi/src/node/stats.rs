@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use overcast_api::csi_v1 as csi;
-use overcast_mount::{device, format, mountinfo};
 use tonic::Status;
 use tracing::instrument;
 
@@ -35,20 +34,6 @@ fn condition(abnormal: Option<String>) -> csi::VolumeCondition {
             message: "healthy".into(),
         },
     }
-}
-
-/// Why the device behind (major, minor) is not healthy, if it is not.
-fn device_problem(major: u32, minor: u32) -> Option<String> {
-    if !device::exists(major, minor) {
-        return Some(format!("device {major}:{minor} is gone"));
-    }
-    // A loop device outlives its file while mounted; the disk is gone all the same.
-    let backing =
-        std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/loop/backing_file"))
-            .ok()?;
-    let backing = backing.trim_end();
-    (backing.ends_with(" (deleted)") || !Path::new(backing).exists())
-        .then(|| format!("the device's backing file {backing} is gone"))
 }
 
 /// A path the call only looks up among the paths recorded for the volume: any string
@@ -86,7 +71,11 @@ impl NodeService {
                 "{op}: not a path this volume is staged or published at"
             )));
         };
-        let Some(mount) = mountinfo::top(&path).map_err(|e| mount_status(&op, e))? else {
+        let Some(mount) = self
+            .host
+            .top_mount(&path)
+            .map_err(|e| mount_status(&op, e))?
+        else {
             return Ok(csi::NodeGetVolumeStatsResponse {
                 usage: vec![],
                 volume_condition: Some(condition(Some(format!(
@@ -97,11 +86,11 @@ impl NodeService {
         };
         if record.block {
             let dev = record.device.clone().unwrap_or_default();
-            let problem = match device::numbers(&path) {
-                Ok((major, minor)) => device_problem(major, minor),
+            let problem = match self.host.device_numbers(&path) {
+                Ok((major, minor)) => self.host.device_problem(major, minor),
                 Err(e) => Some(e.to_string()),
             };
-            let size = device::size_bytes(&dev).unwrap_or(0);
+            let size = self.host.device_size(&dev).unwrap_or(0);
             return Ok(csi::NodeGetVolumeStatsResponse {
                 usage: vec![usage(Unit::Bytes, size, 0, 0)],
                 volume_condition: Some(condition(problem)),
@@ -120,10 +109,13 @@ impl NodeService {
             st.files_free() as u64,
             st.files_available() as u64,
         );
-        let problem = device_problem(mount.major, mount.minor).or_else(|| {
-            (mount.readonly() && readonly != Some(true))
-                .then(|| format!("{} went read-only", path.display()))
-        });
+        let problem = self
+            .host
+            .device_problem(mount.major, mount.minor)
+            .or_else(|| {
+                (mount.readonly() && readonly != Some(true))
+                    .then(|| format!("{} went read-only", path.display()))
+            });
         Ok(csi::NodeGetVolumeStatsResponse {
             usage: vec![
                 usage(
@@ -160,7 +152,10 @@ impl NodeService {
             .device
             .clone()
             .ok_or_else(|| Status::failed_precondition(format!("{op}: no device recorded")))?;
-        let size = device::size_bytes(&dev).map_err(|e| mount_status(&op, e))?;
+        let size = self
+            .host
+            .device_size(&dev)
+            .map_err(|e| mount_status(&op, e))?;
         if size < required {
             return Err(Status::out_of_range(format!(
                 "{op}: the device has {size} bytes, {required} were asked for"
@@ -172,12 +167,17 @@ impl NodeService {
             )));
         }
         if !(record.block || validation::is_block(req.volume_capability.as_ref())) {
-            let Some(mount) = mountinfo::top(&path).map_err(|e| mount_status(&op, e))? else {
+            let Some(mount) = self
+                .host
+                .top_mount(&path)
+                .map_err(|e| mount_status(&op, e))?
+            else {
                 return Err(Status::failed_precondition(format!(
                     "{op}: nothing is mounted there"
                 )));
             };
-            format::grow(&dev, &path, &mount.fs_type)
+            self.host
+                .grow(&dev, &path, &mount.fs_type)
                 .await
                 .map_err(|e| mount_status(&op, e))?;
         }

@@ -1,0 +1,345 @@
+//! The node service's decisions — when it formats, what it refuses, what it records —
+//! against an in-memory host, without root. The same paths run for real (loop devices,
+//! mkfs, mounts) in integration/tests/node.rs and csi-sanity.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use overcast_api::csi_v1 as csi;
+use overcast_cloud::{PublishContext, Zone};
+use overcast_mount::format::Content;
+use overcast_mount::mountinfo::MountInfo;
+use overcast_mount::{Host, MountError};
+use tonic::Code;
+
+use super::{NodeService, NodeState};
+
+struct Disk {
+    dev: PathBuf,
+    numbers: (u32, u32),
+    content: Content,
+}
+
+/// A host with disks by serial, a mount table, and a log of what was formatted.
+#[derive(Default)]
+struct FakeHost {
+    disks: Mutex<HashMap<String, Disk>>,
+    mounts: Mutex<Vec<MountInfo>>,
+    formatted: Mutex<Vec<(PathBuf, String)>>,
+}
+
+impl FakeHost {
+    fn disk(&self, serial: &str, minor: u32, content: Content) {
+        self.disks.lock().unwrap().insert(
+            serial.into(),
+            Disk {
+                dev: PathBuf::from(format!("/dev/sd{minor}")),
+                numbers: (8, minor),
+                content,
+            },
+        );
+    }
+
+    fn by_dev<T>(&self, dev: &Path, f: impl FnOnce(&mut Disk) -> T) -> Option<T> {
+        self.disks
+            .lock()
+            .unwrap()
+            .values_mut()
+            .find(|d| d.dev == dev)
+            .map(f)
+    }
+
+    fn mounted_at(&self, path: &Path) -> usize {
+        self.mounts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|m| m.mount_point == path)
+            .count()
+    }
+}
+
+fn unknown(dev: &Path) -> MountError {
+    MountError::Invalid(format!("{} is not a block device", dev.display()))
+}
+
+#[async_trait]
+impl Host for FakeHost {
+    async fn find_device(
+        &self,
+        ctx: &PublishContext,
+        _: Duration,
+    ) -> overcast_mount::Result<PathBuf> {
+        let serial = ctx.serial.clone().unwrap_or_default();
+        self.disks
+            .lock()
+            .unwrap()
+            .get(&serial)
+            .map(|d| d.dev.clone())
+            .ok_or(MountError::DeviceNotFound(serial))
+    }
+    fn device_numbers(&self, dev: &Path) -> overcast_mount::Result<(u32, u32)> {
+        self.by_dev(dev, |d| d.numbers).ok_or_else(|| unknown(dev))
+    }
+    fn is_block_device(&self, path: &Path) -> bool {
+        self.by_dev(path, |_| ()).is_some()
+    }
+    fn device_size(&self, _: &Path) -> overcast_mount::Result<u64> {
+        Ok(1 << 30)
+    }
+    fn device_problem(&self, major: u32, minor: u32) -> Option<String> {
+        let present = self
+            .disks
+            .lock()
+            .unwrap()
+            .values()
+            .any(|d| d.numbers == (major, minor));
+        (!present).then(|| format!("device {major}:{minor} is gone"))
+    }
+    fn top_mount(&self, path: &Path) -> overcast_mount::Result<Option<MountInfo>> {
+        Ok(self
+            .mounts
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|m| m.mount_point == path)
+            .cloned())
+    }
+    async fn probe(&self, dev: &Path) -> overcast_mount::Result<Content> {
+        self.by_dev(dev, |d| d.content.clone())
+            .ok_or_else(|| unknown(dev))
+    }
+    async fn mkfs(&self, dev: &Path, fs_type: &str) -> overcast_mount::Result<()> {
+        self.by_dev(dev, |d| d.content = Content::Filesystem(fs_type.into()))
+            .ok_or_else(|| unknown(dev))?;
+        self.formatted
+            .lock()
+            .unwrap()
+            .push((dev.to_owned(), fs_type.into()));
+        Ok(())
+    }
+    fn read_only(&self, _: &Path) -> overcast_mount::Result<bool> {
+        Ok(false)
+    }
+    async fn grow(&self, _: &Path, _: &Path, _: &str) -> overcast_mount::Result<()> {
+        Ok(())
+    }
+    fn mount_fs(
+        &self,
+        dev: &Path,
+        target: &Path,
+        fs_type: &str,
+        _: &[String],
+    ) -> overcast_mount::Result<()> {
+        let (major, minor) = self.device_numbers(dev)?;
+        self.mounts.lock().unwrap().push(MountInfo {
+            major,
+            minor,
+            root: "/".into(),
+            mount_point: target.to_owned(),
+            options: vec!["rw".into()],
+            fs_type: fs_type.into(),
+            source: dev.display().to_string(),
+        });
+        Ok(())
+    }
+    fn bind(
+        &self,
+        source: &Path,
+        target: &Path,
+        readonly: bool,
+        _: &[String],
+    ) -> overcast_mount::Result<()> {
+        let mut m = self.top_mount(source)?.ok_or_else(|| {
+            MountError::Invalid(format!("nothing mounted at {}", source.display()))
+        })?;
+        m.mount_point = target.to_owned();
+        m.options = vec![if readonly { "ro" } else { "rw" }.into()];
+        self.mounts.lock().unwrap().push(m);
+        Ok(())
+    }
+    fn unmount_all(&self, target: &Path) -> overcast_mount::Result<()> {
+        self.mounts
+            .lock()
+            .unwrap()
+            .retain(|m| m.mount_point != target);
+        Ok(())
+    }
+}
+
+const VOL: &str = "vol-0123456789abcdef0123456789abcdef";
+
+struct Node {
+    host: Arc<FakeHost>,
+    node: NodeService,
+    dir: tempfile::TempDir,
+}
+
+fn node() -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Arc::new(FakeHost::default());
+    let state = NodeState::open(&dir.path().join("state")).unwrap();
+    let node = NodeService::new(
+        "n1".into(),
+        16,
+        Zone {
+            region: "r1".into(),
+            zone: "z1".into(),
+        },
+        state,
+        Duration::from_millis(10),
+        Arc::clone(&host) as Arc<dyn Host>,
+    );
+    Node { host, node, dir }
+}
+
+fn mount_cap(fs: &str) -> csi::VolumeCapability {
+    csi::VolumeCapability {
+        access_type: Some(csi::volume_capability::AccessType::Mount(
+            csi::volume_capability::MountVolume {
+                fs_type: fs.into(),
+                ..Default::default()
+            },
+        )),
+        access_mode: Some(csi::volume_capability::AccessMode {
+            mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+        }),
+    }
+}
+
+impl Node {
+    fn staging(&self) -> PathBuf {
+        self.dir.path().join("staging")
+    }
+    fn target(&self) -> PathBuf {
+        self.dir.path().join("pod/target")
+    }
+    async fn stage(&self, serial: &str, fs: &str) -> Result<(), tonic::Status> {
+        let ctx = PublishContext {
+            serial: Some(serial.into()),
+            ..Default::default()
+        };
+        self.node
+            .stage(csi::NodeStageVolumeRequest {
+                volume_id: VOL.into(),
+                staging_target_path: self.staging().display().to_string(),
+                volume_capability: Some(mount_cap(fs)),
+                publish_context: ctx.to_map().into_iter().collect(),
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
+    }
+    async fn publish(&self) -> Result<(), tonic::Status> {
+        self.node
+            .publish(csi::NodePublishVolumeRequest {
+                volume_id: VOL.into(),
+                staging_target_path: self.staging().display().to_string(),
+                target_path: self.target().display().to_string(),
+                volume_capability: Some(mount_cap("ext4")),
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
+    }
+    async fn unstage(&self) -> Result<(), tonic::Status> {
+        self.node
+            .unstage(csi::NodeUnstageVolumeRequest {
+                volume_id: VOL.into(),
+                staging_target_path: self.staging().display().to_string(),
+            })
+            .await
+            .map(|_| ())
+    }
+}
+
+#[tokio::test]
+async fn a_blank_disk_is_formatted_once_and_staging_again_is_idempotent() {
+    let n = node();
+    n.host.disk("s1", 1, Content::Blank);
+    n.stage("s1", "ext4").await.unwrap();
+    n.stage("s1", "ext4").await.unwrap();
+    assert_eq!(
+        *n.host.formatted.lock().unwrap(),
+        vec![(PathBuf::from("/dev/sd1"), "ext4".to_owned())]
+    );
+    assert_eq!(n.host.mounted_at(&n.staging()), 1, "mounted once");
+    // Asked again as another filesystem: refused, not re-formatted.
+    let e = n.stage("s1", "xfs").await.unwrap_err();
+    assert_eq!(e.code(), Code::AlreadyExists, "{e}");
+    assert_eq!(n.host.formatted.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_disk_holding_data_is_never_formatted() {
+    for (content, says) in [
+        (Content::Filesystem("xfs".into()), "holds xfs"),
+        (Content::PartitionTable("gpt".into()), "partition table"),
+        (Content::Unknown("LVM2_member".into()), "cannot name"),
+    ] {
+        let n = node();
+        n.host.disk("s1", 1, content);
+        let e = n.stage("s1", "ext4").await.unwrap_err();
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+        assert!(e.message().contains(says), "{e}");
+        assert!(n.host.formatted.lock().unwrap().is_empty());
+        assert_eq!(n.host.mounted_at(&n.staging()), 0);
+        // Nothing recorded as staged: unstage touches nothing and succeeds.
+        n.unstage().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_staging_path_holding_another_device_is_refused() {
+    let n = node();
+    n.host.disk("s1", 1, Content::Blank);
+    n.host.disk("other", 2, Content::Filesystem("ext4".into()));
+    n.host
+        .mount_fs(Path::new("/dev/sd2"), &n.staging(), "ext4", &[])
+        .unwrap();
+    let e = n.stage("s1", "ext4").await.unwrap_err();
+    assert_eq!(e.code(), Code::AlreadyExists, "{e}");
+    assert!(n.host.formatted.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn unstage_waits_for_unpublish_and_then_leaves_nothing_mounted() {
+    let n = node();
+    n.host.disk("s1", 1, Content::Blank);
+    n.stage("s1", "ext4").await.unwrap();
+    n.publish().await.unwrap();
+    n.publish().await.unwrap();
+    assert_eq!(n.host.mounted_at(&n.target()), 1, "published once");
+    let e = n.unstage().await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    assert_eq!(
+        n.host.mounted_at(&n.staging()),
+        1,
+        "the staging mount stays under a live publish"
+    );
+    n.node
+        .unpublish(csi::NodeUnpublishVolumeRequest {
+            volume_id: VOL.into(),
+            target_path: n.target().display().to_string(),
+        })
+        .await
+        .unwrap();
+    n.unstage().await.unwrap();
+    assert!(n.host.mounts.lock().unwrap().is_empty());
+    assert!(
+        !n.target().exists(),
+        "the target directory the driver made is removed"
+    );
+}
+
+#[tokio::test]
+async fn a_device_that_never_appears_is_not_found_and_nothing_is_recorded() {
+    let n = node();
+    let e = n.stage("missing", "ext4").await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e}");
+    assert!(n.node.state.get(VOL).and_then(|v| v.staging).is_none());
+}
