@@ -6,7 +6,8 @@
 //!
 //! `cargo bench -p overcast-ccm --bench nodes`
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,6 +23,80 @@ use overcast_ccm::nodes::guard::DeletionGuard;
 use overcast_ccm::nodes::{NodeSync, Parts, UNINITIALIZED_TAINT};
 use overcast_cloud::{AddressType, Instance, InstanceState, Instances, NodeAddress, Zone};
 use serde_json::json;
+
+/// Counts the bytes live on the heap, so the node cache's size is measured exactly.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every call is passed to the system allocator unchanged; only a counter is kept.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is the system allocator's.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as above.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            LIVE.fetch_add(
+                new_size as isize - layout.size() as isize,
+                Ordering::Relaxed,
+            );
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Heap bytes the node cache holds for `n` kubelet-written Nodes, as they come from the
+/// API and as `nodes::slim` keeps them.
+fn cache_bytes(n: usize) -> (isize, isize, isize) {
+    let values: Vec<serde_json::Value> = (0..n).map(overcast_ccm::fixtures::kubelet_node).collect();
+    let start = LIVE.load(Ordering::SeqCst);
+    let full: Vec<Node> = values
+        .iter()
+        .map(|v| serde_json::from_value(v.clone()).expect("bench setup"))
+        .collect();
+    let full_bytes = LIVE.load(Ordering::SeqCst) - start;
+    let start = LIVE.load(Ordering::SeqCst);
+    let slim: Vec<Node> = full
+        .iter()
+        .map(|n| {
+            let mut n = n.clone();
+            overcast_ccm::nodes::slim(&mut n);
+            n
+        })
+        .collect();
+    let slim_bytes = LIVE.load(Ordering::SeqCst) - start;
+    // What the cache kept before issue 15: managedFields and the image list dropped.
+    let start = LIVE.load(Ordering::SeqCst);
+    let earlier: Vec<Node> = full
+        .iter()
+        .map(|n| {
+            let mut n = n.clone();
+            n.metadata.managed_fields = None;
+            if let Some(s) = n.status.as_mut() {
+                s.images = None;
+            }
+            n
+        })
+        .collect();
+    let earlier_bytes = LIVE.load(Ordering::SeqCst) - start;
+    drop((values, full, slim, earlier));
+    (full_bytes, earlier_bytes, slim_bytes)
+}
 
 struct Cloud {
     instances: Vec<Instance>,
@@ -166,5 +241,30 @@ async fn main() {
     println!(
         "- cloud calls per sync: {} (list_instances, for all {n} nodes)",
         cloud.calls.load(Ordering::SeqCst)
+    );
+
+    // The node cache: heap bytes per 1,000 kubelet-written Nodes (40 images, nodeInfo,
+    // five conditions, managedFields), as the API sends them and as the cache keeps them.
+    let (full, earlier, slim) = cache_bytes(n);
+    let mib_per_1000 = |b: isize| b as f64 / (n as f64 / 1000.0) / (1024.0 * 1024.0);
+    println!();
+    println!("### The ccm's node cache, {n} kubelet-written Nodes (heap bytes, counted)");
+    println!();
+    println!("| | per 1,000 nodes | per node |");
+    println!("|---|---|---|");
+    println!(
+        "| as the API sends them (baseline) | {:.1} MiB | {} B |",
+        mib_per_1000(full),
+        full / n as isize
+    );
+    println!(
+        "| managedFields and images dropped (the cache before issue 15) | {:.1} MiB | {} B |",
+        mib_per_1000(earlier),
+        earlier / n as isize
+    );
+    println!(
+        "| as the cache keeps them (`nodes::slim`) | {:.1} MiB | {} B |",
+        mib_per_1000(slim),
+        slim / n as isize
     );
 }

@@ -4,6 +4,8 @@
 
 pub mod addresses;
 pub mod api_calls;
+#[doc(hidden)]
+pub mod fixtures;
 pub mod leader;
 pub mod metrics;
 pub mod nodes;

@@ -109,16 +109,6 @@ struct Options {
     log_format: LogFormat,
 }
 
-/// What the node cache drops: managedFields and the image list are most of a Node's
-/// size (memory grows with the cluster: BENCHMARKS.md) and no controller reads them;
-/// every write is a patch, so nothing dropped here is ever written back.
-fn slim_node(node: &mut Node) {
-    node.metadata.managed_fields = None;
-    if let Some(status) = node.status.as_mut() {
-        status.images = None;
-    }
-}
-
 /// Go-style durations as the upstream flags take them: `15s`, `500ms`, `2m`; a bare
 /// number is seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -179,7 +169,7 @@ async fn main() -> anyhow::Result<()> {
     {
         let (n, s) = (Arc::clone(&node_changed), Arc::clone(&svc_changed));
         let stream = watcher(nodes_api.clone(), watcher::Config::default())
-            .modify(slim_node)
+            .modify(overcast_ccm::nodes::slim)
             .reflect(writer);
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);

@@ -129,6 +129,36 @@ pub struct WatchTriage {
     seen: std::collections::HashMap<String, (bool, bool)>,
 }
 
+/// What the node cache keeps of a Node: what the controllers read — metadata (name, uid,
+/// resourceVersion, labels, deletion), the spec (providerID, taints), the addresses and
+/// the Ready condition's status — and nothing else. A kubelet's Node is mostly what no
+/// controller here reads (managedFields, the image list, nodeInfo, capacity, the other
+/// conditions' messages, annotations); memory grows with the cluster (BENCHMARKS.md,
+/// issue 15). Every write is a patch built from what is kept, so nothing dropped here is
+/// ever written back.
+pub fn slim(node: &mut Node) {
+    node.metadata.managed_fields = None;
+    node.metadata.annotations = None;
+    if let Some(status) = node.status.take() {
+        let ready = status
+            .conditions
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready");
+        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            addresses: status.addresses,
+            conditions: ready.map(|c| {
+                vec![k8s_openapi::api::core::v1::NodeCondition {
+                    type_: c.type_,
+                    status: c.status,
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        });
+    }
+}
+
 /// What one watch event calls for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Wake {

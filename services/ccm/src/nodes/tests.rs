@@ -391,3 +391,33 @@ fn heartbeats_wake_nothing_new_uninitialized_and_readiness_changes_do() {
         "the same name again is new"
     );
 }
+
+#[test]
+fn the_slim_node_answers_every_controller_question_as_the_full_one() {
+    let full: Node = serde_json::from_value(crate::fixtures::kubelet_node(7)).unwrap();
+    let mut slim_node = full.clone();
+    slim(&mut slim_node);
+    assert_eq!(ready(&slim_node), ready(&full));
+    assert!(ready(&slim_node));
+    assert_eq!(taints(&slim_node), taints(&full));
+    assert_eq!(provider_id(&slim_node), provider_id(&full));
+    assert_eq!(slim_node.labels(), full.labels());
+    assert_eq!(slim_node.metadata.uid, full.metadata.uid);
+    assert_eq!(slim_node.resource_version(), full.resource_version());
+    assert_eq!(
+        slim_node.status.as_ref().unwrap().addresses,
+        full.status.as_ref().unwrap().addresses
+    );
+    let mut a = WatchTriage::default();
+    let mut b = WatchTriage::default();
+    assert_eq!(a.applied(&slim_node), b.applied(&full));
+    // A NotReady node stays NotReady.
+    let mut down = crate::fixtures::kubelet_node(8);
+    down["status"]["conditions"][4]["status"] = json!("False");
+    let mut down: Node = serde_json::from_value(down).unwrap();
+    slim(&mut down);
+    assert!(!ready(&down));
+    let before = serde_json::to_vec(&full).unwrap().len();
+    let after = serde_json::to_vec(&slim_node).unwrap().len();
+    assert!(after * 5 < before, "{before} → {after} bytes");
+}
