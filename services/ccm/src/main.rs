@@ -421,9 +421,7 @@ impl Controllers {
 }
 
 async fn build_cloud(o: &Options) -> anyhow::Result<Cloud> {
-    let s = Settings {
-        lb_pool: o.lb_pool,
-        ..Settings::with_local_flags(o.cloud, &o.local)
-    };
+    let mut s = Settings::with_local_flags(o.cloud, &o.local);
+    s.local.lb_pool = o.lb_pool;
     overcast_clouds::open(Role::Ccm, &s).await
 }

@@ -71,6 +71,34 @@ impl LocalCloudConfig {
     }
 }
 
+/// What the local provider takes from a binary's flags beside the common settings (the
+/// real clouds take nothing from flags: their configuration is the cloud-config file and
+/// their upstream's variables).
+#[derive(Debug, Clone)]
+pub struct LocalOptions {
+    /// This host's zone and region (over the cloud-config file's).
+    pub zone: Option<String>,
+    pub region: Option<String>,
+    /// The directory of the disk files and the store.
+    pub state_dir: PathBuf,
+    /// Further machines (name, addresses, state …), over the file's `instancesFile`.
+    pub instances_file: Option<PathBuf>,
+    /// Where load-balancer addresses come from (over the file's `loadBalancerPool`).
+    pub lb_pool: Option<crate::lb::Pool>,
+}
+
+impl Default for LocalOptions {
+    fn default() -> Self {
+        Self {
+            zone: None,
+            region: None,
+            state_dir: PathBuf::from("/var/lib/overcast/local"),
+            instances_file: None,
+            lb_pool: None,
+        }
+    }
+}
+
 /// The local cloud's flags that the ccm and the discoverer share (`#[command(flatten)]`).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct LocalFlags {

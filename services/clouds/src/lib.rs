@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use overcast_cloud::{Cloud, CloudName, Zone};
-use overcast_cloud_local::cloud_config::{LocalCloudConfig, LocalFlags};
+use overcast_cloud_local::cloud_config::{LocalCloudConfig, LocalFlags, LocalOptions};
 use overcast_cloud_local::discovery::LocalDiscovery;
 use overcast_cloud_local::instances::LocalInstances;
-use overcast_cloud_local::lb::{LocalLoadBalancers, Pool, DEFAULT_POOL};
+use overcast_cloud_local::lb::{LocalLoadBalancers, DEFAULT_POOL};
 use overcast_cloud_local::{LocalCloud, LocalConfig};
 
 /// What a binary runs as; each gets only the capabilities it uses.
@@ -25,8 +25,10 @@ pub enum Role {
     Discoverer,
 }
 
-/// Everything the binaries know that a provider may need. Each provider reads what is
-/// its own and says what is missing; the services never look inside.
+/// What every binary knows that a provider may need: the cloud, its configuration file,
+/// this host's node name. A provider reads its own configuration from the file (and its
+/// upstream's variables) and says what is missing; only the local cloud also takes
+/// flags, which it declares in [`LocalOptions`]. The services never look inside.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub cloud: CloudName,
@@ -34,17 +36,10 @@ pub struct Settings {
     pub cloud_config: Option<PathBuf>,
     /// This host's node name, which is also its CSI node id (default: the hostname).
     pub node_name: Option<String>,
-    /// Local cloud: zone and region given on the command line (over the file's).
-    pub zone: Option<String>,
-    pub region: Option<String>,
-    /// Local cloud: the directory of the disk files and the store.
-    pub state_dir: PathBuf,
-    /// Local cloud: further machines (name, addresses, state …).
-    pub instances_file: Option<PathBuf>,
-    /// Local cloud: where load-balancer addresses come from.
-    pub lb_pool: Option<Pool>,
     /// How many disks one node takes.
     pub max_attachments_per_node: u64,
+    /// The local provider's own settings (ignored by every other cloud).
+    pub local: LocalOptions,
 }
 
 impl Settings {
@@ -53,25 +48,20 @@ impl Settings {
             cloud,
             cloud_config: None,
             node_name: None,
-            zone: None,
-            region: None,
-            state_dir: PathBuf::from("/var/lib/overcast/local"),
-            instances_file: None,
-            lb_pool: None,
             max_attachments_per_node: 128,
+            local: LocalOptions::default(),
         }
     }
 
-    /// The settings the ccm and the discoverer take from the local cloud's shared flags.
+    /// The settings the ccm and the discoverer take from the shared flags.
     pub fn with_local_flags(cloud: CloudName, flags: &LocalFlags) -> Self {
-        Self {
-            cloud_config: flags.cloud_config.clone(),
-            node_name: flags.node_name.clone(),
-            zone: flags.zone.clone(),
-            region: flags.region.clone(),
-            instances_file: flags.instances_file.clone(),
-            ..Self::new(cloud)
-        }
+        let mut s = Self::new(cloud);
+        s.cloud_config = flags.cloud_config.clone();
+        s.node_name = flags.node_name.clone();
+        s.local.zone = flags.zone.clone();
+        s.local.region = flags.region.clone();
+        s.local.instances_file = flags.instances_file.clone();
+        s
     }
 
     fn node_name(&self) -> String {
@@ -98,8 +88,8 @@ pub fn node_identity(s: &Settings) -> anyhow::Result<NodeIdentity> {
             Ok(NodeIdentity {
                 node_id: s.node_name(),
                 zone: Zone {
-                    zone: file.zone(s.zone.as_deref()),
-                    region: file.region(s.region.as_deref()),
+                    zone: file.zone(s.local.zone.as_deref()),
+                    region: file.region(s.local.region.as_deref()),
                 },
             })
         }
@@ -165,7 +155,10 @@ async fn open_local(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
         LocalInstances::new(
             me.node_id.clone(),
             me.zone.clone(),
-            s.instances_file.clone().or(file.instances_file.clone()),
+            s.local
+                .instances_file
+                .clone()
+                .or(file.instances_file.clone()),
         )
     };
     let mut cloud = Cloud {
@@ -175,18 +168,18 @@ async fn open_local(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
     match role {
         Role::CsiController => {
             let config = LocalConfig {
-                state_dir: s.state_dir.clone(),
+                state_dir: s.local.state_dir.clone(),
                 node_name: me.node_id.clone(),
                 zone: me.zone.clone(),
                 max_attachments_per_node: s.max_attachments_per_node,
             };
-            let disks = LocalCloud::open(config)
-                .await
-                .with_context(|| format!("open the local cloud in {}", s.state_dir.display()))?;
+            let disks = LocalCloud::open(config).await.with_context(|| {
+                format!("open the local cloud in {}", s.local.state_dir.display())
+            })?;
             cloud.disks = Some(Arc::new(disks));
         }
         Role::Ccm => {
-            let pool = match (s.lb_pool, &file.load_balancer_pool) {
+            let pool = match (s.local.lb_pool, &file.load_balancer_pool) {
                 (Some(pool), _) => pool,
                 (None, Some(text)) => text
                     .parse()
@@ -198,7 +191,7 @@ async fn open_local(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
         }
         Role::Discoverer => {
             cloud.discovery = Some(Arc::new(LocalDiscovery::new(
-                s.state_dir.clone(),
+                s.local.state_dir.clone(),
                 me.zone.clone(),
                 instances(),
             )));
@@ -215,9 +208,9 @@ mod tests {
     async fn each_role_gets_its_capabilities_and_unbuilt_clouds_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Settings::new(CloudName::Local);
-        s.state_dir = dir.path().join("state");
+        s.local.state_dir = dir.path().join("state");
         s.node_name = Some("n1".into());
-        s.zone = Some("z1".into());
+        s.local.zone = Some("z1".into());
         let ccm = open(Role::Ccm, &s).await.unwrap();
         assert!(ccm.instances.is_some() && ccm.load_balancers.is_some());
         assert!(ccm.disks.is_none() && ccm.discovery.is_none());

@@ -61,10 +61,8 @@ async fn main() -> anyhow::Result<()> {
     overcast_runtime::logging::init(o.log_format);
     // The cloud first: a wrong or missing cloud setting is said before anything is
     // contacted.
-    let settings = Settings {
-        state_dir: o.state_dir.clone(),
-        ..Settings::with_local_flags(o.cloud, &o.local)
-    };
+    let mut settings = Settings::with_local_flags(o.cloud, &o.local);
+    settings.local.state_dir = o.state_dir.clone();
     let cloud: Arc<dyn Discovery> = overcast_clouds::open(Role::Discoverer, &settings)
         .await?
         .discovery
