@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use overcast_cloud::config::{parse_ini, read_optional, IniSection};
+use overcast_cloud::config::{read_ini, unknown_keys, IniSection, ANY_KEY};
 use overcast_cloud::ConfigError;
 
 const CLOUD: &str = "openstack";
@@ -127,44 +127,24 @@ fn at(s: &IniSection, key: &str, path: Option<&Path>, why: String) -> ConfigErro
 
 impl Config {
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let text = read_optional(CLOUD, path)?.unwrap_or_default();
-        let sections = parse_ini(&text).map_err(|(line, why)| ConfigError::Invalid {
-            cloud: CLOUD,
-            file: path.map(Path::to_path_buf),
-            line: Some(line),
-            why,
-        })?;
-        let mut unknown = Vec::new();
+        let sections = read_ini(CLOUD, path)?;
+        let unknown = unknown_keys(&sections, |name| match name {
+            "global" => Some(GLOBAL_KEYS),
+            "blockstorage" => Some(BLOCK_STORAGE_KEYS),
+            name if LATER_SECTIONS.contains(&name) => Some(ANY_KEY),
+            _ => None,
+        });
         let empty = IniSection {
             name: "global".into(),
             sub: None,
             line: 0,
             values: Vec::new(),
         };
-        let mut global = &empty;
-        let mut block = None;
-        for s in &sections {
-            let known: &[&str] = match s.name.as_str() {
-                "global" => {
-                    global = s;
-                    GLOBAL_KEYS
-                }
-                "blockstorage" => {
-                    block = Some(s);
-                    BLOCK_STORAGE_KEYS
-                }
-                name if LATER_SECTIONS.contains(&name) => continue,
-                name => {
-                    unknown.push(format!("[{name}] (line {})", s.line));
-                    continue;
-                }
-            };
-            for v in &s.values {
-                if !known.contains(&v.key.as_str()) {
-                    unknown.push(format!("[{}] {} (line {})", s.name, v.key, v.line));
-                }
-            }
-        }
+        let global = sections
+            .iter()
+            .find(|s| s.name == "global")
+            .unwrap_or(&empty);
+        let block = sections.iter().find(|s| s.name == "blockstorage");
         let get = |k: &str| {
             global
                 .get(k)

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use overcast_cloud::config::{parse_ini, read_optional, IniSection};
+use overcast_cloud::config::{read_ini, unknown_keys, IniSection};
 use overcast_cloud::ConfigError;
 
 const CLOUD: &str = "vsphere";
@@ -81,30 +81,13 @@ pub struct Config {
 
 impl Config {
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let text = read_optional(CLOUD, path)?.unwrap_or_default();
-        let sections = parse_ini(&text).map_err(|(line, why)| ConfigError::Invalid {
-            cloud: CLOUD,
-            file: path.map(Path::to_path_buf),
-            line: Some(line),
-            why,
-        })?;
-        let mut unknown = Vec::new();
-        for s in &sections {
-            let known = match s.name.as_str() {
-                "global" | "virtualcenter" => VC_KEYS,
-                "labels" => LABEL_KEYS,
-                "nodes" => NODE_KEYS,
-                name => {
-                    unknown.push(format!("[{name}] (line {})", s.line));
-                    continue;
-                }
-            };
-            for v in &s.values {
-                if !known.contains(&v.key.as_str()) {
-                    unknown.push(format!("[{}] {} (line {})", s.name, v.key, v.line));
-                }
-            }
-        }
+        let sections = read_ini(CLOUD, path)?;
+        let unknown = unknown_keys(&sections, |name| match name {
+            "global" | "virtualcenter" => Some(VC_KEYS),
+            "labels" => Some(LABEL_KEYS),
+            "nodes" => Some(NODE_KEYS),
+            _ => None,
+        });
         let empty = IniSection {
             name: "global".into(),
             sub: None,

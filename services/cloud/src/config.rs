@@ -97,6 +97,43 @@ pub fn read_optional(
     }
 }
 
+/// Reads and parses an INI cloud-config (absent or missing reads as empty); a malformed
+/// line is [`ConfigError::Invalid`] naming it.
+pub fn read_ini(cloud: &'static str, path: Option<&Path>) -> Result<Vec<IniSection>, ConfigError> {
+    let text = read_optional(cloud, path)?.unwrap_or_default();
+    parse_ini(&text).map_err(|(line, why)| ConfigError::Invalid {
+        cloud,
+        file: path.map(Path::to_path_buf),
+        line: Some(line),
+        why,
+    })
+}
+
+/// A section whose keys are all accepted (read by a later part of the provider).
+pub const ANY_KEY: &[&str] = &["*"];
+
+/// Every section and key `known` does not list, as `[section] key (line n)` (the caller
+/// warns): `known` gives a section's keys, or `None` for a section it does not know.
+pub fn unknown_keys(
+    sections: &[IniSection],
+    known: impl Fn(&str) -> Option<&'static [&'static str]>,
+) -> Vec<String> {
+    let mut unknown = Vec::new();
+    for s in sections {
+        match known(&s.name) {
+            None => unknown.push(format!("[{}] (line {})", s.name, s.line)),
+            Some(keys) if keys == ANY_KEY => {}
+            Some(keys) => unknown.extend(
+                s.values
+                    .iter()
+                    .filter(|v| !keys.contains(&v.key.as_str()))
+                    .map(|v| format!("[{}] {} (line {})", s.name, v.key, v.line)),
+            ),
+        }
+    }
+    unknown
+}
+
 /// One `key = value` of an INI file, with its line for messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IniValue {
