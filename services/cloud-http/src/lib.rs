@@ -14,8 +14,8 @@
 //! - **Redaction**: header values are never in an error or a log; bodies quoted in errors
 //!   are cut short and have their credential fields and URL passwords masked ([`redact`]).
 //!
-//! A provider gets raw responses from [`HttpClient::send`] (a 404 on detach is success
-//! to it) and maps the rest with [`status_error`].
+//! A provider gets responses from [`HttpClient::send`] (a 404 on detach is success to
+//! it) and maps the ones it did not expect with [`status_error`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -221,9 +221,10 @@ impl HttpClient {
         &self.metrics
     }
 
-    /// Sends `req`, retrying what may be retried, within the deadline. Any status comes
-    /// back as a [`Response`]; only the transport's failures (and running out of time)
-    /// are errors.
+    /// Sends `req`, retrying what may be retried, within the deadline. Any status but
+    /// 429/502/503/504 comes back as a [`Response`] for the provider to read (a 404 on
+    /// detach is its success); the transport's failures, running out of time, and a
+    /// 429/502/503/504 that outlasted the retries (or came to a POST) are errors.
     pub async fn send(&self, req: Request) -> Result<Response, CloudError> {
         let started = Instant::now();
         let mut retry = Retry::new(self.settings.retry_delay, Duration::from_secs(10));
