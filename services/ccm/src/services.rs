@@ -86,7 +86,7 @@ pub fn balancer_name(svc: &Service) -> String {
 }
 
 /// Nodes traffic may go to: Ready, not excluded, not leaving; by their first InternalIP.
-pub fn backends(nodes: &[Node]) -> Vec<Backend> {
+pub fn backends(nodes: &[Arc<Node>]) -> Vec<Backend> {
     let mut out: Vec<Backend> = nodes
         .iter()
         .filter(|n| {
@@ -143,7 +143,7 @@ impl ServiceSync {
     /// One pass over one Service, with its retry delay: a Service still waiting out a
     /// failure is put back until then without a call (unless its spec changed: a new
     /// `metadata.generation` is tried at once).
-    pub async fn reconcile(&self, svc: Arc<Service>, nodes: &[Node]) -> Result<Action> {
+    pub async fn reconcile(&self, svc: Arc<Service>, nodes: &[Arc<Node>]) -> Result<Action> {
         let key = service_key(&svc);
         let generation = svc.metadata.generation;
         {
@@ -176,7 +176,7 @@ impl ServiceSync {
         Action::requeue(lock(&self.backoff).remaining(&service_key(svc), Instant::now()))
     }
 
-    async fn apply(&self, svc: Arc<Service>, nodes: &[Node]) -> Result<Action> {
+    async fn apply(&self, svc: Arc<Service>, nodes: &[Arc<Node>]) -> Result<Action> {
         let ours = svc.finalizers().iter().any(|f| f == FINALIZER);
         if !ours && !self.wants_balancer(&svc) {
             return Ok(Action::await_change());
@@ -212,7 +212,12 @@ impl ServiceSync {
         })
     }
 
-    async fn ensure(&self, api: &Api<Service>, svc: &Service, nodes: &[Node]) -> Result<Action> {
+    async fn ensure(
+        &self,
+        api: &Api<Service>,
+        svc: &Service,
+        nodes: &[Arc<Node>],
+    ) -> Result<Action> {
         let key = service_key(svc);
         let mut spec = self.spec(svc)?;
         spec.backends = backends(nodes);
@@ -430,7 +435,8 @@ pub async fn run(
     controller
         .run(
             move |svc, sync: Arc<ServiceSync>| {
-                let nodes: Vec<Node> = nodes.state().iter().map(|n| n.as_ref().clone()).collect();
+                // The cache's own Arcs: a pass costs no copy of the nodes.
+                let nodes = nodes.state();
                 let services = services.clone();
                 async move {
                     let result = sync.reconcile(svc, &nodes).await;

@@ -73,20 +73,20 @@ fn service(
     .unwrap()
 }
 
-fn node(name: &str, ip: &str, ready: bool, excluded: bool) -> Node {
+fn node(name: &str, ip: &str, ready: bool, excluded: bool) -> Arc<Node> {
     let labels = if excluded {
         json!({EXCLUDE_LABEL: ""})
     } else {
         json!({})
     };
-    serde_json::from_value(json!({
+    Arc::new(serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
         "status": {
             "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}],
             "addresses": [{"type": "Hostname", "address": name}, {"type": "InternalIP", "address": ip}],
         }
     }))
-    .unwrap()
+    .unwrap())
 }
 
 fn svc_json() -> Value {
@@ -123,7 +123,7 @@ fn sync_for(lbs: &Arc<FakeLbs>, client: Client, class: Option<&str>) -> ServiceS
 async fn run(
     lbs: &Arc<FakeLbs>,
     svc: Service,
-    nodes: Vec<Node>,
+    nodes: Vec<Arc<Node>>,
     calls: Vec<Call>,
     class: Option<&str>,
 ) -> (Result<Action>, usize) {
