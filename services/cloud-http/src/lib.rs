@@ -57,6 +57,9 @@ pub struct HttpSettings {
     pub attempts: u32,
     /// The first retry's delay (doubling, jittered, up to 10 s).
     pub retry_delay: Duration,
+    /// The largest answer read; a bigger one (a broken or hostile endpoint) is refused
+    /// instead of filling memory.
+    pub max_body: usize,
 }
 
 impl HttpSettings {
@@ -69,6 +72,7 @@ impl HttpSettings {
             deadline: Duration::from_secs(120),
             attempts: 4,
             retry_delay: Duration::from_millis(500),
+            max_body: 32 << 20,
         }
     }
 }
@@ -287,7 +291,7 @@ impl HttpClient {
             )))
         })?;
         let (parts, body) = resp.into_parts();
-        let body = body
+        let body = http_body_util::Limited::new(body, self.settings.max_body)
             .collect()
             .await
             .map_err(|e| {

@@ -324,3 +324,24 @@ fn metrics_carry_the_upstream_names() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn an_answer_larger_than_the_limit_is_refused_not_read_whole() {
+    let big: &'static str = Box::leak("x".repeat(200_000).into_boxed_str());
+    let s = serve(vec![(200, big, Duration::ZERO)], None).await;
+    let c = HttpClient::new(
+        HttpSettings {
+            max_body: 64 << 10,
+            attempts: 1,
+            ..settings()
+        },
+        None,
+    )
+    .unwrap();
+    let e = c
+        .send(get(&format!("http://{}/huge", s.url)))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CloudError::Unavailable(_)), "{e}");
+    assert!(e.to_string().contains("reading the answer"), "{e}");
+}
