@@ -366,7 +366,8 @@ impl Controllers {
                     // period, backing off from 1 s up to the period.
                     let mut retry = overcast_runtime::backoff::Retry::new(Duration::from_secs(1), period);
                     loop {
-                        let snapshot: Vec<Node> = nodes.state().iter().map(|n| n.as_ref().clone()).collect();
+                        // The cache's own Arcs: a sync copies no node.
+                        let snapshot = nodes.state();
                         let sync = NodeSync { api: &api, cloud: instances.as_ref(), policy: &policy, metrics: &metrics, parts, concurrency, guard: &guard, recorder: Some(&recorder) };
                         let wait = match sync.run(&snapshot).await {
                             Ok(report) => {
