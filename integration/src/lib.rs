@@ -14,6 +14,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 pub use overcast_api::csi_v1;
 
 pub mod attacks;
+pub mod dvp_sim;
 pub mod fake_api;
 pub mod kubelet;
 pub mod kustomize;

@@ -88,6 +88,8 @@ pub struct ApiMetrics {
     duration: Family<RequestLabel, Histogram>,
     requests: Family<RequestLabel, Counter>,
     errors: Family<RequestLabel, Counter>,
+    /// Every request under any name (benchmarks count calls per operation).
+    total: std::sync::atomic::AtomicU64,
 }
 
 impl ApiMetrics {
@@ -113,14 +115,42 @@ impl ApiMetrics {
         Arc::new(m)
     }
 
-    fn unregistered() -> Self {
+    /// Metrics no registry exports (tests, benchmarks).
+    pub fn unregistered() -> Self {
         Self {
+            total: std::sync::atomic::AtomicU64::new(0),
             duration: Family::new_with_constructor(|| {
                 Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0])
             }),
             requests: Family::default(),
             errors: Family::default(),
         }
+    }
+
+    /// Records one request made by another client (a cloud spoken to through kube's
+    /// client, as DVP's parent cluster): same names, same metrics.
+    pub fn observe(&self, name: &str, took: Duration, ok: bool) {
+        let label = RequestLabel {
+            request: name.to_owned(),
+        };
+        self.count(&label);
+        self.duration
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
+        if !ok {
+            self.errors.get_or_create(&label).inc();
+        }
+    }
+
+    fn count(&self, label: &RequestLabel) {
+        self.requests.get_or_create(label).inc();
+        self.total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Requests made under any name so far.
+    pub fn total(&self) -> u64 {
+        self.total.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Requests made under `name` so far (benchmarks count API calls per operation).
@@ -240,7 +270,7 @@ impl HttpClient {
             attempt += 1;
             let left = self.settings.deadline.saturating_sub(started.elapsed());
             let limit = self.settings.attempt_timeout.min(left);
-            self.metrics.requests.get_or_create(&label).inc();
+            self.metrics.count(&label);
             let one = Instant::now();
             let result = tokio::time::timeout(limit, self.attempt(&req)).await;
             self.metrics

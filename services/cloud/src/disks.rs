@@ -10,7 +10,8 @@ use crate::Result;
 
 /// A placement domain, spelled with the well-known Kubernetes topology keys so that CSI
 /// topology and the node labels the cloud-controller-manager sets agree.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// Both empty: the cloud has no zones (no topology is published).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Zone {
     pub region: String,
     pub zone: String,

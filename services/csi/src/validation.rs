@@ -197,13 +197,15 @@ pub fn size_fits(size: u64, range: Option<&csi::CapacityRange>) -> Result<bool, 
     Ok(size >= required && (limit == 0 || size <= limit))
 }
 
+/// The topology segments of `zone`; a cloud without zones (both empty) has none, so
+/// its volumes carry no node affinity.
 pub fn topology_of(zone: &Zone) -> csi::Topology {
     csi::Topology {
-        segments: [
-            (ZONE_KEY.to_owned(), zone.zone.clone()),
-            (REGION_KEY.to_owned(), zone.region.clone()),
-        ]
-        .into(),
+        segments: [(ZONE_KEY, &zone.zone), (REGION_KEY, &zone.region)]
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.to_owned(), v.clone()))
+            .collect(),
     }
 }
 

@@ -56,7 +56,10 @@ fn volume_of(disk: &Disk) -> csi::Volume {
         volume_id: disk.id.clone(),
         volume_context: [(overcast_api::VOLUME_NAME_KEY.to_owned(), disk.name.clone())].into(),
         content_source: None,
-        accessible_topology: vec![topology_of(&disk.zone)],
+        accessible_topology: Some(topology_of(&disk.zone))
+            .filter(|t| !t.segments.is_empty())
+            .into_iter()
+            .collect(),
     }
 }
 

@@ -1,0 +1,296 @@
+//! The parts of the Deckhouse virtualization API (`virtualization.deckhouse.io/v1alpha2`)
+//! this provider reads and writes, typed after the real CRDs (`../shared/kit/crds/
+//! virtualization/`): field names and phases are theirs. Only what we use is typed; a
+//! write never replaces a whole object (it creates, or merge-patches one field), so the
+//! fields we do not know are never lost.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::core::{ApiResource, GroupVersionKind, Object};
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "virtualization.deckhouse.io";
+pub const VERSION: &str = "v1alpha2";
+
+/// Label upstream puts on a VirtualDisk it makes: the disk's own name.
+pub const DISK_NAME_LABEL: &str = "virtualDiskName";
+/// Labels upstream puts on a VirtualMachineBlockDeviceAttachment.
+pub const VMBDA_DISK_LABEL: &str = "virtualMachineDiskName";
+pub const VMBDA_VM_LABEL: &str = "virtualMachineName";
+/// The node name of a VM made by Deckhouse (a VM is found by it, else by its name).
+pub const HOSTNAME_LABEL: &str = "dvp.deckhouse.io/hostname";
+/// Ours: which cluster made a disk, so discovery can tell our orphans from others' disks.
+pub const CLUSTER_LABEL: &str = "overcast.dev/cluster";
+/// Ours: the disk-shaping StorageClass parameters, recorded so a repeated create can be
+/// compared (JSON of a sorted map).
+pub const PARAMETERS_ANNOTATION: &str = "overcast.dev/parameters";
+/// Ours: the metadata the CSI sidecars sent (PVC/PV names), for operators.
+pub const METADATA_ANNOTATION: &str = "overcast.dev/metadata";
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, kind), plural)
+}
+
+pub fn virtual_disk() -> ApiResource {
+    resource("VirtualDisk", "virtualdisks")
+}
+pub fn vmbda() -> ApiResource {
+    resource(
+        "VirtualMachineBlockDeviceAttachment",
+        "virtualmachineblockdeviceattachments",
+    )
+}
+pub fn virtual_machine() -> ApiResource {
+    resource("VirtualMachine", "virtualmachines")
+}
+pub fn virtual_machine_class() -> ApiResource {
+    resource("VirtualMachineClass", "virtualmachineclasses")
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+}
+
+// ---- VirtualDisk ------------------------------------------------------------------
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualDiskSpec {
+    pub persistent_volume_claim: DiskClaim,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskClaim {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<Quantity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualDiskStatus {
+    /// Pending, Provisioning, WaitForUserUpload, WaitForFirstConsumer, Ready, Resizing,
+    /// Failed, PVCLost, Exporting, Terminating, Migrating.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// What the disk holds now (a quantity, e.g. `1Gi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<DiskTarget>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attached_to_virtual_machines: Vec<AttachedTo>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskTarget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim_name: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachedTo {
+    pub name: String,
+    #[serde(default)]
+    pub mounted: bool,
+}
+
+pub type VirtualDisk = Object<VirtualDiskSpec, VirtualDiskStatus>;
+
+// ---- VirtualMachineBlockDeviceAttachment -----------------------------------------
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VmbdaSpec {
+    pub virtual_machine_name: String,
+    pub block_device_ref: BlockDeviceRef,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BlockDeviceRef {
+    /// VirtualDisk, VirtualImage, ClusterVirtualImage.
+    pub kind: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VmbdaStatus {
+    /// Pending, InProgress, Attached, Failed, Terminating.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_machine_name: Option<String>,
+}
+
+pub type Vmbda = Object<VmbdaSpec, VmbdaStatus>;
+
+// ---- VirtualMachine ---------------------------------------------------------------
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VmSpec {
+    #[serde(default)]
+    pub virtual_machine_class_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<VmCpu>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<VmMemory>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_policy: Option<String>,
+    #[serde(default)]
+    pub block_device_refs: Vec<BlockDeviceRef>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VmCpu {
+    #[serde(default)]
+    pub cores: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_fraction: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VmMemory {
+    pub size: Quantity,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VmStatus {
+    /// Pending, Running, Degraded, Terminating, Stopped, Stopping, Starting, Migrating, Pause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// The parent node the VM runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_address: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub block_device_refs: Vec<VmBlockDevice>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VmBlockDevice {
+    pub kind: String,
+    pub name: String,
+    #[serde(default)]
+    pub attached: bool,
+    #[serde(default)]
+    pub hotplugged: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_machine_block_device_attachment_name: Option<String>,
+}
+
+pub type VirtualMachine = Object<VmSpec, VmStatus>;
+
+/// A VM's node name: its `dvp.deckhouse.io/hostname` label, else its own name.
+pub fn vm_hostname(vm: &VirtualMachine) -> &str {
+    vm.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(HOSTNAME_LABEL))
+        .filter(|h| !h.is_empty())
+        .map(String::as_str)
+        .or(vm.metadata.name.as_deref())
+        .unwrap_or_default()
+}
+
+/// `vmbda-<disk>-<hostname>`, upstream's name for the attachment of a disk to a VM.
+pub fn vmbda_name(disk: &str, hostname: &str) -> String {
+    format!("vmbda-{disk}-{hostname}")
+}
+
+/// Labels of an object, empty when it has none.
+pub fn labels(meta: &kube::core::ObjectMeta) -> BTreeMap<String, String> {
+    meta.labels.clone().unwrap_or_default()
+}
+
+/// The serial the guest sees for a VirtualDisk: the hex MD5 of its uid (udev links it as
+/// `/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_<serial>`).
+pub fn disk_serial(uid: &str) -> String {
+    format!("{:x}", md5::compute(uid.as_bytes()))
+}
+
+/// Parses a Kubernetes quantity of bytes (`10Gi`, `1073741824`, `1G`, `1.5Gi`).
+pub fn quantity_bytes(q: &str) -> Option<u64> {
+    let q = q.trim();
+    let split = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(q.len());
+    let (num, suffix) = q.split_at(split);
+    let mult: f64 = match suffix {
+        "" => 1.0,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        _ => return None,
+    };
+    if num.contains('.') {
+        let v: f64 = num.parse().ok()?;
+        return Some((v * mult).ceil() as u64);
+    }
+    let v: u64 = num.parse().ok()?;
+    v.checked_mul(mult as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_read_as_the_api_writes_them() {
+        assert_eq!(quantity_bytes("1Gi"), Some(1 << 30));
+        assert_eq!(quantity_bytes("1073741824"), Some(1 << 30));
+        assert_eq!(quantity_bytes("512Mi"), Some(512 << 20));
+        assert_eq!(quantity_bytes("1G"), Some(1_000_000_000));
+        assert_eq!(quantity_bytes("1.5Gi"), Some(3 << 29));
+        assert_eq!(quantity_bytes("lots"), None);
+        assert_eq!(quantity_bytes("1Xi"), None);
+    }
+
+    #[test]
+    fn a_vm_is_named_by_its_hostname_label_else_its_name() {
+        let mut vm = VirtualMachine::new("vm-a", &virtual_machine(), VmSpec::default());
+        assert_eq!(vm_hostname(&vm), "vm-a");
+        vm.metadata.labels = Some([(HOSTNAME_LABEL.to_owned(), "worker-1".to_owned())].into());
+        assert_eq!(vm_hostname(&vm), "worker-1");
+        assert_eq!(vmbda_name("pvc-1", "worker-1"), "vmbda-pvc-1-worker-1");
+    }
+}

@@ -1,0 +1,212 @@
+//! Instances on DVP: every VirtualMachine of the namespace, listed in one call per sync
+//! (pages of 500), with the parent's Nodes listed once more for the zones the VMs run in.
+//!
+//! As upstream: providerID `dvp://<vm-name>`, the node name is the VM's
+//! `dvp.deckhouse.io/hostname` label (else its name), `status.ipAddress` is both the
+//! InternalIP and the ExternalIP, a Stopped VM is shut down, a deleted VM is gone.
+//! Beyond upstream: an instance type from the VM's class, cores and memory, and the zone
+//! and region of the parent node the VM runs on.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use overcast_cloud::{
+    AddressType, CloudError, Instance, InstanceState, Instances, NodeAddress, Result, Zone,
+};
+
+use crate::api::{self, VirtualMachine};
+use crate::parent::Parent;
+
+pub const PROVIDER: &str = "dvp";
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+const REGION_LABEL: &str = "topology.kubernetes.io/region";
+
+pub struct DvpInstances {
+    parent: Parent,
+    /// The parent's Nodes are cluster-scoped: a tenant's account may not read them. Once
+    /// refused, zones are left out and not asked again (said once in the log).
+    nodes_refused: AtomicBool,
+}
+
+impl DvpInstances {
+    pub fn new(parent: Parent) -> Self {
+        Self {
+            parent,
+            nodes_refused: AtomicBool::new(false),
+        }
+    }
+
+    /// Zone and region of each parent node, by name; empty when they cannot be read.
+    async fn parent_zones(&self) -> Result<BTreeMap<String, Zone>> {
+        if self.nodes_refused.load(Ordering::Relaxed) {
+            return Ok(BTreeMap::new());
+        }
+        let api: Api<Node> = Api::all(self.parent.client.clone());
+        let lp = ListParams::default();
+        match self
+            .parent
+            .call(
+                "node_list",
+                "list the parent's Nodes",
+                api.list_metadata(&lp),
+            )
+            .await
+        {
+            Ok(list) => Ok(list
+                .items
+                .into_iter()
+                .filter_map(|n| {
+                    let labels = n.metadata.labels.unwrap_or_default();
+                    let zone = labels.get(ZONE_LABEL)?.clone();
+                    Some((
+                        n.metadata.name?,
+                        Zone {
+                            zone,
+                            region: labels.get(REGION_LABEL).cloned().unwrap_or_default(),
+                        },
+                    ))
+                })
+                .collect()),
+            Err(CloudError::PermissionDenied(e)) => {
+                self.nodes_refused.store(true, Ordering::Relaxed);
+                tracing::warn!(error = %e, "the parent's Nodes cannot be read: instances get no zone");
+                Ok(BTreeMap::new())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// `<class>-<cores>c-<memory>`, e.g. `generic-4c-8gi`: what a VM of this shape is.
+pub fn instance_type(vm: &VirtualMachine) -> String {
+    let class = &vm.spec.virtual_machine_class_name;
+    let cores = vm.spec.cpu.as_ref().map(|c| c.cores).unwrap_or(0);
+    let memory = vm
+        .spec
+        .memory
+        .as_ref()
+        .and_then(|m| api::quantity_bytes(&m.size.0))
+        .map(|b| {
+            if b % (1 << 30) == 0 {
+                format!("{}gi", b >> 30)
+            } else {
+                format!("{}mi", b.div_ceil(1 << 20))
+            }
+        })
+        .unwrap_or_else(|| "0mi".into());
+    format!("{class}-{cores}c-{memory}")
+}
+
+pub fn to_instance(vm: &VirtualMachine, zones: &BTreeMap<String, Zone>) -> Instance {
+    let hostname = api::vm_hostname(vm).to_owned();
+    let status = vm.status.clone().unwrap_or_default();
+    let mut addresses = Vec::new();
+    if let Some(ip) = status.ip_address.as_deref().filter(|ip| !ip.is_empty()) {
+        for kind in [AddressType::InternalIP, AddressType::ExternalIP] {
+            addresses.push(NodeAddress {
+                kind,
+                address: ip.to_owned(),
+            });
+        }
+    }
+    addresses.push(NodeAddress {
+        kind: AddressType::Hostname,
+        address: hostname.clone(),
+    });
+    let state = match status.phase.as_deref() {
+        Some("Stopped") => InstanceState::Shutdown,
+        _ => InstanceState::Running,
+    };
+    Instance {
+        node_name: hostname,
+        provider_id: format!("{PROVIDER}://{}", vm.name_any()),
+        instance_type: instance_type(vm),
+        addresses,
+        zone: status
+            .node_name
+            .as_ref()
+            .and_then(|n| zones.get(n))
+            .cloned(),
+        state,
+    }
+}
+
+#[async_trait]
+impl Instances for DvpInstances {
+    fn provider_name(&self) -> &'static str {
+        PROVIDER
+    }
+
+    async fn list_instances(&self) -> Result<Vec<Instance>> {
+        let vms = self
+            .parent
+            .list_all("virtualmachine_list", &self.parent.vms(), None)
+            .await?;
+        let zones = self.parent_zones().await?;
+        Ok(vms.iter().map(|vm| to_instance(vm, &zones)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    #[test]
+    fn a_vm_reads_as_upstream_names_it_and_with_what_upstream_left_out() {
+        let mut vm = VirtualMachine::new(
+            "vm-7f3a",
+            &api::virtual_machine(),
+            api::VmSpec {
+                virtual_machine_class_name: "generic".into(),
+                cpu: Some(api::VmCpu {
+                    cores: 4,
+                    core_fraction: None,
+                }),
+                memory: Some(api::VmMemory {
+                    size: Quantity("8Gi".into()),
+                }),
+                ..Default::default()
+            },
+        );
+        vm.metadata.labels = Some([(api::HOSTNAME_LABEL.to_owned(), "worker-1".to_owned())].into());
+        vm.status = Some(api::VmStatus {
+            phase: Some("Stopped".into()),
+            node_name: Some("parent-a".into()),
+            ip_address: Some("10.66.0.7".into()),
+            ..Default::default()
+        });
+        let zones = BTreeMap::from([(
+            "parent-a".to_owned(),
+            Zone {
+                zone: "z1".into(),
+                region: "r1".into(),
+            },
+        )]);
+        let i = to_instance(&vm, &zones);
+        assert_eq!(i.node_name, "worker-1");
+        assert_eq!(i.provider_id, "dvp://vm-7f3a");
+        assert_eq!(i.instance_type, "generic-4c-8gi");
+        assert_eq!(i.state, InstanceState::Shutdown);
+        assert_eq!(i.zone.as_ref().map(|z| z.zone.as_str()), Some("z1"));
+        let kinds: Vec<AddressType> = i.addresses.iter().map(|a| a.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                AddressType::InternalIP,
+                AddressType::ExternalIP,
+                AddressType::Hostname
+            ]
+        );
+        vm.status.as_mut().unwrap().ip_address = None;
+        vm.status.as_mut().unwrap().phase = Some("Running".into());
+        let i = to_instance(&vm, &BTreeMap::new());
+        assert_eq!(i.addresses.len(), 1);
+        assert_eq!(i.state, InstanceState::Running);
+        assert!(i.zone.is_none());
+    }
+}

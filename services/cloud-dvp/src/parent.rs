@@ -1,0 +1,177 @@
+//! The parent cluster: a Kubernetes client for the namespace holding this cluster's VMs,
+//! every call under a deadline, counted and timed per request name
+//! (`dvp_api_request_duration_seconds{request}`, `dvp_api_requests_total`,
+//! `dvp_api_request_errors_total`), and every failure turned into a [`CloudError`] by
+//! what a retry would do. Nothing here logs a credential: the kubeconfig stays inside
+//! the client.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ListParams, ObjectList};
+use kube::config::KubeConfigOptions;
+use kube::core::{ApiResource, DynamicObject, Object};
+use kube::Client;
+use overcast_cloud::{CloudError, Result};
+use overcast_cloud_http::ApiMetrics;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::api;
+use crate::Config;
+
+/// How long one API call may take before its outcome counts as unknown.
+pub const CALL_DEADLINE: Duration = Duration::from_secs(30);
+/// Objects per page of a list (the API server's continue tokens page the rest).
+const PAGE: u32 = 500;
+
+#[derive(Clone)]
+pub struct Parent {
+    pub client: Client,
+    pub namespace: String,
+    pub metrics: Arc<ApiMetrics>,
+}
+
+impl std::fmt::Debug for Parent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parent")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Parent {
+    /// A client for the parent cluster the configuration names. Nothing is contacted.
+    pub async fn connect(config: &Config, metrics: Arc<ApiMetrics>) -> anyhow::Result<Self> {
+        let kube_config = kube::Config::from_custom_kubeconfig(
+            config.kubeconfig.clone(),
+            &KubeConfigOptions::default(),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("the parent cluster's kubeconfig: {e}"))?;
+        let client = Client::try_from(kube_config)
+            .map_err(|e| anyhow::anyhow!("a client for the parent cluster: {e}"))?;
+        Ok(Self::new(client, config.namespace.clone(), metrics))
+    }
+
+    pub fn new(client: Client, namespace: String, metrics: Arc<ApiMetrics>) -> Self {
+        Self {
+            client,
+            namespace,
+            metrics,
+        }
+    }
+
+    pub fn disks(&self) -> Api<api::VirtualDisk> {
+        Api::namespaced_with(self.client.clone(), &self.namespace, &api::virtual_disk())
+    }
+    pub fn vmbdas(&self) -> Api<api::Vmbda> {
+        Api::namespaced_with(self.client.clone(), &self.namespace, &api::vmbda())
+    }
+    pub fn vms(&self) -> Api<api::VirtualMachine> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &api::virtual_machine(),
+        )
+    }
+
+    /// Runs one API call under the deadline, counted as `name`.
+    pub async fn call<T, F>(&self, name: &'static str, what: &str, fut: F) -> Result<T>
+    where
+        F: Future<Output = kube::Result<T>>,
+    {
+        let started = Instant::now();
+        let out = match tokio::time::timeout(CALL_DEADLINE, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(to_cloud_error(what, e)),
+            Err(_) => Err(CloudError::DeadlineExceeded(format!(
+                "{what}: the parent cluster did not answer within {CALL_DEADLINE:?}"
+            ))),
+        };
+        self.metrics.observe(name, started.elapsed(), out.is_ok());
+        out
+    }
+
+    /// Like [`Parent::call`], with "not found" as `None`.
+    pub async fn get_opt<K>(
+        &self,
+        name: &'static str,
+        api: &Api<K>,
+        object: &str,
+    ) -> Result<Option<K>>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        self.call(name, &format!("get {object}"), api.get_opt(object))
+            .await
+    }
+
+    /// Every object the selector matches, page by page (one counted call per page).
+    pub async fn list_all<P, U>(
+        &self,
+        name: &'static str,
+        api: &Api<Object<P, U>>,
+        selector: Option<&str>,
+    ) -> Result<Vec<Object<P, U>>>
+    where
+        P: Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+        U: Clone + DeserializeOwned + Serialize + std::fmt::Debug + Default,
+    {
+        let mut out = Vec::new();
+        let mut lp = ListParams::default().limit(PAGE);
+        if let Some(s) = selector {
+            lp = lp.labels(s);
+        }
+        loop {
+            let page: ObjectList<Object<P, U>> = self
+                .call(name, &format!("list {name}"), api.list(&lp))
+                .await?;
+            out.extend(page.items);
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => lp = lp.continue_token(&token),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Untyped objects of another API (the parent's Nodes, StorageClasses, quotas).
+    pub fn dynamic(&self, ar: &ApiResource, namespaced: bool) -> Api<DynamicObject> {
+        if namespaced {
+            Api::namespaced_with(self.client.clone(), &self.namespace, ar)
+        } else {
+            Api::all_with(self.client.clone(), ar)
+        }
+    }
+}
+
+/// What a failed parent-cluster call means, by what a retry would do. Only a 404 says
+/// an object is gone; everything the caller cannot classify is retried.
+pub fn to_cloud_error(what: &str, e: kube::Error) -> CloudError {
+    match e {
+        kube::Error::Api(s) => {
+            let msg = format!("{what}: {} ({}, {})", s.message, s.reason, s.code);
+            match s.code {
+                404 => CloudError::not_found("object", what.to_owned()),
+                409 => CloudError::Conflict(msg),
+                401 => CloudError::Unauthenticated(msg),
+                // A namespace ResourceQuota refusing a create is a 403 "exceeded quota".
+                403 if s.message.contains("exceeded quota") => CloudError::ResourceExhausted(msg),
+                403 => CloudError::PermissionDenied(msg),
+                400 | 422 => CloudError::InvalidArgument(msg),
+                429 => CloudError::ResourceExhausted(msg),
+                504 => CloudError::DeadlineExceeded(msg),
+                _ => CloudError::Unavailable(msg),
+            }
+        }
+        // The answer could not be read: not the API we expect (a proxy's page, a
+        // truncated body). Unknown, so never "gone".
+        kube::Error::SerdeError(e) => CloudError::Unavailable(format!(
+            "{what}: the parent cluster's answer does not read: {e}"
+        )),
+        other => CloudError::Unavailable(format!(
+            "{what}: the parent cluster is unreachable: {other}"
+        )),
+    }
+}
