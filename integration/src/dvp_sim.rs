@@ -147,6 +147,9 @@ struct State {
     latency: Duration,
     first_seen: Mutex<HashMap<String, Instant>>,
     attached: Mutex<BTreeMap<String, Attached>>,
+    /// When each attachment's `Attached` status write was sent (publish latency is
+    /// measured from here).
+    attached_at: Mutex<HashMap<String, Instant>>,
     faults: Arc<Faults>,
 }
 
@@ -185,6 +188,7 @@ impl DvpSim {
             latency,
             first_seen: Mutex::new(HashMap::new()),
             attached: Mutex::new(BTreeMap::new()),
+            attached_at: Mutex::new(HashMap::new()),
             faults: Arc::clone(&faults),
         });
         let task = tokio::spawn(run(
@@ -266,6 +270,16 @@ impl DvpSim {
     pub fn device_of(&self, vmbda: &str) -> Option<PathBuf> {
         let attached = self.state.attached.lock().expect("lock");
         attached.get(vmbda).map(|a| loopdev::device_path(a.index))
+    }
+
+    /// When the attachment's `Attached` status write was sent.
+    pub fn attached_at(&self, vmbda: &str) -> Option<Instant> {
+        self.state
+            .attached_at
+            .lock()
+            .expect("lock")
+            .get(vmbda)
+            .copied()
     }
 
     /// How many attachments are live on the machine (loop devices bound).
@@ -633,6 +647,12 @@ async fn reconcile_vmbda(
         .and_then(|s| s.capacity.clone())
         .unwrap_or_default();
     set_vm_devices(vms_api, vm, &name, Some((&disk.name_any(), &size))).await?;
+    // Taken as the status write is sent: the provider may see it before the write returns.
+    state
+        .attached_at
+        .lock()
+        .expect("lock")
+        .insert(name.clone(), Instant::now());
     set_status(
         api,
         &name,

@@ -386,6 +386,48 @@ async fn a_disk_that_fails_to_provision_is_reported_and_leaves_nothing() {
         .await
         .expect("the retry provisions");
     disks.delete_disk("pvc-quota").await.expect("delete");
+
+    // A VM's own disk shares the namespace: no volume call reaches it, whatever its name.
+    let root: VirtualDisk = serde_json::from_value(serde_json::json!({
+        "apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",
+        "metadata": {"name": "vm-worker-1-root"},
+        "spec": {"persistentVolumeClaim": {"size": "16Mi"}},
+    }))
+    .unwrap();
+    world
+        .parent
+        .disks()
+        .create(&PostParams::default(), &root)
+        .await
+        .expect("a VM's disk");
+    assert!(matches!(
+        disks.disk("vm-worker-1-root").await,
+        Err(CloudError::NotFound { .. })
+    ));
+    assert!(matches!(
+        disks.delete_disk("vm-worker-1-root").await,
+        Err(CloudError::NotFound { .. })
+    ));
+    assert!(matches!(
+        disks.create_disk(spec("vm-worker-1-root")).await,
+        Err(CloudError::ParameterMismatch { .. })
+    ));
+    assert!(disks
+        .list_disks()
+        .await
+        .unwrap()
+        .iter()
+        .all(|d| d.id != "vm-worker-1-root"));
+    assert!(
+        world
+            .parent
+            .disks()
+            .get_opt("vm-worker-1-root")
+            .await
+            .unwrap()
+            .is_some(),
+        "still there"
+    );
     world.finish().await;
 }
 
@@ -424,4 +466,260 @@ async fn the_dvp_provider_passes_the_conformance_suite_on_a_real_dvp() {
     })
     .await;
     conformance::instances(&DvpInstances::new(parent), &node).await;
+}
+
+/// The real `csi` binary (`--cloud dvp`, controller and node in one process) on the
+/// simulated parent: a volume's whole life as the sidecars and kubelet drive it, ending
+/// in a real ext4 mount of the loop-backed disk found through its by-id link.
+#[tokio::test]
+async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_parent() {
+    use overcast_integration::{csi_v1 as csi, mount_cap, Csi, NODE_ID};
+    let _turn = PARENT.lock().await;
+    let Some(world) = World::new("the csi binary on DVP", "csi").await else {
+        return;
+    };
+    world
+        .sim
+        .add_vm("vm-test-node", NODE_ID, "10.66.0.21", "parent-a")
+        .await;
+    let work = tempfile::tempdir().unwrap();
+    let kubeconfig = std::fs::read_to_string(std::env::var(real::ENV).unwrap()).unwrap();
+    let indented: String = kubeconfig.lines().map(|l| format!("  {l}\n")).collect();
+    let config = work.path().join("cloud-config");
+    std::fs::write(
+        &config,
+        format!(
+            "namespace: {}\nkubeconfig: |\n{indented}",
+            world.sim.namespace
+        ),
+    )
+    .unwrap();
+    let port = overcast_integration::free_port();
+    let driver = Csi::start(&[
+        &format!("--metrics-address=127.0.0.1:{port}"),
+        "--cloud=dvp",
+        &format!("--cloud-config={}", config.display()),
+        &format!("--device-by-id-dir={}", world.sim.by_id.display()),
+    ])
+    .await;
+    let (mut c, mut n) = (driver.controller().await, driver.node().await);
+    let mut create = overcast_integration::create_request("pvc-csi-1", 32 << 20);
+    create
+        .parameters
+        .insert("csi.storage.k8s.io/pvc/name".into(), "data".into());
+    let volume = c
+        .create_volume(create)
+        .await
+        .expect("create")
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(volume.volume_id, "pvc-csi-1");
+    assert!(
+        volume.accessible_topology.is_empty(),
+        "no zones: no node affinity"
+    );
+    let ctx = c
+        .controller_publish_volume(overcast_integration::publish_request("pvc-csi-1", false))
+        .await
+        .expect("attach")
+        .into_inner()
+        .publish_context;
+    let staging = work.path().join("staging");
+    let target = work.path().join("target");
+    std::fs::create_dir_all(&staging).unwrap();
+    let cleanup = scopeguard(work.path().to_path_buf());
+    n.node_stage_volume(csi::NodeStageVolumeRequest {
+        volume_id: "pvc-csi-1".into(),
+        publish_context: ctx.clone(),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: Some(mount_cap("ext4")),
+        ..Default::default()
+    })
+    .await
+    .expect("stage");
+    n.node_publish_volume(csi::NodePublishVolumeRequest {
+        volume_id: "pvc-csi-1".into(),
+        publish_context: ctx,
+        staging_target_path: staging.display().to_string(),
+        target_path: target.display().to_string(),
+        volume_capability: Some(mount_cap("ext4")),
+        ..Default::default()
+    })
+    .await
+    .expect("publish");
+    // The mount is the simulator's loop device, reached through the by-id link.
+    let device = world
+        .sim
+        .device_of(&format!("vmbda-pvc-csi-1-{NODE_ID}"))
+        .expect("attached");
+    let source = mount_source(&staging).expect("staged mount");
+    assert_eq!(std::fs::canonicalize(&source).unwrap(), device);
+    std::fs::write(target.join("hello"), b"dvp").expect("write through the mount");
+    n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+        volume_id: "pvc-csi-1".into(),
+        target_path: target.display().to_string(),
+    })
+    .await
+    .expect("unpublish");
+    n.node_unstage_volume(csi::NodeUnstageVolumeRequest {
+        volume_id: "pvc-csi-1".into(),
+        staging_target_path: staging.display().to_string(),
+    })
+    .await
+    .expect("unstage");
+    c.controller_unpublish_volume(csi::ControllerUnpublishVolumeRequest {
+        volume_id: "pvc-csi-1".into(),
+        node_id: NODE_ID.into(),
+        ..Default::default()
+    })
+    .await
+    .expect("detach");
+    assert_eq!(world.sim.attached_count(), 0);
+    c.delete_volume(overcast_integration::delete_request("pvc-csi-1"))
+        .await
+        .expect("delete");
+    assert!(world
+        .parent
+        .disks()
+        .get_opt("pvc-csi-1")
+        .await
+        .unwrap()
+        .is_none());
+    // Its parent-cluster calls are counted by request, under the cloud's prefix.
+    let (status, body) = overcast_integration::http_get(port, "/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        real::metric(
+            &body,
+            "dvp_api_requests_total{request=\"virtualdisk_create\"}"
+        ) == Some(1.0),
+        "{body}"
+    );
+    assert!(real::metric(&body, "dvp_api_requests_total{request=\"vmbda_create\"}") == Some(1.0));
+    drop(cleanup);
+    drop(driver);
+    world.finish().await;
+}
+
+/// The source device of the mount at `path` (from /proc/self/mountinfo).
+fn mount_source(path: &std::path::Path) -> Option<std::path::PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = path.display().to_string();
+    info.lines().find_map(|l| {
+        let fields: Vec<&str> = l.split(' ').collect();
+        let sep = fields.iter().position(|f| *f == "-")?;
+        (fields.get(4) == Some(&want.as_str())).then(|| std::path::PathBuf::from(fields[sep + 2]))
+    })
+}
+
+/// Unmounts whatever a failed test left under `dir`.
+struct Unmount(std::path::PathBuf);
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        overcast_integration::unmount_under(&self.0);
+    }
+}
+fn scopeguard(dir: std::path::PathBuf) -> Unmount {
+    Unmount(dir)
+}
+
+/// The real `ccm` (`--cloud dvp`) initializes a node of this cluster from its VM on the
+/// simulated parent (the kit's API server plays both: the Node is this cluster's, the VM
+/// the parent's): providerID, instance type, addresses, the taint removed.
+#[tokio::test]
+async fn the_ccm_initializes_a_node_from_its_vm_on_the_simulated_parent() {
+    use k8s_openapi::api::core::v1::Node;
+    let _turn = PARENT.lock().await;
+    let Some(world) = World::new("the ccm on DVP", "ccm").await else {
+        return;
+    };
+    let kubeconfig_path = std::env::var(real::ENV).unwrap();
+    let name = format!("overcast-it-dvp-node-{}", std::process::id());
+    world
+        .sim
+        .add_vm("vm-ccm-1", &name, "10.66.0.31", "parent-a")
+        .await;
+    let work = tempfile::tempdir().unwrap();
+    let kubeconfig = std::fs::read_to_string(&kubeconfig_path).unwrap();
+    let indented: String = kubeconfig.lines().map(|l| format!("  {l}\n")).collect();
+    let config = work.path().join("cloud-config");
+    std::fs::write(
+        &config,
+        format!(
+            "namespace: {}\nkubeconfig: |\n{indented}",
+            world.sim.namespace
+        ),
+    )
+    .unwrap();
+    let nodes: Api<Node> = Api::all(world.parent.client.clone());
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}]},
+    }))
+    .unwrap();
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node");
+    let port = overcast_integration::free_port();
+    let _ccm = overcast_integration::KillOnDrop(
+        std::process::Command::new(overcast_integration::binary("ccm"))
+            .arg(format!("--kubeconfig={kubeconfig_path}"))
+            .arg("--cloud=dvp")
+            .arg(format!("--cloud-config={}", config.display()))
+            .arg("--controllers=node")
+            .arg("--leader-elect=false")
+            .arg("--node-sync-period=2")
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let initialized = real::wait_for("initialization", Duration::from_secs(30), async || {
+        let n = nodes.get(&name).await.ok()?;
+        (n.spec.as_ref()?.provider_id.as_deref() == Some("dvp://vm-ccm-1")).then_some(n)
+    })
+    .await;
+    let labels = initialized.metadata.labels.clone().unwrap();
+    assert_eq!(labels["node.kubernetes.io/instance-type"], "generic-2c-4gi");
+    assert!(!initialized
+        .spec
+        .as_ref()
+        .unwrap()
+        .taints
+        .iter()
+        .flatten()
+        .any(|t| t.key.contains("uninitialized")));
+    let addresses = real::wait_for("addresses", Duration::from_secs(30), async || {
+        let n = nodes.get(&name).await.ok()?;
+        let a = n.status?.addresses?;
+        (!a.is_empty()).then_some(a)
+    })
+    .await;
+    let pairs: Vec<(String, String)> = addresses
+        .into_iter()
+        .map(|a| (a.type_, a.address))
+        .collect();
+    for want in [
+        ("InternalIP", "10.66.0.31"),
+        ("ExternalIP", "10.66.0.31"),
+        ("Hostname", name.as_str()),
+    ] {
+        assert!(
+            pairs.contains(&(want.0.to_owned(), want.1.to_owned())),
+            "{pairs:?}"
+        );
+    }
+    let (_, body) = overcast_integration::http_get(port, "/metrics");
+    assert!(
+        real::metric(
+            &body,
+            "dvp_api_requests_total{request=\"virtualmachine_list\"}"
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{body}"
+    );
+    let _ = nodes.delete(&name, &DeleteParams::default()).await;
+    world.finish().await;
 }

@@ -150,10 +150,10 @@ async fn main() -> anyhow::Result<()> {
     }
     // The cloud first: a wrong or missing cloud setting is said before anything is
     // contacted.
-    let cloud = build_cloud(&o).await?;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let cloud = build_cloud(&o, &mut registry).await?;
     let client = overcast_kube::client(o.kubeconfig.as_deref()).await?;
 
-    let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
     let health: overcast_runtime::http::HealthCheck = Arc::new(|| Box::pin(async { Ok(()) }));
     let bound =
@@ -421,8 +421,12 @@ impl Controllers {
     }
 }
 
-async fn build_cloud(o: &Options) -> anyhow::Result<Cloud> {
+async fn build_cloud(
+    o: &Options,
+    registry: &mut prometheus_client::registry::Registry,
+) -> anyhow::Result<Cloud> {
     let mut s = Settings::with_local_flags(o.cloud, &o.local);
     s.local.lb_pool = o.lb_pool;
+    s.register_api_metrics(registry);
     overcast_clouds::open(Role::Ccm, &s).await
 }

@@ -25,6 +25,10 @@ pub const CLUSTER_LABEL: &str = "overcast.dev/cluster";
 /// Ours: the disk-shaping StorageClass parameters, recorded so a repeated create can be
 /// compared (JSON of a sorted map).
 pub const PARAMETERS_ANNOTATION: &str = "overcast.dev/parameters";
+/// Ours, on a VMBDA: the attachment was asked read-only (the hypervisor attaches it
+/// writable either way; the node mounts it read-only, and a publish in the other mode is
+/// refused as incompatible).
+pub const READONLY_ANNOTATION: &str = "overcast.dev/readonly";
 /// Ours: the metadata the CSI sidecars sent (PVC/PV names), for operators.
 pub const METADATA_ANNOTATION: &str = "overcast.dev/metadata";
 

@@ -92,6 +92,7 @@ impl DvpDisks {
         self.parent
             .get_opt("virtualdisk_get", &self.parent.disks(), id)
             .await?
+            .filter(is_volume)
             .ok_or_else(|| CloudError::not_found("disk", id))
     }
 
@@ -160,7 +161,7 @@ impl DvpDisks {
             .iter()
             .map(|v| Attachment {
                 node: attachment_node(v),
-                readonly: false,
+                readonly: is_readonly(v),
                 publish_context: context(&uid),
             })
             .collect();
@@ -312,6 +313,19 @@ fn context(uid: &str) -> BTreeMap<String, String> {
     .to_map()
 }
 
+/// Whether a VirtualDisk was made as a volume (upstream's label naming it): the VMs'
+/// root disks share the namespace, and no volume call may reach one — not even a
+/// DeleteVolume of a PV someone pointed at it by hand.
+fn is_volume(vd: &VirtualDisk) -> bool {
+    vd.labels().get(api::DISK_NAME_LABEL).map(String::as_str) == Some(vd.name_any().as_str())
+}
+
+fn is_readonly(v: &Vmbda) -> bool {
+    v.annotations()
+        .get(api::READONLY_ANNOTATION)
+        .is_some_and(|r| r == "true")
+}
+
 /// The node an attachment is for: upstream's label (the hostname), else the VM's name.
 fn attachment_node(v: &Vmbda) -> String {
     v.labels()
@@ -400,9 +414,11 @@ impl Disks for DvpDisks {
     }
 
     async fn create_disk(&self, spec: DiskSpec) -> Result<Disk> {
-        if !is_name(&spec.name) || spec.name.len() > 200 {
+        // Upstream labels the disk and its attachments with its name: a label value, so
+        // at most 63 characters (a PV's name, `pvc-<uid>`, is 40).
+        if !is_name(&spec.name) || spec.name.len() > 63 {
             return Err(CloudError::InvalidArgument(format!(
-                "volume name {:?} cannot name a VirtualDisk (a DNS subdomain of at most 200 characters, so its attachments' names fit)",
+                "volume name {:?} cannot name a VirtualDisk (a DNS subdomain of at most 63 characters, as it is also a label value)",
                 spec.name
             )));
         }
@@ -412,6 +428,13 @@ impl Disks for DvpDisks {
             .get_opt("virtualdisk_get", &self.parent.disks(), &spec.name)
             .await?;
         let vd = match existing {
+            Some(vd) if !is_volume(&vd) => {
+                return Err(CloudError::ParameterMismatch {
+                    name: spec.name,
+                    reason: "a VirtualDisk of that name exists that is not a volume (a VM's disk?)"
+                        .into(),
+                })
+            }
             Some(vd) => vd,
             None => {
                 let mut vd = VirtualDisk::new(
@@ -516,6 +539,7 @@ impl Disks for DvpDisks {
         }
         let mut out: Vec<Disk> = disks
             .iter()
+            .filter(|vd| is_volume(vd))
             .map(|vd| {
                 let name = vd.name_any();
                 self.to_disk(
@@ -605,6 +629,12 @@ impl Disks for DvpDisks {
             attachment_node(v) == hostname || v.spec.virtual_machine_name == vm.name_any()
         });
         let vmbda = match existing {
+            Some(v) if is_readonly(&v) != readonly => {
+                return Err(CloudError::FailedPrecondition(format!(
+                    "VirtualDisk {id} is attached to {hostname} with readonly={}",
+                    is_readonly(&v)
+                )))
+            }
             Some(v) => v,
             None => {
                 let mut v = Vmbda::new(
@@ -622,6 +652,12 @@ impl Disks for DvpDisks {
                     (api::VMBDA_DISK_LABEL.to_owned(), id.to_owned()),
                     (api::VMBDA_VM_LABEL.to_owned(), hostname.clone()),
                 ]));
+                if readonly {
+                    v.metadata.annotations = Some(BTreeMap::from([(
+                        api::READONLY_ANNOTATION.to_owned(),
+                        "true".to_owned(),
+                    )]));
+                }
                 v.status = None;
                 match self
                     .parent

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use overcast_cloud::{Cloud, CloudName, Zone};
+use overcast_cloud_http::ApiMetrics;
 use overcast_cloud_local::cloud_config::{LocalCloudConfig, LocalFlags, LocalOptions};
 use overcast_cloud_local::discovery::LocalDiscovery;
 use overcast_cloud_local::instances::LocalInstances;
@@ -40,6 +41,9 @@ pub struct Settings {
     pub max_attachments_per_node: u64,
     /// The local provider's own settings (ignored by every other cloud).
     pub local: LocalOptions,
+    /// Where a provider counts and times its cloud calls (`<cloud>_api_request_*`): the
+    /// binary registers it with its /metrics ([`Settings::register_api_metrics`]).
+    pub api_metrics: Arc<ApiMetrics>,
 }
 
 impl Settings {
@@ -50,6 +54,16 @@ impl Settings {
             node_name: None,
             max_attachments_per_node: 128,
             local: LocalOptions::default(),
+            api_metrics: Arc::new(ApiMetrics::unregistered()),
+        }
+    }
+
+    /// Exports the provider's per-request metrics under the cloud's name (OCCM's names
+    /// with prefix `openstack`, `dvp_api_requests_total` for DVP, …). The local cloud
+    /// makes no API calls and exports none.
+    pub fn register_api_metrics(&mut self, registry: &mut prometheus_client::registry::Registry) {
+        if self.cloud != CloudName::Local {
+            self.api_metrics = ApiMetrics::register(registry, self.cloud.as_str());
         }
     }
 
@@ -93,6 +107,12 @@ pub fn node_identity(s: &Settings) -> anyhow::Result<NodeIdentity> {
                 },
             })
         }
+        // A DVP node plugin needs no credentials: its node id is its node name (the VM's
+        // hostname label), and volumes carry no zone yet (issue 16 continued).
+        CloudName::Dvp => Ok(NodeIdentity {
+            node_id: s.node_name(),
+            zone: Zone::default(),
+        }),
         // What a node plugin of these clouds needs to know about its node (and whether
         // it reads any configuration at all) is each provider's to say when it lands.
         other => anyhow::bail!(other.not_built()),
@@ -107,14 +127,7 @@ fn configured_but_not_built(cloud: CloudName, s: &Settings) -> anyhow::Result<St
     let env = |k: &str| std::env::var(k).ok();
     let path = s.cloud_config.as_deref();
     let (summary, unknown) = match cloud {
-        CloudName::Local => return Ok(String::new()),
-        CloudName::Dvp => {
-            let c = overcast_cloud_dvp::Config::load(path, &env)?;
-            (
-                format!("parent namespace {:?}", c.namespace),
-                c.unknown_keys,
-            )
-        }
+        CloudName::Local | CloudName::Dvp => return Ok(String::new()),
         CloudName::Openstack => {
             let c = overcast_cloud_openstack::Config::load(path)?;
             (format!("Keystone at {}", c.auth_url), c.unknown)
@@ -144,8 +157,43 @@ fn configured_but_not_built(cloud: CloudName, s: &Settings) -> anyhow::Result<St
 pub async fn open(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
     match s.cloud {
         CloudName::Local => open_local(role, s).await,
+        CloudName::Dvp => open_dvp(role, s).await,
         other => anyhow::bail!(configured_but_not_built(other, s)?),
     }
+}
+
+/// DVP: the parent cluster's VM API. Nothing is contacted here: an unreachable parent
+/// is said by the first call (and by /healthz), as any cloud outage is.
+async fn open_dvp(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
+    use overcast_cloud_dvp::{Config, DvpDisks, DvpInstances, Parent, Waits};
+    let env = |k: &str| std::env::var(k).ok();
+    let config = Config::load(s.cloud_config.as_deref(), &env)?;
+    if !config.unknown_keys.is_empty() {
+        tracing::warn!(cloud = "dvp", keys = ?config.unknown_keys, "the cloud config has keys this version does not know; ignored");
+    }
+    let parent = Parent::connect(&config, Arc::clone(&s.api_metrics)).await?;
+    let mut cloud = Cloud {
+        name: CloudName::Dvp.as_str(),
+        ..Cloud::default()
+    };
+    match role {
+        Role::CsiController => {
+            cloud.disks = Some(Arc::new(DvpDisks::new(
+                parent,
+                Zone::default(),
+                s.max_attachments_per_node,
+                Waits::default(),
+            )));
+        }
+        // Load balancers (a Service in the parent namespace) are not built yet: the ccm
+        // runs its node controllers and says its service controller is off.
+        Role::Ccm => cloud.instances = Some(Arc::new(DvpInstances::new(parent))),
+        Role::Discoverer => anyhow::bail!(
+            "cloud \"dvp\": its configuration is complete (parent namespace {:?}); its discovery is not in this build yet (issue 16), only its disks and instances; see the README's status table",
+            config.namespace
+        ),
+    }
+    Ok(cloud)
 }
 
 async fn open_local(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
@@ -219,6 +267,20 @@ mod tests {
         let me = node_identity(&s).unwrap();
         assert_eq!(me.node_id, "n1");
         assert_eq!(me.zone.zone, "z1");
+        // DVP: its configuration first; its node plugin needs none.
+        let mut dvp = Settings::new(CloudName::Dvp);
+        dvp.node_name = Some("worker-1".into());
+        let err = open(Role::CsiController, &dvp)
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("lacks credentials or settings"), "{err}");
+        let me = node_identity(&dvp).unwrap();
+        assert_eq!(
+            (me.node_id.as_str(), me.zone),
+            ("worker-1", Zone::default())
+        );
         for c in CloudName::ALL.into_iter().filter(|c| !c.is_built()) {
             let s = Settings::new(c);
             // Without a configuration, what is missing is said first.

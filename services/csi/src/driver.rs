@@ -41,7 +41,9 @@ impl Driver {
         // credentials, is said at once, in any mode (the node plugin's topology comes
         // from its cloud too). The controller's configuration first: it is what a
         // Secret without credentials breaks.
-        let settings = settings(&options)?;
+        let mut settings = settings(&options)?;
+        let mut registry = Registry::default();
+        settings.register_api_metrics(&mut registry);
         let cloud: Option<Arc<dyn Disks>> = if options.mode.controller() {
             let cloud = overcast_clouds::open(Role::CsiController, &settings).await?;
             Some(
@@ -56,7 +58,6 @@ impl Driver {
         let listener = socket::bind(&socket_path)
             .await
             .with_context(|| format!("bind {}", socket_path.display()))?;
-        let mut registry = Registry::default();
         let metrics = GrpcMetrics::register(&mut registry, "csi");
         Ok(Self {
             options,
@@ -120,7 +121,9 @@ impl Driver {
                     zone,
                     state,
                     wait,
-                    Arc::new(overcast_mount::System),
+                    Arc::new(overcast_mount::System {
+                        by_id: options.device_by_id_dir.clone(),
+                    }),
                 );
                 Some(csi::node_server::NodeServer::new(service))
             }

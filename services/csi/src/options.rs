@@ -69,6 +69,11 @@ pub struct Options {
     )]
     pub node_state_dir: PathBuf,
 
+    /// Node: where disks are linked by their serial (udev's directory; a test's
+    /// simulated cloud points elsewhere).
+    #[arg(long, env = "CSI_DEVICE_BY_ID_DIR", default_value = "/dev/disk/by-id")]
+    pub device_by_id_dir: PathBuf,
+
     /// Node: how long NodeStageVolume waits for an attached disk to appear.
     #[arg(long, env = "CSI_DEVICE_WAIT_SECONDS", default_value_t = 30)]
     pub device_wait_seconds: u64,

@@ -63,12 +63,13 @@ async fn main() -> anyhow::Result<()> {
     // contacted.
     let mut settings = Settings::with_local_flags(o.cloud, &o.local);
     settings.local.state_dir = o.state_dir.clone();
+    let mut registry = prometheus_client::registry::Registry::default();
+    settings.register_api_metrics(&mut registry);
     let cloud: Arc<dyn Discovery> = overcast_clouds::open(Role::Discoverer, &settings)
         .await?
         .discovery
         .ok_or_else(|| anyhow::anyhow!("cloud {} has no discovery", settings.cloud))?;
     let client = overcast_kube::client(o.kubeconfig.as_deref()).await?;
-    let mut registry = prometheus_client::registry::Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
     let stale_after = match o.stale_after {
         0 => Duration::from_secs(o.discovery_period.saturating_mul(3).max(600)),

@@ -64,12 +64,16 @@ pub fn check_volume(hint: &PublishContext, volume_id: &str) -> Result<()> {
     )))
 }
 
-/// Waits up to `timeout` for the device `hint` names.
-pub async fn find(hint: &PublishContext, timeout: Duration) -> Result<PathBuf> {
+/// Where udev links disks by their serial on a real node.
+pub const BY_ID: &str = "/dev/disk/by-id";
+
+/// Waits up to `timeout` for the device `hint` names; serials are looked up as links in
+/// `by_id` (normally [`BY_ID`]).
+pub async fn find(by_id: &Path, hint: &PublishContext, timeout: Duration) -> Result<PathBuf> {
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(5);
     loop {
-        if let Some(path) = find_once(hint) {
+        if let Some(path) = find_once(by_id, hint) {
             return Ok(path);
         }
         if Instant::now() >= deadline {
@@ -80,7 +84,7 @@ pub async fn find(hint: &PublishContext, timeout: Duration) -> Result<PathBuf> {
     }
 }
 
-pub fn find_once(hint: &PublishContext) -> Option<PathBuf> {
+pub fn find_once(by_id: &Path, hint: &PublishContext) -> Option<PathBuf> {
     if let Some(file) = &hint.backing_file {
         // The recorded device first (cheap), then every loop device.
         if let Some(dev) = hint.device_path.as_deref().filter(|d| loop_backs(d, file)) {
@@ -89,7 +93,7 @@ pub fn find_once(hint: &PublishContext) -> Option<PathBuf> {
         return loop_for(file);
     }
     if let Some(serial) = &hint.serial {
-        if let Some(dev) = by_id(serial).or_else(|| by_sysfs("serial", serial)) {
+        if let Some(dev) = by_id_link(by_id, serial).or_else(|| by_sysfs("serial", serial)) {
             return Some(dev);
         }
     }
@@ -124,14 +128,20 @@ fn loop_for(file: &Path) -> Option<PathBuf> {
         })
 }
 
-/// `/dev/disk/by-id/<bus>-<serial>` links, as udev names virtio and SCSI disks (the
-/// serial is often cut to 20 characters, so a prefix match counts).
-fn by_id(serial: &str) -> Option<PathBuf> {
-    let entries = std::fs::read_dir("/dev/disk/by-id").ok()?;
+/// `<by-id>/<bus>-<serial>` links, as udev names virtio (`virtio-<serial>`) and QEMU SCSI
+/// (`scsi-0QEMU_QEMU_HARDDISK_<serial>`) disks. A virtio serial is cut to 20 characters,
+/// so its first 20 count too; either must follow a `-` or `_`, so that a serial is never
+/// found inside another disk's longer one.
+fn by_id_link(dir: &Path, serial: &str) -> Option<PathBuf> {
+    let entries = std::fs::read_dir(dir).ok()?;
     let short: String = serial.chars().take(20).collect();
+    let ends_with_at_boundary = |name: &str, tail: &str| {
+        name.strip_suffix(tail)
+            .is_some_and(|head| head.ends_with('-') || head.ends_with('_'))
+    };
     entries.flatten().find_map(|e| {
         let name = e.file_name().into_string().ok()?;
-        let matches = name.ends_with(serial) || name.ends_with(&short);
+        let matches = ends_with_at_boundary(&name, serial) || ends_with_at_boundary(&name, &short);
         (matches && !name.contains("-part"))
             .then(|| std::fs::canonicalize(e.path()).ok())
             .flatten()
@@ -295,6 +305,38 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_serial_is_found_by_its_link_and_never_inside_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let serial = "0a1b2c3d4e5f60718293a4b5c6d7e8f9";
+        let link = |name: &str| {
+            std::os::unix::fs::symlink("/dev/null", dir.path().join(name)).unwrap();
+        };
+        link("scsi-0QEMU_QEMU_HARDDISK_ff0a1b2c3d4e5f60718293a4b5c6d7e8f9");
+        link(&format!("scsi-0QEMU_QEMU_HARDDISK_{serial}-part1"));
+        assert_eq!(
+            by_id_link(dir.path(), serial),
+            None,
+            "a longer serial ending in ours is another disk"
+        );
+        link(&format!("scsi-0QEMU_QEMU_HARDDISK_{serial}"));
+        assert_eq!(
+            by_id_link(dir.path(), serial),
+            Some(PathBuf::from("/dev/null"))
+        );
+        let cut = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(
+            "/dev/null",
+            cut.path().join(format!("virtio-{}", &serial[..20])),
+        )
+        .unwrap();
+        assert_eq!(
+            by_id_link(cut.path(), serial),
+            Some(PathBuf::from("/dev/null")),
+            "virtio's 20 characters"
+        );
+    }
+
     #[tokio::test]
     async fn a_missing_device_is_reported_after_the_wait() {
         let hint = PublishContext {
@@ -302,7 +344,9 @@ mod tests {
             ..Default::default()
         };
         let started = Instant::now();
-        let err = find(&hint, Duration::from_millis(100)).await.unwrap_err();
+        let err = find(Path::new(BY_ID), &hint, Duration::from_millis(100))
+            .await
+            .unwrap_err();
         assert!(matches!(err, MountError::DeviceNotFound(_)));
         assert!(started.elapsed() >= Duration::from_millis(100));
     }

@@ -38,13 +38,25 @@ pub trait Host: Send + Sync + 'static {
 }
 
 /// This machine: system calls, sysfs, /proc/self/mountinfo, blkid, mkfs, resize tools.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct System;
+#[derive(Debug, Clone)]
+pub struct System {
+    /// Where disks are linked by serial: `/dev/disk/by-id` on a real node (a test's
+    /// simulated cloud makes its links elsewhere).
+    pub by_id: PathBuf,
+}
+
+impl Default for System {
+    fn default() -> Self {
+        Self {
+            by_id: PathBuf::from(device::BY_ID),
+        }
+    }
+}
 
 #[async_trait]
 impl Host for System {
     async fn find_device(&self, ctx: &PublishContext, wait: Duration) -> Result<PathBuf> {
-        device::find(ctx, wait).await
+        device::find(&self.by_id, ctx, wait).await
     }
     fn device_numbers(&self, dev: &Path) -> Result<(u32, u32)> {
         device::numbers(dev)

@@ -50,12 +50,10 @@ impl ControllerService {
             .cloud
             .attach_disk(id, node, req.readonly)
             .await
-            .map_err(|e| match e {
-                CloudError::FailedPrecondition(why) => {
-                    Status::already_exists(format!("{op}: {why}"))
-                }
-                e => to_status(&op, e),
-            })?;
+            // A provider's FailedPrecondition (a DVP attachment the parent failed, say) is
+            // the spec's FAILED_PRECONDITION: not retried quickly, and not "incompatible
+            // publish" (the mode is checked above, against the cloud's own record).
+            .map_err(|e| to_status(&op, e))?;
         Ok(csi::ControllerPublishVolumeResponse {
             publish_context: attachment.publish_context.into_iter().collect(),
         })

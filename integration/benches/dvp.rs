@@ -1,0 +1,190 @@
+//! The DVP provider on the simulated parent (the kit's API server with the real
+//! virtualization CRDs, `overcast_integration::dvp_sim`): parent-cluster API calls and
+//! time per CSI operation and per node sync, and how long after the VMBDA reports
+//! `Attached` the attach call answers. Baseline in the same run: one bare GET of a
+//! VirtualDisk and one bare list of the VMs (the floor of any call).
+//!
+//! `eval "$(../shared/kit/kube-up.sh /tmp/kube)" && cargo bench -p overcast-integration --bench dvp`
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use overcast_cloud::{DiskSpec, Disks, Instances, Zone};
+use overcast_cloud_dvp::{DvpDisks, DvpInstances, Parent, Waits};
+use overcast_cloud_http::ApiMetrics;
+use overcast_integration::dvp_sim::{self, DvpSim};
+use overcast_integration::real;
+
+const ROUNDS: usize = 10;
+const VMS: usize = 200;
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+#[tokio::main]
+async fn main() {
+    let Some(path) = real::kubeconfig("the DVP benchmark") else {
+        return;
+    };
+    let client = real::client(&path).await;
+    dvp_sim::install_crds(&client).await;
+    dvp_sim::sweep(&client, "overcast-bench-dvp-").await;
+    let ns = format!("overcast-bench-dvp-{}", std::process::id());
+    // The parent's own latency per transition, as its controllers take time.
+    let latency = Duration::from_millis(100);
+    let sim = DvpSim::start(client.clone(), &ns, latency).await;
+    sim.add_vm("vm-bench", "bench-node", "10.66.1.1", "parent-a")
+        .await;
+    let metrics = Arc::new(ApiMetrics::unregistered());
+    let parent = Parent::new(client.clone(), ns.clone(), Arc::clone(&metrics));
+    let disks = DvpDisks::new(parent.clone(), Zone::default(), 64, Waits::default());
+
+    let ops = ["create", "attach", "expand", "detach", "delete"];
+    let mut times: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
+    let mut calls: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    let mut after_attached = Vec::new();
+    let mut floor = Vec::new();
+    for i in 0..ROUNDS {
+        let name = format!("bench-{i}");
+        let mut step =
+            async |op: &'static str,
+                   f: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>>| {
+                let before = metrics.total();
+                let started = Instant::now();
+                f.await;
+                times.entry(op).or_default().push(started.elapsed());
+                calls.entry(op).or_default().push(metrics.total() - before);
+            };
+        let spec = DiskSpec {
+            name: name.clone(),
+            size_bytes: 16 << 20,
+            zone: Zone::default(),
+            parameters: BTreeMap::new(),
+            metadata: BTreeMap::new(),
+        };
+        step(
+            "create",
+            Box::pin(async {
+                disks.create_disk(spec).await.expect("create");
+            }),
+        )
+        .await;
+        let started = Instant::now();
+        let _ = parent.disks().get(&name).await.expect("bare get");
+        floor.push(started.elapsed());
+        step(
+            "attach",
+            Box::pin(async {
+                disks
+                    .attach_disk(&name, "bench-node", false)
+                    .await
+                    .expect("attach");
+                let at = sim
+                    .attached_at(&format!("vmbda-{name}-bench-node"))
+                    .expect("attached");
+                after_attached.push(at.elapsed());
+            }),
+        )
+        .await;
+        step(
+            "expand",
+            Box::pin(async {
+                disks.expand_disk(&name, 32 << 20).await.expect("expand");
+            }),
+        )
+        .await;
+        step(
+            "detach",
+            Box::pin(async {
+                disks
+                    .detach_disk(&name, "bench-node")
+                    .await
+                    .expect("detach");
+            }),
+        )
+        .await;
+        step(
+            "delete",
+            Box::pin(async {
+                disks.delete_disk(&name).await.expect("delete");
+            }),
+        )
+        .await;
+    }
+
+    println!(
+        "DVP provider on the simulated parent (transition latency {}), {ROUNDS} rounds, medians",
+        ms(latency)
+    );
+    println!("| operation | parent API calls | time |");
+    println!("|---|---|---|");
+    for op in ops {
+        let c = calls.remove(op).unwrap_or_default();
+        let (lo, hi) = (
+            c.iter().min().copied().unwrap_or(0),
+            c.iter().max().copied().unwrap_or(0),
+        );
+        let range = if lo == hi {
+            lo.to_string()
+        } else {
+            format!("{lo}–{hi}")
+        };
+        println!(
+            "| {op} | {range} | {} |",
+            ms(median(times.remove(op).unwrap_or_default()))
+        );
+    }
+    println!(
+        "| baseline: one bare GET of a VirtualDisk | 1 | {} |",
+        ms(median(floor))
+    );
+    println!(
+        "attach answered after the VMBDA reported Attached: median {}",
+        ms(median(after_attached))
+    );
+
+    for i in 0..VMS {
+        sim.add_vm(
+            &format!("vm-sync-{i}"),
+            &format!("sync-{i}"),
+            &format!("10.66.2.{}", i % 250),
+            "parent-a",
+        )
+        .await;
+    }
+    let instances = DvpInstances::new(parent.clone());
+    let mut sync_times = Vec::new();
+    let mut sync_calls = Vec::new();
+    let mut list_floor = Vec::new();
+    for _ in 0..ROUNDS {
+        let before = metrics.total();
+        let started = Instant::now();
+        let all = instances.list_instances().await.expect("list");
+        sync_times.push(started.elapsed());
+        sync_calls.push(metrics.total() - before);
+        assert_eq!(all.len(), VMS + 1);
+        let started = Instant::now();
+        let _ = parent
+            .vms()
+            .list(&Default::default())
+            .await
+            .expect("bare list");
+        list_floor.push(started.elapsed());
+    }
+    println!(
+        "node sync ({} VMs): {} parent API calls (VMs, the parent's Nodes), {}; baseline bare list of the VMs {}",
+        VMS + 1,
+        sync_calls[0],
+        ms(median(sync_times)),
+        ms(median(list_floor))
+    );
+    drop(sim);
+    dvp_sim::sweep(&client, &ns).await;
+}
