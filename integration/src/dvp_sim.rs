@@ -14,6 +14,8 @@
 //!   `<by-id>/scsi-0QEMU_QEMU_HARDDISK_<md5(VirtualDisk uid)>` links to it, as udev links
 //!   a hot-plugged QEMU SCSI disk; the VM's `status.blockDeviceRefs` lists it. Deleted,
 //!   the link and the loop device go, then its finalizer;
+//! - a Service of type LoadBalancer gets an address after the latency, as the parent's
+//!   own load balancer gives one;
 //! - faults on demand: attachments that never finish (`stuck_attachments`), the next
 //!   disk failing to provision with a message (`fail_next_disk`).
 //!
@@ -26,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
@@ -150,6 +152,8 @@ struct State {
     /// When each attachment's `Attached` status write was sent (publish latency is
     /// measured from here).
     attached_at: Mutex<HashMap<String, Instant>>,
+    /// The last address the parent's load balancer gave.
+    next_address: Mutex<u8>,
     faults: Arc<Faults>,
 }
 
@@ -189,6 +193,7 @@ impl DvpSim {
             first_seen: Mutex::new(HashMap::new()),
             attached: Mutex::new(BTreeMap::new()),
             attached_at: Mutex::new(HashMap::new()),
+            next_address: Mutex::new(0),
             faults: Arc::clone(&faults),
         });
         let task = tokio::spawn(run(
@@ -309,6 +314,9 @@ async fn run(client: Client, namespace: String, state: Arc<State>) {
     let w2 = reflector::store::Writer::new(api::vmbda());
     let w3 = reflector::store::Writer::new(api::virtual_machine());
     let (disk_store, vmbda_store, vm_store) = (w1.as_reader(), w2.as_reader(), w3.as_reader());
+    let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
+    let w4 = reflector::store::Writer::<Service>::default();
+    let service_store = w4.as_reader();
     let changed = Arc::new(tokio::sync::Notify::new());
     macro_rules! feed {
         ($api:expr, $writer:expr) => {{
@@ -325,7 +333,12 @@ async fn run(client: Client, namespace: String, state: Arc<State>) {
             })
         }};
     }
-    let feeders = [feed!(disks, w1), feed!(vmbdas, w2), feed!(vms, w3)];
+    let feeders = [
+        feed!(disks, w1),
+        feed!(vmbdas, w2),
+        feed!(vms, w3),
+        feed!(services, w4),
+    ];
     let _guard = AbortOnDrop(feeders.into_iter().collect());
     loop {
         let _ = tokio::time::timeout(Duration::from_millis(50), changed.notified()).await;
@@ -341,7 +354,41 @@ async fn run(client: Client, namespace: String, state: Arc<State>) {
                 eprintln!("dvp-sim: VMBDA {}: {e}", v.name_any());
             }
         }
+        for svc in service_store.state() {
+            if let Err(e) = reconcile_service(&services, &svc, &state).await {
+                eprintln!("dvp-sim: Service {}: {e}", svc.name_any());
+            }
+        }
     }
+}
+
+/// The parent's own load balancer (MetalLB, say): a Service of type LoadBalancer gets an
+/// address from 10.77.0.0/24 after the latency.
+async fn reconcile_service(api: &Api<Service>, svc: &Service, state: &State) -> anyhow::Result<()> {
+    let is_lb = svc.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
+    let has = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref())
+        .is_some_and(|i| !i.is_empty());
+    let key = format!("svc/{}", svc.uid().unwrap_or_default());
+    if !is_lb || has || svc.metadata.deletion_timestamp.is_some() || !due(state, &key) {
+        return Ok(());
+    }
+    let n = {
+        let mut next = state.next_address.lock().expect("lock");
+        *next += 1;
+        *next
+    };
+    set_status(
+        api,
+        &svc.name_any(),
+        json!({"loadBalancer": {"ingress": [{"ip": format!("10.77.0.{n}")}]}}),
+    )
+    .await?;
+    forget(state, &key);
+    Ok(())
 }
 
 struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);

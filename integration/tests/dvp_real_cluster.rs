@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::Api;
+use kube::{Api, ResourceExt};
 use overcast_cloud::conformance::{self, DiskHarness};
 use overcast_cloud::{CloudError, DiskSpec, Disks, Zone};
 use overcast_cloud_dvp::api::{self, VirtualDisk, Vmbda};
@@ -108,6 +108,28 @@ impl World {
             },
         )
         .await;
+        // Here the kit plays the parent and the child at once, so a ccm also served the
+        // parent Services it made as LoadBalancer Services of its own (with its
+        // finalizer): let go of them, or another test's ccm would pick them up.
+        let services: Api<k8s_openapi::api::core::v1::Service> =
+            Api::namespaced(self.parent.client.clone(), &self.sim.namespace);
+        for svc in services
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let name = svc.name_any();
+            let patch = serde_json::json!({"metadata": {"finalizers": null}});
+            let _ = services
+                .patch(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await;
+            let _ = services.delete(&name, &DeleteParams::default()).await;
+        }
         let name = self.sim.namespace.clone();
         drop(self.sim);
         let _ = ns.delete(&name, &DeleteParams::default()).await;
@@ -721,5 +743,220 @@ async fn the_ccm_initializes_a_node_from_its_vm_on_the_simulated_parent() {
         "{body}"
     );
     let _ = nodes.delete(&name, &DeleteParams::default()).await;
+    world.finish().await;
+}
+
+/// The real `ccm` (`--cloud dvp`) makes a LoadBalancer Service's balancer in the parent:
+/// a Service there sending each port to the NodePort on the VMs it selects, the address
+/// the parent gives copied back; with `externalTrafficPolicy: Local` only the VMs whose
+/// nodes hold a ready endpoint are selected, and the selection follows the
+/// EndpointSlice; deleting the Service deletes the parent's and unlabels the VMs.
+#[tokio::test]
+async fn the_ccm_balances_through_a_parent_service_that_follows_the_endpoints() {
+    use k8s_openapi::api::core::v1::{Node, Service};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use overcast_cloud_dvp::api::VirtualMachine;
+    let _turn = PARENT.lock().await;
+    let Some(world) = World::new("the ccm's balancers on DVP", "lb").await else {
+        return;
+    };
+    let kubeconfig_path = std::env::var(real::ENV).unwrap();
+    let pid = std::process::id();
+    let (a, b) = (
+        format!("overcast-it-dvp-lb-a-{pid}"),
+        format!("overcast-it-dvp-lb-b-{pid}"),
+    );
+    world
+        .sim
+        .add_vm("vm-lb-a", &a, "10.66.0.41", "parent-a")
+        .await;
+    world
+        .sim
+        .add_vm("vm-lb-b", &b, "10.66.0.42", "parent-a")
+        .await;
+    let nodes: Api<Node> = Api::all(world.parent.client.clone());
+    for (name, ip) in [(&a, "10.66.0.41"), (&b, "10.66.0.42")] {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "addresses": [{"type": "InternalIP", "address": ip}],
+            },
+        }))
+        .unwrap();
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("node");
+    }
+    let services: Api<Service> = Api::namespaced(world.parent.client.clone(), "default");
+    let svc_name = format!("overcast-it-dvp-web-{pid}");
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": svc_name, "annotations": {"network.example.com/pool": "public"}},
+        "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+                 "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}]},
+    }))
+    .unwrap();
+    let svc = services
+        .create(&PostParams::default(), &svc)
+        .await
+        .expect("service");
+    let node_port = svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0]
+        .node_port
+        .unwrap();
+    let uid: String = svc
+        .metadata
+        .uid
+        .clone()
+        .unwrap()
+        .chars()
+        .filter(|c| *c != '-')
+        .collect();
+    let balancer: String = format!("a{uid}").chars().take(32).collect();
+    let slices: Api<EndpointSlice> = Api::namespaced(world.parent.client.clone(), "default");
+    let slice = |node: &str| -> EndpointSlice {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("{svc_name}-x"), "labels": {"kubernetes.io/service-name": svc_name}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.244.1.5"], "conditions": {"ready": true}, "nodeName": node}],
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        }))
+        .unwrap()
+    };
+    slices
+        .create(&PostParams::default(), &slice(&a))
+        .await
+        .expect("slice");
+
+    let work = tempfile::tempdir().unwrap();
+    let kubeconfig = std::fs::read_to_string(&kubeconfig_path).unwrap();
+    let indented: String = kubeconfig.lines().map(|l| format!("  {l}\n")).collect();
+    let config = work.path().join("cloud-config");
+    std::fs::write(
+        &config,
+        format!(
+            "namespace: {}\nkubeconfig: |\n{indented}",
+            world.sim.namespace
+        ),
+    )
+    .unwrap();
+    let _ccm = overcast_integration::KillOnDrop(
+        std::process::Command::new(overcast_integration::binary("ccm"))
+            .arg(format!("--kubeconfig={kubeconfig_path}"))
+            .arg("--cloud=dvp")
+            .arg(format!("--cloud-config={}", config.display()))
+            .arg("--controllers=service")
+            .arg("--leader-elect=false")
+            .arg(format!(
+                "--metrics-address=127.0.0.1:{}",
+                overcast_integration::free_port()
+            ))
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let parent_services: Api<Service> =
+        Api::namespaced(world.parent.client.clone(), &world.sim.namespace);
+    let key = overcast_cloud_dvp::lb::vm_label_key(&balancer);
+    let parent = real::wait_for("the parent Service", Duration::from_secs(30), async || {
+        parent_services.get_opt(&balancer).await.ok().flatten()
+    })
+    .await;
+    let spec = parent.spec.clone().unwrap();
+    let port = &spec.ports.as_ref().unwrap()[0];
+    assert_eq!(
+        (port.port, port.target_port.clone()),
+        (
+            80,
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(node_port))
+        )
+    );
+    assert_eq!(spec.selector.as_ref().unwrap()[&key], "loadbalancer");
+    assert_eq!(
+        parent.labels()["cluster.x-k8s.io/tenant-service-name"],
+        svc_name
+    );
+    assert_eq!(parent.annotations()["network.example.com/pool"], "public");
+    let vms: Api<VirtualMachine> = world.parent.vms();
+    let selected = async |want: &[&str]| {
+        let want: std::collections::BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
+        real::wait_for(
+            &format!("the VMs of {want:?} selected"),
+            Duration::from_secs(30),
+            async || {
+                let list = vms.list(&ListParams::default()).await.ok()?;
+                let got: std::collections::BTreeSet<String> = list
+                    .items
+                    .iter()
+                    .filter(|vm| vm.labels().get(&key).map(String::as_str) == Some("loadbalancer"))
+                    .map(|vm| api::vm_hostname(vm).to_owned())
+                    .collect();
+                (got == want).then_some(())
+            },
+        )
+        .await
+    };
+    selected(&[&a]).await;
+    let ingress = real::wait_for("the child's address", Duration::from_secs(30), async || {
+        let s = services.get(&svc_name).await.ok()?;
+        s.status?.load_balancer?.ingress?.first()?.ip.clone()
+    })
+    .await;
+    assert!(ingress.starts_with("10.77.0."), "{ingress}");
+
+    // The endpoint moves to the other node: so does the selection.
+    slices
+        .replace(&format!("{svc_name}-x"), &PostParams::default(), &{
+            let mut s = slice(&b);
+            s.metadata.resource_version = slices
+                .get(&format!("{svc_name}-x"))
+                .await
+                .unwrap()
+                .metadata
+                .resource_version;
+            s
+        })
+        .await
+        .expect("slice moved");
+    selected(&[&b]).await;
+
+    services
+        .delete(&svc_name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    real::wait_for(
+        "the parent Service deleted",
+        Duration::from_secs(30),
+        async || {
+            parent_services
+                .get_opt(&balancer)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    selected(&[]).await;
+    real::wait_for(
+        "the child Service gone",
+        Duration::from_secs(30),
+        async || {
+            services
+                .get_opt(&svc_name)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    let _ = slices
+        .delete(&format!("{svc_name}-x"), &DeleteParams::default())
+        .await;
+    for n in [&a, &b] {
+        let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
+    drop(_ccm);
     world.finish().await;
 }

@@ -38,6 +38,16 @@ pub const API_CALLS: &[ApiCall] = &[
         namespace: None,
         names: &[],
     },
+    // services.rs: EndpointSlices are watched (a change re-runs its Service) and listed
+    // per `externalTrafficPolicy: Local` Service (its backends are the nodes with a
+    // ready endpoint).
+    ApiCall {
+        group: "discovery.k8s.io",
+        resource: "endpointslices",
+        verbs: &["list", "watch"],
+        namespace: None,
+        names: &[],
+    },
     // kube's event Recorder: creates an Event, patches it when the same one repeats.
     ApiCall {
         group: "events.k8s.io",

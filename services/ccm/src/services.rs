@@ -4,17 +4,18 @@
 //! balancer does. Backends follow the nodes; a Service asking for another
 //! `loadBalancerClass` is left to its own controller.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Service};
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{self, finalizer};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use overcast_cloud::{
@@ -29,6 +30,8 @@ use crate::retry::Backoff;
 use crate::{Error, Result};
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+/// The label an EndpointSlice names its Service by.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 
 /// Reconciles one Service at a time (the controller in [`run`] runs many of these at once).
@@ -221,6 +224,10 @@ impl ServiceSync {
         let key = service_key(svc);
         let mut spec = self.spec(svc)?;
         spec.backends = backends(nodes);
+        if spec.local_traffic {
+            let serving = self.nodes_with_ready_endpoints(svc).await?;
+            spec.backends.retain(|b| serving.contains(&b.node));
+        }
         let current = svc
             .status
             .as_ref()
@@ -278,6 +285,24 @@ impl ServiceSync {
             },
         );
         Ok(Action::requeue(self.resync))
+    }
+
+    /// The nodes holding a ready endpoint of `svc` (its EndpointSlices, one list call):
+    /// where `externalTrafficPolicy: Local` traffic may go.
+    async fn nodes_with_ready_endpoints(&self, svc: &Service) -> Result<BTreeSet<String>> {
+        let ns = svc.namespace().unwrap_or_else(|| "default".into());
+        let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &ns);
+        let lp = ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={}", svc.name_any()));
+        Ok(slices
+            .list(&lp)
+            .await?
+            .items
+            .iter()
+            .flat_map(|s| s.endpoints.iter())
+            // A missing `ready` means ready (the EndpointSlice API's rule).
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+            .filter_map(|e| e.node_name.clone())
+            .collect())
     }
 
     async fn tear_down(&self, api: &Api<Service>, svc: &Service) -> Result<()> {
@@ -356,6 +381,9 @@ impl ServiceSync {
                 .clone()
                 .filter(|s| !s.is_empty())
                 .or(existing_ip),
+            local_traffic: spec.external_traffic_policy.as_deref() == Some("Local"),
+            annotations: svc.annotations().clone(),
+            class: spec.load_balancer_class.clone(),
         })
     }
 
@@ -430,7 +458,18 @@ pub async fn run(
                 // A burst of node changes settles into one pass.
                 .debounce(Duration::from_millis(100)),
         )
-        .reconcile_all_on(nodes_changed);
+        .reconcile_all_on(nodes_changed)
+        // An EndpointSlice's change re-runs its Service: the backends of an
+        // `externalTrafficPolicy: Local` balancer follow where its endpoints are ready
+        // (any other Service's pass is answered from the ensured cache, no cloud call).
+        .watches(
+            Api::<EndpointSlice>::all(sync.client.clone()),
+            watcher::Config::default(),
+            |slice| {
+                let service = slice.labels().get(SERVICE_NAME_LABEL)?.clone();
+                Some(ObjectRef::new(&service).within(&slice.namespace()?))
+            },
+        );
     let services = controller.store();
     controller
         .run(

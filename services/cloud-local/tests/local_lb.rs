@@ -98,6 +98,9 @@ async fn tcp_and_udp_reach_the_current_backends_node_ports() {
             backend("node-b", "127.0.0.2"),
         ],
         requested_ip: None,
+        local_traffic: false,
+        annotations: Default::default(),
+        class: None,
     };
     let status = lbs.ensure_load_balancer(&spec).await.unwrap();
     assert_eq!(status.ingress_ips, vec!["127.241.0.1".to_owned()]);

@@ -1,6 +1,8 @@
 //! The load-balancer capability: a Service of type LoadBalancer becomes an address that
 //! forwards each of its ports to the NodePorts of the backend nodes.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 
 use crate::Result;
@@ -36,6 +38,14 @@ pub struct LoadBalancerSpec {
     pub backends: Vec<Backend>,
     /// `spec.loadBalancerIP`, when the user asked for one.
     pub requested_ip: Option<String>,
+    /// `externalTrafficPolicy: Local`: the client's address is kept, and `backends` holds
+    /// only the nodes with a ready endpoint of the Service (the ccm follows its
+    /// EndpointSlices), so no cloud has to health-check nodes itself.
+    pub local_traffic: bool,
+    /// The Service's annotations, for clouds that read theirs from it (address pools, …).
+    pub annotations: BTreeMap<String, String>,
+    /// `spec.loadBalancerClass`, when set.
+    pub class: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

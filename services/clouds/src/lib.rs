@@ -165,7 +165,7 @@ pub async fn open(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
 /// DVP: the parent cluster's VM API. Nothing is contacted here: an unreachable parent
 /// is said by the first call (and by /healthz), as any cloud outage is.
 async fn open_dvp(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
-    use overcast_cloud_dvp::{Config, DvpDisks, DvpInstances, Parent, Waits};
+    use overcast_cloud_dvp::{Config, DvpDisks, DvpInstances, DvpLoadBalancers, Parent, Waits};
     let env = |k: &str| std::env::var(k).ok();
     let config = Config::load(s.cloud_config.as_deref(), &env)?;
     if !config.unknown_keys.is_empty() {
@@ -185,9 +185,15 @@ async fn open_dvp(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
                 Waits::default(),
             )));
         }
-        // Load balancers (a Service in the parent namespace) are not built yet: the ccm
-        // runs its node controllers and says its service controller is off.
-        Role::Ccm => cloud.instances = Some(Arc::new(DvpInstances::new(parent))),
+        Role::Ccm => {
+            cloud.instances = Some(Arc::new(DvpInstances::new(parent.clone())));
+            // Upstream polls five minutes for the parent's address; a shorter wait ends
+            // in a retryable error and the service controller's backoff asks again.
+            cloud.load_balancers = Some(Arc::new(DvpLoadBalancers::new(
+                parent,
+                std::time::Duration::from_secs(60),
+            )));
+        }
         Role::Discoverer => anyhow::bail!(
             "cloud \"dvp\": its configuration is complete (parent namespace {:?}); its discovery is not in this build yet (issue 16), only its disks and instances; see the README's status table",
             config.namespace
