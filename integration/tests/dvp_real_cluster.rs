@@ -960,3 +960,133 @@ async fn the_ccm_balances_through_a_parent_service_that_follows_the_endpoints() 
     drop(_ccm);
     world.finish().await;
 }
+
+/// The provider needs no more in the parent than `deploy/parent/dvp/rbac.yaml` grants: the
+/// conformance suite, instances and a balancer, run as an account bound to exactly that
+/// (without the optional ClusterRole: instances then carry no zone, and say so once).
+#[tokio::test]
+async fn the_parent_rbac_manifest_is_all_the_provider_needs() {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    use overcast_cloud::{Backend, Instances, LbPort, LoadBalancerSpec, LoadBalancers, Protocol};
+    use overcast_cloud_dvp::DvpLoadBalancers;
+    let _turn = PARENT.lock().await;
+    let Some(world) = World::new("the DVP parent RBAC test", "rbac").await else {
+        return;
+    };
+    let ns = world.sim.namespace.clone();
+    let admin = world.parent.client.clone();
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/parent/dvp/rbac.yaml"),
+    )
+    .unwrap();
+    let docs: Vec<serde_json::Value> = text
+        .split("\n---")
+        .filter_map(|d| serde_saphyr::from_str::<serde_json::Value>(d).ok())
+        .filter(|d| d.is_object())
+        .collect();
+    let pp = PostParams::default();
+    for mut doc in docs {
+        if doc["metadata"]["namespace"].is_string() {
+            doc["metadata"]["namespace"] = serde_json::json!(ns);
+        }
+        match doc["kind"].as_str().unwrap() {
+            "ServiceAccount" => {
+                let sa: ServiceAccount = serde_json::from_value(doc).unwrap();
+                Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+                    .create(&pp, &sa)
+                    .await
+                    .unwrap();
+            }
+            "Role" => {
+                let r: Role = serde_json::from_value(doc).unwrap();
+                Api::<Role>::namespaced(admin.clone(), &ns)
+                    .create(&pp, &r)
+                    .await
+                    .unwrap();
+            }
+            "RoleBinding" => {
+                doc["subjects"][0]["namespace"] = serde_json::json!(ns);
+                let b: RoleBinding = serde_json::from_value(doc).unwrap();
+                Api::<RoleBinding>::namespaced(admin.clone(), &ns)
+                    .create(&pp, &b)
+                    .await
+                    .unwrap();
+            }
+            // The optional zones grant is left out on purpose.
+            "ClusterRole" => {}
+            other => panic!("unexpected {other} in the parent RBAC manifest"),
+        }
+    }
+    let req: TokenRequest =
+        serde_json::from_value(serde_json::json!({"spec": {"expirationSeconds": 3600}})).unwrap();
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+        .create_token_request("overcast-dvp", &pp, &req)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(std::env::var(real::ENV).unwrap()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let tenant = real::as_account(&config, &token).await;
+    let parent = Parent::new(tenant, ns.clone(), Arc::new(ApiMetrics::unregistered()));
+
+    let disks: Arc<dyn Disks> = Arc::new(DvpDisks::new(
+        parent.clone(),
+        Zone::default(),
+        64,
+        waits(Duration::from_secs(30)),
+    ));
+    conformance::disks(&DiskHarness {
+        disks: Arc::clone(&disks),
+        node: "worker-1".into(),
+        gone_node: "worker-gone".into(),
+        zone: Zone::default(),
+        parameters: BTreeMap::new(),
+        prefix: "r-".into(),
+    })
+    .await;
+    disks.available_capacity(None).await.expect("GetCapacity");
+    let instances = DvpInstances::new(parent.clone());
+    conformance::instances(&instances, "worker-1").await;
+    assert!(instances
+        .list_instances()
+        .await
+        .unwrap()
+        .iter()
+        .all(|i| i.zone.is_none()));
+
+    let lbs = DvpLoadBalancers::new(parent, Duration::from_secs(30));
+    let spec = LoadBalancerSpec {
+        name: "a0123456789abcdef0123456789abcde".into(),
+        service: "default/web".into(),
+        ports: vec![LbPort {
+            name: "http".into(),
+            protocol: Protocol::Tcp,
+            port: 80,
+            node_port: 30080,
+        }],
+        backends: vec![Backend {
+            node: "worker-1".into(),
+            address: "10.66.0.11".into(),
+        }],
+        requested_ip: None,
+        local_traffic: false,
+        annotations: BTreeMap::new(),
+        class: None,
+    };
+    let status = lbs
+        .ensure_load_balancer(&spec)
+        .await
+        .expect("ensure as the tenant");
+    assert!(!status.ingress_ips.is_empty());
+    lbs.delete_load_balancer(&spec.name)
+        .await
+        .expect("delete as the tenant");
+    world.finish().await;
+}
