@@ -1061,6 +1061,33 @@ async fn the_parent_rbac_manifest_is_all_the_provider_needs() {
         .iter()
         .all(|i| i.zone.is_none()));
 
+    // Discovery as the tenant: what it may not read is left out and said.
+    let discovery = overcast_cloud_dvp::DvpDiscovery::new(
+        parent.clone(),
+        DvpDisks::new(
+            parent.clone(),
+            Zone::default(),
+            64,
+            waits(Duration::from_secs(30)),
+        ),
+    );
+    use overcast_cloud::discovery::Discovery;
+    let doc = discovery.discovery_data().await.expect("discovery data");
+    assert_eq!(doc["kind"], "DVPCloudDiscoveryData");
+    assert_eq!(doc["zones"], serde_json::json!(["default"]));
+    assert!(doc.get("storageClasses").is_none(), "{doc}");
+    let conditions = discovery.conditions().await.expect("conditions");
+    let by_name = |n: &str| {
+        conditions
+            .iter()
+            .find(|c| c.name == n)
+            .unwrap_or_else(|| panic!("{n}: {conditions:?}"))
+    };
+    assert!(by_name("parent-reachable").ok);
+    assert!(by_name("permissions").ok, "{conditions:?}");
+    assert!(by_name("namespace").ok, "{conditions:?}");
+    assert!(!by_name("storage-classes").ok, "{conditions:?}");
+
     let lbs = DvpLoadBalancers::new(parent, Duration::from_secs(30));
     let spec = LoadBalancerSpec {
         name: "a0123456789abcdef0123456789abcde".into(),
@@ -1088,5 +1115,141 @@ async fn the_parent_rbac_manifest_is_all_the_provider_needs() {
     lbs.delete_load_balancer(&spec.name)
         .await
         .expect("delete as the tenant");
+    world.finish().await;
+}
+
+/// The real `discoverer` (`--cloud dvp`) publishes DVP's discovery data from the simulated
+/// parent: its StorageClasses as the contract lists them, the instance types of the VMs,
+/// the conditions, and a volume no PV names as an orphan (reported, never deleted).
+#[tokio::test]
+async fn the_discoverer_publishes_the_parent_s_data_and_its_orphans() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let _turn = PARENT.lock().await;
+    let Some(world) = World::new("the discoverer on DVP", "disc").await else {
+        return;
+    };
+    let admin = world.parent.client.clone();
+    let classes: Api<StorageClass> = Api::all(admin.clone());
+    let class_name = format!("overcast-it-dvp-replicated-{}", std::process::id());
+    let sc: StorageClass = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": class_name},
+        "provisioner": "replicated.csi.storage.deckhouse.io",
+        "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Retain", "allowVolumeExpansion": true,
+    }))
+    .unwrap();
+    let _ = classes.create(&PostParams::default(), &sc).await;
+    // A volume made for a PV that no longer exists: an orphan to report.
+    let disks = world.disks(Duration::from_secs(30));
+    let mut orphan = spec("pvc-orphan-1");
+    orphan
+        .metadata
+        .insert("csi.storage.k8s.io/pv/name".into(), "pvc-orphan-1".into());
+    disks.create_disk(orphan).await.expect("create");
+
+    let kubeconfig_path = std::env::var(real::ENV).unwrap();
+    let kubeconfig = std::fs::read_to_string(&kubeconfig_path).unwrap();
+    let indented: String = kubeconfig.lines().map(|l| format!("  {l}\n")).collect();
+    let work = tempfile::tempdir().unwrap();
+    let config = work.path().join("cloud-config");
+    std::fs::write(
+        &config,
+        format!(
+            "namespace: {}\nkubeconfig: |\n{indented}",
+            world.sim.namespace
+        ),
+    )
+    .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "kube-system");
+    let configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-system");
+    let _ = secrets
+        .delete("d8-cloud-provider-discovery-data", &DeleteParams::default())
+        .await;
+    let _ = configmaps
+        .delete("d8-cloud-provider-conditions", &DeleteParams::default())
+        .await;
+    let port = overcast_integration::free_port();
+    let _d = overcast_integration::KillOnDrop(
+        std::process::Command::new(overcast_integration::binary("discoverer"))
+            .arg(format!("--kubeconfig={kubeconfig_path}"))
+            .arg("--cloud=dvp")
+            .arg(format!("--cloud-config={}", config.display()))
+            .arg("--discovery-period=2")
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let secret = real::wait_for(
+        "the discovery Secret",
+        Duration::from_secs(30),
+        async || {
+            secrets
+                .get_opt("d8-cloud-provider-discovery-data")
+                .await
+                .ok()?
+        },
+    )
+    .await;
+    let doc: serde_json::Value =
+        serde_json::from_slice(&secret.data.unwrap()["discovery-data.json"].0).unwrap();
+    assert_eq!(doc["apiVersion"], "deckhouse.io/v1");
+    assert_eq!(doc["kind"], "DVPCloudDiscoveryData");
+    assert!(
+        doc["zones"].as_array().is_some_and(|z| !z.is_empty()),
+        "{doc}"
+    );
+    let ours = doc["storageClasses"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == class_name.as_str()).cloned())
+        .unwrap_or_else(|| panic!("{doc}"));
+    assert_eq!(
+        ours,
+        serde_json::json!({"name": class_name, "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Retain",
+                           "allowVolumeExpansion": true, "isEnabled": true, "isDefault": false})
+    );
+    let conditions = real::wait_for("the conditions", Duration::from_secs(30), async || {
+        let cm = configmaps
+            .get_opt("d8-cloud-provider-conditions")
+            .await
+            .ok()??;
+        let text = cm.data?.get("conditions")?.clone();
+        serde_json::from_str::<Vec<serde_json::Value>>(&text).ok()
+    })
+    .await;
+    for name in [
+        "parent-reachable",
+        "namespace",
+        "permissions",
+        "storage-classes",
+    ] {
+        let c = conditions
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {conditions:?}"));
+        assert_eq!(c["ok"], true, "{c}");
+    }
+    real::wait_for("the orphan reported", Duration::from_secs(30), async || {
+        let (_, body) = overcast_integration::http_get(port, "/metrics");
+        body.lines()
+            .any(|l| {
+                l.starts_with("cloud_data_discovery_orphaned_disk_info{")
+                    && l.contains("pvc-orphan-1")
+            })
+            .then_some(())
+    })
+    .await;
+    assert!(
+        world
+            .parent
+            .disks()
+            .get_opt("pvc-orphan-1")
+            .await
+            .unwrap()
+            .is_some(),
+        "reported, never deleted"
+    );
+    let _ = classes.delete(&class_name, &DeleteParams::default()).await;
+    drop(_d);
     world.finish().await;
 }

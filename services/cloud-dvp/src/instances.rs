@@ -45,19 +45,32 @@ impl DvpInstances {
         if self.nodes_refused.load(Ordering::Relaxed) {
             return Ok(BTreeMap::new());
         }
-        let api: Api<Node> = Api::all(self.parent.client.clone());
-        let lp = ListParams::default();
-        match self
-            .parent
-            .call(
-                "node_list",
-                "list the parent's Nodes",
-                api.list_metadata(&lp),
-            )
-            .await
-        {
-            Ok(list) => Ok(list
-                .items
+        match parent_zones(&self.parent).await? {
+            Some(zones) => Ok(zones),
+            None => {
+                self.nodes_refused.store(true, Ordering::Relaxed);
+                tracing::warn!("the parent's Nodes cannot be read: instances get no zone");
+                Ok(BTreeMap::new())
+            }
+        }
+    }
+}
+
+/// Zone and region of each parent node that has them, by node name (one list); `None`
+/// when the account may not list the parent's Nodes.
+pub async fn parent_zones(parent: &Parent) -> Result<Option<BTreeMap<String, Zone>>> {
+    let api: Api<Node> = Api::all(parent.client.clone());
+    let lp = ListParams::default();
+    match parent
+        .call(
+            "node_list",
+            "list the parent's Nodes",
+            api.list_metadata(&lp),
+        )
+        .await
+    {
+        Ok(list) => Ok(Some(
+            list.items
                 .into_iter()
                 .filter_map(|n| {
                     let labels = n.metadata.labels.unwrap_or_default();
@@ -70,14 +83,10 @@ impl DvpInstances {
                         },
                     ))
                 })
-                .collect()),
-            Err(CloudError::PermissionDenied(e)) => {
-                self.nodes_refused.store(true, Ordering::Relaxed);
-                tracing::warn!(error = %e, "the parent's Nodes cannot be read: instances get no zone");
-                Ok(BTreeMap::new())
-            }
-            Err(e) => Err(e),
-        }
+                .collect(),
+        )),
+        Err(CloudError::PermissionDenied(_)) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

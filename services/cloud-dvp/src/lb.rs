@@ -360,7 +360,7 @@ mod tests {
             vm_label_key("a1b2c3d4e5f60718293a4b5c6d7e8f90"),
             "dvp.deckhouse.io/a1b2c3d4e5f60718293a4b5c6d7e8f90"
         );
-        let long = "A-".repeat(40);
+        let long = "A-".repeat(60);
         let key = vm_label_key(&long);
         assert_eq!(key.len(), 63);
         assert!(key.starts_with("dvp.deckhouse.io/aaaa"));

@@ -4,11 +4,12 @@
 //! Built: its configuration ([`config`]), the parent-cluster client ([`parent`]: deadlines,
 //! per-request metrics, errors by what a retry would do), disks ([`disks`]: VirtualDisk +
 //! VirtualMachineBlockDeviceAttachment), instances ([`instances`]) and load balancers
-//! ([`lb`]: a Service of the parent selecting the backends' VMs). Not yet: discovery and
-//! the zone topology of volumes (issue 16, continued).
+//! ([`lb`]: a Service of the parent selecting the backends' VMs) and discovery
+//! ([`discovery`]). Not yet: the zone topology of volumes (issue 16, continued).
 
 pub mod api;
 pub mod config;
+pub mod discovery;
 pub mod disks;
 pub mod instances;
 pub mod lb;
@@ -16,6 +17,7 @@ pub mod parent;
 pub mod quota;
 
 pub use config::Config;
+pub use discovery::DvpDiscovery;
 pub use disks::{DvpDisks, Waits};
 pub use instances::DvpInstances;
 pub use lb::DvpLoadBalancers;

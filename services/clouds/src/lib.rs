@@ -165,7 +165,9 @@ pub async fn open(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
 /// DVP: the parent cluster's VM API. Nothing is contacted here: an unreachable parent
 /// is said by the first call (and by /healthz), as any cloud outage is.
 async fn open_dvp(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
-    use overcast_cloud_dvp::{Config, DvpDisks, DvpInstances, DvpLoadBalancers, Parent, Waits};
+    use overcast_cloud_dvp::{
+        Config, DvpDiscovery, DvpDisks, DvpInstances, DvpLoadBalancers, Parent, Waits,
+    };
     let env = |k: &str| std::env::var(k).ok();
     let config = Config::load(s.cloud_config.as_deref(), &env)?;
     if !config.unknown_keys.is_empty() {
@@ -194,10 +196,15 @@ async fn open_dvp(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
                 std::time::Duration::from_secs(60),
             )));
         }
-        Role::Discoverer => anyhow::bail!(
-            "cloud \"dvp\": its configuration is complete (parent namespace {:?}); its discovery is not in this build yet (issue 16), only its disks and instances; see the README's status table",
-            config.namespace
-        ),
+        Role::Discoverer => {
+            let disks = DvpDisks::new(
+                parent.clone(),
+                Zone::default(),
+                s.max_attachments_per_node,
+                Waits::default(),
+            );
+            cloud.discovery = Some(Arc::new(DvpDiscovery::new(parent, disks)));
+        }
     }
     Ok(cloud)
 }
