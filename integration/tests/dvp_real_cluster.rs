@@ -1253,3 +1253,92 @@ async fn the_discoverer_publishes_the_parent_s_data_and_its_orphans() {
     drop(_d);
     world.finish().await;
 }
+
+/// kubernetes-csi's csi-sanity against the real `csi` binary on DVP (the simulated parent),
+/// mount and block mode: every spec the driver's capabilities call for, with real attachments and
+/// mounts. Runs when `OVERCAST_CSI_SANITY` names a csi-sanity binary as well.
+#[tokio::test]
+async fn csi_sanity_passes_on_the_simulated_parent() {
+    use overcast_integration::{unmount_under, Csi, NODE_ID};
+    let Ok(sanity) = std::env::var("OVERCAST_CSI_SANITY") else {
+        overcast_integration::say_skipped("set OVERCAST_CSI_SANITY (and OVERCAST_TEST_KUBECONFIG) to run csi-sanity against the DVP provider");
+        return;
+    };
+    let _turn = PARENT.lock().await;
+    let Some(world) = World::new("csi-sanity on DVP", "sanity").await else {
+        return;
+    };
+    world
+        .sim
+        .add_vm("vm-sanity", NODE_ID, "10.66.0.51", "parent-a")
+        .await;
+    let work = tempfile::tempdir().unwrap();
+    let kubeconfig = std::fs::read_to_string(std::env::var(real::ENV).unwrap()).unwrap();
+    let indented: String = kubeconfig.lines().map(|l| format!("  {l}\n")).collect();
+    let config = work.path().join("cloud-config");
+    std::fs::write(
+        &config,
+        format!(
+            "namespace: {}\nkubeconfig: |\n{indented}",
+            world.sim.namespace
+        ),
+    )
+    .unwrap();
+    let csi = Csi::start(&[
+        "--cloud=dvp",
+        &format!("--cloud-config={}", config.display()),
+        &format!("--device-by-id-dir={}", world.sim.by_id.display()),
+    ])
+    .await;
+    let dir = csi.dir.path().to_path_buf();
+    for block in [false, true] {
+        let mode = if block { "block" } else { "mount" };
+        let mut cmd = tokio::process::Command::new(&sanity);
+        cmd.arg(format!("--csi.endpoint=unix://{}", csi.socket.display()))
+            .arg(format!(
+                "--csi.stagingdir={}",
+                dir.join("sanity-staging").display()
+            ))
+            .arg(format!(
+                "--csi.mountdir={}",
+                dir.join("sanity-target").display()
+            ))
+            .arg("--csi.testvolumesize=16777216")
+            .arg("--ginkgo.no-color");
+        if block {
+            cmd.arg("--csi.testvolumeaccesstype=block");
+        }
+        let out = cmd.output().await.expect("run csi-sanity");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        unmount_under(&dir);
+        let failures: Vec<&str> = text.lines().filter(|l| l.contains("[FAIL]")).collect();
+        let summary = text
+            .lines()
+            .find(|l| l.contains(" Passed | "))
+            .unwrap_or_default()
+            .to_owned();
+        {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "csi-sanity on DVP ({mode}): {summary}"
+            );
+        }
+        assert!(
+            out.status.success() && failures.is_empty(),
+            "csi-sanity on DVP ({mode}) failed: {failures:#?}\n{}",
+            text.lines()
+                .rev()
+                .take(80)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        assert!(summary.contains(" 0 Failed"), "{summary}");
+    }
+    drop(csi);
+    world.finish().await;
+}

@@ -29,6 +29,9 @@ pub const PARAMETERS_ANNOTATION: &str = "overcast.dev/parameters";
 /// writable either way; the node mounts it read-only, and a publish in the other mode is
 /// refused as incompatible).
 pub const READONLY_ANNOTATION: &str = "overcast.dev/readonly";
+/// Ours: the CSI volume name a VirtualDisk was made for, when it is not the disk's own
+/// name (see [`crate::disks::disk_name`]).
+pub const CSI_NAME_ANNOTATION: &str = "overcast.dev/csi-name";
 /// Ours: the metadata the CSI sidecars sent (PVC/PV names), for operators.
 pub const METADATA_ANNOTATION: &str = "overcast.dev/metadata";
 

@@ -175,7 +175,7 @@ impl DvpDisks {
         };
         Disk {
             id: vd.name_any(),
-            name: vd.name_any(),
+            name: csi_name_of(vd),
             size_bytes,
             zone: self.zone.clone(),
             parameters: read_map(api::PARAMETERS_ANNOTATION),
@@ -354,6 +354,26 @@ fn condition_message(conditions: &[api::Condition]) -> String {
     }
 }
 
+/// The VirtualDisk for a CSI volume name: the name itself when it can be one (a PV's
+/// `pvc-<uid>`, as upstream names them), else `csi-<md5 of the name>` — deterministic, so
+/// a repeated create finds the same disk; the CSI name is kept in an annotation and
+/// compared, so two names never share a disk.
+pub fn disk_name(csi_name: &str) -> String {
+    if is_name(csi_name) && csi_name.len() <= 63 {
+        csi_name.to_owned()
+    } else {
+        format!("csi-{:x}", md5::compute(csi_name.as_bytes()))
+    }
+}
+
+/// The CSI name a VirtualDisk was made for.
+fn csi_name_of(vd: &VirtualDisk) -> String {
+    vd.annotations()
+        .get(api::CSI_NAME_ANNOTATION)
+        .cloned()
+        .unwrap_or_else(|| vd.name_any())
+}
+
 /// Whether `s` can be the name of a namespaced object (an RFC 1123 subdomain): the ids
 /// and node names we are given are checked before they reach a URL.
 pub fn is_name(s: &str) -> bool {
@@ -414,21 +434,22 @@ impl Disks for DvpDisks {
     }
 
     async fn create_disk(&self, spec: DiskSpec) -> Result<Disk> {
-        // Upstream labels the disk and its attachments with its name: a label value, so
-        // at most 63 characters (a PV's name, `pvc-<uid>`, is 40).
-        if !is_name(&spec.name) || spec.name.len() > 63 {
+        if spec.name.is_empty() || spec.name.len() > 1024 {
             return Err(CloudError::InvalidArgument(format!(
-                "volume name {:?} cannot name a VirtualDisk (a DNS subdomain of at most 63 characters, as it is also a label value)",
-                spec.name
+                "volume name of {} characters",
+                spec.name.len()
             )));
         }
         self.validate_parameters(&spec.parameters)?;
+        // Upstream labels the disk and its attachments with its name: a label value, so
+        // at most 63 characters, which a PV's name (`pvc-<uid>`) is.
+        let name = disk_name(&spec.name);
         let existing = self
             .parent
-            .get_opt("virtualdisk_get", &self.parent.disks(), &spec.name)
+            .get_opt("virtualdisk_get", &self.parent.disks(), &name)
             .await?;
         let vd = match existing {
-            Some(vd) if !is_volume(&vd) => {
+            Some(vd) if !is_volume(&vd) || csi_name_of(&vd) != spec.name => {
                 return Err(CloudError::ParameterMismatch {
                     name: spec.name,
                     reason: "a VirtualDisk of that name exists that is not a volume (a VM's disk?)"
@@ -438,7 +459,7 @@ impl Disks for DvpDisks {
             Some(vd) => vd,
             None => {
                 let mut vd = VirtualDisk::new(
-                    &spec.name,
+                    &name,
                     &api::virtual_disk(),
                     api::VirtualDiskSpec {
                         persistent_volume_claim: api::DiskClaim {
@@ -452,13 +473,12 @@ impl Disks for DvpDisks {
                         },
                     },
                 );
-                let mut labels =
-                    BTreeMap::from([(api::DISK_NAME_LABEL.to_owned(), spec.name.clone())]);
+                let mut labels = BTreeMap::from([(api::DISK_NAME_LABEL.to_owned(), name.clone())]);
                 if let Some(c) = &self.cluster {
                     labels.insert(api::CLUSTER_LABEL.to_owned(), c.clone());
                 }
                 vd.metadata.labels = Some(labels);
-                vd.metadata.annotations = Some(BTreeMap::from([
+                let mut annotations = BTreeMap::from([
                     (
                         api::PARAMETERS_ANNOTATION.to_owned(),
                         json_map(&spec.parameters),
@@ -467,20 +487,35 @@ impl Disks for DvpDisks {
                         api::METADATA_ANNOTATION.to_owned(),
                         json_map(&spec.metadata),
                     ),
-                ]));
+                ]);
+                if name != spec.name {
+                    annotations.insert(api::CSI_NAME_ANNOTATION.to_owned(), spec.name.clone());
+                }
+                vd.metadata.annotations = Some(annotations);
                 vd.status = None;
                 match self
                     .parent
                     .call(
                         "virtualdisk_create",
-                        &format!("create VirtualDisk {}", spec.name),
+                        &format!("create VirtualDisk {name}"),
                         self.parent.disks().create(&PostParams::default(), &vd),
                     )
                     .await
                 {
                     Ok(made) => made,
                     // Made by a concurrent create of the same name: compare with it.
-                    Err(CloudError::Conflict(_)) => self.get_disk(&spec.name).await?,
+                    Err(CloudError::Conflict(_)) => {
+                        let vd = self.get_disk(&name).await?;
+                        if csi_name_of(&vd) != spec.name {
+                            return Err(CloudError::ParameterMismatch {
+                                name: spec.name,
+                                reason: format!(
+                                    "VirtualDisk {name} was made for another volume name"
+                                ),
+                            });
+                        }
+                        vd
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -495,7 +530,7 @@ impl Disks for DvpDisks {
                 ),
             });
         }
-        let ready = self.wait_ready(&spec.name).await?;
+        let ready = self.wait_ready(&name).await?;
         Ok(self.to_disk(&ready, &[]))
     }
 
@@ -506,8 +541,9 @@ impl Disks for DvpDisks {
     }
 
     async fn disk_by_name(&self, name: &str) -> Result<Option<Disk>> {
-        match self.disk(name).await {
-            Ok(d) => Ok(Some(d)),
+        match self.disk(&disk_name(name)).await {
+            Ok(d) if d.name == name => Ok(Some(d)),
+            Ok(_) => Ok(None),
             Err(CloudError::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
         }
@@ -911,6 +947,28 @@ mod tests {
         ] {
             assert!(!is_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_volume_name_that_cannot_name_a_disk_is_hashed_and_kept() {
+        assert_eq!(
+            disk_name("pvc-0a1b2c3d-0000-4000-8000-000000000001"),
+            "pvc-0a1b2c3d-0000-4000-8000-000000000001"
+        );
+        let long = disk_name("sanity-Controller-Service-CreateVolume-1A2B3C4D-5E6F7081");
+        assert!(
+            long.starts_with("csi-") && long.len() == 36 && is_name(&long),
+            "{long}"
+        );
+        assert_eq!(
+            long,
+            disk_name("sanity-Controller-Service-CreateVolume-1A2B3C4D-5E6F7081")
+        );
+        assert_ne!(
+            long,
+            disk_name("sanity-Controller-Service-CreateVolume-1A2B3C4D-5E6F7082")
+        );
+        assert!(disk_name(&"x".repeat(64)).starts_with("csi-"));
     }
 
     #[test]
