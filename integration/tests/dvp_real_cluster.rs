@@ -648,7 +648,8 @@ fn scopeguard(dir: std::path::PathBuf) -> Unmount {
 
 /// The real `ccm` (`--cloud dvp`) initializes a node of this cluster from its VM on the
 /// simulated parent (the kit's API server plays both: the Node is this cluster's, the VM
-/// the parent's): providerID, instance type, addresses, the taint removed.
+/// the parent's): providerID, instance type, addresses, the taint removed; a Stopped VM's
+/// NotReady node is tainted shut down, and deleted once the VM is.
 #[tokio::test]
 async fn the_ccm_initializes_a_node_from_its_vm_on_the_simulated_parent() {
     use k8s_openapi::api::core::v1::Node;
@@ -678,6 +679,8 @@ async fn the_ccm_initializes_a_node_from_its_vm_on_the_simulated_parent() {
     let node: Node = serde_json::from_value(serde_json::json!({
         "metadata": {"name": name},
         "spec": {"taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}]},
+        // The kubelet stopped answering: what the lifecycle controller acts on.
+        "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]},
     }))
     .unwrap();
     nodes
@@ -690,7 +693,7 @@ async fn the_ccm_initializes_a_node_from_its_vm_on_the_simulated_parent() {
             .arg(format!("--kubeconfig={kubeconfig_path}"))
             .arg("--cloud=dvp")
             .arg(format!("--cloud-config={}", config.display()))
-            .arg("--controllers=node")
+            .arg("--controllers=node,node-lifecycle")
             .arg("--leader-elect=false")
             .arg("--node-sync-period=2")
             .arg(format!("--metrics-address=127.0.0.1:{port}"))
@@ -742,6 +745,42 @@ async fn the_ccm_initializes_a_node_from_its_vm_on_the_simulated_parent() {
         .is_some_and(|n| n >= 1.0),
         "{body}"
     );
+    // The VM stops: the node gets the shutdown taint (not deleted); it runs again: taken off.
+    world
+        .sim
+        .set_vm_phase("vm-ccm-1", "Stopped", None, None)
+        .await;
+    let shutdown = |n: &Node| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| {
+                t.iter()
+                    .any(|t| t.key == "node.cloudprovider.kubernetes.io/shutdown")
+            })
+    };
+    real::wait_for("the shutdown taint", Duration::from_secs(30), async || {
+        nodes.get(&name).await.ok().filter(|n| shutdown(n))
+    })
+    .await;
+    world
+        .sim
+        .set_vm_phase("vm-ccm-1", "Running", None, None)
+        .await;
+    real::wait_for(
+        "the shutdown taint removed",
+        Duration::from_secs(30),
+        async || nodes.get(&name).await.ok().filter(|n| !shutdown(n)),
+    )
+    .await;
+    // The VM is deleted in the parent: the NotReady node goes (the parent said so).
+    world.sim.delete_vm("vm-ccm-1").await;
+    real::wait_for(
+        "the node of a deleted VM deleted",
+        Duration::from_secs(30),
+        async || nodes.get_opt(&name).await.ok()?.is_none().then_some(()),
+    )
+    .await;
     let _ = nodes.delete(&name, &DeleteParams::default()).await;
     world.finish().await;
 }
