@@ -70,6 +70,23 @@ impl World {
         self.parent.vmbdas()
     }
 
+    /// A cloud-config file as an operator writes it for this parent: the namespace and
+    /// the parent's kubeconfig (the kit's admin one).
+    fn cloud_config(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let kubeconfig = std::fs::read_to_string(std::env::var(real::ENV).unwrap()).unwrap();
+        let indented: String = kubeconfig.lines().map(|l| format!("  {l}\n")).collect();
+        let path = dir.join("cloud-config");
+        std::fs::write(
+            &path,
+            format!(
+                "namespace: {}\nkubeconfig: |\n{indented}",
+                self.sim.namespace
+            ),
+        )
+        .unwrap();
+        path
+    }
+
     async fn finish(self) {
         let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.parent.client.clone());
         // The simulator's finalizers must run before it stops: delete what is left first.
@@ -505,17 +522,7 @@ async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_parent() {
         .add_vm("vm-test-node", NODE_ID, "10.66.0.21", "parent-a")
         .await;
     let work = tempfile::tempdir().unwrap();
-    let kubeconfig = std::fs::read_to_string(std::env::var(real::ENV).unwrap()).unwrap();
-    let indented: String = kubeconfig.lines().map(|l| format!("  {l}\n")).collect();
-    let config = work.path().join("cloud-config");
-    std::fs::write(
-        &config,
-        format!(
-            "namespace: {}\nkubeconfig: |\n{indented}",
-            world.sim.namespace
-        ),
-    )
-    .unwrap();
+    let config = world.cloud_config(work.path());
     let port = overcast_integration::free_port();
     let driver = Csi::start(&[
         &format!("--metrics-address=127.0.0.1:{port}"),
@@ -664,17 +671,7 @@ async fn the_ccm_initializes_a_node_from_its_vm_on_the_simulated_parent() {
         .add_vm("vm-ccm-1", &name, "10.66.0.31", "parent-a")
         .await;
     let work = tempfile::tempdir().unwrap();
-    let kubeconfig = std::fs::read_to_string(&kubeconfig_path).unwrap();
-    let indented: String = kubeconfig.lines().map(|l| format!("  {l}\n")).collect();
-    let config = work.path().join("cloud-config");
-    std::fs::write(
-        &config,
-        format!(
-            "namespace: {}\nkubeconfig: |\n{indented}",
-            world.sim.namespace
-        ),
-    )
-    .unwrap();
+    let config = world.cloud_config(work.path());
     let nodes: Api<Node> = Api::all(world.parent.client.clone());
     let node: Node = serde_json::from_value(serde_json::json!({
         "metadata": {"name": name},
@@ -868,17 +865,7 @@ async fn the_ccm_balances_through_a_parent_service_that_follows_the_endpoints() 
         .expect("slice");
 
     let work = tempfile::tempdir().unwrap();
-    let kubeconfig = std::fs::read_to_string(&kubeconfig_path).unwrap();
-    let indented: String = kubeconfig.lines().map(|l| format!("  {l}\n")).collect();
-    let config = work.path().join("cloud-config");
-    std::fs::write(
-        &config,
-        format!(
-            "namespace: {}\nkubeconfig: |\n{indented}",
-            world.sim.namespace
-        ),
-    )
-    .unwrap();
+    let config = world.cloud_config(work.path());
     let _ccm = overcast_integration::KillOnDrop(
         std::process::Command::new(overcast_integration::binary("ccm"))
             .arg(format!("--kubeconfig={kubeconfig_path}"))
@@ -1187,18 +1174,8 @@ async fn the_discoverer_publishes_the_parent_s_data_and_its_orphans() {
     disks.create_disk(orphan).await.expect("create");
 
     let kubeconfig_path = std::env::var(real::ENV).unwrap();
-    let kubeconfig = std::fs::read_to_string(&kubeconfig_path).unwrap();
-    let indented: String = kubeconfig.lines().map(|l| format!("  {l}\n")).collect();
     let work = tempfile::tempdir().unwrap();
-    let config = work.path().join("cloud-config");
-    std::fs::write(
-        &config,
-        format!(
-            "namespace: {}\nkubeconfig: |\n{indented}",
-            world.sim.namespace
-        ),
-    )
-    .unwrap();
+    let config = world.cloud_config(work.path());
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), "kube-system");
     let configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-system");
     let _ = secrets
@@ -1312,17 +1289,7 @@ async fn csi_sanity_passes_on_the_simulated_parent() {
         .add_vm("vm-sanity", NODE_ID, "10.66.0.51", "parent-a")
         .await;
     let work = tempfile::tempdir().unwrap();
-    let kubeconfig = std::fs::read_to_string(std::env::var(real::ENV).unwrap()).unwrap();
-    let indented: String = kubeconfig.lines().map(|l| format!("  {l}\n")).collect();
-    let config = work.path().join("cloud-config");
-    std::fs::write(
-        &config,
-        format!(
-            "namespace: {}\nkubeconfig: |\n{indented}",
-            world.sim.namespace
-        ),
-    )
-    .unwrap();
+    let config = world.cloud_config(work.path());
     let csi = Csi::start(&[
         "--cloud=dvp",
         &format!("--cloud-config={}", config.display()),

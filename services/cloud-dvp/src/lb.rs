@@ -14,7 +14,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Service, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
@@ -150,6 +151,25 @@ fn label_value(s: &str) -> String {
         .to_owned()
 }
 
+/// A port as we set it: name, port, target port, protocol.
+type PortKey = (Option<String>, i32, Option<IntOrString>, Option<String>);
+
+/// What of a Service's ports we set (the API server fills in the rest, a nodePort).
+fn port_keys(spec: &ServiceSpec) -> Vec<PortKey> {
+    spec.ports
+        .iter()
+        .flatten()
+        .map(|p| {
+            (
+                p.name.clone(),
+                p.port,
+                p.target_port.clone(),
+                p.protocol.clone(),
+            )
+        })
+        .collect()
+}
+
 fn status_of(svc: &Service) -> LoadBalancerStatus {
     let ingress = svc
         .status
@@ -217,29 +237,7 @@ impl LoadBalancers for DvpLoadBalancers {
                 });
                 let unchanged = {
                     let h = have.spec.clone().unwrap_or_default();
-                    let same_ports = h.ports.as_ref().map(|p| {
-                        p.iter()
-                            .map(|p| {
-                                (
-                                    p.name.clone(),
-                                    p.port,
-                                    p.target_port.clone(),
-                                    p.protocol.clone(),
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                    }) == w.ports.as_ref().map(|p| {
-                        p.iter()
-                            .map(|p| {
-                                (
-                                    p.name.clone(),
-                                    p.port,
-                                    p.target_port.clone(),
-                                    p.protocol.clone(),
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                    });
+                    let same_ports = port_keys(&h) == port_keys(&w);
                     same_ports
                         && h.selector == w.selector
                         && h.external_traffic_policy == w.external_traffic_policy

@@ -175,3 +175,52 @@ pub fn to_cloud_error(what: &str, e: kube::Error) -> CloudError {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure(message, "Reason")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn only_a_404_is_gone_and_every_outage_is_retried() {
+        let e = to_cloud_error("get x", api(404, "not found"));
+        assert!(e.is_not_found());
+        let quota = to_cloud_error(
+            "create x",
+            api(403, "exceeded quota: q, requested: requests.storage=1Gi"),
+        );
+        assert!(
+            matches!(quota, CloudError::ResourceExhausted(_)),
+            "{quota:?}"
+        );
+        let denied = to_cloud_error("create x", api(403, "forbidden"));
+        assert!(
+            matches!(denied, CloudError::PermissionDenied(_)),
+            "{denied:?}"
+        );
+        for (code, retryable) in [
+            (401, true),
+            (409, true),
+            (422, false),
+            (429, true),
+            (500, true),
+            (503, true),
+            (504, true),
+        ] {
+            let e = to_cloud_error("x", api(code, "m"));
+            assert!(!e.is_not_found(), "{code}: {e:?}");
+            assert_eq!(e.is_retryable(), retryable, "{code}: {e:?}");
+        }
+        let html: serde_json::Error =
+            serde_json::from_str::<serde_json::Value>("<html>").unwrap_err();
+        let e = to_cloud_error("list x", kube::Error::SerdeError(html));
+        assert!(matches!(e, CloudError::Unavailable(_)), "{e:?}");
+    }
+}
