@@ -135,6 +135,9 @@ pub struct Faults {
     pub stuck_attachments: AtomicBool,
     /// The next VirtualDisk to provision goes `Failed` with this message.
     pub fail_next_disk: Mutex<Option<String>>,
+    /// The parent's API, as the provider reaches it through [`DvpSim::api_proxy`], is
+    /// down: every request answers 503 with an HTML page, as a broken ingress does.
+    pub api_down: AtomicBool,
 }
 
 struct Attached {
@@ -275,6 +278,75 @@ impl DvpSim {
     pub fn device_of(&self, vmbda: &str) -> Option<PathBuf> {
         let attached = self.state.attached.lock().expect("lock");
         attached.get(vmbda).map(|a| loopdev::device_path(a.index))
+    }
+
+    /// A plain-HTTP endpoint in front of the parent's API server (as the admin): what a
+    /// provider reaches it through when a test plays API outages (`faults.api_down`).
+    /// Returns a kubeconfig for it.
+    pub async fn api_proxy(&self, dir: &Path) -> PathBuf {
+        use hyper::service::service_fn;
+        use hyper_util::rt::TokioIo;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let (upstream, faults) = (self.client.clone(), Arc::clone(&self.faults));
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (upstream, faults) = (upstream.clone(), Arc::clone(&faults));
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (upstream, faults) = (upstream.clone(), Arc::clone(&faults));
+                        async move {
+                            use http_body_util::BodyExt;
+                            if faults.api_down.load(Ordering::Relaxed) {
+                                let page = "<html><head><title>503 Service Temporarily Unavailable</title></head></html>";
+                                return Ok::<_, std::convert::Infallible>(
+                                    hyper::Response::builder()
+                                        .status(503)
+                                        .header("content-type", "text/html")
+                                        .body(kube::client::Body::from(page.as_bytes().to_vec()))
+                                        .expect("response"),
+                                );
+                            }
+                            let (mut parts, body) = req.into_parts();
+                            // The proxy speaks as the admin: the caller's token stays here.
+                            parts.headers.remove(hyper::header::AUTHORIZATION);
+                            let bytes = body
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
+                            let req = hyper::Request::from_parts(
+                                parts,
+                                kube::client::Body::from(bytes.to_vec()),
+                            );
+                            Ok(upstream.send(req).await.unwrap_or_else(|e| {
+                                hyper::Response::builder()
+                                    .status(502)
+                                    .body(kube::client::Body::from(e.to_string().into_bytes()))
+                                    .expect("response")
+                            }))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        let path = dir.join("parent-through-proxy.kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: parent\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\nusers:\n- name: proxy\n  user: {{token: through-the-proxy}}\ncontexts:\n- name: parent\n  context: {{cluster: parent, user: proxy}}\ncurrent-context: parent\n"
+            ),
+        )
+        .expect("kubeconfig");
+        path
     }
 
     /// When the attachment's `Attached` status write was sent.

@@ -1348,3 +1348,150 @@ async fn csi_sanity_passes_on_the_simulated_parent() {
     drop(csi);
     world.finish().await;
 }
+
+/// A parent that answers with an error page is an outage, never an answer: nothing is
+/// "gone", nothing is deleted, every error is retryable — in the provider and in the ccm,
+/// whose NotReady node of a live VM stays through the outage; once the parent is back the
+/// same calls succeed.
+#[tokio::test]
+async fn a_parent_outage_is_retryable_and_deletes_nothing() {
+    use k8s_openapi::api::core::v1::Node;
+    use overcast_cloud::Instances;
+    use std::sync::atomic::Ordering;
+    let _turn = PARENT.lock().await;
+    let Some(world) = World::new("the DVP outage test", "outage").await else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let proxied = world.sim.api_proxy(work.path()).await;
+    let kc = kube::config::Kubeconfig::read_from(&proxied).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let parent = Parent::from_config(
+        config,
+        world.sim.namespace.clone(),
+        Arc::new(ApiMetrics::unregistered()),
+    )
+    .unwrap();
+    let disks = DvpDisks::new(
+        parent.clone(),
+        Zone::default(),
+        64,
+        waits(Duration::from_secs(30)),
+    );
+    disks
+        .create_disk(spec("pvc-outage"))
+        .await
+        .expect("create through the proxy");
+    disks
+        .attach_disk("pvc-outage", "worker-1", false)
+        .await
+        .expect("attach");
+
+    world.sim.faults.api_down.store(true, Ordering::Relaxed);
+    let outage: Vec<(&str, CloudError)> = vec![
+        ("get", disks.disk("pvc-outage").await.unwrap_err()),
+        (
+            "by name",
+            disks.disk_by_name("pvc-outage").await.unwrap_err(),
+        ),
+        (
+            "create",
+            disks.create_disk(spec("pvc-outage-2")).await.unwrap_err(),
+        ),
+        (
+            "detach",
+            disks
+                .detach_disk("pvc-outage", "worker-1")
+                .await
+                .unwrap_err(),
+        ),
+        ("delete", disks.delete_disk("pvc-outage").await.unwrap_err()),
+        (
+            "instances",
+            DvpInstances::new(parent.clone())
+                .list_instances()
+                .await
+                .unwrap_err(),
+        ),
+    ];
+    for (what, e) in &outage {
+        assert!(!e.is_not_found() && e.is_retryable(), "{what}: {e:?}");
+        assert!(matches!(e, CloudError::Unavailable(_)), "{what}: {e:?}");
+    }
+    // The ccm through the same outage: a NotReady node of a live VM is kept.
+    let nodes: Api<Node> = Api::all(world.parent.client.clone());
+    let name = format!("overcast-it-dvp-outage-{}", std::process::id());
+    world
+        .sim
+        .add_vm("vm-outage", &name, "10.66.0.61", "parent-a")
+        .await;
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"providerID": "dvp://vm-outage"},
+        "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]},
+    }))
+    .unwrap();
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node");
+    let config_file = work.path().join("cloud-config");
+    let proxied_text = std::fs::read_to_string(&proxied).unwrap();
+    let indented: String = proxied_text.lines().map(|l| format!("  {l}\n")).collect();
+    std::fs::write(
+        &config_file,
+        format!(
+            "namespace: {}\nkubeconfig: |\n{indented}",
+            world.sim.namespace
+        ),
+    )
+    .unwrap();
+    let port = overcast_integration::free_port();
+    let ccm = overcast_integration::KillOnDrop(
+        std::process::Command::new(overcast_integration::binary("ccm"))
+            .arg(format!(
+                "--kubeconfig={}",
+                std::env::var(real::ENV).unwrap()
+            ))
+            .arg("--cloud=dvp")
+            .arg(format!("--cloud-config={}", config_file.display()))
+            .arg("--controllers=node,node-lifecycle")
+            .arg("--leader-elect=false")
+            .arg("--node-sync-period=1")
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    // Several syncs fail against the error page...
+    real::wait_for("failed parent calls", Duration::from_secs(30), async || {
+        let (_, body) = overcast_integration::http_get(port, "/metrics");
+        real::metric(
+            &body,
+            "dvp_api_request_errors_total{request=\"virtualmachine_list\"}",
+        )
+        .filter(|n| *n >= 3.0)
+    })
+    .await;
+    assert!(
+        nodes.get_opt(&name).await.unwrap().is_some(),
+        "no node deleted on an error page"
+    );
+    // ...and once the parent answers, the VM is there: still nothing deleted.
+    world.sim.faults.api_down.store(false, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(nodes.get_opt(&name).await.unwrap().is_some());
+    disks
+        .detach_disk("pvc-outage", "worker-1")
+        .await
+        .expect("detach after the outage");
+    disks
+        .delete_disk("pvc-outage")
+        .await
+        .expect("delete after the outage");
+    drop(ccm);
+    let _ = nodes.delete(&name, &DeleteParams::default()).await;
+    world.finish().await;
+}

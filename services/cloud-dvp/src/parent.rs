@@ -50,9 +50,22 @@ impl Parent {
         )
         .await
         .map_err(|e| anyhow::anyhow!("the parent cluster's kubeconfig: {e}"))?;
-        let client = Client::try_from(kube_config)
+        Self::from_config(kube_config, config.namespace.clone(), metrics)
+    }
+
+    /// A client for `config` without kube's own retries: kube retries a 429/503/504 up to
+    /// 15 times over minutes, so an outage would hold every call until its deadline. Here
+    /// a call answers at once (Unavailable) and the caller's retry policy decides — the
+    /// CSI sidecars' backoff, the ccm's per-Service backoff, the node sync's retry.
+    pub fn from_config(
+        mut config: kube::Config,
+        namespace: String,
+        metrics: Arc<ApiMetrics>,
+    ) -> anyhow::Result<Self> {
+        config.default_retry = false;
+        let client = Client::try_from(config)
             .map_err(|e| anyhow::anyhow!("a client for the parent cluster: {e}"))?;
-        Ok(Self::new(client, config.namespace.clone(), metrics))
+        Ok(Self::new(client, namespace, metrics))
     }
 
     pub fn new(client: Client, namespace: String, metrics: Arc<ApiMetrics>) -> Self {
