@@ -20,8 +20,6 @@ pub const VMBDA_DISK_LABEL: &str = "virtualMachineDiskName";
 pub const VMBDA_VM_LABEL: &str = "virtualMachineName";
 /// The node name of a VM made by Deckhouse (a VM is found by it, else by its name).
 pub const HOSTNAME_LABEL: &str = "dvp.deckhouse.io/hostname";
-/// Ours: which cluster made a disk, so discovery can tell our orphans from others' disks.
-pub const CLUSTER_LABEL: &str = "overcast.dev/cluster";
 /// Ours: the disk-shaping StorageClass parameters, recorded so a repeated create can be
 /// compared (JSON of a sorted map).
 pub const PARAMETERS_ANNOTATION: &str = "overcast.dev/parameters";

@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::wait::await_condition;
 use kube::ResourceExt;
 use overcast_cloud::{
     Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, PublishContext, Result, Zone,
@@ -63,8 +62,6 @@ pub struct DvpDisks {
     zone: Zone,
     max_attachments: u64,
     waits: Waits,
-    /// Put on every disk we make, so discovery can tell this cluster's disks apart.
-    cluster: Option<String>,
 }
 
 impl DvpDisks {
@@ -74,13 +71,7 @@ impl DvpDisks {
             zone,
             max_attachments,
             waits,
-            cluster: None,
         }
-    }
-
-    pub fn with_cluster(mut self, cluster: Option<String>) -> Self {
-        self.cluster = cluster;
-        self
     }
 
     /// The VirtualDisk named `id`, or NotFound (also for a string that cannot name one:
@@ -196,12 +187,13 @@ impl DvpDisks {
             )
         };
         let waited = self
+            .parent
             .wait(
                 "virtualdisk",
                 self.parent.disks(),
                 name,
                 self.waits.disk_ready,
-                move |o| o.is_none_or(usable),
+                move |o: Option<&VirtualDisk>| o.is_none_or(usable),
             )
             .await?;
         match waited {
@@ -220,10 +212,11 @@ impl DvpDisks {
                 // Ours, never attached, and the parent says it failed: leave nothing behind.
                 let _ = self
                     .parent
-                    .call(
+                    .delete(
                         "virtualdisk_delete",
-                        &format!("delete failed VirtualDisk {name}"),
-                        self.parent.disks().delete(name, &DeleteParams::default()),
+                        &self.parent.disks(),
+                        name,
+                        &DeleteParams::default(),
                     )
                     .await;
                 let msg = format!("VirtualDisk {name} failed to provision (deleted): {why}");
@@ -242,65 +235,6 @@ impl DvpDisks {
             status.phase.as_deref().unwrap_or("unset"),
             condition_message(&status.conditions)
         )))
-    }
-
-    /// Waits up to `limit` for `cond` on the named object; `Ok(None)` when the time ran
-    /// out, `Ok(Some(None))` when it is gone.
-    async fn wait<P, U, C>(
-        &self,
-        kind: &'static str,
-        api: kube::Api<kube::core::Object<P, U>>,
-        name: &str,
-        limit: Duration,
-        cond: C,
-    ) -> Result<Option<Option<kube::core::Object<P, U>>>>
-    where
-        P: Clone
-            + serde::de::DeserializeOwned
-            + serde::Serialize
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-        U: Clone
-            + Default
-            + serde::de::DeserializeOwned
-            + serde::Serialize
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-        C: Fn(Option<&kube::core::Object<P, U>>) -> bool + Send,
-    {
-        // A wait is one list and one watch of the single object (the watcher's start).
-        let started = std::time::Instant::now();
-        let out = tokio::time::timeout(limit, await_condition(api, name, cond)).await;
-        let took = started.elapsed();
-        let ok = !matches!(out, Ok(Err(_)));
-        self.parent
-            .metrics
-            .observe(wait_name(kind, "list"), took, ok);
-        self.parent
-            .metrics
-            .observe(wait_name(kind, "watch"), took, ok);
-        match out {
-            Err(_) => Ok(None),
-            Ok(Ok(obj)) => Ok(Some(obj)),
-            Ok(Err(e)) => Err(CloudError::Unavailable(format!(
-                "watching {kind} {name} on the parent cluster: {e}"
-            ))),
-        }
-    }
-}
-
-fn wait_name(kind: &str, part: &str) -> &'static str {
-    match (kind, part) {
-        ("virtualdisk", "list") => "virtualdisk_wait_list",
-        ("virtualdisk", _) => "virtualdisk_wait_watch",
-        ("vmbda", "list") => "vmbda_wait_list",
-        ("vmbda", _) => "vmbda_wait_watch",
-        (_, "list") => "wait_list",
-        _ => "wait_watch",
     }
 }
 
@@ -473,11 +407,10 @@ impl Disks for DvpDisks {
                         },
                     },
                 );
-                let mut labels = BTreeMap::from([(api::DISK_NAME_LABEL.to_owned(), name.clone())]);
-                if let Some(c) = &self.cluster {
-                    labels.insert(api::CLUSTER_LABEL.to_owned(), c.clone());
-                }
-                vd.metadata.labels = Some(labels);
+                vd.metadata.labels = Some(BTreeMap::from([(
+                    api::DISK_NAME_LABEL.to_owned(),
+                    name.clone(),
+                )]));
                 let mut annotations = BTreeMap::from([
                     (
                         api::PARAMETERS_ANNOTATION.to_owned(),
@@ -623,25 +556,17 @@ impl Disks for DvpDisks {
             }),
             ..DeleteParams::default()
         };
+        self.parent
+            .delete("virtualdisk_delete", &self.parent.disks(), id, &dp)
+            .await?;
         match self
             .parent
-            .call(
-                "virtualdisk_delete",
-                &format!("delete VirtualDisk {id}"),
-                self.parent.disks().delete(id, &dp),
-            )
-            .await
-        {
-            Ok(_) | Err(CloudError::NotFound { .. }) => {}
-            Err(e) => return Err(e),
-        }
-        match self
             .wait(
                 "virtualdisk",
                 self.parent.disks(),
                 id,
                 self.waits.deleted,
-                |o| o.is_none(),
+                |o: Option<&VirtualDisk>| o.is_none(),
             )
             .await?
         {
@@ -726,14 +651,15 @@ impl Disks for DvpDisks {
         let outcome = if settled(Some(&vmbda)) {
             Some(Some(vmbda))
         } else {
-            self.wait(
-                "vmbda",
-                self.parent.vmbdas(),
-                &vmbda_name,
-                self.waits.attached,
-                settled,
-            )
-            .await?
+            self.parent
+                .wait(
+                    "vmbda",
+                    self.parent.vmbdas(),
+                    &vmbda_name,
+                    self.waits.attached,
+                    settled,
+                )
+                .await?
         };
         let attached = Attachment {
             node: hostname.clone(),
@@ -810,12 +736,13 @@ impl Disks for DvpDisks {
             let name = v.name_any();
             self.delete_vmbda(&name).await?;
             match self
+                .parent
                 .wait(
                     "vmbda",
                     self.parent.vmbdas(),
                     &name,
                     self.waits.detached,
-                    |o| o.is_none(),
+                    |o: Option<&Vmbda>| o.is_none(),
                 )
                 .await?
             {
@@ -867,6 +794,7 @@ impl Disks for DvpDisks {
             })
         };
         match self
+            .parent
             .wait(
                 "virtualdisk",
                 self.parent.disks(),
@@ -910,18 +838,14 @@ impl Disks for DvpDisks {
 
 impl DvpDisks {
     async fn delete_vmbda(&self, name: &str) -> Result<()> {
-        match self
-            .parent
-            .call(
+        self.parent
+            .delete(
                 "vmbda_delete",
-                &format!("delete VirtualMachineBlockDeviceAttachment {name}"),
-                self.parent.vmbdas().delete(name, &DeleteParams::default()),
+                &self.parent.vmbdas(),
+                name,
+                &DeleteParams::default(),
             )
             .await
-        {
-            Ok(_) | Err(CloudError::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
     }
 }
 

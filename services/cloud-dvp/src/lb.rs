@@ -17,7 +17,6 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
 use overcast_cloud::{
     CloudError, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers, Protocol, Result,
@@ -283,32 +282,23 @@ impl LoadBalancers for DvpLoadBalancers {
         if has_address(&svc) {
             return Ok(status_of(&svc));
         }
-        let started = std::time::Instant::now();
-        let waited = tokio::time::timeout(
-            self.address_wait,
-            await_condition(self.services(), &spec.name, |s: Option<&Service>| {
-                s.is_none_or(has_address)
-            }),
-        )
-        .await;
-        let took = started.elapsed();
-        self.parent
-            .metrics
-            .observe("service_wait_list", took, !matches!(waited, Ok(Err(_))));
-        self.parent
-            .metrics
-            .observe("service_wait_watch", took, !matches!(waited, Ok(Err(_))));
+        let waited = self
+            .parent
+            .wait(
+                "service",
+                self.services(),
+                &spec.name,
+                self.address_wait,
+                |s: Option<&Service>| s.is_none_or(has_address),
+            )
+            .await?;
         match waited {
-            Ok(Ok(Some(s))) => Ok(status_of(&s)),
-            Ok(Ok(None)) => Err(CloudError::Unavailable(format!(
+            Some(Some(s)) => Ok(status_of(&s)),
+            Some(None) => Err(CloudError::Unavailable(format!(
                 "the parent Service {} was deleted while waiting for its address",
                 spec.name
             ))),
-            Ok(Err(e)) => Err(CloudError::Unavailable(format!(
-                "watching the parent Service {}: {e}",
-                spec.name
-            ))),
-            Err(_) => Err(CloudError::DeadlineExceeded(format!(
+            None => Err(CloudError::DeadlineExceeded(format!(
                 "the parent Service {}/{} has no address after {:?}: its load balancer has not given one yet",
                 self.parent.namespace, spec.name, self.address_wait
             ))),
@@ -333,18 +323,14 @@ impl LoadBalancers for DvpLoadBalancers {
         if !is_ours(&svc) {
             return Ok(());
         }
-        match self
-            .parent
-            .call(
+        self.parent
+            .delete(
                 "service_delete",
-                &format!("delete the parent Service {name}"),
-                self.services().delete(name, &DeleteParams::default()),
+                &self.services(),
+                name,
+                &DeleteParams::default(),
             )
             .await
-        {
-            Ok(_) | Err(CloudError::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
     }
 }
 

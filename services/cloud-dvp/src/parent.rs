@@ -9,9 +9,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ListParams, ObjectList};
+use kube::api::{Api, DeleteParams, ListParams, ObjectList};
 use kube::config::KubeConfigOptions;
 use kube::core::{ApiResource, DynamicObject, Object};
+use kube::runtime::wait::{await_condition, Condition};
 use kube::Client;
 use overcast_cloud::{CloudError, Result};
 use overcast_cloud_http::ApiMetrics;
@@ -146,6 +147,56 @@ impl Parent {
                 Some(token) => lp = lp.continue_token(&token),
                 None => return Ok(out),
             }
+        }
+    }
+
+    /// Waits up to `limit` for `cond` on the named object — one list and one watch of it,
+    /// counted as `<request>_wait_list` and `<request>_wait_watch`. `Ok(None)` when the time
+    /// ran out, `Ok(Some(None))` when the object is gone.
+    pub async fn wait<K>(
+        &self,
+        request: &str,
+        api: Api<K>,
+        name: &str,
+        limit: Duration,
+        cond: impl Condition<K>,
+    ) -> Result<Option<Option<K>>>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        let started = Instant::now();
+        let out = tokio::time::timeout(limit, await_condition(api, name, cond)).await;
+        let (took, ok) = (started.elapsed(), !matches!(out, Ok(Err(_))));
+        self.metrics
+            .observe(&format!("{request}_wait_list"), took, ok);
+        self.metrics
+            .observe(&format!("{request}_wait_watch"), took, ok);
+        match out {
+            Err(_) => Ok(None),
+            Ok(Ok(obj)) => Ok(Some(obj)),
+            Ok(Err(e)) => Err(CloudError::Unavailable(format!(
+                "watching {name} on the parent cluster: {e}"
+            ))),
+        }
+    }
+
+    /// Deletes `name`, counted as `request`; one that is already gone is deleted.
+    pub async fn delete<K>(
+        &self,
+        request: &'static str,
+        api: &Api<K>,
+        name: &str,
+        dp: &DeleteParams,
+    ) -> Result<()>
+    where
+        K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        match self
+            .call(request, &format!("delete {name}"), api.delete(name, dp))
+            .await
+        {
+            Ok(_) | Err(CloudError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
