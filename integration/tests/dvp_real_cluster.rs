@@ -181,6 +181,42 @@ async fn the_dvp_provider_passes_the_conformance_suite_on_the_simulated_parent()
     .await;
     conformance::instances(&DvpInstances::new(world.parent.clone()), "worker-1").await;
 
+    // Hostile node ids never become label selectors or paths: a selector smuggled in
+    // through a node id names no instance, and detaching from one touches nothing.
+    let held = disks.create_disk(spec("pvc-held")).await.expect("create");
+    disks
+        .attach_disk(&held.id, "worker-1", false)
+        .await
+        .expect("attach");
+    for node in [
+        "worker-1,virtualMachineName!=x",
+        "../worker-1",
+        "Worker-1",
+        "",
+    ] {
+        assert!(
+            matches!(
+                disks.attach_disk(&held.id, node, false).await,
+                Err(CloudError::NotFound { .. })
+            ),
+            "attach to {node:?}"
+        );
+        disks
+            .detach_disk(&held.id, node)
+            .await
+            .expect("detach from a node id that names nothing");
+    }
+    assert_eq!(
+        disks.disk(&held.id).await.unwrap().attachments.len(),
+        1,
+        "the real attachment is untouched"
+    );
+    disks
+        .detach_disk(&held.id, "worker-1")
+        .await
+        .expect("detach");
+    disks.delete_disk(&held.id).await.expect("delete");
+
     // Upstream's names and labels, and the device the node will find.
     let made = disks.create_disk(spec("pvc-0001")).await.expect("create");
     let vd = world
