@@ -44,7 +44,7 @@ async fn main() {
         .await;
     let metrics = Arc::new(ApiMetrics::unregistered());
     let parent = Parent::new(client.clone(), ns.clone(), Arc::clone(&metrics));
-    let disks = DvpDisks::new(parent.clone(), Zone::default(), 64, Waits::default());
+    let disks = DvpDisks::new(parent.clone(), 64, Waits::default());
 
     let ops = ["create", "attach", "expand", "detach", "delete"];
     let mut times: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();

@@ -5,7 +5,11 @@
 //! what a test expects:
 //!
 //! - a `VirtualDisk` gets a finalizer and goes `Provisioning → Ready` after the latency,
-//!   with its capacity and target PVC; backed by a sparse file; a larger
+//!   with its capacity and target PVC — a real PVC bound to a real PV, whose node
+//!   affinity says where the parent's storage is usable: the consumer's host for a
+//!   StorageClass binding on first consumer (the disk waits in `WaitForFirstConsumer`
+//!   until a VMBDA's VM runs), the first zone of `allowedTopologies` for a zonal one,
+//!   anywhere otherwise; backed by a sparse file; a larger
 //!   `spec.persistentVolumeClaim.size` makes it `Resizing → Ready` at the new capacity
 //!   (the file grows, and so does its loop device if attached); deleted, its file goes;
 //! - a `VirtualMachineBlockDeviceAttachment` waits (`Pending`, with the condition saying
@@ -28,7 +32,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Service};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
@@ -39,6 +44,8 @@ use serde_json::json;
 
 const FINALIZER: &str = "virtualization.deckhouse.io/overcast-sim";
 const FIELD_MANAGER: &str = "overcast-dvp-sim";
+/// On the PersistentVolumes the simulated storage makes: the namespace they are for.
+const SIM_LABEL: &str = "overcast.dev/dvp-sim";
 
 /// Where the kit's virtualization CRDs are (`OVERCAST_DVP_CRDS` overrides).
 pub fn crd_dir() -> PathBuf {
@@ -125,6 +132,22 @@ pub async fn sweep(client: &Client, prefix: &str) {
             let _ = disks.delete(&d.name_any(), &DeleteParams::default()).await;
         }
         let _ = ns.delete(&n, &DeleteParams::default()).await;
+    }
+    delete_nodes(client, prefix).await;
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    for pv in pvs
+        .list(&kube::api::ListParams::default().labels(SIM_LABEL))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        if pv
+            .labels()
+            .get(SIM_LABEL)
+            .is_some_and(|ns| ns.starts_with(prefix))
+        {
+            let _ = pvs.delete(&pv.name_any(), &DeleteParams::default()).await;
+        }
     }
 }
 
@@ -268,6 +291,35 @@ impl DvpSim {
             )
             .await
             .unwrap_or_else(|e| panic!("VM {name} status: {e}"));
+    }
+
+    /// Adds a Node to the kit's API server (replacing one of that name), labelled for
+    /// [`DvpSim::remove_nodes`] and [`sweep`]: a parent node (with a zone label, say) or
+    /// this cluster's node of a VM — the kit plays both clusters.
+    pub async fn add_node(&self, name: &str, labels: serde_json::Value, uninitialized: bool) {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        let _ = nodes.delete(name, &DeleteParams::default()).await;
+        let mut labels = labels;
+        labels[SIM_LABEL] = json!(self.namespace);
+        let taints = if uninitialized {
+            json!([{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}])
+        } else {
+            json!([])
+        };
+        let node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"taints": taints},
+        }))
+        .expect("node");
+        crate::real::wait_for("a Node created", Duration::from_secs(10), async || {
+            nodes.create(&PostParams::default(), &node).await.ok()
+        })
+        .await;
+    }
+
+    /// Deletes the Nodes [`DvpSim::add_node`] made.
+    pub async fn remove_nodes(&self) {
+        delete_nodes(&self.client, &self.namespace).await;
     }
 
     pub async fn delete_vm(&self, name: &str) {
@@ -414,12 +466,14 @@ async fn run(client: Client, namespace: String, state: Arc<State>) {
     let _guard = AbortOnDrop(feeders.into_iter().collect());
     loop {
         let _ = tokio::time::timeout(Duration::from_millis(50), changed.notified()).await;
+        let vm_list = vm_store.state();
+        let vmbda_list = vmbda_store.state();
         for vd in disk_store.state() {
-            if let Err(e) = reconcile_disk(&disks, &vd, &state).await {
+            let consumer = consumer_node(&vd, &vmbda_list, &vm_list);
+            if let Err(e) = reconcile_disk(&disks, &vd, consumer.as_deref(), &state).await {
                 eprintln!("dvp-sim: VirtualDisk {}: {e}", vd.name_any());
             }
         }
-        let vm_list = vm_store.state();
         let disk_list = disk_store.state();
         for v in vmbda_store.state() {
             if let Err(e) = reconcile_vmbda(&vmbdas, &vms, &v, &vm_list, &disk_list, &state).await {
@@ -548,17 +602,159 @@ fn cond(type_: &str, ok: bool, reason: &str, message: &str) -> serde_json::Value
     })
 }
 
+/// The parent node of the Running VM a VMBDA attaches `vd` to: where a disk waiting for
+/// its first consumer is provisioned.
+fn consumer_node(
+    vd: &VirtualDisk,
+    vmbdas: &[Arc<Vmbda>],
+    vms: &[Arc<VirtualMachine>],
+) -> Option<String> {
+    vmbdas
+        .iter()
+        .filter(|v| v.spec.block_device_ref.name == vd.name_any())
+        .find_map(|v| {
+            let vm = vms
+                .iter()
+                .find(|vm| vm.name_any() == v.spec.virtual_machine_name)?;
+            let status = vm.status.as_ref()?;
+            (status.phase.as_deref() == Some("Running"))
+                .then(|| status.node_name.clone())
+                .flatten()
+        })
+}
+
+/// The target PVC's name, as the virtualization controller names it.
+fn claim_name(name: &str, uid: &str) -> String {
+    format!("vd-{name}-{}", &uid[..8.min(uid.len())])
+}
+
+/// The parent's StorageClass a disk is made in (the kit's object, when a test made one).
+async fn storage_class_object(client: &Client, name: &str) -> Option<StorageClass> {
+    Api::<StorageClass>::all(client.clone())
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The PVC and the PV behind a Ready disk, as the parent's storage makes them: a PV
+/// pinned to the consumer's host for a StorageClass binding on first consumer (local
+/// storage), to the first zone of `allowedTopologies` for one that names zones (zonal
+/// storage), else usable anywhere (network storage).
+async fn provision_claim(
+    client: &Client,
+    namespace: &str,
+    claim: &str,
+    class: &str,
+    bytes: u64,
+    consumer: Option<&str>,
+) -> anyhow::Result<()> {
+    let sc = storage_class_object(client, class).await;
+    let wffc =
+        sc.as_ref().and_then(|c| c.volume_binding_mode.as_deref()) == Some("WaitForFirstConsumer");
+    let zone = sc
+        .as_ref()
+        .and_then(|c| c.allowed_topologies.as_ref())
+        .and_then(|t| t.first())
+        .and_then(|t| t.match_label_expressions.as_ref()?.first().cloned())
+        .filter(|e| e.key == "topology.kubernetes.io/zone")
+        .and_then(|e| e.values.first().cloned());
+    let affinity = match (wffc, consumer, zone) {
+        (true, Some(node), _) => Some(("kubernetes.io/hostname", node.to_owned())),
+        (_, _, Some(zone)) => Some(("topology.kubernetes.io/zone", zone)),
+        _ => None,
+    };
+    let pv_name = format!("pv-{claim}");
+    let mut pv = json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": pv_name, "labels": {SIM_LABEL: namespace}},
+        "spec": {
+            "capacity": {"storage": bytes.to_string()},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": class,
+            "persistentVolumeReclaimPolicy": "Delete",
+            "claimRef": {"namespace": namespace, "name": claim},
+            "csi": {"driver": "sim.virtualization.deckhouse.io", "volumeHandle": claim},
+        },
+    });
+    if let Some((key, value)) = affinity {
+        pv["spec"]["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}]}});
+    }
+    let pvc = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim, "namespace": namespace},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": class,
+            "volumeName": pv_name,
+            "resources": {"requests": {"storage": bytes.to_string()}},
+        },
+    });
+    let pp = PostParams::default();
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    for made in [
+        pvs.create(&pp, &serde_json::from_value(pv)?)
+            .await
+            .map(|_| ()),
+        pvcs.create(&pp, &serde_json::from_value(pvc)?)
+            .await
+            .map(|_| ()),
+    ] {
+        match made {
+            Ok(()) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the Nodes labelled for a namespace starting with `prefix`.
+async fn delete_nodes(client: &Client, prefix: &str) {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for n in nodes
+        .list(&kube::api::ListParams::default().labels(SIM_LABEL))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        if n.labels()
+            .get(SIM_LABEL)
+            .is_some_and(|ns| ns.starts_with(prefix))
+        {
+            let _ = nodes.delete(&n.name_any(), &DeleteParams::default()).await;
+        }
+    }
+}
+
+async fn delete_claim(client: &Client, namespace: &str, claim: &str) {
+    let dp = DeleteParams::default();
+    let _ = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
+        .delete(claim, &dp)
+        .await;
+    let _ = Api::<PersistentVolume>::all(client.clone())
+        .delete(&format!("pv-{claim}"), &dp)
+        .await;
+}
+
 async fn reconcile_disk(
     api: &Api<VirtualDisk>,
     vd: &VirtualDisk,
+    consumer: Option<&str>,
     state: &State,
 ) -> anyhow::Result<()> {
     let name = vd.name_any();
     let uid = vd.uid().unwrap_or_default();
     let file = disk_file(state, &uid);
+    let client = api.clone().into_client();
+    let namespace = vd.namespace().unwrap_or_default();
+    let claim = claim_name(&name, &uid);
     if vd.metadata.deletion_timestamp.is_some() {
         if vd.finalizers().iter().any(|f| f == FINALIZER) {
             let _ = std::fs::remove_file(&file);
+            delete_claim(&client, &namespace, &claim).await;
             forget(state, &uid);
             remove_finalizer(api, vd).await?;
         }
@@ -577,14 +773,33 @@ async fn reconcile_disk(
         .and_then(|q| api::quantity_bytes(&q.0))
         .unwrap_or(0);
     let have = status.capacity.as_deref().and_then(api::quantity_bytes);
+    let storage_class = vd
+        .spec
+        .persistent_volume_claim
+        .storage_class_name
+        .clone()
+        .unwrap_or_else(|| "default".into());
     match status.phase.as_deref() {
         None | Some("Pending") => {
-            let storage_class = vd
-                .spec
-                .persistent_volume_claim
-                .storage_class_name
-                .clone()
-                .unwrap_or_else(|| "default".into());
+            let sc = storage_class_object(&client, &storage_class).await;
+            let wffc = sc.as_ref().and_then(|c| c.volume_binding_mode.as_deref())
+                == Some("WaitForFirstConsumer");
+            let status = if wffc {
+                json!({
+                    "phase": "WaitForFirstConsumer", "storageClassName": storage_class,
+                    "target": {"persistentVolumeClaimName": claim},
+                    "conditions": [cond("Ready", false, "WaitForFirstConsumer", "the PVC waits for its first consumer")],
+                })
+            } else {
+                json!({
+                    "phase": "Provisioning", "storageClassName": storage_class, "progress": "0%",
+                    "conditions": [cond("Ready", false, "Provisioning", "the PVC is being provisioned")],
+                })
+            };
+            set_status(api, &name, status).await?;
+        }
+        // The first VMBDA whose VM runs: provisioned where that VM is.
+        Some("WaitForFirstConsumer") if consumer.is_some() => {
             set_status(api, &name, json!({
                 "phase": "Provisioning", "storageClassName": storage_class, "progress": "0%",
                 "conditions": [cond("Ready", false, "Provisioning", "the PVC is being provisioned")],
@@ -607,11 +822,16 @@ async fn reconcile_disk(
             }
             let f = std::fs::File::create(&file)?;
             f.set_len(want)?;
-            set_status(api, &name, json!({
-                "phase": "Ready", "capacity": want.to_string(), "progress": "100%",
-                "target": {"persistentVolumeClaimName": format!("vd-{name}-{}", &uid[..8.min(uid.len())])},
-                "conditions": [cond("Ready", true, "Ready", "")],
-            }))
+            provision_claim(&client, &namespace, &claim, &storage_class, want, consumer).await?;
+            set_status(
+                api,
+                &name,
+                json!({
+                    "phase": "Ready", "capacity": want.to_string(), "progress": "100%",
+                    "target": {"persistentVolumeClaimName": claim},
+                    "conditions": [cond("Ready", true, "Ready", "")],
+                }),
+            )
             .await?;
             forget(state, &uid);
         }
@@ -820,4 +1040,103 @@ async fn set_vm_devices(
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// An account in the parent bound to exactly `deploy/parent/dvp/rbac.yaml`, in
+/// `namespace` (the manifest's `my-cluster` replaced): its Role, and with
+/// `cluster_role` also its optional ClusterRole (made per namespace, so tests do not
+/// share one; [`drop_tenant`] removes it). Returns a client that talks as that account.
+pub async fn tenant(admin_kubeconfig: &str, namespace: &str, cluster_role: bool) -> Client {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let admin = crate::real::client(admin_kubeconfig).await;
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/parent/dvp/rbac.yaml"),
+    )
+    .expect("deploy/parent/dvp/rbac.yaml");
+    // The manifest's namespace is a placeholder, in metadata, subjects and resourceNames.
+    let text = text.replace("my-cluster", namespace);
+    let docs: Vec<serde_json::Value> = text
+        .split("\n---")
+        .filter_map(|d| serde_saphyr::from_str::<serde_json::Value>(d).ok())
+        .filter(|d| d.is_object())
+        .collect();
+    let pp = PostParams::default();
+    let cluster_name = cluster_role_name(namespace);
+    for doc in docs {
+        let kind = doc["kind"].as_str().expect("kind").to_owned();
+        let made = match kind.as_str() {
+            "ServiceAccount" => Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+                .create(&pp, &serde_json::from_value(doc).expect("sa"))
+                .await
+                .map(|_| ()),
+            "Role" => Api::<Role>::namespaced(admin.clone(), namespace)
+                .create(&pp, &serde_json::from_value(doc).expect("role"))
+                .await
+                .map(|_| ()),
+            "RoleBinding" => Api::<RoleBinding>::namespaced(admin.clone(), namespace)
+                .create(&pp, &serde_json::from_value(doc).expect("binding"))
+                .await
+                .map(|_| ()),
+            "ClusterRole" if !cluster_role => Ok(()),
+            "ClusterRole" => {
+                let mut role: ClusterRole = serde_json::from_value(doc).expect("cluster role");
+                role.metadata.name = Some(cluster_name.clone());
+                let made = Api::<ClusterRole>::all(admin.clone())
+                    .create(&pp, &role)
+                    .await
+                    .map(|_| ());
+                let binding: ClusterRoleBinding = serde_json::from_value(json!({
+                    "metadata": {"name": cluster_name},
+                    "subjects": [{"kind": "ServiceAccount", "name": "overcast-dvp", "namespace": namespace}],
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_name},
+                }))
+                .expect("cluster role binding");
+                made.and(
+                    Api::<ClusterRoleBinding>::all(admin.clone())
+                        .create(&pp, &binding)
+                        .await
+                        .map(|_| ()),
+                )
+            }
+            other => panic!("unexpected {other} in the parent RBAC manifest"),
+        };
+        match made {
+            Ok(()) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("{kind} of the parent RBAC manifest: {e}"),
+        }
+    }
+    let req: TokenRequest =
+        serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).expect("token");
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+        .create_token_request("overcast-dvp", &pp, &req)
+        .await
+        .expect("a token for the parent account")
+        .status
+        .expect("token status")
+        .token;
+    let kubeconfig = kube::config::Kubeconfig::read_from(admin_kubeconfig).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    crate::real::as_account(&config, &token).await
+}
+
+fn cluster_role_name(namespace: &str) -> String {
+    format!("overcast-dvp-{namespace}")
+}
+
+/// Removes what [`tenant`] made outside the namespace.
+pub async fn drop_tenant(admin: &Client, namespace: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let name = cluster_role_name(namespace);
+    let dp = DeleteParams::default();
+    let _ = Api::<ClusterRoleBinding>::all(admin.clone())
+        .delete(&name, &dp)
+        .await;
+    let _ = Api::<ClusterRole>::all(admin.clone())
+        .delete(&name, &dp)
+        .await;
 }

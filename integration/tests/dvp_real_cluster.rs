@@ -63,7 +63,7 @@ impl World {
     }
 
     fn disks(&self, attach: Duration) -> DvpDisks {
-        DvpDisks::new(self.parent.clone(), Zone::default(), 64, waits(attach))
+        DvpDisks::new(self.parent.clone(), 64, waits(attach))
     }
 
     fn vmbdas(&self) -> Api<Vmbda> {
@@ -147,6 +147,7 @@ impl World {
                 .await;
             let _ = services.delete(&name, &DeleteParams::default()).await;
         }
+        self.sim.remove_nodes().await;
         let name = self.sim.namespace.clone();
         drop(self.sim);
         let _ = ns.delete(&name, &DeleteParams::default()).await;
@@ -525,12 +526,7 @@ async fn the_dvp_provider_passes_the_conformance_suite_on_a_real_dvp() {
     };
     let client = real::client(&path).await;
     let parent = Parent::new(client, ns, Arc::new(ApiMetrics::unregistered()));
-    let disks: Arc<dyn Disks> = Arc::new(DvpDisks::new(
-        parent.clone(),
-        Zone::default(),
-        64,
-        Waits::default(),
-    ));
+    let disks: Arc<dyn Disks> = Arc::new(DvpDisks::new(parent.clone(), 64, Waits::default()));
     conformance::disks(&DiskHarness {
         disks,
         node: node.clone(),
@@ -1028,9 +1024,6 @@ async fn the_ccm_balances_through_a_parent_service_that_follows_the_endpoints() 
 /// (without the optional ClusterRole: instances then carry no zone, and say so once).
 #[tokio::test]
 async fn the_parent_rbac_manifest_is_all_the_provider_needs() {
-    use k8s_openapi::api::authentication::v1::TokenRequest;
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
     use overcast_cloud::{Backend, Instances, LbPort, LoadBalancerSpec, LoadBalancers, Protocol};
     use overcast_cloud_dvp::DvpLoadBalancers;
     let _turn = PARENT.lock().await;
@@ -1038,69 +1031,12 @@ async fn the_parent_rbac_manifest_is_all_the_provider_needs() {
         return;
     };
     let ns = world.sim.namespace.clone();
-    let admin = world.parent.client.clone();
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/parent/dvp/rbac.yaml"),
-    )
-    .unwrap();
-    let docs: Vec<serde_json::Value> = text
-        .split("\n---")
-        .filter_map(|d| serde_saphyr::from_str::<serde_json::Value>(d).ok())
-        .filter(|d| d.is_object())
-        .collect();
-    let pp = PostParams::default();
-    for mut doc in docs {
-        if doc["metadata"]["namespace"].is_string() {
-            doc["metadata"]["namespace"] = serde_json::json!(ns);
-        }
-        match doc["kind"].as_str().unwrap() {
-            "ServiceAccount" => {
-                let sa: ServiceAccount = serde_json::from_value(doc).unwrap();
-                Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
-                    .create(&pp, &sa)
-                    .await
-                    .unwrap();
-            }
-            "Role" => {
-                let r: Role = serde_json::from_value(doc).unwrap();
-                Api::<Role>::namespaced(admin.clone(), &ns)
-                    .create(&pp, &r)
-                    .await
-                    .unwrap();
-            }
-            "RoleBinding" => {
-                doc["subjects"][0]["namespace"] = serde_json::json!(ns);
-                let b: RoleBinding = serde_json::from_value(doc).unwrap();
-                Api::<RoleBinding>::namespaced(admin.clone(), &ns)
-                    .create(&pp, &b)
-                    .await
-                    .unwrap();
-            }
-            // The optional zones grant is left out on purpose.
-            "ClusterRole" => {}
-            other => panic!("unexpected {other} in the parent RBAC manifest"),
-        }
-    }
-    let req: TokenRequest =
-        serde_json::from_value(serde_json::json!({"spec": {"expirationSeconds": 3600}})).unwrap();
-    let token = Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
-        .create_token_request("overcast-dvp", &pp, &req)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .token;
-    let kubeconfig =
-        kube::config::Kubeconfig::read_from(std::env::var(real::ENV).unwrap()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let tenant = real::as_account(&config, &token).await;
+    // The optional ClusterRole is left out on purpose.
+    let tenant = dvp_sim::tenant(&std::env::var(real::ENV).unwrap(), &ns, false).await;
     let parent = Parent::new(tenant, ns.clone(), Arc::new(ApiMetrics::unregistered()));
 
     let disks: Arc<dyn Disks> = Arc::new(DvpDisks::new(
         parent.clone(),
-        Zone::default(),
         64,
         waits(Duration::from_secs(30)),
     ));
@@ -1126,12 +1062,7 @@ async fn the_parent_rbac_manifest_is_all_the_provider_needs() {
     // Discovery as the tenant: what it may not read is left out and said.
     let discovery = overcast_cloud_dvp::DvpDiscovery::new(
         parent.clone(),
-        DvpDisks::new(
-            parent.clone(),
-            Zone::default(),
-            64,
-            waits(Duration::from_secs(30)),
-        ),
+        DvpDisks::new(parent.clone(), 64, waits(Duration::from_secs(30))),
     );
     use overcast_cloud::discovery::Discovery;
     let doc = discovery.discovery_data().await.expect("discovery data");
@@ -1324,12 +1255,18 @@ async fn csi_sanity_passes_on_the_simulated_parent() {
         .sim
         .add_vm("vm-sanity", NODE_ID, "10.66.0.51", "parent-a")
         .await;
+    // The node plugin reads its zone from its Node: initialized, with none.
+    world
+        .sim
+        .add_node(NODE_ID, serde_json::json!({}), false)
+        .await;
     let work = tempfile::tempdir().unwrap();
     let config = world.cloud_config(work.path());
     let csi = Csi::start(&[
         "--cloud=dvp",
         &format!("--cloud-config={}", config.display()),
         &format!("--device-by-id-dir={}", world.sim.by_id.display()),
+        &format!("--kubeconfig={}", std::env::var(real::ENV).unwrap()),
     ])
     .await;
     let dir = csi.dir.path().to_path_buf();
@@ -1410,12 +1347,7 @@ async fn a_parent_outage_is_retryable_and_deletes_nothing() {
         Arc::new(ApiMetrics::unregistered()),
     )
     .unwrap();
-    let disks = DvpDisks::new(
-        parent.clone(),
-        Zone::default(),
-        64,
-        waits(Duration::from_secs(30)),
-    );
+    let disks = DvpDisks::new(parent.clone(), 64, waits(Duration::from_secs(30)));
     disks
         .create_disk(spec("pvc-outage"))
         .await

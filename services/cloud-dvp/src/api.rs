@@ -32,6 +32,10 @@ pub const READONLY_ANNOTATION: &str = "overcast.dev/readonly";
 pub const CSI_NAME_ANNOTATION: &str = "overcast.dev/csi-name";
 /// Ours: the metadata the CSI sidecars sent (PVC/PV names), for operators.
 pub const METADATA_ANNOTATION: &str = "overcast.dev/metadata";
+/// Ours: the zone (and region) a volume is in, as its CSI topology says; absent for a
+/// volume any node can use.
+pub const ZONE_ANNOTATION: &str = "overcast.dev/zone";
+pub const REGION_ANNOTATION: &str = "overcast.dev/region";
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, kind), plural)
@@ -217,6 +221,74 @@ pub struct VmBlockDevice {
 }
 
 pub type VirtualMachine = Object<VmSpec, VmStatus>;
+
+// ---- VirtualMachineClass (cluster-scoped) -----------------------------------------
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VmClassSpec {
+    /// At most 16; their core ranges do not overlap.
+    #[serde(default)]
+    pub sizing_policies: Vec<SizingPolicy>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SizingPolicy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<CoreRange>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryPolicy>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CoreRange {
+    pub min: u32,
+    pub max: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
+}
+
+/// Quantities here are int-or-string in the schema.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryPolicy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_core: Option<PerCore>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PerCore {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VmClassStatus {
+    /// Pending, Ready, Terminating.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+}
+
+pub type VirtualMachineClass = Object<VmClassSpec, VmClassStatus>;
+
+/// An int-or-string quantity of the schema, in bytes.
+pub fn int_or_quantity_bytes(v: &serde_json::Value) -> Option<u64> {
+    match v {
+        serde_json::Value::Number(n) => n.as_u64(),
+        serde_json::Value::String(s) => quantity_bytes(s),
+        _ => None,
+    }
+}
 
 /// A VM's node name: its `dvp.deckhouse.io/hostname` label, else its own name.
 pub fn vm_hostname(vm: &VirtualMachine) -> &str {

@@ -23,8 +23,9 @@ use serde_json::json;
 
 use crate::api;
 use crate::disks::DvpDisks;
-use crate::instances::{instance_type, parent_zones};
+use crate::instances::{instance_type, shape_name};
 use crate::parent::Parent;
+use crate::zones::{zones_of, ParentNodes};
 
 const DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
 
@@ -54,16 +55,39 @@ const NEEDED: &[(&str, &str, &str)] = &[
     ("virtualization.deckhouse.io", "virtualmachines", "patch"),
     ("", "services", "create"),
     ("", "services", "delete"),
+    // The zone a bound disk is in: its PVC names its PersistentVolume.
+    ("", "persistentvolumeclaims", "get"),
 ];
 
 pub struct DvpDiscovery {
     parent: Parent,
     disks: DvpDisks,
+    nodes: ParentNodes,
 }
 
 impl DvpDiscovery {
     pub fn new(parent: Parent, disks: DvpDisks) -> Self {
-        Self { parent, disks }
+        Self {
+            parent,
+            disks,
+            nodes: ParentNodes::default(),
+        }
+    }
+
+    /// The parent's VirtualMachineClasses (cluster-scoped); `None` when the account may
+    /// not list them.
+    async fn classes(&self) -> Result<Option<Vec<api::VirtualMachineClass>>> {
+        let api: Api<api::VirtualMachineClass> =
+            Api::all_with(self.parent.client.clone(), &api::virtual_machine_class());
+        match self
+            .parent
+            .list_all("virtualmachineclass_list", &api, None)
+            .await
+        {
+            Ok(classes) => Ok(Some(classes)),
+            Err(CloudError::PermissionDenied(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// The parent's StorageClasses as the discovery document lists them; `None` when the
@@ -139,6 +163,65 @@ impl DvpDiscovery {
     }
 }
 
+/// How many shapes one sizing policy contributes at most: a class allowing 1 to 1,024
+/// cores one by one would otherwise fill the catalog with a thousand entries.
+const SHAPES_PER_POLICY: u32 = 32;
+
+/// The shapes a VirtualMachineClass allows, as cluster-autoscaler's catalog lists
+/// them: for each sizing policy, each core count its step allows (thinned to at most
+/// [`SHAPES_PER_POLICY`], the largest always kept) with the least memory the policy
+/// allows for it — `memory.min`, or `perCore.min` times the cores when larger, rounded
+/// up to `memory.step`. A policy that bounds no memory names no shape; a class that
+/// is not Ready (no node can run it) names none. Root disk: the class does not say (0).
+pub fn class_shapes(class: &api::VirtualMachineClass) -> Vec<InstanceType> {
+    let phase = class.status.as_ref().and_then(|s| s.phase.as_deref());
+    if phase.is_some_and(|p| p != "Ready") {
+        return Vec::new();
+    }
+    let name = class.name_any();
+    let mut out = Vec::new();
+    for policy in &class.spec.sizing_policies {
+        let (Some(cores), Some(memory)) = (&policy.cores, &policy.memory) else {
+            continue;
+        };
+        let bytes = |v: &Option<serde_json::Value>| {
+            v.as_ref().and_then(api::int_or_quantity_bytes).unwrap_or(0)
+        };
+        let (min, per_core, step) = (
+            bytes(&memory.min),
+            bytes(&memory.per_core.as_ref().and_then(|p| p.min.clone())),
+            bytes(&memory.step),
+        );
+        if min == 0 && per_core == 0 {
+            continue;
+        }
+        let step_cores = cores.step.unwrap_or(1).max(1);
+        if cores.max < cores.min {
+            continue;
+        }
+        let count = (cores.max - cores.min) / step_cores + 1;
+        let stride = step_cores * count.div_ceil(SHAPES_PER_POLICY);
+        let mut counts: Vec<u32> = (cores.min..=cores.max).step_by(stride as usize).collect();
+        let largest = cores.min + (count - 1) * step_cores;
+        if counts.last() != Some(&largest) {
+            counts.push(largest);
+        }
+        for n in counts {
+            let mut want = min.max(per_core.saturating_mul(u64::from(n)));
+            if step > 0 {
+                want = want.div_ceil(step).saturating_mul(step);
+            }
+            out.push(InstanceType {
+                name: shape_name(&name, n, want),
+                cpu: n,
+                memory_mib: want >> 20,
+                root_disk_gib: 0,
+            });
+        }
+    }
+    out
+}
+
 fn condition(name: &str, ok: bool, message: impl Into<String>) -> CloudCondition {
     CloudCondition {
         name: name.into(),
@@ -150,14 +233,12 @@ fn condition(name: &str, ok: bool, message: impl Into<String>) -> CloudCondition
 #[async_trait]
 impl Discovery for DvpDiscovery {
     async fn discovery_data(&self) -> Result<serde_json::Value> {
-        let zones = parent_zones(&self.parent).await?;
-        let mut names: Vec<String> = zones
-            .unwrap_or_default()
-            .into_values()
+        let nodes = self.nodes.list(&self.parent).await?;
+        let names: std::collections::BTreeSet<String> = zones_of(nodes.iter().flatten())
+            .into_iter()
             .map(|z| z.zone)
             .collect();
-        names.sort();
-        names.dedup();
+        let mut names: Vec<String> = names.into_iter().collect();
         if names.is_empty() {
             names.push("default".into());
         }
@@ -173,6 +254,14 @@ impl Discovery for DvpDiscovery {
     }
 
     async fn instance_types(&self) -> Result<Vec<InstanceType>> {
+        // What the classes allow first; a VM's own shape (with its root disk) replaces
+        // the class's entry of the same name.
+        let mut out: BTreeMap<String, InstanceType> = BTreeMap::new();
+        for class in self.classes().await?.iter().flatten() {
+            for t in class_shapes(class) {
+                out.insert(t.name.clone(), t);
+            }
+        }
         let vms = self
             .parent
             .list_all("virtualmachine_list", &self.parent.vms(), None)
@@ -194,7 +283,6 @@ impl Discovery for DvpDiscovery {
                 (d.name_any(), size)
             })
             .collect();
-        let mut out: BTreeMap<String, InstanceType> = BTreeMap::new();
         for vm in &vms {
             let name = instance_type(vm);
             let memory = vm
@@ -211,12 +299,18 @@ impl Discovery for DvpDiscovery {
                 .and_then(|r| sizes.get(&r.name))
                 .copied()
                 .unwrap_or(0);
-            out.entry(name.clone()).or_insert(InstanceType {
-                name,
-                cpu: vm.spec.cpu.as_ref().map(|c| c.cores).unwrap_or(0),
-                memory_mib: memory >> 20,
-                root_disk_gib: root.div_ceil(1 << 30),
-            });
+            let from_class = out.get(&name).is_some_and(|t| t.root_disk_gib == 0);
+            if from_class || !out.contains_key(&name) {
+                out.insert(
+                    name.clone(),
+                    InstanceType {
+                        name,
+                        cpu: vm.spec.cpu.as_ref().map(|c| c.cores).unwrap_or(0),
+                        memory_mib: memory >> 20,
+                        root_disk_gib: root.div_ceil(1 << 30),
+                    },
+                );
+            }
         }
         Ok(out.into_values().collect())
     }
@@ -283,5 +377,100 @@ impl Discovery for DvpDiscovery {
                 metadata: d.metadata,
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn class(spec: serde_json::Value, phase: Option<&str>) -> api::VirtualMachineClass {
+        let mut doc = json!({
+            "apiVersion": "virtualization.deckhouse.io/v1alpha2",
+            "kind": "VirtualMachineClass",
+            "metadata": {"name": "generic"},
+            "spec": spec,
+        });
+        if let Some(p) = phase {
+            doc["status"] = json!({"phase": p});
+        }
+        serde_json::from_value(doc).unwrap()
+    }
+
+    fn names(c: &api::VirtualMachineClass) -> Vec<String> {
+        class_shapes(c).into_iter().map(|t| t.name).collect()
+    }
+
+    #[test]
+    fn a_class_offers_each_core_count_with_the_least_memory_it_allows() {
+        // Deckhouse's default `generic` class: 1–4 cores at 1–8Gi per core, then 5–8.
+        let generic = class(
+            json!({"sizingPolicies": [
+                {"cores": {"min": 1, "max": 4}, "memory": {"min": "1Gi", "perCore": {"min": "1Gi", "max": "8Gi"}}},
+                {"cores": {"min": 5, "max": 8}, "memory": {"perCore": {"min": "1Gi"}, "step": "512Mi"}},
+            ]}),
+            Some("Ready"),
+        );
+        assert_eq!(
+            names(&generic),
+            [
+                "generic-1c-1gi",
+                "generic-2c-2gi",
+                "generic-3c-3gi",
+                "generic-4c-4gi",
+                "generic-5c-5gi",
+                "generic-6c-6gi",
+                "generic-7c-7gi",
+                "generic-8c-8gi"
+            ]
+        );
+        let four = &class_shapes(&generic)[3];
+        assert_eq!(
+            (four.cpu, four.memory_mib, four.root_disk_gib),
+            (4, 4096, 0)
+        );
+        // A floor above perCore × cores, a step rounding up, integers as bytes.
+        let stepped = class(
+            json!({"sizingPolicies": [
+                {"cores": {"min": 2, "max": 10, "step": 4},
+                 "memory": {"min": 3221225472u64, "step": "2Gi"}},
+            ]}),
+            None,
+        );
+        assert_eq!(
+            names(&stepped),
+            ["generic-2c-4gi", "generic-6c-4gi", "generic-10c-4gi"]
+        );
+    }
+
+    #[test]
+    fn a_wide_class_is_thinned_and_one_that_cannot_run_offers_nothing() {
+        let wide = class(
+            json!({"sizingPolicies": [
+                {"cores": {"min": 1, "max": 1024}, "memory": {"perCore": {"min": "1Gi"}}},
+            ]}),
+            Some("Ready"),
+        );
+        let shapes = class_shapes(&wide);
+        assert!(
+            shapes.len() <= SHAPES_PER_POLICY as usize + 1,
+            "{}",
+            shapes.len()
+        );
+        assert_eq!(shapes.first().unwrap().cpu, 1);
+        assert_eq!(shapes.last().unwrap().cpu, 1024, "the largest is kept");
+        let pending = class(
+            json!({"sizingPolicies": [
+                {"cores": {"min": 1, "max": 2}, "memory": {"min": "1Gi"}}]}),
+            Some("Pending"),
+        );
+        assert!(class_shapes(&pending).is_empty());
+        // No memory bound: no shape can be named.
+        let unbounded = class(
+            json!({"sizingPolicies": [{"cores": {"min": 1, "max": 2}}]}),
+            Some("Ready"),
+        );
+        assert!(class_shapes(&unbounded).is_empty());
     }
 }

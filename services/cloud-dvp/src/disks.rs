@@ -16,12 +16,13 @@
 //! - a disk whose provisioning failed (phase Failed) is deleted and the reason reported,
 //!   so a PVC that is given up on leaves no orphan behind.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::ResourceExt;
+use kube::{Api, ResourceExt};
 use overcast_cloud::{
     Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, PublishContext, Result, Zone,
 };
@@ -29,6 +30,7 @@ use serde_json::json;
 
 use crate::api::{self, VirtualDisk, VirtualMachine, Vmbda};
 use crate::parent::Parent;
+use crate::zones::{pv_zones, zones_of, ParentNodes};
 
 /// The StorageClass parameter naming the parent's StorageClass (upstream's name).
 pub const STORAGE_CLASS_PARAMETER: &str = "dvpStorageClass";
@@ -59,16 +61,16 @@ impl Default for Waits {
 
 pub struct DvpDisks {
     parent: Parent,
-    zone: Zone,
+    nodes: ParentNodes,
     max_attachments: u64,
     waits: Waits,
 }
 
 impl DvpDisks {
-    pub fn new(parent: Parent, zone: Zone, max_attachments: u64, waits: Waits) -> Self {
+    pub fn new(parent: Parent, max_attachments: u64, waits: Waits) -> Self {
         Self {
             parent,
-            zone,
+            nodes: ParentNodes::default(),
             max_attachments,
             waits,
         }
@@ -168,12 +170,105 @@ impl DvpDisks {
             id: vd.name_any(),
             name: csi_name_of(vd),
             size_bytes,
-            zone: self.zone.clone(),
+            zone: zone_of(&annotations),
             parameters: read_map(api::PARAMETERS_ANNOTATION),
             metadata: read_map(api::METADATA_ANNOTATION),
             attachments,
             condition,
         }
+    }
+
+    /// Records where a disk that the parent has bound can be used: the zones of the
+    /// parent nodes its PersistentVolume admits. The zone asked for is kept when it is
+    /// one of them (or when that cannot be told: a topology narrower than the truth
+    /// only restricts scheduling), another when the parent bound it elsewhere, none
+    /// when every zone can use it (network storage). A disk waiting for its first
+    /// consumer keeps the zone asked for: its first attachment, made in that zone,
+    /// binds it there.
+    async fn settle_zone(&self, vd: VirtualDisk, asked: &Zone) -> Result<VirtualDisk> {
+        let status = vd.status.clone().unwrap_or_default();
+        if *asked == Zone::default() || status.phase.as_deref() != Some("Ready") {
+            return Ok(vd);
+        }
+        let name = vd.name_any();
+        let Some(admitted) = self.bound_zones(&vd).await? else {
+            return Ok(vd);
+        };
+        let nodes = self.nodes.list(&self.parent).await?.unwrap_or_default();
+        let all = zones_of(&nodes);
+        let zone = match admitted {
+            None => Zone::default(),
+            Some(zones) if zones == all => Zone::default(),
+            Some(zones) if zones.contains(asked) => asked.clone(),
+            Some(zones) => match zones.into_iter().next() {
+                Some(z) => z,
+                None => {
+                    tracing::warn!(disk = %name, "its PersistentVolume admits no parent node with a zone: the zone asked for is kept");
+                    asked.clone()
+                }
+            },
+        };
+        let annotations = vd.metadata.annotations.clone().unwrap_or_default();
+        if zone_of(&annotations) == zone {
+            return Ok(vd);
+        }
+        let patch = json!({"metadata": {"annotations": zone_annotations(&zone)}});
+        self.parent
+            .call(
+                "virtualdisk_patch",
+                &format!("record the zone of VirtualDisk {name}"),
+                self.parent
+                    .disks()
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await
+    }
+
+    /// The zones the PersistentVolume of a bound disk admits (`Some(None)`: any node;
+    /// `None`: it cannot be told — no target PVC yet, or the account may not read it).
+    async fn bound_zones(&self, vd: &VirtualDisk) -> Result<Option<Option<BTreeSet<Zone>>>> {
+        let Some(claim) = vd
+            .status
+            .as_ref()
+            .and_then(|s| s.target.as_ref())
+            .and_then(|t| t.persistent_volume_claim_name.clone())
+        else {
+            return Ok(None);
+        };
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.parent.client.clone(), &self.parent.namespace);
+        let pvc = match self
+            .parent
+            .get_opt("persistentvolumeclaim_get", &claims, &claim)
+            .await
+        {
+            Ok(Some(pvc)) => pvc,
+            Ok(None) => return Ok(None),
+            Err(CloudError::PermissionDenied(e)) => {
+                tracing::warn!(error = %e, "the parent's PVCs cannot be read: volumes keep the zone asked for");
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(volume) = pvc.spec.and_then(|s| s.volume_name) else {
+            return Ok(None);
+        };
+        let volumes: Api<PersistentVolume> = Api::all(self.parent.client.clone());
+        let pv = match self
+            .parent
+            .get_opt("persistentvolume_get", &volumes, &volume)
+            .await
+        {
+            Ok(Some(pv)) => pv,
+            Ok(None) => return Ok(None),
+            Err(CloudError::PermissionDenied(e)) => {
+                tracing::warn!(error = %e, "the parent's PersistentVolumes cannot be read: volumes keep the zone asked for");
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let nodes = self.nodes.list(&self.parent).await?.unwrap_or_default();
+        Ok(Some(pv_zones(&pv, &nodes)))
     }
 
     /// Waits until the disk is usable: Ready, or WaitForFirstConsumer (the parent's
@@ -323,14 +418,42 @@ pub fn is_name(s: &str) -> bool {
         })
 }
 
+/// A volume's zone, as its annotations record it (none when they record none).
+fn zone_of(annotations: &BTreeMap<String, String>) -> Zone {
+    Zone {
+        zone: annotations
+            .get(api::ZONE_ANNOTATION)
+            .cloned()
+            .unwrap_or_default(),
+        region: annotations
+            .get(api::REGION_ANNOTATION)
+            .cloned()
+            .unwrap_or_default(),
+    }
+}
+
+/// The annotations recording `zone`; `None` removes one (in a merge patch).
+fn zone_annotations(zone: &Zone) -> BTreeMap<&'static str, Option<String>> {
+    let set = |v: &str| Some(v.to_owned()).filter(|v| !v.is_empty());
+    BTreeMap::from([
+        (api::ZONE_ANNOTATION, set(&zone.zone)),
+        (api::REGION_ANNOTATION, set(&zone.region)),
+    ])
+}
+
 fn json_map(m: &BTreeMap<String, String>) -> String {
     serde_json::to_string(m).unwrap_or_default()
 }
 
 #[async_trait]
 impl Disks for DvpDisks {
-    fn zones(&self) -> Vec<Zone> {
-        vec![self.zone.clone()]
+    async fn zones(&self) -> Result<Vec<Zone>> {
+        let nodes = self.nodes.list(&self.parent).await?.unwrap_or_default();
+        let zones = zones_of(&nodes);
+        if zones.is_empty() {
+            return Ok(vec![Zone::default()]);
+        }
+        Ok(zones.into_iter().collect())
     }
     fn size_granularity(&self) -> u64 {
         1 << 20
@@ -424,6 +547,12 @@ impl Disks for DvpDisks {
                 if name != spec.name {
                     annotations.insert(api::CSI_NAME_ANNOTATION.to_owned(), spec.name.clone());
                 }
+                // Where it was asked for; settled once the parent has bound it.
+                annotations.extend(
+                    zone_annotations(&spec.zone)
+                        .into_iter()
+                        .flat_map(|(k, v)| v.map(|v| (k.to_owned(), v))),
+                );
                 vd.metadata.annotations = Some(annotations);
                 vd.status = None;
                 match self
@@ -464,7 +593,8 @@ impl Disks for DvpDisks {
             });
         }
         let ready = self.wait_ready(&name).await?;
-        Ok(self.to_disk(&ready, &[]))
+        let settled = self.settle_zone(ready, &spec.zone).await?;
+        Ok(self.to_disk(&settled, &[]))
     }
 
     async fn disk(&self, id: &str) -> Result<Disk> {

@@ -8,105 +8,50 @@
 //! and region of the parent node the VM runs on.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::ListParams;
-use kube::{Api, ResourceExt};
-use overcast_cloud::{
-    AddressType, CloudError, Instance, InstanceState, Instances, NodeAddress, Result, Zone,
-};
+use kube::ResourceExt;
+use overcast_cloud::{AddressType, Instance, InstanceState, Instances, NodeAddress, Result, Zone};
 
 use crate::api::{self, VirtualMachine};
 use crate::parent::Parent;
+use crate::zones::ParentNodes;
 
 pub const PROVIDER: &str = "dvp";
-const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
-const REGION_LABEL: &str = "topology.kubernetes.io/region";
 
 pub struct DvpInstances {
     parent: Parent,
-    /// The parent's Nodes are cluster-scoped: a tenant's account may not read them. Once
-    /// refused, zones are left out and not asked again (said once in the log).
-    nodes_refused: AtomicBool,
+    nodes: ParentNodes,
 }
 
 impl DvpInstances {
     pub fn new(parent: Parent) -> Self {
         Self {
             parent,
-            nodes_refused: AtomicBool::new(false),
+            nodes: ParentNodes::default(),
         }
-    }
-
-    /// Zone and region of each parent node, by name; empty when they cannot be read.
-    async fn parent_zones(&self) -> Result<BTreeMap<String, Zone>> {
-        if self.nodes_refused.load(Ordering::Relaxed) {
-            return Ok(BTreeMap::new());
-        }
-        match parent_zones(&self.parent).await? {
-            Some(zones) => Ok(zones),
-            None => {
-                self.nodes_refused.store(true, Ordering::Relaxed);
-                tracing::warn!("the parent's Nodes cannot be read: instances get no zone");
-                Ok(BTreeMap::new())
-            }
-        }
-    }
-}
-
-/// Zone and region of each parent node that has them, by node name (one list); `None`
-/// when the account may not list the parent's Nodes.
-pub async fn parent_zones(parent: &Parent) -> Result<Option<BTreeMap<String, Zone>>> {
-    let api: Api<Node> = Api::all(parent.client.clone());
-    let lp = ListParams::default();
-    match parent
-        .call(
-            "node_list",
-            "list the parent's Nodes",
-            api.list_metadata(&lp),
-        )
-        .await
-    {
-        Ok(list) => Ok(Some(
-            list.items
-                .into_iter()
-                .filter_map(|n| {
-                    let labels = n.metadata.labels.unwrap_or_default();
-                    let zone = labels.get(ZONE_LABEL)?.clone();
-                    Some((
-                        n.metadata.name?,
-                        Zone {
-                            zone,
-                            region: labels.get(REGION_LABEL).cloned().unwrap_or_default(),
-                        },
-                    ))
-                })
-                .collect(),
-        )),
-        Err(CloudError::PermissionDenied(_)) => Ok(None),
-        Err(e) => Err(e),
     }
 }
 
 /// `<class>-<cores>c-<memory>`, e.g. `generic-4c-8gi`: what a VM of this shape is.
 pub fn instance_type(vm: &VirtualMachine) -> String {
-    let class = &vm.spec.virtual_machine_class_name;
     let cores = vm.spec.cpu.as_ref().map(|c| c.cores).unwrap_or(0);
     let memory = vm
         .spec
         .memory
         .as_ref()
         .and_then(|m| api::quantity_bytes(&m.size.0))
-        .map(|b| {
-            if b % (1 << 30) == 0 {
-                format!("{}gi", b >> 30)
-            } else {
-                format!("{}mi", b.div_ceil(1 << 20))
-            }
-        })
-        .unwrap_or_else(|| "0mi".into());
+        .unwrap_or(0);
+    shape_name(&vm.spec.virtual_machine_class_name, cores, memory)
+}
+
+/// The name of a shape: the class, the cores, the memory (in GiB when whole).
+pub fn shape_name(class: &str, cores: u32, memory_bytes: u64) -> String {
+    let memory = if memory_bytes > 0 && memory_bytes.is_multiple_of(1 << 30) {
+        format!("{}gi", memory_bytes >> 30)
+    } else {
+        format!("{}mi", memory_bytes.div_ceil(1 << 20))
+    };
     format!("{class}-{cores}c-{memory}")
 }
 
@@ -155,7 +100,7 @@ impl Instances for DvpInstances {
             .parent
             .list_all("virtualmachine_list", &self.parent.vms(), None)
             .await?;
-        let zones = self.parent_zones().await?;
+        let zones = self.nodes.zones_by_node(&self.parent).await?;
         Ok(vms.iter().map(|vm| to_instance(vm, &zones)).collect())
     }
 }

@@ -5,7 +5,7 @@
 //! per-request metrics, errors by what a retry would do), disks ([`disks`]: VirtualDisk +
 //! VirtualMachineBlockDeviceAttachment), instances ([`instances`]) and load balancers
 //! ([`lb`]: a Service of the parent selecting the backends' VMs) and discovery
-//! ([`discovery`]). Not yet: the zone topology of volumes (issue 16, continued).
+//! ([`discovery`]), zones from the parent's Nodes ([`zones`]).
 
 pub mod api;
 pub mod config;
@@ -15,6 +15,7 @@ pub mod instances;
 pub mod lb;
 pub mod parent;
 pub mod quota;
+pub mod zones;
 
 pub use config::Config;
 pub use discovery::DvpDiscovery;

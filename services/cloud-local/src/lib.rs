@@ -313,8 +313,8 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 
 #[async_trait]
 impl Disks for LocalCloud {
-    fn zones(&self) -> Vec<Zone> {
-        vec![self.cfg.zone.clone()]
+    async fn zones(&self) -> Result<Vec<Zone>> {
+        Ok(vec![self.cfg.zone.clone()])
     }
 
     fn size_granularity(&self) -> u64 {

@@ -57,8 +57,9 @@ pub struct Disk {
 
 #[async_trait]
 pub trait Disks: Send + Sync + 'static {
-    /// The zones this cloud can place a disk in, preferred first.
-    fn zones(&self) -> Vec<Zone>;
+    /// The zones this cloud can place a disk in, preferred first; `[Zone::default()]`
+    /// when it has none. Asked per call: a cloud's zones may change while it runs.
+    async fn zones(&self) -> Result<Vec<Zone>>;
     /// Smallest disk, and the unit every disk size is rounded up to.
     fn size_granularity(&self) -> u64;
     /// Largest disk the cloud can make.

@@ -90,7 +90,9 @@ impl Settings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeIdentity {
     pub node_id: String,
-    pub zone: Zone,
+    /// `None`: the cloud tells the node plugin nothing about its place; its zone is the
+    /// one the cloud-controller-manager labels its Node with, read from the API.
+    pub zone: Option<Zone>,
 }
 
 /// This node's identity as its cloud gives it (the node plugin never reads another
@@ -101,17 +103,17 @@ pub fn node_identity(s: &Settings) -> anyhow::Result<NodeIdentity> {
             let file = LocalCloudConfig::load(s.cloud_config.as_deref())?;
             Ok(NodeIdentity {
                 node_id: s.node_name(),
-                zone: Zone {
+                zone: Some(Zone {
                     zone: file.zone(s.local.zone.as_deref()),
                     region: file.region(s.local.region.as_deref()),
-                },
+                }),
             })
         }
-        // A DVP node plugin needs no credentials: its node id is its node name (the VM's
-        // hostname label), and volumes carry no zone yet (issue 16 continued).
+        // A DVP node plugin holds no parent credentials: its node id is its node name
+        // (the VM's hostname label), its zone the one the ccm found for its VM.
         CloudName::Dvp => Ok(NodeIdentity {
             node_id: s.node_name(),
-            zone: Zone::default(),
+            zone: None,
         }),
         // What a node plugin of these clouds needs to know about its node (and whether
         // it reads any configuration at all) is each provider's to say when it lands.
@@ -182,7 +184,6 @@ async fn open_dvp(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
         Role::CsiController => {
             cloud.disks = Some(Arc::new(DvpDisks::new(
                 parent,
-                Zone::default(),
                 s.max_attachments_per_node,
                 Waits::default(),
             )));
@@ -197,12 +198,7 @@ async fn open_dvp(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
             )));
         }
         Role::Discoverer => {
-            let disks = DvpDisks::new(
-                parent.clone(),
-                Zone::default(),
-                s.max_attachments_per_node,
-                Waits::default(),
-            );
+            let disks = DvpDisks::new(parent.clone(), s.max_attachments_per_node, Waits::default());
             cloud.discovery = Some(Arc::new(DvpDiscovery::new(parent, disks)));
         }
     }
@@ -212,10 +208,11 @@ async fn open_dvp(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
 async fn open_local(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
     let file = LocalCloudConfig::load(s.cloud_config.as_deref())?;
     let me = node_identity(s)?;
+    let zone = me.zone.clone().unwrap_or_default();
     let instances = || {
         LocalInstances::new(
             me.node_id.clone(),
-            me.zone.clone(),
+            zone.clone(),
             s.local
                 .instances_file
                 .clone()
@@ -231,7 +228,7 @@ async fn open_local(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
             let config = LocalConfig {
                 state_dir: s.local.state_dir.clone(),
                 node_name: me.node_id.clone(),
-                zone: me.zone.clone(),
+                zone: zone.clone(),
                 max_attachments_per_node: s.max_attachments_per_node,
             };
             let disks = LocalCloud::open(config).await.with_context(|| {
@@ -253,7 +250,7 @@ async fn open_local(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
         Role::Discoverer => {
             cloud.discovery = Some(Arc::new(LocalDiscovery::new(
                 s.local.state_dir.clone(),
-                me.zone.clone(),
+                zone.clone(),
                 instances(),
             )));
         }
@@ -279,7 +276,7 @@ mod tests {
         assert!(disc.discovery.is_some() && disc.instances.is_none());
         let me = node_identity(&s).unwrap();
         assert_eq!(me.node_id, "n1");
-        assert_eq!(me.zone.zone, "z1");
+        assert_eq!(me.zone.unwrap().zone, "z1");
         // DVP: its configuration first; its node plugin needs none.
         let mut dvp = Settings::new(CloudName::Dvp);
         dvp.node_name = Some("worker-1".into());
@@ -290,10 +287,7 @@ mod tests {
             .to_string();
         assert!(err.contains("lacks credentials or settings"), "{err}");
         let me = node_identity(&dvp).unwrap();
-        assert_eq!(
-            (me.node_id.as_str(), me.zone),
-            ("worker-1", Zone::default())
-        );
+        assert_eq!((me.node_id.as_str(), me.zone), ("worker-1", None));
         for c in CloudName::ALL.into_iter().filter(|c| !c.is_built()) {
             let s = Settings::new(c);
             // Without a configuration, what is missing is said first.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use overcast_api::csi_v1 as csi;
-use overcast_cloud::{Disks, Zone};
+use overcast_cloud::Disks;
 use overcast_clouds::{Role, Settings};
 use overcast_runtime::{socket, GrpcLogLayer, GrpcMetrics};
 use prometheus_client::registry::Registry;
@@ -16,7 +16,7 @@ use tonic::transport::Server;
 
 use crate::controller::ControllerService;
 use crate::identity::IdentityService;
-use crate::node::{NodeService, NodeState};
+use crate::node::{NodeService, NodeState, NodeZone};
 use crate::options::Options;
 
 /// How long a shutdown waits for open connections to finish.
@@ -27,8 +27,8 @@ pub struct Driver {
     socket_path: PathBuf,
     listener: UnixListener,
     cloud: Option<Arc<dyn Disks>>,
-    /// Where this host is: flags first, then the cloud-config file.
-    zone: Zone,
+    /// Where this host is: flags first, then the cloud-config file; or its Node's labels.
+    zone: NodeZone,
     registry: Registry,
     metrics: Arc<GrpcMetrics>,
 }
@@ -54,7 +54,14 @@ impl Driver {
         } else {
             None
         };
-        let zone = overcast_clouds::node_identity(&settings)?.zone;
+        let zone = match overcast_clouds::node_identity(&settings)?.zone {
+            Some(zone) => NodeZone::Known(zone),
+            None => NodeZone::FromNodeLabels {
+                kubeconfig: options.kubeconfig.clone(),
+                wait: std::time::Duration::from_secs(options.node_zone_wait_seconds),
+                poll: std::time::Duration::from_secs(1),
+            },
+        };
         let listener = socket::bind(&socket_path)
             .await
             .with_context(|| format!("bind {}", socket_path.display()))?;

@@ -3,6 +3,7 @@
 //! [`driver`] picks the services for a mode and serves them on a Unix socket; the
 //! services take their cloud as a value, so each can be tested alone.
 
+pub mod api_calls;
 pub mod controller;
 pub mod driver;
 pub mod errors;

@@ -88,6 +88,16 @@ pub struct Options {
     #[arg(long, env = "CSI_ZONE")]
     pub zone: Option<String>,
 
+    /// Node, on a cloud whose node plugin holds no credentials (DVP): the kubeconfig to
+    /// read this node's zone labels with; in-cluster configuration when unset.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Node (DVP): how long NodeGetInfo waits for the cloud-controller-manager to
+    /// initialize this node (and label its zone) before answering UNAVAILABLE.
+    #[arg(long, env = "CSI_NODE_ZONE_WAIT_SECONDS", default_value_t = 60)]
+    pub node_zone_wait_seconds: u64,
+
     /// Local cloud: the region this host is in (topology.kubernetes.io/region); as --zone.
     #[arg(long, env = "CSI_REGION")]
     pub region: Option<String>,

@@ -2,7 +2,7 @@
 //! and grow disks.
 
 use overcast_api::csi_v1 as csi;
-use overcast_cloud::{CloudError, DiskSpec};
+use overcast_cloud::{CloudError, DiskSpec, Zone};
 use tonic::Status;
 use tracing::instrument;
 
@@ -34,7 +34,7 @@ impl ControllerService {
         self.cloud
             .validate_parameters(&parameters)
             .map_err(|e| to_status(&op, e))?;
-        let zones = self.cloud.zones();
+        let zones = self.cloud.zones().await.map_err(|e| to_status(&op, e))?;
         let zone = validation::pick_zone(req.accessibility_requirements.as_ref(), &zones)?;
         let size = validation::disk_size(
             req.capacity_range.as_ref(),
@@ -53,7 +53,9 @@ impl ControllerService {
         {
             let fits = validation::size_fits(disk.size_bytes, req.capacity_range.as_ref())?;
             let same_params = disk.parameters == parameters;
+            // A disk without a zone is reachable from every topology.
             let placed = match &req.accessibility_requirements {
+                _ if disk.zone == Zone::default() => true,
                 Some(r) if !r.requisite.is_empty() => r
                     .requisite
                     .iter()

@@ -149,7 +149,11 @@ impl ControllerService {
         self.cloud
             .validate_parameters(&parameters)
             .map_err(|e| to_status("get capacity", e))?;
-        let zones = self.cloud.zones();
+        let zones = self
+            .cloud
+            .zones()
+            .await
+            .map_err(|e| to_status("get capacity", e))?;
         let zone = match &req.accessible_topology {
             None => None,
             Some(t) => match zones.iter().find(|z| validation::topology_matches(t, z)) {

@@ -7,12 +7,12 @@ mod publish;
 mod stage;
 mod state;
 mod stats;
+mod zone;
 
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use overcast_api::csi_v1 as csi;
-use overcast_cloud::Zone;
 use std::sync::Arc;
 
 use overcast_mount::{Host, MountError};
@@ -21,13 +21,14 @@ use tonic::{Request, Response, Status};
 use crate::inflight::Inflight;
 use crate::validation::topology_of;
 pub use state::NodeState;
+pub use zone::NodeZone;
 
 use csi::node_service_capability::rpc::Type as Rpc;
 
 pub struct NodeService {
     node_id: String,
     max_volumes: u64,
-    zone: Zone,
+    zone: NodeZone,
     inflight: Inflight,
     state: NodeState,
     device_wait: Duration,
@@ -40,7 +41,7 @@ impl NodeService {
     pub fn new(
         node_id: String,
         max_volumes: u64,
-        zone: Zone,
+        zone: NodeZone,
         state: NodeState,
         device_wait: Duration,
         host: Arc<dyn Host>,
@@ -207,10 +208,11 @@ impl csi::node_server::Node for NodeService {
         &self,
         _: Request<csi::NodeGetInfoRequest>,
     ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
+        let zone = self.zone.resolve(&self.node_id).await?;
         Ok(Response::new(csi::NodeGetInfoResponse {
             node_id: self.node_id.clone(),
             max_volumes_per_node: i64::try_from(self.max_volumes).unwrap_or(i64::MAX),
-            accessible_topology: Some(topology_of(&self.zone)),
+            accessible_topology: Some(topology_of(&zone)),
         }))
     }
 }

@@ -15,7 +15,7 @@ use overcast_mount::mountinfo::MountInfo;
 use overcast_mount::{Host, MountError};
 use tonic::Code;
 
-use super::{NodeService, NodeState};
+use super::{NodeService, NodeState, NodeZone};
 
 struct Disk {
     dev: PathBuf,
@@ -186,10 +186,10 @@ fn node() -> Node {
     let node = NodeService::new(
         "n1".into(),
         16,
-        Zone {
+        NodeZone::Known(Zone {
             region: "r1".into(),
             zone: "z1".into(),
-        },
+        }),
         state,
         Duration::from_millis(10),
         Arc::clone(&host) as Arc<dyn Host>,
