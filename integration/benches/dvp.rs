@@ -145,6 +145,71 @@ async fn main() {
         "| baseline: one bare GET of a VirtualDisk | 1 | {} |",
         ms(median(floor))
     );
+
+    // Zones: the parent's nodes carry them, and a zonal StorageClass binds at once.
+    for (node, zone) in [("a1", "bench-a"), ("b1", "bench-b")] {
+        sim.add_node(
+            &format!("{ns}-{node}"),
+            serde_json::json!({"topology.kubernetes.io/zone": zone}),
+            false,
+        )
+        .await;
+    }
+    let class = format!("{ns}-zonal");
+    let classes: kube::Api<k8s_openapi::api::storage::v1::StorageClass> =
+        kube::Api::all(client.clone());
+    classes
+        .create(
+            &Default::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": class}, "provisioner": "zonal.sim",
+                "allowedTopologies": [{"matchLabelExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "values": ["bench-b"]}]}],
+            }))
+            .unwrap(),
+        )
+        .await
+        .expect("StorageClass");
+    let zone_b = Zone {
+        zone: "bench-b".into(),
+        region: String::new(),
+    };
+    let (mut zone_calls, mut zone_times) = (Vec::new(), Vec::new());
+    let (mut zoned_calls, mut zoned_times) = (Vec::new(), Vec::new());
+    for i in 0..ROUNDS {
+        let before = metrics.total();
+        let started = Instant::now();
+        let zones = disks.zones().await.expect("zones");
+        zone_times.push(started.elapsed());
+        zone_calls.push(metrics.total() - before);
+        assert_eq!(zones.len(), 2);
+        let spec = DiskSpec {
+            name: format!("bench-zoned-{i}"),
+            size_bytes: 16 << 20,
+            zone: zone_b.clone(),
+            parameters: BTreeMap::from([("dvpStorageClass".to_owned(), class.clone())]),
+            metadata: BTreeMap::new(),
+        };
+        let before = metrics.total();
+        let started = Instant::now();
+        let made = disks.create_disk(spec).await.expect("zoned create");
+        zoned_times.push(started.elapsed());
+        zoned_calls.push(metrics.total() - before);
+        assert_eq!(made.zone, zone_b);
+        disks.delete_disk(&made.id).await.expect("delete");
+    }
+    println!(
+        "| zones (CreateVolume and GetCapacity ask them) | {} | {} |",
+        zone_calls[0],
+        ms(median(zone_times))
+    );
+    println!(
+        "| create on zonal storage (the bound PV's zones recorded) | {}–{} | {} |",
+        zoned_calls.iter().min().unwrap(),
+        zoned_calls.iter().max().unwrap(),
+        ms(median(zoned_times))
+    );
+    let _ = classes.delete(&class, &Default::default()).await;
     println!(
         "attach answered after the VMBDA reported Attached: median {}",
         ms(median(after_attached))
@@ -185,6 +250,7 @@ async fn main() {
         ms(median(sync_times)),
         ms(median(list_floor))
     );
+    sim.remove_nodes().await;
     drop(sim);
     dvp_sim::sweep(&client, &ns).await;
 }

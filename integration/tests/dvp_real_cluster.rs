@@ -528,7 +528,7 @@ async fn the_dvp_provider_passes_the_conformance_suite_on_a_real_dvp() {
     let parent = Parent::new(client, ns, Arc::new(ApiMetrics::unregistered()));
     let disks: Arc<dyn Disks> = Arc::new(DvpDisks::new(parent.clone(), 64, Waits::default()));
     conformance::disks(&DiskHarness {
-        disks,
+        disks: Arc::clone(&disks),
         node: node.clone(),
         gone_node: "overcast-it-no-such-node".into(),
         zone: Zone::default(),
@@ -536,7 +536,34 @@ async fn the_dvp_provider_passes_the_conformance_suite_on_a_real_dvp() {
         prefix: "overcast-it-".into(),
     })
     .await;
-    conformance::instances(&DvpInstances::new(parent), &node).await;
+    use overcast_cloud::Instances;
+    let instances = DvpInstances::new(parent);
+    conformance::instances(&instances, &node).await;
+    // Zones as this parent has them: the node's is one of them, and a volume asked for
+    // there is recorded in it, or in none (storage any node can use).
+    let zones = disks.zones().await.expect("zones");
+    let me = instances
+        .list_instances()
+        .await
+        .expect("instances")
+        .into_iter()
+        .find(|i| i.node_name == node)
+        .expect("the node's VM");
+    if let Some(zone) = me.zone {
+        assert!(zones.contains(&zone), "{zone:?} not in {zones:?}");
+        let mut want = spec(&format!("overcast-it-zone-{}", std::process::id()));
+        want.zone = zone.clone();
+        let made = disks
+            .create_disk(want)
+            .await
+            .expect("a volume in the node's zone");
+        let placed = made.zone.clone();
+        disks.delete_disk(&made.id).await.expect("delete");
+        assert!(
+            placed == zone || placed == Zone::default(),
+            "asked {zone:?}, recorded {placed:?}"
+        );
+    }
 }
 
 /// The real `csi` binary (`--cloud dvp`, controller and node in one process) on the

@@ -1,8 +1,8 @@
 //! Discovery on DVP, for the Deckhouse contracts: `DVPCloudDiscoveryData` (the zones of
 //! the parent's nodes — `["default"]` when it has none, as Deckhouse's hook fills in — and
 //! the parent's StorageClasses with their binding mode, reclaim policy, expansion and
-//! default), the instance types this cluster's VMs have (the names the ccm labels the
-//! nodes with), the volumes made for this cluster (orphans are those no PV names), and
+//! default), the instance types the VirtualMachineClasses allow and this cluster's VMs
+//! have (the names the ccm labels the nodes with), the volumes made for this cluster (orphans are those no PV names), and
 //! conditions: the parent answers, the namespace exists, the account may do what the
 //! provider does.
 //!

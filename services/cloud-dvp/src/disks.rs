@@ -30,7 +30,7 @@ use serde_json::json;
 
 use crate::api::{self, VirtualDisk, VirtualMachine, Vmbda};
 use crate::parent::Parent;
-use crate::zones::{pv_zones, zones_of, ParentNodes};
+use crate::zones::{pv_zones, zones_of, ParentNode, ParentNodes};
 
 /// The StorageClass parameter naming the parent's StorageClass (upstream's name).
 pub const STORAGE_CLASS_PARAMETER: &str = "dvpStorageClass";
@@ -191,10 +191,10 @@ impl DvpDisks {
             return Ok(vd);
         }
         let name = vd.name_any();
-        let Some(admitted) = self.bound_zones(&vd).await? else {
+        let nodes = self.nodes.list(&self.parent).await?.unwrap_or_default();
+        let Some(admitted) = self.bound_zones(&vd, &nodes).await? else {
             return Ok(vd);
         };
-        let nodes = self.nodes.list(&self.parent).await?.unwrap_or_default();
         let all = zones_of(&nodes);
         let zone = match admitted {
             None => Zone::default(),
@@ -226,7 +226,11 @@ impl DvpDisks {
 
     /// The zones the PersistentVolume of a bound disk admits (`Some(None)`: any node;
     /// `None`: it cannot be told — no target PVC yet, or the account may not read it).
-    async fn bound_zones(&self, vd: &VirtualDisk) -> Result<Option<Option<BTreeSet<Zone>>>> {
+    async fn bound_zones(
+        &self,
+        vd: &VirtualDisk,
+        nodes: &[ParentNode],
+    ) -> Result<Option<Option<BTreeSet<Zone>>>> {
         let Some(claim) = vd
             .status
             .as_ref()
@@ -267,8 +271,7 @@ impl DvpDisks {
             }
             Err(e) => return Err(e),
         };
-        let nodes = self.nodes.list(&self.parent).await?.unwrap_or_default();
-        Ok(Some(pv_zones(&pv, &nodes)))
+        Ok(Some(pv_zones(&pv, nodes)))
     }
 
     /// Waits until the disk is usable: Ready, or WaitForFirstConsumer (the parent's

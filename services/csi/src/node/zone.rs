@@ -47,6 +47,12 @@ impl NodeZone {
                 wait,
                 poll,
             } => {
+                // The node id names the Node in a URL path: only a name it could be.
+                if !is_node_name(node) {
+                    return Err(Status::failed_precondition(format!(
+                        "node id {node:?} cannot be a Node's name, so its zone cannot be read"
+                    )));
+                }
                 let client = overcast_kube::client(kubeconfig.as_deref())
                     .await
                     .map_err(|e| {
@@ -96,6 +102,20 @@ async fn from_labels(
     }
 }
 
+/// Whether `s` can be a Node's name (an RFC 1123 subdomain).
+fn is_node_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+}
+
 /// The zone a Node's labels give, or `None` while the ccm has not initialized it.
 fn decided(node: &Node) -> Option<Zone> {
     let labels = node.metadata.labels.clone().unwrap_or_default();
@@ -118,6 +138,23 @@ fn decided(node: &Node) -> Option<Zone> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[tokio::test]
+    async fn a_node_id_that_cannot_name_a_node_never_reaches_a_url() {
+        let zone = NodeZone::FromNodeLabels {
+            kubeconfig: Some("/nonexistent/kubeconfig".into()),
+            wait: Duration::from_secs(1),
+            poll: Duration::from_millis(10),
+        };
+        for hostile in ["", "../secrets", "a/b", "n?watch=1", "UPPER", "a..b", "-a"] {
+            let err = zone.resolve(hostile).await.unwrap_err();
+            assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{hostile:?}");
+            assert!(err.message().contains("cannot be a Node's name"), "{err:?}");
+        }
+        // A good name gets as far as the (missing) client.
+        let err = zone.resolve("worker-1.example").await.unwrap_err();
+        assert!(err.message().contains("no API client"), "{err:?}");
+    }
 
     #[test]
     fn a_zone_is_decided_by_the_label_or_by_the_ccm_having_initialized_the_node() {
