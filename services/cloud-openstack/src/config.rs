@@ -59,16 +59,38 @@ const LATER_SECTIONS: &[&str] = &[
     "loadbalancerclass",
 ];
 
+/// A domain, by id or by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Domain {
+    Id(String),
+    Name(String),
+}
+
+/// A user or a project as Keystone v3 takes it: its id alone, or its name within a
+/// domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Named {
+    Id(String),
+    Name { name: String, domain: Domain },
+}
+
+/// An application credential: its id alone, or its name and the user it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    Id(String),
+    Name { name: String, user: Named },
+}
+
 /// How Keystone is asked for a token.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Auth {
     Password {
-        user: String,
+        user: Named,
         password: String,
-        project: String,
+        project: Named,
     },
     ApplicationCredential {
-        id_or_name: String,
+        credential: Credential,
         secret: String,
     },
 }
@@ -82,9 +104,9 @@ impl std::fmt::Debug for Auth {
                 .field("project", project)
                 .field("password", &"<redacted>")
                 .finish(),
-            Self::ApplicationCredential { id_or_name, .. } => f
+            Self::ApplicationCredential { credential, .. } => f
                 .debug_struct("ApplicationCredential")
-                .field("id_or_name", id_or_name)
+                .field("credential", credential)
                 .field("secret", &"<redacted>")
                 .finish(),
         }
@@ -97,6 +119,8 @@ pub struct Config {
     pub auth_url: String,
     pub auth: Auth,
     pub region: Option<String>,
+    /// `ca-file`: the PEM bundle Keystone and the endpoints are signed by.
+    pub ca_file: Option<std::path::PathBuf>,
     pub tls_insecure: bool,
     /// `[BlockStorage] node-volume-attach-limit` (cinder-csi's default 256).
     pub node_volume_attach_limit: u32,
@@ -157,57 +181,92 @@ impl Config {
         if auth_url.is_none() {
             missing.push("Keystone's URL (auth-url in [Global])".to_owned());
         }
-        let user_domain = any(&[
-            "user-domain-name",
-            "user-domain-id",
-            "domain-name",
-            "domain-id",
-        ]);
-        let user = match (get("user-id"), get("username")) {
-            (Some(id), _) => Some(id),
-            (None, Some(name)) if user_domain.is_some() => Some(name),
-            (None, Some(_)) => {
-                missing.push(
-                    "the user's domain (user-domain-name or user-domain-id, or domain-name)".into(),
-                );
-                None
+        // OCCM's (gophercloud's) rules: the specific domain keys first, then the
+        // deprecated `domain-*` for both the user and the project.
+        let domain = |id: &str, name: &str| match (get(id), get(name)) {
+            (Some(id), _) => Some(Domain::Id(id)),
+            (None, Some(name)) => Some(Domain::Name(name)),
+            (None, None) => match (get("domain-id"), get("domain-name")) {
+                (Some(id), _) => Some(Domain::Id(id)),
+                (None, Some(name)) => Some(Domain::Name(name)),
+                (None, None) => None,
+            },
+        };
+        let user_domain = domain("user-domain-id", "user-domain-name");
+        let project_domain = match (get("tenant-domain-id"), get("tenant-domain-name")) {
+            (Some(id), _) if get("project-domain-id").is_none() => Some(Domain::Id(id)),
+            (None, Some(name))
+                if get("project-domain-id").is_none() && get("project-domain-name").is_none() =>
+            {
+                Some(Domain::Name(name))
             }
+            _ => domain("project-domain-id", "project-domain-name"),
+        };
+        let user = match (get("user-id"), get("username")) {
+            (Some(id), _) => Some(Named::Id(id)),
+            (None, Some(name)) => match user_domain {
+                Some(domain) => Some(Named::Name { name, domain }),
+                None => {
+                    missing.push(
+                        "the user's domain (user-domain-name or user-domain-id, or domain-name)"
+                            .into(),
+                    );
+                    None
+                }
+            },
             (None, None) => None,
         };
-        let auth = match any(&["application-credential-id", "application-credential-name"]) {
-            Some(id_or_name) => {
-                if get("application-credential-id").is_none() && user.is_none() {
-                    missing.push("the user an application-credential-name belongs to (user-id, or username with its domain)".into());
+        let auth = match (
+            get("application-credential-id"),
+            get("application-credential-name"),
+        ) {
+            (id, name) if id.is_some() || name.is_some() => {
+                let credential = match (id, name) {
+                    (Some(id), _) => Some(Credential::Id(id)),
+                    (None, Some(name)) => match user.clone() {
+                        Some(user) => Some(Credential::Name { name, user }),
+                        None => {
+                            missing.push("the user an application-credential-name belongs to (user-id, or username with its domain)".into());
+                            None
+                        }
+                    },
+                    (None, None) => None,
+                };
+                let secret = get("application-credential-secret");
+                if secret.is_none() {
+                    missing.push("application-credential-secret in [Global]".into());
                 }
-                match get("application-credential-secret") {
-                    Some(secret) => Some(Auth::ApplicationCredential { id_or_name, secret }),
-                    None => {
-                        missing.push("application-credential-secret in [Global]".into());
-                        None
+                match (credential, secret) {
+                    (Some(credential), Some(secret)) => {
+                        Some(Auth::ApplicationCredential { credential, secret })
                     }
+                    _ => None,
                 }
             }
-            None => {
-                let project = any(&["project-id", "tenant-id", "project-name", "tenant-name"]);
+            _ => {
                 if user.is_none() && get("username").is_none() {
                     missing.push("a user (username or user-id in [Global]) or an application credential (application-credential-id and -secret)".into());
                 }
                 if get("password").is_none() {
                     missing.push("password in [Global]".into());
                 }
-                if project.is_none() {
-                    missing.push("the project (project-id or project-name in [Global])".into());
-                } else if get("project-id").or(get("tenant-id")).is_none()
-                    && any(&[
-                        "project-domain-name",
-                        "project-domain-id",
-                        "domain-name",
-                        "domain-id",
-                    ])
-                    .is_none()
-                {
-                    missing.push("the project's domain (project-domain-name or project-domain-id, or domain-name)".into());
-                }
+                let project = match (
+                    any(&["project-id", "tenant-id"]),
+                    any(&["project-name", "tenant-name"]),
+                ) {
+                    (Some(id), _) => Some(Named::Id(id)),
+                    (None, Some(name)) => match project_domain {
+                        Some(domain) => Some(Named::Name { name, domain }),
+                        None => {
+                            missing.push("the project's domain (project-domain-name or project-domain-id, or domain-name)".into());
+                            None
+                        }
+                    },
+                    (None, None) => {
+                        missing.push("the project (project-id or project-name in [Global])".into());
+                        None
+                    }
+                };
                 match (user.clone(), get("password"), project) {
                     (Some(user), Some(password), Some(project)) => Some(Auth::Password {
                         user,
@@ -253,6 +312,7 @@ impl Config {
             auth_url,
             auth,
             region: get("region"),
+            ca_file: get("ca-file").map(std::path::PathBuf::from),
             tls_insecure,
             node_volume_attach_limit: limit,
             rescan_on_resize: rescan,
@@ -307,6 +367,63 @@ mod tests {
         let c = load("[Global]\nauth-url=https://k/v3\napplication-credential-id=abc\napplication-credential-secret=xyz\n").unwrap();
         assert_eq!(c.node_volume_attach_limit, 256);
         assert!(matches!(c.auth, Auth::ApplicationCredential { .. }));
+    }
+
+    #[test]
+    fn users_projects_and_credentials_are_read_as_keystone_takes_them() {
+        let c = load(
+            "[Global]\nauth-url=https://k/v3\nusername=u\npassword=p\ndomain-name=D\n\
+             project-name=P\ntenant-domain-id=td\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.auth,
+            Auth::Password {
+                user: Named::Name {
+                    name: "u".into(),
+                    domain: Domain::Name("D".into())
+                },
+                password: "p".into(),
+                project: Named::Name {
+                    name: "P".into(),
+                    domain: Domain::Id("td".into())
+                },
+            }
+        );
+        let c = load(
+            "[Global]\nauth-url=https://k/v3\nuser-id=uid\nusername=ignored\npassword=p\n\
+             tenant-id=pid\nca-file=/etc/ca.pem\n",
+        )
+        .unwrap();
+        assert!(
+            matches!(&c.auth, Auth::Password { user: Named::Id(u), project: Named::Id(p), .. } if u == "uid" && p == "pid")
+        );
+        assert_eq!(c.ca_file.as_deref(), Some(Path::new("/etc/ca.pem")));
+        let c = load(
+            "[Global]\nauth-url=https://k/v3\napplication-credential-name=k8s\n\
+             application-credential-secret=s\nusername=u\nuser-domain-id=default\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.auth,
+            Auth::ApplicationCredential {
+                credential: Credential::Name {
+                    name: "k8s".into(),
+                    user: Named::Name {
+                        name: "u".into(),
+                        domain: Domain::Id("default".into())
+                    }
+                },
+                secret: "s".into()
+            }
+        );
+        let e = load("[Global]\nauth-url=https://k/v3\napplication-credential-name=k8s\napplication-credential-secret=s\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the user an application-credential-name belongs to"),
+            "{e}"
+        );
     }
 
     #[test]

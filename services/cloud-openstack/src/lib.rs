@@ -1,10 +1,43 @@
 //! The OpenStack provider (Keystone, Nova, Cinder, Neutron, Octavia).
 //!
-//! Built so far: its configuration — OCCM's `cloud.conf`, read unchanged, and what it
-//! needs, said before anything is contacted. The Keystone client, Cinder volumes and
-//! discovery are issue 17 (`clouds.yaml` + `OS_CLOUD` come with it); until they land the
-//! registry stops after the configuration check, saying so.
+//! Built so far: its configuration — OCCM's `cloud.conf`, read unchanged ([`config`]);
+//! the Keystone session (password and application-credential tokens, cached and renewed,
+//! endpoints from the catalog: [`keystone`]); calls to the services with microversions
+//! negotiated ([`client`]); Cinder volumes attached through Nova ([`volumes`]). Not yet
+//! wired into the registry (the binaries still stop after the configuration check),
+//! nor discovery, `clouds.yaml`, or the CCM half (issue 17, continued).
 
+pub mod client;
 pub mod config;
+pub mod keystone;
+pub mod volumes;
 
+use std::sync::Arc;
+
+pub use client::{OpenStack, Service};
 pub use config::Config;
+pub use volumes::{CinderDisks, Waits};
+
+use overcast_cloud::{CloudError, Result};
+use overcast_cloud_http::{ApiMetrics, HttpClient, HttpSettings};
+
+/// The client for the cloud `config` names: TLS as it says (its `ca-file`, or
+/// `tls-insecure`), a Keystone session for its credentials, its region, the public
+/// interface. Contacts nothing yet.
+pub fn connect(config: &Config, metrics: Option<Arc<ApiMetrics>>) -> Result<Arc<OpenStack>> {
+    let mut settings = HttpSettings::new("openstack");
+    settings.insecure = config.tls_insecure;
+    if let Some(path) = &config.ca_file {
+        settings.ca_pem = Some(std::fs::read_to_string(path).map_err(|e| {
+            CloudError::InvalidArgument(format!("openstack: ca-file {}: {e}", path.display()))
+        })?);
+    }
+    let http = HttpClient::new(settings, metrics)?;
+    let keystone = keystone::Keystone::new(http.clone(), &config.auth_url, config.auth.clone())?;
+    Ok(Arc::new(OpenStack::new(
+        http,
+        keystone,
+        "public".into(),
+        config.region.clone(),
+    )))
+}

@@ -1,0 +1,834 @@
+//! Disks on OpenStack: a volume is a Cinder volume named after the CSI volume, carrying
+//! cinder-csi-plugin's cluster metadata; attaching it to a node is a Nova
+//! `os-volume_attachments` of the node's server (the node id is the server's id, as
+//! cinder-csi-plugin's is); the node finds it by the serial Nova gives it, the volume id's
+//! first 20 characters (`virtio-<id[:20]>`, `scsi-0QEMU_QEMU_HARDDISK_<id[:20]>`).
+//!
+//! Where upstream is fragile, the rules here:
+//! - detaching from a server that no longer exists, or a volume already detached, is
+//!   success (cinder-csi-plugin's most reported bug: volumes stuck after a node crash);
+//! - a volume that goes to `error` while being made is deleted and reported, so a PVC
+//!   given up on leaves no orphan;
+//! - every wait is bounded and ends in a retryable DEADLINE_EXCEEDED naming the status;
+//! - ids are checked to be UUIDs before they reach a URL.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use http::Method;
+use overcast_cloud::{
+    Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, PublishContext, Result, Zone,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::client::{json, Microversion, OpenStack, Service};
+
+/// cinder-csi-plugin's metadata key naming the cluster a volume was made for.
+pub const CLUSTER_METADATA: &str = "cinder.csi.openstack.org/cluster";
+/// StorageClass parameters, as cinder-csi-plugin takes them.
+pub const TYPE_PARAMETER: &str = "type";
+pub const AVAILABILITY_PARAMETER: &str = "availability";
+
+const GIB: u64 = 1 << 30;
+/// In-use extend.
+const EXTEND_IN_USE: Microversion = Microversion(3, 42);
+/// How many volumes one listing page asks for.
+const PAGE: usize = 500;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Waits {
+    pub available: Duration,
+    pub attached: Duration,
+    pub detached: Duration,
+    pub extended: Duration,
+    pub deleted: Duration,
+}
+
+impl Default for Waits {
+    fn default() -> Self {
+        Self {
+            available: Duration::from_secs(120),
+            attached: Duration::from_secs(120),
+            detached: Duration::from_secs(120),
+            extended: Duration::from_secs(120),
+            deleted: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Volume {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub status: String,
+    /// GiB.
+    pub size: u64,
+    #[serde(default)]
+    pub availability_zone: Option<String>,
+    #[serde(default)]
+    pub volume_type: Option<String>,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    pub attachments: Vec<VolumeAttachment>,
+    #[serde(default)]
+    pub multiattach: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct VolumeAttachment {
+    #[serde(default)]
+    pub server_id: Option<String>,
+    #[serde(default)]
+    pub attachment_id: Option<String>,
+    #[serde(default)]
+    pub device: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct One {
+    volume: Volume,
+}
+
+#[derive(Deserialize)]
+struct Many {
+    volumes: Vec<Volume>,
+}
+
+pub struct CinderDisks {
+    os: Arc<OpenStack>,
+    cluster: String,
+    region: String,
+    /// The zones offered (the configured AZ first); Cinder's own when empty.
+    zones: Vec<String>,
+    max_attachments: u64,
+    ignore_volume_az: bool,
+    waits: Waits,
+    /// Names being created now: Cinder does not keep names unique, so two creates of
+    /// one name in this process must not both find none and make two.
+    creating: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+}
+
+/// Holds a name in [`CinderDisks::creating`] until dropped.
+struct Creating {
+    names: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    name: String,
+}
+
+impl Drop for Creating {
+    fn drop(&mut self) {
+        if let Ok(mut names) = self.names.lock() {
+            names.remove(&self.name);
+        }
+    }
+}
+
+impl CinderDisks {
+    pub fn new(
+        os: Arc<OpenStack>,
+        cluster: String,
+        region: String,
+        zones: Vec<String>,
+        max_attachments: u64,
+        ignore_volume_az: bool,
+        waits: Waits,
+    ) -> Self {
+        Self {
+            os,
+            cluster,
+            region,
+            zones,
+            max_attachments,
+            ignore_volume_az,
+            waits,
+            creating: Arc::default(),
+        }
+    }
+
+    /// The name's create slot, or Busy (retryable) while another create of it runs.
+    fn claim(&self, name: &str) -> Result<Creating> {
+        let mut names = self
+            .creating
+            .lock()
+            .map_err(|_| CloudError::Internal("the create lock is poisoned".into()))?;
+        if !names.insert(name.to_owned()) {
+            return Err(CloudError::Busy(format!(
+                "a create of volume {name:?} is in progress"
+            )));
+        }
+        Ok(Creating {
+            names: Arc::clone(&self.creating),
+            name: name.to_owned(),
+        })
+    }
+
+    async fn get(&self, id: &str) -> Result<Volume> {
+        if !is_uuid(id) {
+            return Err(CloudError::not_found("volume", id));
+        }
+        let resp = self
+            .os
+            .call(
+                Service::BlockStorage,
+                "volume_get",
+                Method::GET,
+                &format!("/volumes/{id}"),
+                None,
+                None,
+            )
+            .await?;
+        match resp.status.as_u16() {
+            200 => Ok(json::<One>("volume_get", &resp)?.volume),
+            404 => Err(CloudError::not_found("volume", id)),
+            _ => Err(unexpected("volume_get", &resp)),
+        }
+    }
+
+    /// Volumes whose name is `name` (Cinder filters by it).
+    async fn by_name(&self, name: &str) -> Result<Vec<Volume>> {
+        let resp = self
+            .os
+            .call(
+                Service::BlockStorage,
+                "volume_list",
+                Method::GET,
+                &format!("/volumes/detail?name={}", encode(name)),
+                None,
+                None,
+            )
+            .await?;
+        if resp.status.as_u16() != 200 {
+            return Err(unexpected("volume_list", &resp));
+        }
+        let mut found = json::<Many>("volume_list", &resp)?.volumes;
+        // An older Cinder may match loosely: only the exact name counts.
+        found.retain(|v| v.name.as_deref() == Some(name));
+        Ok(found)
+    }
+
+    /// Polls the volume until `done` says so (jittered backoff from 250 ms up to 5 s),
+    /// `error` states end at once; running out of time is retryable.
+    async fn wait(
+        &self,
+        id: &str,
+        what: &str,
+        limit: Duration,
+        done: impl Fn(&Volume) -> bool,
+    ) -> Result<Volume> {
+        let started = Instant::now();
+        let mut delay = Duration::from_millis(250);
+        loop {
+            let v = self.get(id).await?;
+            if done(&v) {
+                return Ok(v);
+            }
+            if v.status.starts_with("error") {
+                return Err(CloudError::Internal(format!(
+                    "openstack: volume {id} is {} while {what}",
+                    v.status
+                )));
+            }
+            if started.elapsed() + delay > limit {
+                return Err(CloudError::DeadlineExceeded(format!(
+                    "openstack: volume {id} is still {} after {:?} {what}",
+                    v.status, limit
+                )));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    fn to_disk(&self, v: &Volume) -> Disk {
+        let mut parameters = BTreeMap::new();
+        if let Some(t) = v.volume_type.as_ref().filter(|t| !t.is_empty()) {
+            parameters.insert(TYPE_PARAMETER.to_owned(), t.clone());
+        }
+        let metadata = v
+            .metadata
+            .iter()
+            .filter(|(k, _)| k.starts_with("csi.storage.k8s.io/"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let attachments = v
+            .attachments
+            .iter()
+            .filter_map(|a| {
+                Some(Attachment {
+                    node: a.server_id.clone()?,
+                    readonly: false,
+                    publish_context: context(&v.id),
+                })
+            })
+            .collect();
+        let condition = if v.status.starts_with("error") {
+            DiskCondition::Abnormal(format!("the volume is {}", v.status))
+        } else {
+            DiskCondition::Healthy
+        };
+        let zone = match v.availability_zone.as_deref() {
+            Some(az) if !az.is_empty() && !self.ignore_volume_az => Zone {
+                zone: az.to_owned(),
+                region: self.region.clone(),
+            },
+            _ => Zone::default(),
+        };
+        Disk {
+            id: v.id.clone(),
+            name: v.name.clone().unwrap_or_default(),
+            size_bytes: v.size * GIB,
+            zone,
+            parameters,
+            metadata,
+            attachments,
+            condition,
+        }
+    }
+
+    async fn server_exists(&self, server: &str) -> Result<bool> {
+        if !is_uuid(server) {
+            return Ok(false);
+        }
+        let resp = self
+            .os
+            .call(
+                Service::Compute,
+                "server_get",
+                Method::GET,
+                &format!("/servers/{server}"),
+                None,
+                None,
+            )
+            .await?;
+        match resp.status.as_u16() {
+            200 => Ok(true),
+            404 => Ok(false),
+            _ => Err(unexpected("server_get", &resp)),
+        }
+    }
+}
+
+/// The publish context of a volume: the serial its disk carries in the guest.
+fn context(id: &str) -> BTreeMap<String, String> {
+    PublishContext {
+        serial: Some(id.chars().take(20).collect()),
+        ..PublishContext::default()
+    }
+    .to_map()
+}
+
+fn attached_to(v: &Volume, server: &str) -> bool {
+    v.attachments
+        .iter()
+        .any(|a| a.server_id.as_deref() == Some(server))
+}
+
+/// An answer the call did not expect, as the typed error.
+fn unexpected(name: &str, resp: &overcast_cloud_http::Response) -> CloudError {
+    overcast_cloud_http::status_error("openstack", name, resp)
+}
+
+/// Whether `s` is a UUID (with or without dashes, as OpenStack ids are).
+pub fn is_uuid(s: &str) -> bool {
+    let hex: String = s.chars().filter(|c| *c != '-').collect();
+    hex.len() == 32
+        && hex.chars().all(|c| c.is_ascii_hexdigit())
+        && (s.len() == 32
+            || (s.len() == 36 && [8, 13, 18, 23].iter().all(|i| &s[*i..*i + 1] == "-")))
+}
+
+/// Percent-encodes a query value.
+fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl Disks for CinderDisks {
+    async fn zones(&self) -> Result<Vec<Zone>> {
+        let zone = |z: &String| Zone {
+            zone: z.clone(),
+            region: self.region.clone(),
+        };
+        if !self.zones.is_empty() {
+            return Ok(self.zones.iter().map(zone).collect());
+        }
+        let resp = self
+            .os
+            .call(
+                Service::BlockStorage,
+                "availability_zone_list",
+                Method::GET,
+                "/os-availability-zone",
+                None,
+                None,
+            )
+            .await?;
+        if resp.status.as_u16() != 200 {
+            return Err(unexpected("availability_zone_list", &resp));
+        }
+        let doc: Value = json("availability_zone_list", &resp)?;
+        let mut names: Vec<String> = doc["availabilityZoneInfo"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|z| z["zoneState"]["available"].as_bool() == Some(true))
+            .filter_map(|z| z["zoneName"].as_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        if names.is_empty() {
+            return Ok(vec![Zone::default()]);
+        }
+        Ok(names.iter().map(zone).collect())
+    }
+    fn size_granularity(&self) -> u64 {
+        GIB
+    }
+    fn max_disk_size(&self) -> u64 {
+        // Cinder sizes are GiB integers; the backend refuses what it cannot hold.
+        64 << 40
+    }
+    fn max_attachments_per_node(&self) -> u64 {
+        self.max_attachments
+    }
+    fn overcommits(&self, _parameters: &BTreeMap<String, String>) -> bool {
+        // Cinder's quota and its scheduler decide; nothing is refused here for space.
+        true
+    }
+    fn validate_parameters(&self, parameters: &BTreeMap<String, String>) -> Result<()> {
+        for k in parameters.keys() {
+            if k != TYPE_PARAMETER && k != AVAILABILITY_PARAMETER {
+                return Err(CloudError::InvalidArgument(format!(
+                    "unknown StorageClass parameter {k:?} (OpenStack takes {TYPE_PARAMETER}, {AVAILABILITY_PARAMETER})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    async fn create_disk(&self, spec: DiskSpec) -> Result<Disk> {
+        self.validate_parameters(&spec.parameters)?;
+        if spec.name.is_empty() || spec.name.len() > 255 {
+            return Err(CloudError::InvalidArgument(format!(
+                "volume name of {} characters (Cinder takes 1 to 255)",
+                spec.name.len()
+            )));
+        }
+        let gib = spec.size_bytes.div_ceil(GIB).max(1);
+        let az = spec
+            .parameters
+            .get(AVAILABILITY_PARAMETER)
+            .cloned()
+            .or_else(|| Some(spec.zone.zone.clone()).filter(|z| !z.is_empty()));
+        let volume_type = spec.parameters.get(TYPE_PARAMETER).cloned();
+        let _slot = self.claim(&spec.name)?;
+        let existing = self.by_name(&spec.name).await?;
+        let volume = match existing.as_slice() {
+            [] => {
+                let mut metadata: BTreeMap<String, String> = spec.metadata.clone();
+                metadata.insert(CLUSTER_METADATA.to_owned(), self.cluster.clone());
+                let mut body = json!({"volume": {
+                    "name": spec.name,
+                    "size": gib,
+                    "metadata": metadata,
+                }});
+                if let Some(t) = &volume_type {
+                    body["volume"]["volume_type"] = json!(t);
+                }
+                if let Some(az) = &az {
+                    body["volume"]["availability_zone"] = json!(az);
+                }
+                let resp = self
+                    .os
+                    .call(
+                        Service::BlockStorage,
+                        "volume_create",
+                        Method::POST,
+                        "/volumes",
+                        Some(&body),
+                        None,
+                    )
+                    .await?;
+                match resp.status.as_u16() {
+                    200 | 202 => json::<One>("volume_create", &resp)?.volume,
+                    413 => {
+                        return Err(CloudError::ResourceExhausted(format!(
+                            "{}",
+                            unexpected("volume_create", &resp)
+                        )))
+                    }
+                    _ => return Err(unexpected("volume_create", &resp)),
+                }
+            }
+            [one] => one.clone(),
+            many => {
+                return Err(CloudError::FailedPrecondition(format!(
+                    "{} volumes are named {:?}; which one is the volume is ambiguous",
+                    many.len(),
+                    spec.name
+                )))
+            }
+        };
+        if volume.size < gib
+            || volume_type
+                .as_ref()
+                .is_some_and(|t| volume.volume_type.as_ref() != Some(t))
+        {
+            return Err(CloudError::ParameterMismatch {
+                name: spec.name,
+                reason: format!(
+                    "volume {} has {} GiB of type {:?}",
+                    volume.id, volume.size, volume.volume_type
+                ),
+            });
+        }
+        let id = volume.id.clone();
+        let ready = match self
+            .wait(&id, "being made", self.waits.available, |v| {
+                v.status == "available" || v.status == "in-use"
+            })
+            .await
+        {
+            Ok(v) => v,
+            Err(CloudError::Internal(why)) => {
+                // It will never become available: leave nothing behind.
+                let _ = self.delete_disk(&id).await;
+                return Err(if why.contains("quota") {
+                    CloudError::ResourceExhausted(why)
+                } else {
+                    CloudError::Internal(format!("{why} (deleted)"))
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(self.to_disk(&ready))
+    }
+
+    async fn disk(&self, id: &str) -> Result<Disk> {
+        Ok(self.to_disk(&self.get(id).await?))
+    }
+
+    async fn disk_by_name(&self, name: &str) -> Result<Option<Disk>> {
+        match self.by_name(name).await?.as_slice() {
+            [] => Ok(None),
+            [one] => Ok(Some(self.to_disk(one))),
+            many => Err(CloudError::FailedPrecondition(format!(
+                "{} volumes are named {name:?}",
+                many.len()
+            ))),
+        }
+    }
+
+    async fn list_disks(&self) -> Result<Vec<Disk>> {
+        let mut out = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let mut path = format!("/volumes/detail?limit={PAGE}&sort=id:asc");
+            if let Some(m) = &marker {
+                path.push_str(&format!("&marker={m}"));
+            }
+            let resp = self
+                .os
+                .call(
+                    Service::BlockStorage,
+                    "volume_list",
+                    Method::GET,
+                    &path,
+                    None,
+                    None,
+                )
+                .await?;
+            if resp.status.as_u16() != 200 {
+                return Err(unexpected("volume_list", &resp));
+            }
+            let page = json::<Many>("volume_list", &resp)?.volumes;
+            let last = page.last().map(|v| v.id.clone());
+            let full = page.len() >= PAGE;
+            out.extend(page.iter().map(|v| self.to_disk(v)));
+            match (full, last) {
+                (true, Some(id)) if marker.as_ref() != Some(&id) => marker = Some(id),
+                _ => break,
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out.dedup_by(|a, b| a.id == b.id);
+        Ok(out)
+    }
+
+    async fn delete_disk(&self, id: &str) -> Result<()> {
+        let v = self.get(id).await?;
+        if !v.attachments.is_empty() || v.status == "in-use" {
+            return Err(CloudError::FailedPrecondition(format!(
+                "volume {id} is attached to {}; detach it first",
+                v.attachments
+                    .iter()
+                    .filter_map(|a| a.server_id.clone())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let resp = self
+            .os
+            .call(
+                Service::BlockStorage,
+                "volume_delete",
+                Method::DELETE,
+                &format!("/volumes/{id}"),
+                None,
+                None,
+            )
+            .await?;
+        match resp.status.as_u16() {
+            202 | 204 => {}
+            404 => return Err(CloudError::not_found("volume", id)),
+            400 => {
+                return Err(CloudError::FailedPrecondition(format!(
+                    "{}",
+                    unexpected("volume_delete", &resp)
+                )))
+            }
+            _ => return Err(unexpected("volume_delete", &resp)),
+        }
+        // Gone, or going: Cinder deletes in the background; only `error_deleting` is a
+        // failure, and a volume still deleting when the wait ends is reported so.
+        match self
+            .wait(id, "being deleted", self.waits.deleted, |_| false)
+            .await
+        {
+            Err(CloudError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    async fn attach_disk(&self, id: &str, node: &str, readonly: bool) -> Result<Attachment> {
+        // Cinder attaches read-write either way; a read-only publish is the node's mount.
+        let v = self.get(id).await?;
+        if !is_uuid(node) {
+            return Err(CloudError::not_found("server", node));
+        }
+        if !attached_to(&v, node) {
+            if !v.attachments.is_empty() && !v.multiattach {
+                return Err(CloudError::FailedPrecondition(format!(
+                    "volume {id} is attached to {} and is not multiattach",
+                    v.attachments
+                        .iter()
+                        .filter_map(|a| a.server_id.clone())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            if v.status == "available" {
+                let body = json!({"volumeAttachment": {"volumeId": id}});
+                let resp = self
+                    .os
+                    .call(
+                        Service::Compute,
+                        "server_volume_attach",
+                        Method::POST,
+                        &format!("/servers/{node}/os-volume_attachments"),
+                        Some(&body),
+                        None,
+                    )
+                    .await?;
+                match resp.status.as_u16() {
+                    200 | 202 => {}
+                    404 => return Err(CloudError::not_found("server", node)),
+                    // The volume is in a transition (attaching, detaching): wait below.
+                    409 => {}
+                    _ => return Err(unexpected("server_volume_attach", &resp)),
+                }
+            }
+        }
+        let node_owned = node.to_owned();
+        self.wait(id, "being attached", self.waits.attached, move |v| {
+            v.status == "in-use" && attached_to(v, &node_owned)
+        })
+        .await?;
+        Ok(Attachment {
+            node: node.to_owned(),
+            readonly,
+            publish_context: context(id),
+        })
+    }
+
+    async fn detach_disk(&self, id: &str, node: &str) -> Result<()> {
+        let v = match self.get(id).await {
+            Ok(v) => v,
+            // A volume that is gone is attached nowhere.
+            Err(CloudError::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if !attached_to(&v, node) {
+            return Ok(());
+        }
+        let resp = self
+            .os
+            .call(
+                Service::Compute,
+                "server_volume_detach",
+                Method::DELETE,
+                &format!("/servers/{node}/os-volume_attachments/{id}"),
+                None,
+                None,
+            )
+            .await?;
+        match resp.status.as_u16() {
+            202 | 204 => {}
+            404 => {
+                // Nova says the server (or the attachment) is gone; Cinder may still
+                // hold the attachment of a deleted server. Only a server Nova says is
+                // gone lets us call it detached.
+                if !self.server_exists(node).await? {
+                    return Ok(());
+                }
+            }
+            409 => {}
+            _ => return Err(unexpected("server_volume_detach", &resp)),
+        }
+        let node_owned = node.to_owned();
+        self.wait(id, "being detached", self.waits.detached, move |v| {
+            !attached_to(v, &node_owned)
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn expand_disk(&self, id: &str, size_bytes: u64) -> Result<u64> {
+        let v = self.get(id).await?;
+        let gib = size_bytes.div_ceil(GIB);
+        if gib <= v.size {
+            return Ok(v.size * GIB);
+        }
+        let in_use = v.status == "in-use";
+        let version = if in_use {
+            self.os
+                .require(
+                    Service::BlockStorage,
+                    EXTEND_IN_USE,
+                    "extending an attached volume",
+                )
+                .await?;
+            Some(EXTEND_IN_USE)
+        } else {
+            None
+        };
+        let body = json!({"os-extend": {"new_size": gib}});
+        let resp = self
+            .os
+            .call(
+                Service::BlockStorage,
+                "volume_extend",
+                Method::POST,
+                &format!("/volumes/{id}/action"),
+                Some(&body),
+                version,
+            )
+            .await?;
+        match resp.status.as_u16() {
+            202 | 200 => {}
+            404 => return Err(CloudError::not_found("volume", id)),
+            413 => {
+                return Err(CloudError::ResourceExhausted(
+                    unexpected("volume_extend", &resp).to_string(),
+                ))
+            }
+            400 => {
+                return Err(CloudError::FailedPrecondition(
+                    unexpected("volume_extend", &resp).to_string(),
+                ))
+            }
+            _ => return Err(unexpected("volume_extend", &resp)),
+        }
+        let grown = self
+            .wait(id, "being extended", self.waits.extended, move |v| {
+                v.size >= gib && (v.status == "available" || v.status == "in-use")
+            })
+            .await?;
+        Ok(grown.size * GIB)
+    }
+
+    async fn available_capacity(&self, _zone: Option<&Zone>) -> Result<u64> {
+        let session = self.os.session().await?;
+        let Some(project) = session.project_id.clone() else {
+            return Ok(u64::MAX);
+        };
+        let resp = self
+            .os
+            .call(
+                Service::BlockStorage,
+                "quota_get",
+                Method::GET,
+                &format!("/os-quota-sets/{project}?usage=true"),
+                None,
+                None,
+            )
+            .await?;
+        if resp.status.as_u16() != 200 {
+            return Err(unexpected("quota_get", &resp));
+        }
+        let doc: Value = json("quota_get", &resp)?;
+        let g = &doc["quota_set"]["gigabytes"];
+        let limit = g["limit"].as_i64().unwrap_or(-1);
+        if limit < 0 {
+            return Ok(u64::MAX);
+        }
+        let used = g["in_use"].as_i64().unwrap_or(0) + g["reserved"].as_i64().unwrap_or(0);
+        Ok(u64::try_from(limit - used).unwrap_or(0).saturating_mul(GIB))
+    }
+
+    async fn node_exists(&self, node: &str) -> Result<bool> {
+        self.server_exists(node).await
+    }
+
+    async fn probe(&self) -> Result<()> {
+        self.os.session().await.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_uuids_reach_a_url() {
+        assert!(is_uuid("0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5f"));
+        assert!(is_uuid("0c1e2d3f4a5b6c7d8e9f0a1b2c3d4e5f"));
+        for bad in [
+            "",
+            "../volumes",
+            "0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5",
+            "0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5g",
+            "0c1e2d3f4a5b-6c7d-8e9f-0a1b2c3d4e5f-",
+            "0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5f?x=1",
+        ] {
+            assert!(!is_uuid(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_are_encoded_in_queries() {
+        assert_eq!(encode("pvc-1"), "pvc-1");
+        assert_eq!(encode("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
+    }
+
+    #[test]
+    fn the_serial_is_the_first_20_characters_of_the_id() {
+        let c = context("0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5f");
+        assert_eq!(
+            c.get("serial").map(String::as_str),
+            Some("0c1e2d3f-4a5b-6c7d-8")
+        );
+    }
+}
