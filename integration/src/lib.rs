@@ -144,8 +144,13 @@ impl Csi {
             .open(&self.log)
             .expect("log file");
         let mut cmd = Command::new(binary("csi"));
-        // The tests' zone, unless the test gives a cloud-config to take it from.
-        if !self.args.iter().any(|a| a.starts_with("--cloud-config")) {
+        // The tests' zone, unless the test gives a cloud-config to take it from, or
+        // runs another cloud than the local one (whose zone comes from elsewhere).
+        let other_cloud = self
+            .args
+            .iter()
+            .any(|a| a.starts_with("--cloud=") && a != "--cloud=local");
+        if !other_cloud && !self.args.iter().any(|a| a.starts_with("--cloud-config")) {
             cmd.arg(format!("--zone={ZONE}"))
                 .arg(format!("--region={REGION}"));
         }
@@ -157,7 +162,11 @@ impl Csi {
                 "--node-state-dir={}",
                 self.dir.path().join("node").display()
             ))
-            .arg(format!("--node-id={NODE_ID}"))
+            .args(
+                // The tests' node id, unless the test names the node (a cloud's server).
+                (!self.args.iter().any(|a| a.starts_with("--node-id=")))
+                    .then(|| format!("--node-id={NODE_ID}")),
+            )
             .args(&self.args)
             .env_remove("CSI_ENDPOINT")
             .env_remove("CLOUD_CONFIG")

@@ -18,6 +18,10 @@ use serde_json::{json, Value};
 
 const ENV: &str = "OVERCAST_TEST_OPENSTACK_OPENRC";
 
+/// The tests of this file take turns: each sweeps what an earlier run left, and one
+/// stops Cinder's API for a while.
+static CLOUD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The `export K=V …` lines of the sim's openrc.
 fn openrc() -> Option<BTreeMap<String, String>> {
     let Ok(path) = std::env::var(ENV) else {
@@ -210,6 +214,7 @@ impl Cloud {
 /// listing, deletion.
 #[tokio::test]
 async fn the_openstack_provider_passes_the_conformance_suite_on_real_services() {
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };
@@ -232,4 +237,516 @@ async fn the_openstack_provider_passes_the_conformance_suite_on_real_services() 
     assert!(cloud.metrics.requests("identity_token_create") >= 1);
     assert!(cloud.metrics.requests("volume_create") >= 1);
     assert!(cloud.metrics.requests("server_volume_attach") >= 1);
+}
+
+/// A loop device standing in for the disk Nova's fake driver does not make, linked in
+/// `by_id` as udev links a virtio disk (`virtio-<id[:20]>`); gone on drop.
+struct GuestDisk {
+    index: u32,
+    file: std::path::PathBuf,
+    link: std::path::PathBuf,
+}
+
+impl GuestDisk {
+    fn new(dir: &std::path::Path, by_id: &std::path::Path, volume: &str, bytes: u64) -> Self {
+        let file = dir.join(format!("{volume}.img"));
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(bytes)
+            .unwrap();
+        let index = overcast_cloud_local::loopdev::attach(&file, false, "overcast-it-openstack")
+            .expect("loop device");
+        let serial: String = volume.chars().take(20).collect();
+        let link = by_id.join(format!("virtio-{serial}"));
+        std::os::unix::fs::symlink(overcast_cloud_local::loopdev::device_path(index), &link)
+            .unwrap();
+        Self { index, file, link }
+    }
+}
+
+impl Drop for GuestDisk {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.link);
+        let _ = overcast_cloud_local::loopdev::detach(self.index, &self.file);
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// The real `csi` binary (`--cloud openstack`, controller and node in one process, the
+/// node id the server's) against the real services: topology under both zone keys, 16
+/// concurrent creates of one name make one volume, publish to a real Nova server, a real
+/// ext4 mount of the (loop-backed) disk found by its virtio serial, expand in use,
+/// unpublish twice, unpublish after the server was deleted, delete twice.
+#[tokio::test]
+async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
+    use overcast_integration::{csi_v1 as csi, mount_cap, Csi};
+    let _turn = CLOUD.lock().await;
+    let Some(cloud) = Cloud::new() else {
+        return;
+    };
+    cloud.sweep().await;
+    let pid = std::process::id();
+    let server = cloud.boot(&format!("overcast-it-csi-{pid}")).await;
+    let work = tempfile::tempdir().unwrap();
+    let by_id = work.path().join("by-id");
+    std::fs::create_dir_all(&by_id).unwrap();
+    let conf = cloud_conf(&cloud.env, work.path());
+    let port = overcast_integration::free_port();
+    let driver = Csi::start(&[
+        "--cloud=openstack",
+        &format!("--cloud-config={}", conf.display()),
+        &format!("--node-id={server}"),
+        "--zone=nova",
+        "--cluster=overcast-it",
+        &format!("--device-by-id-dir={}", by_id.display()),
+        &format!("--metrics-address=127.0.0.1:{port}"),
+    ])
+    .await;
+    let (mut c, mut n) = (driver.controller().await, driver.node().await);
+    let info = n
+        .node_get_info(csi::NodeGetInfoRequest {})
+        .await
+        .expect("NodeGetInfo")
+        .into_inner();
+    assert_eq!(info.node_id, server);
+    let topology = info.accessible_topology.unwrap();
+    assert_eq!(
+        topology.segments,
+        [
+            ("topology.kubernetes.io/zone".to_owned(), "nova".to_owned()),
+            (
+                "topology.cinder.csi.openstack.org/zone".to_owned(),
+                "nova".to_owned()
+            ),
+        ]
+        .into(),
+        "both zone keys, so cinder-csi-plugin's PVs keep scheduling"
+    );
+
+    let name = format!("overcast-it-pvc-{pid}");
+    let mut create = overcast_integration::create_request(&name, 1 << 30);
+    create.accessibility_requirements = Some(csi::TopologyRequirement {
+        requisite: vec![topology.clone()],
+        preferred: vec![topology.clone()],
+    });
+    create
+        .parameters
+        .insert("csi.storage.k8s.io/pvc/name".into(), "data".into());
+    // 16 at once, as a restarted provisioner might: one volume, the others told to retry.
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let mut c = driver.controller().await;
+        let req = create.clone();
+        tasks.spawn(async move { c.create_volume(req).await });
+    }
+    let mut ids = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        match r.unwrap() {
+            Ok(v) => ids.push(v.into_inner().volume.unwrap().volume_id),
+            Err(s) => assert_eq!(s.code(), tonic::Code::Aborted, "{s:?}"),
+        }
+    }
+    let volume = c
+        .create_volume(create.clone())
+        .await
+        .expect("create")
+        .into_inner()
+        .volume
+        .unwrap();
+    ids.push(volume.volume_id.clone());
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let id = volume.volume_id.clone();
+    assert_eq!(volume.capacity_bytes, 1 << 30);
+    assert_eq!(volume.accessible_topology, vec![topology.clone()]);
+    let named: Vec<_> = cloud
+        .disks()
+        .list_disks()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.name == name)
+        .collect();
+    assert_eq!(named.len(), 1, "one Cinder volume carries the name");
+    assert_eq!(
+        named[0]
+            .metadata
+            .get("csi.storage.k8s.io/pvc/name")
+            .map(String::as_str),
+        Some("data")
+    );
+
+    let ctx = c
+        .controller_publish_volume(csi::ControllerPublishVolumeRequest {
+            volume_id: id.clone(),
+            node_id: server.clone(),
+            volume_capability: Some(mount_cap("ext4")),
+            ..Default::default()
+        })
+        .await
+        .expect("attach")
+        .into_inner()
+        .publish_context;
+    assert_eq!(ctx.get("serial").map(String::len), Some(20));
+    let disk = GuestDisk::new(work.path(), &by_id, &id, 1 << 30);
+    let staging = work.path().join("staging");
+    let target = work.path().join("target");
+    std::fs::create_dir_all(&staging).unwrap();
+    let _unmount = Unmount(work.path().to_path_buf());
+    n.node_stage_volume(csi::NodeStageVolumeRequest {
+        volume_id: id.clone(),
+        publish_context: ctx.clone(),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: Some(mount_cap("ext4")),
+        ..Default::default()
+    })
+    .await
+    .expect("stage");
+    n.node_publish_volume(csi::NodePublishVolumeRequest {
+        volume_id: id.clone(),
+        publish_context: ctx,
+        staging_target_path: staging.display().to_string(),
+        target_path: target.display().to_string(),
+        volume_capability: Some(mount_cap("ext4")),
+        ..Default::default()
+    })
+    .await
+    .expect("publish");
+    std::fs::write(target.join("hello"), b"cinder").expect("write through the mount");
+    // In use: Cinder ≥ 3.42 extends it attached.
+    let grown = c
+        .controller_expand_volume(overcast_integration::expand_request(&id, 2 << 30))
+        .await
+        .expect("expand in use")
+        .into_inner();
+    assert_eq!(grown.capacity_bytes, 2 << 30);
+    assert!(grown.node_expansion_required);
+    n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+        volume_id: id.clone(),
+        target_path: target.display().to_string(),
+    })
+    .await
+    .expect("unpublish");
+    n.node_unstage_volume(csi::NodeUnstageVolumeRequest {
+        volume_id: id.clone(),
+        staging_target_path: staging.display().to_string(),
+    })
+    .await
+    .expect("unstage");
+    drop(disk);
+    let unpublish = csi::ControllerUnpublishVolumeRequest {
+        volume_id: id.clone(),
+        node_id: server.clone(),
+        ..Default::default()
+    };
+    for _ in 0..2 {
+        c.controller_unpublish_volume(unpublish.clone())
+            .await
+            .expect("detach, twice");
+    }
+    // Attached again, then the server goes (a node lost): unpublish still succeeds.
+    c.controller_publish_volume(csi::ControllerPublishVolumeRequest {
+        volume_id: id.clone(),
+        node_id: server.clone(),
+        volume_capability: Some(mount_cap("ext4")),
+        ..Default::default()
+    })
+    .await
+    .expect("attach again");
+    cloud.delete_server(&server).await;
+    c.controller_unpublish_volume(unpublish.clone())
+        .await
+        .expect("detach from a deleted server");
+    for _ in 0..2 {
+        c.delete_volume(overcast_integration::delete_request(&id))
+            .await
+            .expect("delete, twice");
+    }
+    assert!(matches!(
+        cloud.disks().disk(&id).await,
+        Err(overcast_cloud::CloudError::NotFound { .. })
+    ));
+    let (status, body) = overcast_integration::http_get(port, "/metrics");
+    assert_eq!(status, 200);
+    for series in [
+        "openstack_api_requests_total{request=\"volume_create\"} 1",
+        "openstack_api_requests_total{request=\"server_volume_attach\"}",
+    ] {
+        assert!(body.contains(series), "{series} in\n{body}");
+    }
+    drop(driver);
+}
+
+/// Unmounts whatever a failed test left under `dir`.
+struct Unmount(std::path::PathBuf);
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        overcast_integration::unmount_under(&self.0);
+    }
+}
+
+/// Cinder's API process, stopped and started again as `ossim-up.sh` started it (its
+/// command line, environment and directory read from /proc), keeping the pid file
+/// `ossim-down.sh` stops it by.
+struct CinderApi {
+    pid_file: std::path::PathBuf,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: std::path::PathBuf,
+}
+
+impl CinderApi {
+    fn find(env: &BTreeMap<String, String>) -> Self {
+        let state = std::path::PathBuf::from(&env["OSSIM_STATE"]);
+        let pid_file = state.join("pids/cinder-api.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .to_owned();
+        let split = |path: String| -> Vec<String> {
+            std::fs::read(path)
+                .unwrap()
+                .split(|b| *b == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        };
+        Self {
+            argv: split(format!("/proc/{pid}/cmdline")),
+            env: split(format!("/proc/{pid}/environ"))
+                .into_iter()
+                .filter_map(|kv| {
+                    kv.split_once('=')
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                })
+                .collect(),
+            cwd: std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap(),
+            pid_file,
+        }
+    }
+
+    fn answers() -> bool {
+        std::net::TcpStream::connect("127.0.0.1:8776").is_ok()
+    }
+
+    async fn stop(&self) {
+        let pgid: i32 = std::fs::read_to_string(&self.pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pgid),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("stop cinder-api");
+        for _ in 0..100 {
+            if !Self::answers() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("cinder-api still answers 10 s after SIGTERM");
+    }
+
+    async fn start(&self) {
+        // `-f`: setsid forks and returns at once; the service leads its own group.
+        let started = std::process::Command::new("setsid")
+            .arg("-f")
+            .arg("sh")
+            .arg("-c")
+            .arg("echo $$ > \"$0\"; exec \"$@\"")
+            .arg(&self.pid_file)
+            .args(&self.argv)
+            .env_clear()
+            .envs(self.env.iter().cloned())
+            .current_dir(&self.cwd)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("start cinder-api");
+        assert!(started.success(), "setsid: {started}");
+        for _ in 0..600 {
+            if Self::answers() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("cinder-api does not answer 60 s after its start");
+    }
+}
+
+/// Listing pages through Cinder by marker; with Cinder's API stopped every call is a
+/// retryable error (never "not found": nothing is taken as gone), and once it is back
+/// every volume is there.
+#[tokio::test]
+async fn listing_pages_and_a_stopped_cinder_is_retryable_and_loses_nothing() {
+    use overcast_cloud::{CloudError, DiskSpec};
+    let _turn = CLOUD.lock().await;
+    let Some(cloud) = Cloud::new() else {
+        return;
+    };
+    cloud.sweep().await;
+    let pid = std::process::id();
+    let disks = cloud.disks().with_page_size(2);
+    let mut made = Vec::new();
+    for i in 0..5 {
+        let d = disks
+            .create_disk(DiskSpec {
+                name: format!("overcast-it-page-{pid}-{i}"),
+                size_bytes: 1 << 30,
+                zone: Zone::default(),
+                parameters: BTreeMap::new(),
+                metadata: BTreeMap::new(),
+            })
+            .await
+            .expect("create");
+        made.push(d.id);
+    }
+    let before = cloud.metrics.requests("volume_list");
+    let listed: Vec<String> = disks
+        .list_disks()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    assert!(
+        cloud.metrics.requests("volume_list") - before >= 3,
+        "pages of 2"
+    );
+    for id in &made {
+        assert_eq!(listed.iter().filter(|l| *l == id).count(), 1, "{id} once");
+    }
+
+    // Outage: a client with short deadlines, so the test does not wait minutes.
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::load(Some(&cloud_conf(&cloud.env, dir.path()))).unwrap();
+    let mut settings = overcast_cloud_http::HttpSettings::new("openstack");
+    settings.attempt_timeout = Duration::from_secs(2);
+    settings.deadline = Duration::from_secs(6);
+    settings.retry_delay = Duration::from_millis(200);
+    let os = overcast_cloud_openstack::connect_with(&config, settings, None).unwrap();
+    let short = CinderDisks::new(
+        os,
+        "overcast-it".into(),
+        String::new(),
+        Vec::new(),
+        60,
+        false,
+        Waits::default(),
+    );
+    short.probe().await.expect("a session before the outage");
+    let api = CinderApi::find(&cloud.env);
+    api.stop().await;
+    let results = [
+        short.disk(&made[0]).await.map(|_| ()),
+        short.list_disks().await.map(|_| ()),
+        short.delete_disk(&made[1]).await,
+        short
+            .create_disk(DiskSpec {
+                name: format!("overcast-it-outage-{pid}"),
+                size_bytes: 1 << 30,
+                zone: Zone::default(),
+                parameters: BTreeMap::new(),
+                metadata: BTreeMap::new(),
+            })
+            .await
+            .map(|_| ()),
+    ];
+    api.start().await;
+    for r in results {
+        let e = r.expect_err("Cinder is down");
+        assert!(
+            matches!(
+                e,
+                CloudError::Unavailable(_) | CloudError::DeadlineExceeded(_)
+            ),
+            "{e:?}"
+        );
+        assert!(e.is_retryable(), "{e:?}");
+    }
+    // Back: everything is there, and the provider carries on.
+    for id in &made {
+        disks.disk(id).await.expect("still there");
+        disks.delete_disk(id).await.expect("delete");
+    }
+}
+
+/// The node plugin as the OpenStack overlay runs it — `--node-id` the Kubernetes node
+/// name, no `--zone` — learns its server id from its Node's `openstack:///<id>` and its
+/// zone from the label the ccm set, and reports the zone under both keys. Needs the
+/// kit's API server (`OVERCAST_TEST_KUBECONFIG`), not OpenStack.
+#[tokio::test]
+async fn the_node_plugin_takes_its_server_id_and_zone_from_its_node() {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{DeleteParams, PostParams};
+    use overcast_integration::{csi_v1 as csi, Csi};
+    let Some(kubeconfig) = overcast_integration::real::kubeconfig("the OpenStack node plugin")
+    else {
+        return;
+    };
+    let client = overcast_integration::real::client(&kubeconfig).await;
+    let nodes: kube::Api<Node> = kube::Api::all(client);
+    let name = format!("overcast-it-os-node-{}", std::process::id());
+    let server = "6f1c2d3e-4a5b-4c7d-8e9f-0a1b2c3d4e5f";
+    // A Node as kubelet registers it and the ccm initializes it (providerID is set
+    // once: a test wanting another one makes the Node again).
+    let make = async |provider: String| {
+        let _ = nodes.delete(&name, &DeleteParams::default()).await;
+        overcast_integration::real::wait_for("the Node made", Duration::from_secs(10), async || {
+            nodes
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({
+                        "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": "az-2"}},
+                        "spec": {"providerID": provider},
+                    }))
+                    .unwrap(),
+                )
+                .await
+                .ok()
+        })
+        .await;
+    };
+    make(format!("openstack:///{server}")).await;
+    let driver = Csi::start(&[
+        "--mode=node",
+        "--cloud=openstack",
+        &format!("--node-id={name}"),
+        &format!("--kubeconfig={kubeconfig}"),
+        "--node-zone-wait-seconds=5",
+    ])
+    .await;
+    let info = driver
+        .node()
+        .await
+        .node_get_info(csi::NodeGetInfoRequest {})
+        .await;
+    // A Node whose providerID is not an OpenStack server's: said, not guessed.
+    make("dvp://vm-1".into()).await;
+    let foreign = driver
+        .node()
+        .await
+        .node_get_info(csi::NodeGetInfoRequest {})
+        .await;
+    let _ = nodes.delete(&name, &DeleteParams::default()).await;
+    let info = info.expect("NodeGetInfo").into_inner();
+    assert_eq!(info.node_id, server);
+    assert_eq!(info.max_volumes_per_node, 128);
+    assert_eq!(
+        info.accessible_topology.unwrap().segments,
+        [
+            ("topology.kubernetes.io/zone".to_owned(), "az-2".to_owned()),
+            (
+                "topology.cinder.csi.openstack.org/zone".to_owned(),
+                "az-2".to_owned()
+            ),
+        ]
+        .into()
+    );
+    let err = foreign.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("set --node-id"), "{err:?}");
 }

@@ -25,7 +25,15 @@ use overcast_cloud_http::{ApiMetrics, HttpClient, HttpSettings};
 /// `tls-insecure`), a Keystone session for its credentials, its region, the public
 /// interface. Contacts nothing yet.
 pub fn connect(config: &Config, metrics: Option<Arc<ApiMetrics>>) -> Result<Arc<OpenStack>> {
-    let mut settings = HttpSettings::new("openstack");
+    connect_with(config, HttpSettings::new("openstack"), metrics)
+}
+
+/// [`connect`] with the HTTP client's deadlines and retries given (tests shorten them).
+pub fn connect_with(
+    config: &Config,
+    mut settings: HttpSettings,
+    metrics: Option<Arc<ApiMetrics>>,
+) -> Result<Arc<OpenStack>> {
     settings.insecure = config.tls_insecure;
     if let Some(path) = &config.ca_file {
         settings.ca_pem = Some(std::fs::read_to_string(path).map_err(|e| {

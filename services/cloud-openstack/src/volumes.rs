@@ -28,6 +28,10 @@ use crate::client::{json, Microversion, OpenStack, Service};
 
 /// cinder-csi-plugin's metadata key naming the cluster a volume was made for.
 pub const CLUSTER_METADATA: &str = "cinder.csi.openstack.org/cluster";
+/// Ours: the StorageClass parameters a volume was made with (JSON), so a repeated
+/// create compares with what was asked — not with what Cinder filled in (a volume made
+/// without a type gets `__DEFAULT__`).
+pub const PARAMETERS_METADATA: &str = "overcast.dev/parameters";
 /// StorageClass parameters, as cinder-csi-plugin takes them.
 pub const TYPE_PARAMETER: &str = "type";
 pub const AVAILABILITY_PARAMETER: &str = "availability";
@@ -111,6 +115,7 @@ pub struct CinderDisks {
     /// Names being created now: Cinder does not keep names unique, so two creates of
     /// one name in this process must not both find none and make two.
     creating: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    page: usize,
 }
 
 /// Holds a name in [`CinderDisks::creating`] until dropped.
@@ -146,7 +151,14 @@ impl CinderDisks {
             ignore_volume_az,
             waits,
             creating: Arc::default(),
+            page: PAGE,
         }
+    }
+
+    /// Lists in pages of `n` (tests page through a few volumes).
+    pub fn with_page_size(mut self, n: usize) -> Self {
+        self.page = n.max(1);
+        self
     }
 
     /// The name's create slot, or Busy (retryable) while another create of it runs.
@@ -244,10 +256,11 @@ impl CinderDisks {
     }
 
     fn to_disk(&self, v: &Volume) -> Disk {
-        let mut parameters = BTreeMap::new();
-        if let Some(t) = v.volume_type.as_ref().filter(|t| !t.is_empty()) {
-            parameters.insert(TYPE_PARAMETER.to_owned(), t.clone());
-        }
+        let parameters: BTreeMap<String, String> = v
+            .metadata
+            .get(PARAMETERS_METADATA)
+            .and_then(|p| serde_json::from_str(p).ok())
+            .unwrap_or_default();
         let metadata = v
             .metadata
             .iter()
@@ -438,6 +451,10 @@ impl Disks for CinderDisks {
             [] => {
                 let mut metadata: BTreeMap<String, String> = spec.metadata.clone();
                 metadata.insert(CLUSTER_METADATA.to_owned(), self.cluster.clone());
+                metadata.insert(
+                    PARAMETERS_METADATA.to_owned(),
+                    serde_json::to_string(&spec.parameters).unwrap_or_default(),
+                );
                 let mut body = json!({"volume": {
                     "name": spec.name,
                     "size": gib,
@@ -534,7 +551,7 @@ impl Disks for CinderDisks {
         let mut out = Vec::new();
         let mut marker: Option<String> = None;
         loop {
-            let mut path = format!("/volumes/detail?limit={PAGE}&sort=id:asc");
+            let mut path = format!("/volumes/detail?limit={}&sort=id:asc", self.page);
             if let Some(m) = &marker {
                 path.push_str(&format!("&marker={m}"));
             }
@@ -554,7 +571,7 @@ impl Disks for CinderDisks {
             }
             let page = json::<Many>("volume_list", &resp)?.volumes;
             let last = page.last().map(|v| v.id.clone());
-            let full = page.len() >= PAGE;
+            let full = page.len() >= self.page;
             out.extend(page.iter().map(|v| self.to_disk(v)));
             match (full, last) {
                 (true, Some(id)) if marker.as_ref() != Some(&id) => marker = Some(id),

@@ -39,6 +39,9 @@ pub struct Settings {
     pub node_name: Option<String>,
     /// How many disks one node takes.
     pub max_attachments_per_node: u64,
+    /// The cluster's name, recorded on the disks made for it (cinder-csi-plugin's
+    /// `--cluster`).
+    pub cluster: String,
     /// The local provider's own settings (ignored by every other cloud).
     pub local: LocalOptions,
     /// Where a provider counts and times its cloud calls (`<cloud>_api_request_*`): the
@@ -53,6 +56,7 @@ impl Settings {
             cloud_config: None,
             node_name: None,
             max_attachments_per_node: 128,
+            cluster: "kubernetes".into(),
             local: LocalOptions::default(),
             api_metrics: Arc::new(ApiMetrics::unregistered()),
         }
@@ -93,6 +97,19 @@ pub struct NodeIdentity {
     /// `None`: the cloud tells the node plugin nothing about its place; its zone is the
     /// one the cloud-controller-manager labels its Node with, read from the API.
     pub zone: Option<Zone>,
+    /// The provider-id scheme whose instance id is the node id, when the id given is not
+    /// one (OpenStack: the Nova server's id, read from the Node's `openstack:///<id>`).
+    pub instance_id_from: Option<&'static str>,
+}
+
+/// The keys, beyond `topology.kubernetes.io/zone`, under which a cloud's CSI topology
+/// repeats the zone: those of the upstream driver it replaces, so the PVs that driver
+/// made keep scheduling after a switch (cinder-csi-plugin's key on OpenStack).
+pub fn zone_key_aliases(cloud: CloudName) -> Vec<String> {
+    match cloud {
+        CloudName::Openstack => vec!["topology.cinder.csi.openstack.org/zone".to_owned()],
+        _ => Vec::new(),
+    }
 }
 
 /// This node's identity as its cloud gives it (the node plugin never reads another
@@ -107,6 +124,7 @@ pub fn node_identity(s: &Settings) -> anyhow::Result<NodeIdentity> {
                     zone: file.zone(s.local.zone.as_deref()),
                     region: file.region(s.local.region.as_deref()),
                 }),
+                instance_id_from: None,
             })
         }
         // A DVP node plugin holds no parent credentials: its node id is its node name
@@ -114,6 +132,17 @@ pub fn node_identity(s: &Settings) -> anyhow::Result<NodeIdentity> {
         CloudName::Dvp => Ok(NodeIdentity {
             node_id: s.node_name(),
             zone: None,
+            instance_id_from: None,
+        }),
+        // The node id is the Nova server's id (cinder-csi-plugin's); the zone is the
+        // `--zone` flag's, else the one the ccm labelled the Node with.
+        CloudName::Openstack => Ok(NodeIdentity {
+            node_id: s.node_name(),
+            zone: s.local.zone.clone().map(|zone| Zone {
+                zone,
+                region: String::new(),
+            }),
+            instance_id_from: Some("openstack"),
         }),
         // What a node plugin of these clouds needs to know about its node (and whether
         // it reads any configuration at all) is each provider's to say when it lands.
@@ -129,11 +158,7 @@ fn configured_but_not_built(cloud: CloudName, s: &Settings) -> anyhow::Result<St
     let env = |k: &str| std::env::var(k).ok();
     let path = s.cloud_config.as_deref();
     let (summary, unknown) = match cloud {
-        CloudName::Local | CloudName::Dvp => return Ok(String::new()),
-        CloudName::Openstack => {
-            let c = overcast_cloud_openstack::Config::load(path)?;
-            (format!("Keystone at {}", c.auth_url), c.unknown)
-        }
+        CloudName::Local | CloudName::Dvp | CloudName::Openstack => return Ok(String::new()),
         CloudName::Vsphere => {
             let c = overcast_cloud_vsphere::Config::load(path)?;
             let hosts: Vec<&str> = c.vcenters.iter().map(|v| v.host.as_str()).collect();
@@ -160,7 +185,48 @@ pub async fn open(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
     match s.cloud {
         CloudName::Local => open_local(role, s).await,
         CloudName::Dvp => open_dvp(role, s).await,
+        CloudName::Openstack => open_openstack(role, s),
         other => anyhow::bail!(configured_but_not_built(other, s)?),
+    }
+}
+
+/// OpenStack: Cinder volumes attached through Nova, for the CSI controller. Nothing is
+/// contacted here: Keystone is asked for a token by the first call. The ccm half and
+/// discovery are not in this build yet (issue 17 continued, and later ones).
+fn open_openstack(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
+    use overcast_cloud_openstack::{CinderDisks, Config, Waits};
+    let config = Config::load(s.cloud_config.as_deref())?;
+    if !config.unknown.is_empty() {
+        tracing::warn!(cloud = "openstack", keys = ?config.unknown, "the cloud config has keys this version does not know; ignored");
+    }
+    match role {
+        Role::CsiController => {
+            let os = overcast_cloud_openstack::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
+            // cinder-csi-plugin reports the zone alone (no region): so do its volumes,
+            // or they could not be placed on its nodes.
+            let disks = CinderDisks::new(
+                os,
+                s.cluster.clone(),
+                String::new(),
+                Vec::new(),
+                s.max_attachments_per_node,
+                config.ignore_volume_az,
+                Waits::default(),
+            );
+            Ok(Cloud {
+                name: CloudName::Openstack.as_str(),
+                disks: Some(Arc::new(disks)),
+                ..Cloud::default()
+            })
+        }
+        Role::Ccm => anyhow::bail!(
+            "cloud \"openstack\": its configuration is complete (Keystone at {}); the ccm half (instances, load balancers, routes) is not in this build yet — its CSI driver is",
+            config.auth_url
+        ),
+        Role::Discoverer => anyhow::bail!(
+            "cloud \"openstack\": its configuration is complete (Keystone at {}); its discovery is not in this build yet — its CSI driver is",
+            config.auth_url
+        ),
     }
 }
 
@@ -293,7 +359,7 @@ mod tests {
             // Without a configuration, what is missing is said first.
             let err = open(Role::Ccm, &s).await.err().unwrap().to_string();
             assert!(err.contains("lacks credentials or settings"), "{err}");
-            assert!(node_identity(&s).is_err());
+            assert_eq!(node_identity(&s).is_err(), c != CloudName::Openstack);
         }
     }
 }

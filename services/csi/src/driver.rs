@@ -18,6 +18,7 @@ use crate::controller::ControllerService;
 use crate::identity::IdentityService;
 use crate::node::{NodeService, NodeState, NodeZone};
 use crate::options::Options;
+use crate::validation::TopologyKeys;
 
 /// How long a shutdown waits for open connections to finish.
 const DRAIN_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
@@ -29,6 +30,10 @@ pub struct Driver {
     cloud: Option<Arc<dyn Disks>>,
     /// Where this host is: flags first, then the cloud-config file; or its Node's labels.
     zone: NodeZone,
+    /// The zone keys the topology carries (the replaced driver's too).
+    topology: TopologyKeys,
+    /// The provider-id scheme whose instance is the node id (OpenStack).
+    instance_id_from: Option<&'static str>,
     registry: Registry,
     metrics: Arc<GrpcMetrics>,
 }
@@ -54,13 +59,18 @@ impl Driver {
         } else {
             None
         };
-        let zone = match overcast_clouds::node_identity(&settings)?.zone {
+        let identity = overcast_clouds::node_identity(&settings)?;
+        let instance_id_from = identity.instance_id_from;
+        let zone = match identity.zone {
             Some(zone) => NodeZone::Known(zone),
             None => NodeZone::FromNodeLabels {
                 kubeconfig: options.kubeconfig.clone(),
                 wait: std::time::Duration::from_secs(options.node_zone_wait_seconds),
                 poll: std::time::Duration::from_secs(1),
             },
+        };
+        let topology = TopologyKeys {
+            zone_aliases: overcast_clouds::zone_key_aliases(settings.cloud),
         };
         let listener = socket::bind(&socket_path)
             .await
@@ -72,6 +82,8 @@ impl Driver {
             listener,
             cloud,
             zone,
+            topology,
+            instance_id_from,
             registry,
             metrics,
         })
@@ -85,6 +97,8 @@ impl Driver {
             listener,
             cloud,
             zone,
+            topology,
+            instance_id_from,
             registry,
             metrics,
         } = self;
@@ -114,6 +128,7 @@ impl Driver {
             csi::controller_server::ControllerServer::new(ControllerService::new(
                 c,
                 options.default_volume_size,
+                topology.clone(),
             ))
         });
         let node = match options.mode.node() {
@@ -131,7 +146,9 @@ impl Driver {
                     Arc::new(overcast_mount::System {
                         by_id: options.device_by_id_dir.clone(),
                     }),
-                );
+                )
+                .with_topology(topology)
+                .with_instance_id_from(instance_id_from);
                 Some(csi::node_server::NodeServer::new(service))
             }
             false => None,
@@ -186,5 +203,6 @@ fn settings(options: &Options) -> anyhow::Result<Settings> {
     s.local.region = options.region.clone();
     s.local.state_dir = options.state_dir.clone();
     s.max_attachments_per_node = options.max_volumes_per_node;
+    s.cluster = options.cluster.clone();
     Ok(s)
 }

@@ -107,6 +107,11 @@ pub struct Options {
     #[arg(long, env = "CSI_MAX_VOLUMES_PER_NODE", default_value_t = 128)]
     pub max_volumes_per_node: u64,
 
+    /// The cluster's name, recorded on the disks made for it (cinder-csi-plugin's
+    /// `--cluster`: the `cinder.csi.openstack.org/cluster` metadata on OpenStack).
+    #[arg(long, env = "CLUSTER_NAME", default_value = "kubernetes")]
+    pub cluster: String,
+
     /// Size of a volume whose CreateVolume names no capacity.
     #[arg(long, env = "CSI_DEFAULT_VOLUME_SIZE", default_value_t = 1 << 30)]
     pub default_volume_size: u64,

@@ -197,32 +197,61 @@ pub fn size_fits(size: u64, range: Option<&csi::CapacityRange>) -> Result<bool, 
     Ok(size >= required && (limit == 0 || size <= limit))
 }
 
-/// The topology segments of `zone`; a cloud without zones (both empty) has none, so
-/// its volumes carry no node affinity.
-pub fn topology_of(zone: &Zone) -> csi::Topology {
-    csi::Topology {
-        segments: [(ZONE_KEY, &zone.zone), (REGION_KEY, &zone.region)]
-            .into_iter()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(k, v)| (k.to_owned(), v.clone()))
-            .collect(),
+/// The keys a driver's topology carries: the well-known ones, and the zone again under
+/// the keys of the driver it replaces (cinder-csi-plugin's
+/// `topology.cinder.csi.openstack.org/zone`), so the PVs that driver made keep
+/// scheduling after a switch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopologyKeys {
+    pub zone_aliases: Vec<String>,
+}
+
+impl TopologyKeys {
+    /// The topology segments of `zone`; a cloud without zones (both empty) has none, so
+    /// its volumes carry no node affinity.
+    pub fn of(&self, zone: &Zone) -> csi::Topology {
+        let zone_keys =
+            std::iter::once(ZONE_KEY).chain(self.zone_aliases.iter().map(String::as_str));
+        csi::Topology {
+            segments: zone_keys
+                .map(|k| (k, &zone.zone))
+                .chain([(REGION_KEY, &zone.region)])
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| (k.to_owned(), v.clone()))
+                .collect(),
+        }
+    }
+
+    /// Whether a topology segment map names `zone`: every key it carries is one of ours
+    /// and agrees.
+    pub fn matches(&self, topology: &csi::Topology, zone: &Zone) -> bool {
+        topology.segments.iter().all(|(k, v)| match k.as_str() {
+            ZONE_KEY => *v == zone.zone,
+            REGION_KEY => *v == zone.region,
+            k if self.zone_aliases.iter().any(|a| a == k) => *v == zone.zone,
+            _ => false,
+        })
     }
 }
 
-/// Whether a topology segment map names `zone`: every key it carries is one of ours and
-/// agrees.
+/// [`TopologyKeys::of`] with the well-known keys alone.
+pub fn topology_of(zone: &Zone) -> csi::Topology {
+    TopologyKeys::default().of(zone)
+}
+
+/// [`TopologyKeys::matches`] with the well-known keys alone.
 pub fn topology_matches(topology: &csi::Topology, zone: &Zone) -> bool {
-    topology.segments.iter().all(|(k, v)| match k.as_str() {
-        ZONE_KEY => *v == zone.zone,
-        REGION_KEY => *v == zone.region,
-        _ => false,
-    })
+    TopologyKeys::default().matches(topology, zone)
 }
 
 /// Picks the zone for a new volume: the first preferred topology we serve, else the
 /// first requisite one, else our first zone. RESOURCE_EXHAUSTED when requisite names
 /// none of our zones (the spec's code for "unable to provision in accessible_topology").
-pub fn pick_zone(req: Option<&csi::TopologyRequirement>, zones: &[Zone]) -> Result<Zone, Status> {
+pub fn pick_zone(
+    req: Option<&csi::TopologyRequirement>,
+    zones: &[Zone],
+    keys: &TopologyKeys,
+) -> Result<Zone, Status> {
     let first = zones
         .first()
         .cloned()
@@ -230,10 +259,10 @@ pub fn pick_zone(req: Option<&csi::TopologyRequirement>, zones: &[Zone]) -> Resu
     let Some(req) = req else { return Ok(first) };
     let find = |list: &[csi::Topology]| {
         list.iter()
-            .find_map(|t| zones.iter().find(|z| topology_matches(t, z)).cloned())
+            .find_map(|t| zones.iter().find(|z| keys.matches(t, z)).cloned())
     };
     let allowed =
-        |z: &Zone| req.requisite.is_empty() || req.requisite.iter().any(|t| topology_matches(t, z));
+        |z: &Zone| req.requisite.is_empty() || req.requisite.iter().any(|t| keys.matches(t, z));
     if let Some(z) = find(&req.preferred).filter(allowed) {
         return Ok(z);
     }
@@ -365,6 +394,40 @@ mod tests {
     }
 
     #[test]
+    fn a_zone_alias_is_reported_and_understood_like_the_zone_key() {
+        let keys = TopologyKeys {
+            zone_aliases: vec!["topology.cinder.csi.openstack.org/zone".into()],
+        };
+        let nova = Zone {
+            region: "RegionOne".into(),
+            zone: "nova".into(),
+        };
+        let t = keys.of(&nova);
+        assert_eq!(t.segments["topology.cinder.csi.openstack.org/zone"], "nova");
+        assert_eq!(t.segments[ZONE_KEY], "nova");
+        // A PV cinder-csi-plugin made names only its own key.
+        let old = csi::Topology {
+            segments: [(
+                "topology.cinder.csi.openstack.org/zone".to_owned(),
+                "nova".to_owned(),
+            )]
+            .into(),
+        };
+        assert!(keys.matches(&old, &nova));
+        assert!(!TopologyKeys::default().matches(&old, &nova));
+        let other = csi::Topology {
+            segments: [(
+                "topology.cinder.csi.openstack.org/zone".to_owned(),
+                "az2".to_owned(),
+            )]
+            .into(),
+        };
+        assert!(!keys.matches(&other, &nova));
+        // No zone: no segments under any key.
+        assert!(keys.of(&Zone::default()).segments.is_empty());
+    }
+
+    #[test]
     fn zones_follow_preferred_then_requisite() {
         let a = Zone {
             region: "r".into(),
@@ -384,27 +447,45 @@ mod tests {
                 preferred,
             }
         };
-        assert_eq!(pick_zone(None, &zones).unwrap(), a);
         assert_eq!(
-            pick_zone(Some(&req(vec![topo("b")], vec![])), &zones).unwrap(),
-            b
+            pick_zone(None, &zones, &TopologyKeys::default()).unwrap(),
+            a
         );
         assert_eq!(
             pick_zone(
-                Some(&req(vec![topo("a"), topo("b")], vec![topo("b")])),
-                &zones
+                Some(&req(vec![topo("b")], vec![])),
+                &zones,
+                &TopologyKeys::default()
             )
             .unwrap(),
             b
         );
         assert_eq!(
-            pick_zone(Some(&req(vec![], vec![topo("x")])), &zones).unwrap(),
+            pick_zone(
+                Some(&req(vec![topo("a"), topo("b")], vec![topo("b")])),
+                &zones,
+                &TopologyKeys::default(),
+            )
+            .unwrap(),
+            b
+        );
+        assert_eq!(
+            pick_zone(
+                Some(&req(vec![], vec![topo("x")])),
+                &zones,
+                &TopologyKeys::default()
+            )
+            .unwrap(),
             a
         );
         assert_eq!(
-            pick_zone(Some(&req(vec![topo("x")], vec![])), &zones)
-                .unwrap_err()
-                .code(),
+            pick_zone(
+                Some(&req(vec![topo("x")], vec![])),
+                &zones,
+                &TopologyKeys::default()
+            )
+            .unwrap_err()
+            .code(),
             tonic::Code::ResourceExhausted
         );
         let foreign = csi::Topology {

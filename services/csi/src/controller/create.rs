@@ -6,7 +6,7 @@ use overcast_cloud::{CloudError, DiskSpec, Zone};
 use tonic::Status;
 use tracing::instrument;
 
-use super::{volume_of, ControllerService};
+use super::ControllerService;
 use crate::errors::to_status;
 use crate::validation::{self, is_block};
 
@@ -35,7 +35,11 @@ impl ControllerService {
             .validate_parameters(&parameters)
             .map_err(|e| to_status(&op, e))?;
         let zones = self.cloud.zones().await.map_err(|e| to_status(&op, e))?;
-        let zone = validation::pick_zone(req.accessibility_requirements.as_ref(), &zones)?;
+        let zone = validation::pick_zone(
+            req.accessibility_requirements.as_ref(),
+            &zones,
+            &self.topology,
+        )?;
         let size = validation::disk_size(
             req.capacity_range.as_ref(),
             self.default_size,
@@ -59,7 +63,7 @@ impl ControllerService {
                 Some(r) if !r.requisite.is_empty() => r
                     .requisite
                     .iter()
-                    .any(|t| validation::topology_matches(t, &disk.zone)),
+                    .any(|t| self.topology.matches(t, &disk.zone)),
                 _ => true,
             };
             if !(fits && same_params && placed) {
@@ -69,7 +73,7 @@ impl ControllerService {
                 )));
             }
             return Ok(csi::CreateVolumeResponse {
-                volume: Some(volume_of(&disk)),
+                volume: Some(self.volume_of(&disk)),
             });
         }
         let spec = DiskSpec {
@@ -85,7 +89,7 @@ impl ControllerService {
             .await
             .map_err(|e| to_status(&op, e))?;
         Ok(csi::CreateVolumeResponse {
-            volume: Some(volume_of(&disk)),
+            volume: Some(self.volume_of(&disk)),
         })
     }
 

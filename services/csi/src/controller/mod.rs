@@ -13,7 +13,7 @@ use overcast_cloud::{Disk, DiskCondition, Disks};
 use tonic::{Request, Response, Status};
 
 use crate::inflight::Inflight;
-use crate::validation::topology_of;
+use crate::validation::TopologyKeys;
 
 use csi::controller_service_capability::rpc::Type as Rpc;
 
@@ -23,15 +23,31 @@ pub struct ControllerService {
     default_size: u64,
     /// Keys the tags of ListVolumes tokens (a fresh secret per process).
     token_key: std::hash::RandomState,
+    topology: TopologyKeys,
 }
 
 impl ControllerService {
-    pub fn new(cloud: Arc<dyn Disks>, default_size: u64) -> Self {
+    pub fn new(cloud: Arc<dyn Disks>, default_size: u64, topology: TopologyKeys) -> Self {
         Self {
             cloud,
             inflight: Inflight::default(),
             default_size,
             token_key: std::hash::RandomState::new(),
+            topology,
+        }
+    }
+
+    /// The CSI view of a cloud disk.
+    fn volume_of(&self, disk: &Disk) -> csi::Volume {
+        csi::Volume {
+            capacity_bytes: i64::try_from(disk.size_bytes).unwrap_or(i64::MAX),
+            volume_id: disk.id.clone(),
+            volume_context: [(overcast_api::VOLUME_NAME_KEY.to_owned(), disk.name.clone())].into(),
+            content_source: None,
+            accessible_topology: Some(self.topology.of(&disk.zone))
+                .filter(|t| !t.segments.is_empty())
+                .into_iter()
+                .collect(),
         }
     }
 }
@@ -48,20 +64,6 @@ const CAPABILITIES: [Rpc; 10] = [
     Rpc::GetVolume,
     Rpc::SingleNodeMultiWriter,
 ];
-
-/// The CSI view of a cloud disk.
-fn volume_of(disk: &Disk) -> csi::Volume {
-    csi::Volume {
-        capacity_bytes: i64::try_from(disk.size_bytes).unwrap_or(i64::MAX),
-        volume_id: disk.id.clone(),
-        volume_context: [(overcast_api::VOLUME_NAME_KEY.to_owned(), disk.name.clone())].into(),
-        content_source: None,
-        accessible_topology: Some(topology_of(&disk.zone))
-            .filter(|t| !t.segments.is_empty())
-            .into_iter()
-            .collect(),
-    }
-}
 
 fn condition_of(disk: &Disk) -> csi::VolumeCondition {
     match &disk.condition {

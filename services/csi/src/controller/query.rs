@@ -7,7 +7,7 @@ use overcast_api::csi_v1 as csi;
 use tonic::Status;
 use tracing::instrument;
 
-use super::{condition_of, published_nodes, volume_of, ControllerService};
+use super::{condition_of, published_nodes, ControllerService};
 use crate::errors::to_status;
 use crate::validation;
 
@@ -116,7 +116,7 @@ impl ControllerService {
         let mut entries = Vec::new();
         for disk in rest.by_ref() {
             entries.push(csi::list_volumes_response::Entry {
-                volume: Some(volume_of(disk)),
+                volume: Some(self.volume_of(disk)),
                 status: Some(csi::list_volumes_response::VolumeStatus {
                     published_node_ids: published_nodes(disk),
                     volume_condition: Some(condition_of(disk)),
@@ -156,7 +156,7 @@ impl ControllerService {
             .map_err(|e| to_status("get capacity", e))?;
         let zone = match &req.accessible_topology {
             None => None,
-            Some(t) => match zones.iter().find(|z| validation::topology_matches(t, z)) {
+            Some(t) => match zones.iter().find(|z| self.topology.matches(t, z)) {
                 Some(z) => Some(z),
                 // A segment we do not serve has no capacity for us.
                 None => return Ok(empty_capacity()),
@@ -201,7 +201,7 @@ impl ControllerService {
             .await
             .map_err(|e| to_status(&format!("get volume {id}"), e))?;
         Ok(csi::ControllerGetVolumeResponse {
-            volume: Some(volume_of(&disk)),
+            volume: Some(self.volume_of(&disk)),
             status: Some(csi::controller_get_volume_response::VolumeStatus {
                 published_node_ids: published_nodes(&disk),
                 volume_condition: Some(condition_of(&disk)),

@@ -19,7 +19,7 @@ use overcast_mount::{Host, MountError};
 use tonic::{Request, Response, Status};
 
 use crate::inflight::Inflight;
-use crate::validation::topology_of;
+use crate::validation::TopologyKeys;
 pub use state::NodeState;
 pub use zone::NodeZone;
 
@@ -29,6 +29,10 @@ pub struct NodeService {
     node_id: String,
     max_volumes: u64,
     zone: NodeZone,
+    topology: TopologyKeys,
+    /// The provider-id scheme whose instance id is this node's id (OpenStack's server
+    /// id), read from the Node when the given id is not one.
+    instance_scheme: Option<&'static str>,
     inflight: Inflight,
     state: NodeState,
     device_wait: Duration,
@@ -50,11 +54,47 @@ impl NodeService {
             node_id,
             max_volumes,
             zone,
+            topology: TopologyKeys::default(),
+            instance_scheme: None,
             inflight: Inflight::default(),
             state,
             device_wait,
             host,
         }
+    }
+}
+
+impl NodeService {
+    /// The zone keys NodeGetInfo reports (the replaced driver's too).
+    pub fn with_topology(mut self, topology: TopologyKeys) -> Self {
+        self.topology = topology;
+        self
+    }
+
+    /// The node id is the instance of the Node's provider id under `scheme` (as
+    /// `openstack:///<server id>`) unless the id given already is a UUID.
+    pub fn with_instance_id_from(mut self, scheme: Option<&'static str>) -> Self {
+        self.instance_scheme = scheme;
+        self
+    }
+
+    fn node_id_from(&self, facts: &zone::NodeFacts) -> Result<String, Status> {
+        let Some(scheme) = self.instance_scheme else {
+            return Ok(self.node_id.clone());
+        };
+        if zone::is_uuid(&self.node_id) {
+            return Ok(self.node_id.clone());
+        }
+        facts
+            .provider_id
+            .as_deref()
+            .and_then(|p| zone::instance_of(p, scheme))
+            .ok_or_else(|| {
+                Status::failed_precondition(format!(
+                    "node {} is not a {scheme} instance id, and its Node names none ({}://…/<id> in spec.providerID: {:?}); set --node-id to the instance's id",
+                    self.node_id, scheme, facts.provider_id
+                ))
+            })
     }
 }
 
@@ -208,11 +248,11 @@ impl csi::node_server::Node for NodeService {
         &self,
         _: Request<csi::NodeGetInfoRequest>,
     ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
-        let zone = self.zone.resolve(&self.node_id).await?;
+        let facts = self.zone.resolve(&self.node_id).await?;
         Ok(Response::new(csi::NodeGetInfoResponse {
-            node_id: self.node_id.clone(),
+            node_id: self.node_id_from(&facts)?,
             max_volumes_per_node: i64::try_from(self.max_volumes).unwrap_or(i64::MAX),
-            accessible_topology: Some(topology_of(&zone)),
+            accessible_topology: Some(self.topology.of(&facts.zone)),
         }))
     }
 }

@@ -38,10 +38,21 @@ pub enum NodeZone {
     },
 }
 
+/// What NodeGetInfo learns about this node: its zone, and — when it was read from the
+/// Node — the Node's `spec.providerID` (the instance, for clouds whose node id is it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    pub zone: Zone,
+    pub provider_id: Option<String>,
+}
+
 impl NodeZone {
-    pub async fn resolve(&self, node: &str) -> Result<Zone, Status> {
+    pub async fn resolve(&self, node: &str) -> Result<NodeFacts, Status> {
         match self {
-            NodeZone::Known(zone) => Ok(zone.clone()),
+            NodeZone::Known(zone) => Ok(NodeFacts {
+                zone: zone.clone(),
+                provider_id: None,
+            }),
             NodeZone::FromNodeLabels {
                 kubeconfig,
                 wait,
@@ -66,18 +77,27 @@ impl NodeZone {
     }
 }
 
-/// The zone the labels of Node `name` give, once the ccm has initialized it.
+/// The zone the labels of Node `name` give, once the ccm has initialized it, and its
+/// provider id.
 async fn from_labels(
     nodes: Api<Node>,
     name: &str,
     wait: Duration,
     poll: Duration,
-) -> Result<Zone, Status> {
+) -> Result<NodeFacts, Status> {
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let why = match nodes.get_opt(name).await {
             Ok(Some(node)) => match decided(&node) {
-                Some(zone) => return Ok(zone),
+                Some(zone) => {
+                    return Ok(NodeFacts {
+                        zone,
+                        provider_id: node
+                            .spec
+                            .and_then(|s| s.provider_id)
+                            .filter(|p| !p.is_empty()),
+                    })
+                }
                 None => format!(
                     "Node {name} is not initialized by the cloud-controller-manager yet ({UNINITIALIZED_TAINT})"
                 ),
@@ -100,6 +120,23 @@ async fn from_labels(
         tracing::debug!(reason = %why, "waiting for this node's zone");
         tokio::time::sleep(poll).await;
     }
+}
+
+/// Whether `s` is a UUID (an OpenStack instance id).
+pub fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+/// The instance a provider id names under `scheme`: the last path segment of
+/// `<scheme>://<region?>/<id>`, when it is a UUID.
+pub fn instance_of(provider_id: &str, scheme: &str) -> Option<String> {
+    let rest = provider_id.strip_prefix(scheme)?.strip_prefix("://")?;
+    let id = rest.rsplit('/').next()?;
+    is_uuid(id).then(|| id.to_owned())
 }
 
 /// Whether `s` can be a Node's name (an RFC 1123 subdomain).
@@ -154,6 +191,22 @@ mod tests {
         // A good name gets as far as the (missing) client.
         let err = zone.resolve("worker-1.example").await.unwrap_err();
         assert!(err.message().contains("no API client"), "{err:?}");
+    }
+
+    #[test]
+    fn an_instance_is_read_from_a_provider_id_of_its_scheme_only() {
+        let id = "0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5f";
+        assert_eq!(
+            instance_of(&format!("openstack:///{id}"), "openstack").as_deref(),
+            Some(id)
+        );
+        assert_eq!(
+            instance_of(&format!("openstack://RegionOne/{id}"), "openstack").as_deref(),
+            Some(id)
+        );
+        assert_eq!(instance_of(&format!("dvp://{id}"), "openstack"), None);
+        assert_eq!(instance_of("openstack:///../../etc", "openstack"), None);
+        assert_eq!(instance_of("openstack:///", "openstack"), None);
     }
 
     #[test]
