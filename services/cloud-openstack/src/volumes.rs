@@ -222,8 +222,10 @@ impl CinderDisks {
         Ok(found)
     }
 
-    /// Polls the volume until `done` says so (jittered backoff from 250 ms up to 5 s),
-    /// `error` states end at once; running out of time is retryable.
+    /// Polls the volume until `done` says so, `error` states end at once; running out
+    /// of time is retryable. Every 100 ms more up to 500 ms for the first 10 s (Cinder
+    /// and Nova finish most transitions in a second or two, and a poll's gap is what a
+    /// caller waits beyond them: measured, BENCHMARKS.md), then every 2 s.
     async fn wait(
         &self,
         id: &str,
@@ -232,7 +234,7 @@ impl CinderDisks {
         done: impl Fn(&Volume) -> bool,
     ) -> Result<Volume> {
         let started = Instant::now();
-        let mut delay = Duration::from_millis(250);
+        let mut delay = Duration::from_millis(100);
         loop {
             let v = self.get(id).await?;
             if done(&v) {
@@ -251,7 +253,11 @@ impl CinderDisks {
                 )));
             }
             tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(5));
+            delay = if started.elapsed() < Duration::from_secs(10) {
+                (delay + Duration::from_millis(100)).min(Duration::from_millis(500))
+            } else {
+                Duration::from_secs(2)
+            };
         }
     }
 
