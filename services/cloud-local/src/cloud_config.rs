@@ -118,6 +118,10 @@ pub struct LocalFlags {
     /// Local cloud: a JSON list of further machines (name, addresses, state, …).
     #[arg(long)]
     pub instances_file: Option<PathBuf>,
+    /// The cluster's name, as the CSI driver's `--cluster` recorded it on the disks
+    /// (their orphans are found among this cluster's alone).
+    #[arg(long, env = "CLUSTER_NAME", default_value = "kubernetes")]
+    pub cluster: String,
 }
 
 /// The flags and the file, resolved.

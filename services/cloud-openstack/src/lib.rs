@@ -9,6 +9,7 @@
 
 pub mod client;
 pub mod config;
+pub mod discovery;
 pub mod keystone;
 pub mod volumes;
 
@@ -16,6 +17,7 @@ use std::sync::Arc;
 
 pub use client::{OpenStack, Service};
 pub use config::Config;
+pub use discovery::OpenStackDiscovery;
 pub use volumes::{CinderDisks, Waits};
 
 use overcast_cloud::{CloudError, Result};

@@ -308,6 +308,40 @@ impl CinderDisks {
         }
     }
 
+    /// Every volume of the project, page by page (Cinder's markers).
+    pub async fn list_volumes(&self) -> Result<Vec<Volume>> {
+        let mut out = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let mut path = format!("/volumes/detail?limit={}&sort=id:asc", self.page);
+            if let Some(m) = &marker {
+                path.push_str(&format!("&marker={m}"));
+            }
+            let resp = self
+                .os
+                .call(
+                    Service::BlockStorage,
+                    "volume_list",
+                    Method::GET,
+                    &path,
+                    None,
+                    None,
+                )
+                .await?;
+            if resp.status.as_u16() != 200 {
+                return Err(unexpected("volume_list", &resp));
+            }
+            let page = json::<Many>("volume_list", &resp)?.volumes;
+            let last = page.last().map(|v| v.id.clone());
+            let full = page.len() >= self.page;
+            out.extend(page);
+            match (full, last) {
+                (true, Some(id)) if marker.as_ref() != Some(&id) => marker = Some(id),
+                _ => return Ok(out),
+            }
+        }
+    }
+
     async fn server_exists(&self, server: &str) -> Result<bool> {
         if !is_uuid(server) {
             return Ok(false);
@@ -554,36 +588,12 @@ impl Disks for CinderDisks {
     }
 
     async fn list_disks(&self) -> Result<Vec<Disk>> {
-        let mut out = Vec::new();
-        let mut marker: Option<String> = None;
-        loop {
-            let mut path = format!("/volumes/detail?limit={}&sort=id:asc", self.page);
-            if let Some(m) = &marker {
-                path.push_str(&format!("&marker={m}"));
-            }
-            let resp = self
-                .os
-                .call(
-                    Service::BlockStorage,
-                    "volume_list",
-                    Method::GET,
-                    &path,
-                    None,
-                    None,
-                )
-                .await?;
-            if resp.status.as_u16() != 200 {
-                return Err(unexpected("volume_list", &resp));
-            }
-            let page = json::<Many>("volume_list", &resp)?.volumes;
-            let last = page.last().map(|v| v.id.clone());
-            let full = page.len() >= self.page;
-            out.extend(page.iter().map(|v| self.to_disk(v)));
-            match (full, last) {
-                (true, Some(id)) if marker.as_ref() != Some(&id) => marker = Some(id),
-                _ => break,
-            }
-        }
+        let mut out: Vec<Disk> = self
+            .list_volumes()
+            .await?
+            .iter()
+            .map(|v| self.to_disk(v))
+            .collect();
         out.sort_by(|a, b| a.id.cmp(&b.id));
         out.dedup_by(|a, b| a.id == b.id);
         Ok(out)

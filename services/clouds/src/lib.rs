@@ -79,6 +79,7 @@ impl Settings {
         s.local.zone = flags.zone.clone();
         s.local.region = flags.region.clone();
         s.local.instances_file = flags.instances_file.clone();
+        s.cluster = flags.cluster.clone();
         s
     }
 
@@ -190,9 +191,9 @@ pub async fn open(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
     }
 }
 
-/// OpenStack: Cinder volumes attached through Nova, for the CSI controller. Nothing is
-/// contacted here: Keystone is asked for a token by the first call. The ccm half and
-/// discovery are not in this build yet (issue 17 continued, and later ones).
+/// OpenStack: Cinder volumes attached through Nova, for the CSI controller; discovery. Nothing is
+/// contacted here: Keystone is asked for a token by the first call. The ccm half is not
+/// in this build yet (a later issue).
 fn open_openstack(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
     use overcast_cloud_openstack::{CinderDisks, Config, Waits};
     let config = Config::load(s.cloud_config.as_deref())?;
@@ -223,10 +224,27 @@ fn open_openstack(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
             "cloud \"openstack\": its configuration is complete (Keystone at {}); the ccm half (instances, load balancers, routes) is not in this build yet — its CSI driver is",
             config.auth_url
         ),
-        Role::Discoverer => anyhow::bail!(
-            "cloud \"openstack\": its configuration is complete (Keystone at {}); its discovery is not in this build yet — its CSI driver is",
-            config.auth_url
-        ),
+        Role::Discoverer => {
+            let os = overcast_cloud_openstack::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
+            let disks = CinderDisks::new(
+                Arc::clone(&os),
+                s.cluster.clone(),
+                String::new(),
+                Vec::new(),
+                s.max_attachments_per_node,
+                config.ignore_volume_az,
+                Waits::default(),
+            );
+            Ok(Cloud {
+                name: CloudName::Openstack.as_str(),
+                discovery: Some(Arc::new(overcast_cloud_openstack::OpenStackDiscovery::new(
+                    os,
+                    disks,
+                    s.cluster.clone(),
+                ))),
+                ..Cloud::default()
+            })
+        }
     }
 }
 
