@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use overcast_cloud::config::{read_ini, unknown_keys, IniSection, ANY_KEY};
+use overcast_cloud::config::{read_ini, unknown_keys, IniSection, IniValue, ANY_KEY};
 use overcast_cloud::ConfigError;
 
 const CLOUD: &str = "openstack";
@@ -149,9 +149,162 @@ fn at(s: &IniSection, key: &str, path: Option<&Path>, why: String) -> ConfigErro
     }
 }
 
+/// clouds.yaml's names for what cloud.conf's `[Global]` calls otherwise: the entry's
+/// `auth` keys, then its own.
+const CLOUDS_AUTH_KEYS: &[(&str, &str)] = &[
+    ("auth_url", "auth-url"),
+    ("username", "username"),
+    ("user_id", "user-id"),
+    ("password", "password"),
+    ("project_id", "project-id"),
+    ("project_name", "project-name"),
+    ("tenant_id", "tenant-id"),
+    ("tenant_name", "tenant-name"),
+    ("user_domain_name", "user-domain-name"),
+    ("user_domain_id", "user-domain-id"),
+    ("project_domain_name", "project-domain-name"),
+    ("project_domain_id", "project-domain-id"),
+    ("domain_name", "domain-name"),
+    ("domain_id", "domain-id"),
+    ("application_credential_id", "application-credential-id"),
+    ("application_credential_name", "application-credential-name"),
+    (
+        "application_credential_secret",
+        "application-credential-secret",
+    ),
+];
+
+/// Where clouds.yaml is looked for, as the OpenStack clients look (the first that exists).
+fn clouds_files(env: &dyn Fn(&str) -> Option<String>) -> Vec<std::path::PathBuf> {
+    let mut out: Vec<std::path::PathBuf> = Vec::new();
+    if let Some(f) = env("OS_CLIENT_CONFIG_FILE") {
+        out.push(f.into());
+    }
+    out.push("clouds.yaml".into());
+    if let Some(home) = env("HOME") {
+        out.push(Path::new(&home).join(".config/openstack/clouds.yaml"));
+    }
+    out.push("/etc/openstack/clouds.yaml".into());
+    out
+}
+
+/// The `[Global]` values an entry of clouds.yaml gives (`line` 0: not from cloud.conf).
+fn clouds_values(
+    file: Option<&str>,
+    cloud: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<IniValue>, ConfigError> {
+    let invalid = |file: Option<std::path::PathBuf>, why: String| ConfigError::Invalid {
+        cloud: CLOUD,
+        file,
+        line: None,
+        why,
+    };
+    let candidates = match file {
+        Some(f) => vec![std::path::PathBuf::from(f)],
+        None => clouds_files(env),
+    };
+    let Some(path) = candidates.iter().find(|p| p.is_file()) else {
+        return Err(invalid(
+            None,
+            format!(
+                "clouds.yaml not found (looked in {})",
+                candidates
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| invalid(Some(path.clone()), e.to_string()))?;
+    let doc: serde_json::Value = serde_saphyr::from_str(&text)
+        .map_err(|e| invalid(Some(path.clone()), format!("not YAML: {e}")))?;
+    let entry = doc["clouds"].get(cloud).ok_or_else(|| {
+        invalid(
+            Some(path.clone()),
+            format!("no cloud {cloud:?} under clouds: in it"),
+        )
+    })?;
+    let text_of = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    let mut put = |key: &str, value: Option<String>| {
+        if let Some(value) = value.filter(|v| !v.is_empty()) {
+            out.push(IniValue {
+                key: key.to_owned(),
+                value,
+                line: 0,
+            });
+        }
+    };
+    for (yaml, ini) in CLOUDS_AUTH_KEYS {
+        put(ini, text_of(&entry["auth"][*yaml]));
+    }
+    put("region", text_of(&entry["region_name"]));
+    put("ca-file", text_of(&entry["cacert"]));
+    if entry["verify"] == serde_json::Value::Bool(false) {
+        put("tls-insecure", Some("true".into()));
+    }
+    Ok(out)
+}
+
 impl Config {
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let sections = read_ini(CLOUD, path)?;
+        Self::load_with_env(path, &|k| std::env::var(k).ok())
+    }
+
+    /// [`Config::load`], with the environment given (`OS_CLOUD`, `OS_CLIENT_CONFIG_FILE`,
+    /// `HOME` locate clouds.yaml): OCCM's `use-clouds = true` (with `clouds-file`,
+    /// `cloud`), or no cloud.conf at all and `OS_CLOUD` set, read the cloud's entry of
+    /// clouds.yaml; a key cloud.conf sets itself wins, as OCCM's do.
+    pub fn load_with_env(
+        path: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let mut sections = read_ini(CLOUD, path)?;
+        let use_clouds = sections
+            .iter()
+            .find(|s| s.name == "global")
+            .and_then(|g| g.get("use-clouds"))
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+            || (path.is_none() && env("OS_CLOUD").is_some());
+        if use_clouds {
+            let global_index = match sections.iter().position(|s| s.name == "global") {
+                Some(i) => i,
+                None => {
+                    sections.push(IniSection {
+                        name: "global".into(),
+                        sub: None,
+                        line: 0,
+                        values: Vec::new(),
+                    });
+                    sections.len() - 1
+                }
+            };
+            let g = &sections[global_index];
+            let cloud = g
+                .get("cloud")
+                .map(str::to_owned)
+                .or_else(|| env("OS_CLOUD"))
+                .ok_or_else(|| ConfigError::Missing {
+                    cloud: CLOUD,
+                    file: path.map(Path::to_path_buf),
+                    missing: vec![
+                        "which cloud of clouds.yaml (cloud in [Global], or OS_CLOUD)".into(),
+                    ],
+                })?;
+            let file = g.get("clouds-file").map(str::to_owned);
+            let mut values = clouds_values(file.as_deref(), &cloud, env)?;
+            // cloud.conf's own come later: the later value of a key wins.
+            values.append(&mut sections[global_index].values);
+            sections[global_index].values = values;
+        }
         let unknown = unknown_keys(&sections, |name| match name {
             "global" => Some(GLOBAL_KEYS),
             "blockstorage" => Some(BLOCK_STORAGE_KEYS),
@@ -424,6 +577,62 @@ mod tests {
             e.contains("the user an application-credential-name belongs to"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn clouds_yaml_is_read_for_use_clouds_or_os_cloud_and_cloud_conf_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let clouds = dir.path().join("clouds.yaml");
+        std::fs::write(
+            &clouds,
+            "clouds:\n  prod:\n    auth:\n      auth_url: https://k:5000/v3\n      username: k8s\n\
+             \x20     password: from-yaml\n      user_domain_name: Default\n      project_id: p1\n\
+             \x20   region_name: R1\n    verify: false\n  other:\n    auth:\n      auth_url: https://o/v3\n",
+        )
+        .unwrap();
+        let env = |k: &str| match k {
+            "OS_CLOUD" => Some("prod".to_owned()),
+            "OS_CLIENT_CONFIG_FILE" => Some(clouds.display().to_string()),
+            _ => None,
+        };
+        // No cloud.conf, OS_CLOUD set.
+        let c = Config::load_with_env(None, &env).unwrap();
+        assert_eq!(c.auth_url, "https://k:5000/v3");
+        assert_eq!(c.region.as_deref(), Some("R1"));
+        assert!(c.tls_insecure);
+        assert!(
+            matches!(&c.auth, Auth::Password { password, project: Named::Id(p), .. } if password == "from-yaml" && p == "p1")
+        );
+        // cloud.conf with use-clouds: its own keys win.
+        let conf = dir.path().join("cloud.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "[Global]\nuse-clouds = true\nclouds-file = {}\ncloud = prod\npassword = from-conf\n",
+                clouds.display()
+            ),
+        )
+        .unwrap();
+        let c = Config::load_with_env(Some(&conf), &|_| None).unwrap();
+        assert!(matches!(&c.auth, Auth::Password { password, .. } if password == "from-conf"));
+        assert!(c.unknown.is_empty(), "{:?}", c.unknown);
+        // A cloud the file lacks, and no file at all, are named.
+        std::fs::write(
+            &conf,
+            format!(
+                "[Global]\nuse-clouds=true\nclouds-file={}\ncloud=nope\n",
+                clouds.display()
+            ),
+        )
+        .unwrap();
+        let e = Config::load_with_env(Some(&conf), &|_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no cloud \"nope\""), "{e}");
+        let e = Config::load_with_env(None, &|k| (k == "OS_CLOUD").then(|| "prod".to_owned()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("clouds.yaml not found"), "{e}");
     }
 
     #[test]
