@@ -907,6 +907,23 @@ async fn discovery_reports_what_the_services_hold() {
         let _ = secrets
             .delete("d8-cloud-provider-discovery-data", &Default::default())
             .await;
+        // What the installer knew: kept where discovery says nothing, replaced where it does.
+        let _ = secrets
+            .delete("d8-provider-cluster-configuration", &Default::default())
+            .await;
+        let installer = json!({"apiVersion": "deckhouse.io/v1alpha1", "kind": "OpenStackCloudProviderDiscoveryData",
+            "mainNetwork": "net-from-installer", "defaultImageName": "ubuntu-22-04", "zones": ["stale"]});
+        secrets
+            .create(
+                &Default::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": "d8-provider-cluster-configuration", "namespace": "kube-system"},
+                    "stringData": {"cloud-provider-discovery-data.json": installer.to_string()},
+                }))
+                .unwrap(),
+            )
+            .await
+            .expect("the installer's Secret");
         let dir = tempfile::tempdir().unwrap();
         let conf = cloud_conf(&cloud.env, dir.path());
         let port = overcast_integration::free_port();
@@ -937,6 +954,15 @@ async fn discovery_reports_what_the_services_hold() {
             serde_json::from_slice(&secret.data.unwrap()["discovery-data.json"].0).unwrap();
         assert_eq!(published["kind"], "OpenStackCloudProviderDiscoveryData");
         assert_eq!(published["flavorsDetails"], doc["flavorsDetails"]);
+        assert_eq!(published["mainNetwork"], "net-from-installer");
+        assert_eq!(published["defaultImageName"], "ubuntu-22-04");
+        assert_eq!(
+            published["zones"], doc["zones"],
+            "the cloud's zones replace the installer's"
+        );
+        let _ = secrets
+            .delete("d8-provider-cluster-configuration", &Default::default())
+            .await;
         overcast_integration::real::wait_for(
             "the orphan reported",
             Duration::from_secs(60),

@@ -6,6 +6,10 @@ use overcast_kube::ApiCall;
 pub const NAMESPACE: &str = "kube-system";
 pub const SECRET: &str = "d8-cloud-provider-discovery-data";
 pub const SECRET_KEY: &str = "discovery-data.json";
+/// What the installer already knows (`cloud-provider-discovery-data.json` in it): the
+/// base the discovered fields are laid over.
+pub const INSTALLER_SECRET: &str = "d8-provider-cluster-configuration";
+pub const INSTALLER_KEY: &str = "cloud-provider-discovery-data.json";
 pub const CONDITIONS: &str = "d8-cloud-provider-conditions";
 pub const CATALOG: &str = "for-cluster-autoscaler";
 /// The InstanceTypesCatalog resource (Deckhouse's; `deploy/overlays/local` carries a CRD
@@ -26,6 +30,13 @@ pub const API_CALLS: &[ApiCall] = &[
         verbs: &["get", "patch", "create", "delete"],
         namespace: Some(NAMESPACE),
         names: &[SECRET],
+    },
+    ApiCall {
+        group: "",
+        resource: "secrets",
+        verbs: &["get"],
+        namespace: Some(NAMESPACE),
+        names: &[INSTALLER_SECRET],
     },
     ApiCall {
         group: "",

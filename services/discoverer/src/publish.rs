@@ -14,13 +14,26 @@ use serde_json::{json, Value};
 use crate::metrics::{ConditionLabels, DiskLabels, Metrics};
 
 pub use overcast_discoverer::api_calls::{
-    CATALOG, CATALOG_GROUP, CATALOG_KIND, CATALOG_PLURAL, CATALOG_VERSION, CONDITIONS, NAMESPACE,
-    SECRET, SECRET_KEY,
+    CATALOG, CATALOG_GROUP, CATALOG_KIND, CATALOG_PLURAL, CATALOG_VERSION, CONDITIONS,
+    INSTALLER_KEY, INSTALLER_SECRET, NAMESPACE, SECRET, SECRET_KEY,
 };
 const MANAGER: &str = "overcast-discoverer";
 /// The metadata key external-provisioner's `--extra-create-metadata` puts on every disk
 /// the cluster provisions: its presence marks a disk as the cluster's.
 const PV_NAME_KEY: &str = "csi.storage.k8s.io/pv/name";
+
+/// The installer's data with every discovered field laid over it: what only the
+/// installer knows (OpenStack's `mainNetwork`, `defaultImageName`, a layout) stays; what
+/// the cloud says now replaces what it said at install time.
+pub fn merge(installer: Option<Value>, discovered: Value) -> Value {
+    match (installer, discovered) {
+        (Some(Value::Object(mut base)), Value::Object(found)) => {
+            base.extend(found);
+            Value::Object(base)
+        }
+        (_, found) => found,
+    }
+}
 
 pub struct Publisher {
     pub client: Client,
@@ -99,6 +112,7 @@ impl Publisher {
         match self.cloud.discovery_data().await {
             Ok(data) => {
                 self.metrics.request("discovery_data", false);
+                let data = merge(self.installer_data().await, data);
                 write_ok &= self.report("discovery data", self.publish_secret(&data).await);
             }
             Err(e) => {
@@ -193,6 +207,32 @@ impl Publisher {
     /// controller would fill with another account's token) cannot be changed in place —
     /// the type is immutable, every apply would fail with 422 forever — so it is deleted
     /// (guarded by its uid and resourceVersion: only what was inspected) and published anew.
+    /// What the installer wrote (`d8-provider-cluster-configuration`'s
+    /// `cloud-provider-discovery-data.json`); nothing when there is none or it cannot be
+    /// read or parsed (said in the log: the discovered data is published alone).
+    async fn installer_data(&self) -> Option<Value> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), NAMESPACE);
+        let secret = match api.get_opt(INSTALLER_SECRET).await {
+            Ok(s) => s?,
+            Err(e) => {
+                tracing::warn!(error = %e, secret = INSTALLER_SECRET, "what the installer knows cannot be read; publishing what was discovered alone");
+                return None;
+            }
+        };
+        let bytes = secret.data.as_ref()?.get(INSTALLER_KEY)?;
+        match serde_json::from_slice::<Value>(&bytes.0) {
+            Ok(v) if v.is_object() => Some(v),
+            _ => {
+                tracing::warn!(
+                    secret = INSTALLER_SECRET,
+                    key = INSTALLER_KEY,
+                    "not a JSON object; ignored"
+                );
+                None
+            }
+        }
+    }
+
     async fn publish_secret(&self, data: &Value) -> anyhow::Result<bool> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), NAMESPACE);
         let bytes = serde_json::to_vec(data).unwrap_or_default();
@@ -301,5 +341,25 @@ impl Publisher {
             .filter(|d| d.metadata.contains_key(PV_NAME_KEY) && !handles.contains(&d.id))
             .map(|d| (d.id, d.name))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discovered_fields_are_laid_over_what_the_installer_knows() {
+        let installer = json!({"apiVersion": "deckhouse.io/v1alpha1", "kind": "OpenStackCloudProviderDiscoveryData",
+            "mainNetwork": "net1", "defaultImageName": "ubuntu", "zones": ["stale"]});
+        let found = json!({"apiVersion": "deckhouse.io/v1alpha1", "kind": "OpenStackCloudProviderDiscoveryData",
+            "zones": ["nova"], "flavors": ["m1.small"]});
+        assert_eq!(
+            merge(Some(installer), found.clone()),
+            json!({"apiVersion": "deckhouse.io/v1alpha1", "kind": "OpenStackCloudProviderDiscoveryData",
+                "mainNetwork": "net1", "defaultImageName": "ubuntu", "zones": ["nova"], "flavors": ["m1.small"]})
+        );
+        assert_eq!(merge(None, found.clone()), found);
+        assert_eq!(merge(Some(json!(["not an object"])), found.clone()), found);
     }
 }
