@@ -68,6 +68,7 @@ async fn main() {
             zone: Zone::default(),
             parameters: BTreeMap::new(),
             metadata: BTreeMap::new(),
+            source: None,
         };
         step(
             "create",
@@ -189,6 +190,7 @@ async fn main() {
             zone: zone_b.clone(),
             parameters: BTreeMap::from([("dvpStorageClass".to_owned(), class.clone())]),
             metadata: BTreeMap::new(),
+            source: None,
         };
         let before = metrics.total();
         let started = Instant::now();

@@ -155,6 +155,7 @@ async fn main() {
                 },
                 parameters: BTreeMap::new(),
                 metadata: BTreeMap::new(),
+                source: None,
             })
             .await
             .unwrap();

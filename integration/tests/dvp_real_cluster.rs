@@ -161,6 +161,7 @@ fn spec(name: &str) -> DiskSpec {
         zone: Zone::default(),
         parameters: BTreeMap::new(),
         metadata: BTreeMap::from([("csi.storage.k8s.io/pvc/name".to_owned(), "data".to_owned())]),
+        source: None,
     }
 }
 

@@ -100,6 +100,7 @@ impl Zoned {
             zone: asked,
             parameters: BTreeMap::from([("dvpStorageClass".to_owned(), class.to_owned())]),
             metadata: BTreeMap::new(),
+            source: None,
         }
     }
 

@@ -376,6 +376,81 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
         Some("data")
     );
 
+    // A clone (CLONE_VOLUME is advertised on OpenStack): Cinder's source_volid.
+    let caps = c
+        .controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(format!("{caps:?}").contains("CloneVolume"), "{caps:?}");
+    let source = |volume_id: &str| csi::VolumeContentSource {
+        r#type: Some(csi::volume_content_source::Type::Volume(
+            csi::volume_content_source::VolumeSource {
+                volume_id: volume_id.to_owned(),
+            },
+        )),
+    };
+    let mut clone = overcast_integration::create_request(&format!("{name}-clone"), 1 << 30);
+    clone.volume_content_source = Some(source(&id));
+    let cloned = c
+        .create_volume(clone.clone())
+        .await
+        .expect("clone")
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(cloned.content_source, Some(source(&id)));
+    let again = c
+        .create_volume(clone)
+        .await
+        .expect("clone again")
+        .into_inner();
+    assert_eq!(again.volume.unwrap().volume_id, cloned.volume_id);
+    let (_, raw) = {
+        let r = cloud
+            .os
+            .call(
+                Service::BlockStorage,
+                "volume_get",
+                Method::GET,
+                &format!("/volumes/{}", cloned.volume_id),
+                None,
+                None,
+            )
+            .await
+            .unwrap();
+        (r.status, serde_json::from_slice::<Value>(&r.body).unwrap())
+    };
+    assert_eq!(raw["volume"]["source_volid"], id.as_str());
+    let mut missing = overcast_integration::create_request(&format!("{name}-nosource"), 1 << 30);
+    missing.volume_content_source = Some(source("00000000-0000-4000-8000-000000000000"));
+    assert_eq!(
+        c.create_volume(missing).await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+    let mut small = overcast_integration::create_request(&format!("{name}-small"), 1 << 20);
+    small.capacity_range.as_mut().unwrap().limit_bytes = 1 << 20;
+    small.volume_content_source = Some(source(&id));
+    assert_eq!(
+        c.create_volume(small).await.unwrap_err().code(),
+        tonic::Code::OutOfRange
+    );
+    let mut snap = overcast_integration::create_request(&format!("{name}-snap"), 1 << 30);
+    snap.volume_content_source = Some(csi::VolumeContentSource {
+        r#type: Some(csi::volume_content_source::Type::Snapshot(
+            csi::volume_content_source::SnapshotSource {
+                snapshot_id: "s".into(),
+            },
+        )),
+    });
+    assert_eq!(
+        c.create_volume(snap).await.unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+    c.delete_volume(overcast_integration::delete_request(&cloned.volume_id))
+        .await
+        .expect("delete the clone");
+
     let ctx = c
         .controller_publish_volume(csi::ControllerPublishVolumeRequest {
             volume_id: id.clone(),
@@ -468,8 +543,9 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
     ));
     let (status, body) = overcast_integration::http_get(port, "/metrics");
     assert_eq!(status, 200);
+    // Two volumes made: the one of 16 concurrent creates, and its clone.
     for series in [
-        "openstack_api_requests_total{request=\"volume_create\"} 1",
+        "openstack_api_requests_total{request=\"volume_create\"} 2",
         "openstack_api_requests_total{request=\"server_volume_attach\"}",
     ] {
         assert!(body.contains(series), "{series} in\n{body}");
@@ -599,6 +675,7 @@ async fn listing_pages_and_a_stopped_cinder_is_retryable_and_loses_nothing() {
                 zone: Zone::default(),
                 parameters: BTreeMap::new(),
                 metadata: BTreeMap::new(),
+                source: None,
             })
             .await
             .expect("create");
@@ -651,6 +728,7 @@ async fn listing_pages_and_a_stopped_cinder_is_retryable_and_loses_nothing() {
                 zone: Zone::default(),
                 parameters: BTreeMap::new(),
                 metadata: BTreeMap::new(),
+                source: None,
             })
             .await
             .map(|_| ()),
@@ -867,6 +945,7 @@ async fn discovery_reports_what_the_services_hold() {
                 format!("pvc-gone-{pid}"),
             )]
             .into(),
+            source: None,
         })
         .await
         .unwrap();
@@ -885,6 +964,7 @@ async fn discovery_reports_what_the_services_hold() {
         zone: Zone::default(),
         parameters: BTreeMap::new(),
         metadata: BTreeMap::new(),
+        source: None,
     })
     .await
     .unwrap();

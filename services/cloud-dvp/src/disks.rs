@@ -175,6 +175,7 @@ impl DvpDisks {
             metadata: read_map(api::METADATA_ANNOTATION),
             attachments,
             condition,
+            source: None,
         }
     }
 

@@ -167,6 +167,7 @@ impl LocalCloud {
             metadata: record.metadata.clone(),
             attachments,
             condition,
+            source: None,
         }
     }
 

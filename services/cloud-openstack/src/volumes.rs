@@ -81,6 +81,9 @@ pub struct Volume {
     pub attachments: Vec<VolumeAttachment>,
     #[serde(default)]
     pub multiattach: bool,
+    /// The volume it was cloned from.
+    #[serde(default)]
+    pub source_volid: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -305,6 +308,7 @@ impl CinderDisks {
             metadata,
             attachments,
             condition,
+            source: v.source_volid.clone(),
         }
     }
 
@@ -455,6 +459,10 @@ impl Disks for CinderDisks {
     fn max_attachments_per_node(&self) -> u64 {
         self.max_attachments
     }
+    fn clones(&self) -> bool {
+        // Cinder's `source_volid`, as cinder-csi-plugin's CLONE_VOLUME.
+        true
+    }
     fn overcommits(&self, _parameters: &BTreeMap<String, String>) -> bool {
         // Cinder's quota and its scheduler decide; nothing is refused here for space.
         true
@@ -505,6 +513,12 @@ impl Disks for CinderDisks {
                 }
                 if let Some(az) = &az {
                     body["volume"]["availability_zone"] = json!(az);
+                }
+                if let Some(source) = &spec.source {
+                    if !is_uuid(source) {
+                        return Err(CloudError::not_found("volume", source));
+                    }
+                    body["volume"]["source_volid"] = json!(source);
                 }
                 let resp = self
                     .os

@@ -40,6 +40,7 @@ impl DiskHarness {
             zone: self.zone.clone(),
             parameters: self.parameters.clone(),
             metadata: BTreeMap::new(),
+            source: None,
         }
     }
 

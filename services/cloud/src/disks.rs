@@ -27,6 +27,9 @@ pub struct DiskSpec {
     pub zone: Zone,
     pub parameters: BTreeMap<String, String>,
     pub metadata: BTreeMap<String, String>,
+    /// A disk whose content the new one starts with (a clone), when the cloud
+    /// [`Disks::clones`].
+    pub source: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +56,8 @@ pub struct Disk {
     pub metadata: BTreeMap<String, String>,
     pub attachments: Vec<Attachment>,
     pub condition: DiskCondition,
+    /// The disk it was cloned from, when the cloud records it.
+    pub source: Option<String>,
 }
 
 #[async_trait]
@@ -69,6 +74,10 @@ pub trait Disks: Send + Sync + 'static {
     /// Whether disks made with `parameters` may together exceed the free space (thin
     /// provisioning), so one disk may be larger than what is available now.
     fn overcommits(&self, parameters: &BTreeMap<String, String>) -> bool;
+    /// Whether a create can start from another disk's content (`DiskSpec::source`).
+    fn clones(&self) -> bool {
+        false
+    }
     /// Checks the disk-shaping parameters of a create; unknown keys are refused.
     fn validate_parameters(&self, parameters: &BTreeMap<String, String>) -> Result<()>;
 

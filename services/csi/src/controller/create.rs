@@ -18,12 +18,26 @@ impl ControllerService {
     ) -> Result<csi::CreateVolumeResponse, Status> {
         let name = validation::volume_name(&req.name)?;
         validation::capabilities(&req.volume_capabilities)?;
-        if req.volume_content_source.is_some() {
-            // Neither CLONE_VOLUME nor snapshots are advertised.
-            return Err(Status::invalid_argument(
-                "volume_content_source is not supported",
-            ));
-        }
+        use csi::volume_content_source::Type as Source;
+        let source_id = match req
+            .volume_content_source
+            .as_ref()
+            .and_then(|s| s.r#type.as_ref())
+        {
+            None => None,
+            Some(Source::Snapshot(_)) => return Err(Status::invalid_argument(
+                "volume_content_source: snapshots are not supported (no CREATE_DELETE_SNAPSHOT)",
+            )),
+            Some(Source::Volume(_)) if !self.cloud.clones() => {
+                return Err(Status::invalid_argument(
+                    "volume_content_source: this cloud does not clone volumes (no CLONE_VOLUME)",
+                ))
+            }
+            Some(Source::Volume(v)) => Some(
+                validation::require("volume_content_source.volume.volume_id", &v.volume_id)?
+                    .to_owned(),
+            ),
+        };
         if !req.mutable_parameters.is_empty() {
             return Err(Status::invalid_argument(
                 "mutable_parameters is not supported (no MODIFY_VOLUME)",
@@ -40,12 +54,33 @@ impl ControllerService {
             &zones,
             &self.topology,
         )?;
-        let size = validation::disk_size(
+        let mut size = validation::disk_size(
             req.capacity_range.as_ref(),
             self.default_size,
             self.cloud.size_granularity(),
             self.cloud.max_disk_size(),
         )?;
+        if let Some(id) = &source_id {
+            // The spec's codes: a source that does not exist is NOT_FOUND; a clone is at
+            // least as large as its source, so a limit below it is OUT_OF_RANGE.
+            let source = match self.cloud.disk(id).await {
+                Ok(d) => d,
+                Err(CloudError::NotFound { .. }) => {
+                    return Err(Status::not_found(format!(
+                        "{op}: the source volume {id} does not exist"
+                    )))
+                }
+                Err(e) => return Err(to_status(&op, e)),
+            };
+            let (_, limit) = validation::range_bounds(req.capacity_range.as_ref())?;
+            if limit != 0 && source.size_bytes > limit {
+                return Err(Status::out_of_range(format!(
+                    "{op}: the source volume {id} has {} bytes, more than limit_bytes {limit}",
+                    source.size_bytes
+                )));
+            }
+            size = size.max(source.size_bytes);
+        }
 
         let _guard = self.inflight.name(name)?;
         // Idempotency by name: an existing disk answers if it fits what is asked now.
@@ -56,7 +91,7 @@ impl ControllerService {
             .map_err(|e| to_status(&op, e))?
         {
             let fits = validation::size_fits(disk.size_bytes, req.capacity_range.as_ref())?;
-            let same_params = disk.parameters == parameters;
+            let same_params = disk.parameters == parameters && disk.source == source_id;
             // A disk without a zone is reachable from every topology.
             let placed = match &req.accessibility_requirements {
                 _ if disk.zone == Zone::default() => true,
@@ -68,8 +103,13 @@ impl ControllerService {
             };
             if !(fits && same_params && placed) {
                 return Err(Status::already_exists(format!(
-                    "{op}: volume {} exists with {} bytes, parameters {:?}, zone {}/{}",
-                    disk.id, disk.size_bytes, disk.parameters, disk.zone.region, disk.zone.zone
+                    "{op}: volume {} exists with {} bytes, parameters {:?}, source {:?}, zone {}/{}",
+                    disk.id,
+                    disk.size_bytes,
+                    disk.parameters,
+                    disk.source,
+                    disk.zone.region,
+                    disk.zone.zone
                 )));
             }
             return Ok(csi::CreateVolumeResponse {
@@ -82,6 +122,7 @@ impl ControllerService {
             zone,
             parameters,
             metadata,
+            source: source_id.clone(),
         };
         let disk = self
             .cloud

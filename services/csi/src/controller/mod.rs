@@ -43,7 +43,13 @@ impl ControllerService {
             capacity_bytes: i64::try_from(disk.size_bytes).unwrap_or(i64::MAX),
             volume_id: disk.id.clone(),
             volume_context: [(overcast_api::VOLUME_NAME_KEY.to_owned(), disk.name.clone())].into(),
-            content_source: None,
+            content_source: disk.source.as_ref().map(|id| csi::VolumeContentSource {
+                r#type: Some(csi::volume_content_source::Type::Volume(
+                    csi::volume_content_source::VolumeSource {
+                        volume_id: id.clone(),
+                    },
+                )),
+            }),
             accessible_topology: Some(self.topology.of(&disk.zone))
                 .filter(|t| !t.segments.is_empty())
                 .into_iter()
@@ -139,8 +145,11 @@ impl csi::controller_server::Controller for ControllerService {
         &self,
         _: Request<csi::ControllerGetCapabilitiesRequest>,
     ) -> Result<Response<csi::ControllerGetCapabilitiesResponse>, Status> {
+        // CLONE_VOLUME only where the cloud clones.
+        let clone = self.cloud.clones().then_some(Rpc::CloneVolume);
         let capabilities = CAPABILITIES
             .iter()
+            .chain(clone.iter())
             .map(|t| csi::ControllerServiceCapability {
                 r#type: Some(csi::controller_service_capability::Type::Rpc(
                     csi::controller_service_capability::Rpc { r#type: *t as i32 },
