@@ -309,6 +309,10 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
         .expect("NodeGetInfo")
         .into_inner();
     assert_eq!(info.node_id, server);
+    assert_eq!(
+        info.max_volumes_per_node, 60,
+        "[BlockStorage] node-volume-attach-limit"
+    );
     let topology = info.accessible_topology.unwrap();
     assert_eq!(
         topology.segments,
@@ -812,7 +816,8 @@ async fn the_node_plugin_takes_its_server_id_and_zone_from_its_node() {
     let _ = nodes.delete(&name, &DeleteParams::default()).await;
     let info = info.expect("NodeGetInfo").into_inner();
     assert_eq!(info.node_id, server);
-    assert_eq!(info.max_volumes_per_node, 128);
+    // No flag, no cloud-config: cinder-csi-plugin's default.
+    assert_eq!(info.max_volumes_per_node, 256);
     assert_eq!(
         info.accessible_topology.unwrap().segments,
         [

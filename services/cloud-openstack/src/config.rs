@@ -149,6 +149,21 @@ fn at(s: &IniSection, key: &str, path: Option<&Path>, why: String) -> ConfigErro
     }
 }
 
+/// `[BlockStorage] node-volume-attach-limit` of the file, alone (the node plugin's
+/// NodeGetInfo; it holds no credentials); `None` when the file or the key is missing or
+/// not a positive number.
+pub fn node_volume_attach_limit(path: Option<&Path>) -> Option<u32> {
+    let sections = read_ini(CLOUD, path).ok()?;
+    sections
+        .iter()
+        .find(|s| s.name == "blockstorage")?
+        .get("node-volume-attach-limit")?
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n > 0)
+}
+
 /// clouds.yaml's names for what cloud.conf's `[Global]` calls otherwise: the entry's
 /// `auth` keys, then its own.
 const CLOUDS_AUTH_KEYS: &[(&str, &str)] = &[

@@ -661,11 +661,21 @@ impl Disks for CinderDisks {
 
     async fn attach_disk(&self, id: &str, node: &str, readonly: bool) -> Result<Attachment> {
         // Cinder attaches read-write either way; a read-only publish is the node's mount.
-        let v = self.get(id).await?;
         if !is_uuid(node) {
             return Err(CloudError::not_found("server", node));
         }
-        if !attached_to(&v, node) {
+        let node_owned = node.to_owned();
+        // Nova reserves the volume before it answers the attach; a volume `available`
+        // again afterwards means the attach failed in the compute service and was rolled
+        // back (seen here: its database was locked): it is asked again, a few times,
+        // within the call's one wait, rather than waited on until the deadline.
+        let started = Instant::now();
+        let mut asked = 0;
+        loop {
+            let v = self.get(id).await?;
+            if attached_to(&v, node) {
+                break;
+            }
             if !v.attachments.is_empty() && !v.multiattach {
                 return Err(CloudError::FailedPrecondition(format!(
                     "volume {id} is attached to {} and is not multiattach",
@@ -677,6 +687,12 @@ impl Disks for CinderDisks {
                 )));
             }
             if v.status == "available" {
+                if asked == 3 {
+                    return Err(CloudError::Unavailable(format!(
+                        "openstack: Nova took the attach of volume {id} to server {node} {asked} times and rolled it back each time"
+                    )));
+                }
+                asked += 1;
                 let body = json!({"volumeAttachment": {"volumeId": id}});
                 let resp = self
                     .os
@@ -697,12 +713,17 @@ impl Disks for CinderDisks {
                     _ => return Err(unexpected("server_volume_attach", &resp)),
                 }
             }
+            let left = self.waits.attached.saturating_sub(started.elapsed());
+            let node = node_owned.clone();
+            let v = self
+                .wait(id, "being attached", left, move |v| {
+                    (v.status == "in-use" && attached_to(v, &node)) || v.status == "available"
+                })
+                .await?;
+            if v.status == "in-use" && attached_to(&v, &node_owned) {
+                break;
+            }
         }
-        let node_owned = node.to_owned();
-        self.wait(id, "being attached", self.waits.attached, move |v| {
-            v.status == "in-use" && attached_to(v, &node_owned)
-        })
-        .await?;
         Ok(Attachment {
             node: node.to_owned(),
             readonly,

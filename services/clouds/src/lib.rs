@@ -113,6 +113,20 @@ pub fn zone_key_aliases(cloud: CloudName) -> Vec<String> {
     }
 }
 
+/// How many volumes a node of this cloud takes when no flag says: OpenStack's
+/// `[BlockStorage] node-volume-attach-limit` (read alone, so a node plugin given a
+/// cloud-config without credentials gets it too), else cinder-csi-plugin's 256.
+pub fn default_attach_limit(s: &Settings) -> Option<u64> {
+    match s.cloud {
+        CloudName::Openstack => Some(
+            overcast_cloud_openstack::config::node_volume_attach_limit(s.cloud_config.as_deref())
+                .unwrap_or(256)
+                .into(),
+        ),
+        _ => None,
+    }
+}
+
 /// This node's identity as its cloud gives it (the node plugin never reads another
 /// cloud's configuration).
 pub fn node_identity(s: &Settings) -> anyhow::Result<NodeIdentity> {

@@ -34,6 +34,8 @@ pub struct Driver {
     topology: TopologyKeys,
     /// The provider-id scheme whose instance is the node id (OpenStack).
     instance_id_from: Option<&'static str>,
+    /// NodeGetInfo's attach limit: the flag, else the cloud's.
+    max_volumes: u64,
     registry: Registry,
     metrics: Arc<GrpcMetrics>,
 }
@@ -60,6 +62,7 @@ impl Driver {
             None
         };
         let identity = overcast_clouds::node_identity(&settings)?;
+        let max_volumes = settings.max_attachments_per_node;
         let instance_id_from = identity.instance_id_from;
         let zone = match identity.zone {
             Some(zone) => NodeZone::Known(zone),
@@ -84,6 +87,7 @@ impl Driver {
             zone,
             topology,
             instance_id_from,
+            max_volumes,
             registry,
             metrics,
         })
@@ -99,6 +103,7 @@ impl Driver {
             zone,
             topology,
             instance_id_from,
+            max_volumes,
             registry,
             metrics,
         } = self;
@@ -139,7 +144,7 @@ impl Driver {
                 let wait = std::time::Duration::from_secs(options.device_wait_seconds);
                 let service = NodeService::new(
                     node_id.clone(),
-                    options.max_volumes_per_node,
+                    max_volumes,
                     zone,
                     state,
                     wait,
@@ -202,7 +207,10 @@ fn settings(options: &Options) -> anyhow::Result<Settings> {
     s.local.zone = options.zone.clone();
     s.local.region = options.region.clone();
     s.local.state_dir = options.state_dir.clone();
-    s.max_attachments_per_node = options.max_volumes_per_node;
+    s.max_attachments_per_node = options
+        .max_volumes_per_node
+        .or_else(|| overcast_clouds::default_attach_limit(&s))
+        .unwrap_or(128);
     s.cluster = options.cluster.clone();
     Ok(s)
 }

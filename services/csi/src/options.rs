@@ -103,9 +103,11 @@ pub struct Options {
     pub region: Option<String>,
 
     /// How many volumes one node can have attached (NodeGetInfo, and the local
-    /// cloud's attach limit).
-    #[arg(long, env = "CSI_MAX_VOLUMES_PER_NODE", default_value_t = 128)]
-    pub max_volumes_per_node: u64,
+    /// cloud's attach limit); default: the cloud's (OpenStack: `[BlockStorage]
+    /// node-volume-attach-limit` of the cloud-config when given, else cinder-csi-plugin's
+    /// 256), else 128.
+    #[arg(long, env = "CSI_MAX_VOLUMES_PER_NODE")]
+    pub max_volumes_per_node: Option<u64>,
 
     /// The cluster's name, recorded on the disks made for it (cinder-csi-plugin's
     /// `--cluster`: the `cinder.csi.openstack.org/cluster` metadata on OpenStack).
