@@ -214,41 +214,33 @@ fn open_openstack(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
     if !config.unknown.is_empty() {
         tracing::warn!(cloud = "openstack", keys = ?config.unknown, "the cloud config has keys this version does not know; ignored");
     }
+    let connect = || -> anyhow::Result<_> {
+        let os = overcast_cloud_openstack::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
+        // cinder-csi-plugin reports the zone alone (no region): so do its volumes, or
+        // they could not be placed on its nodes.
+        let disks = CinderDisks::new(
+            Arc::clone(&os),
+            s.cluster.clone(),
+            String::new(),
+            Vec::new(),
+            s.max_attachments_per_node,
+            config.ignore_volume_az,
+            Waits::default(),
+        );
+        Ok((os, disks))
+    };
     match role {
-        Role::CsiController => {
-            let os = overcast_cloud_openstack::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
-            // cinder-csi-plugin reports the zone alone (no region): so do its volumes,
-            // or they could not be placed on its nodes.
-            let disks = CinderDisks::new(
-                os,
-                s.cluster.clone(),
-                String::new(),
-                Vec::new(),
-                s.max_attachments_per_node,
-                config.ignore_volume_az,
-                Waits::default(),
-            );
-            Ok(Cloud {
-                name: CloudName::Openstack.as_str(),
-                disks: Some(Arc::new(disks)),
-                ..Cloud::default()
-            })
-        }
+        Role::CsiController => Ok(Cloud {
+            name: CloudName::Openstack.as_str(),
+            disks: Some(Arc::new(connect()?.1)),
+            ..Cloud::default()
+        }),
         Role::Ccm => anyhow::bail!(
             "cloud \"openstack\": its configuration is complete (Keystone at {}); the ccm half (instances, load balancers, routes) is not in this build yet — its CSI driver is",
             config.auth_url
         ),
         Role::Discoverer => {
-            let os = overcast_cloud_openstack::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
-            let disks = CinderDisks::new(
-                Arc::clone(&os),
-                s.cluster.clone(),
-                String::new(),
-                Vec::new(),
-                s.max_attachments_per_node,
-                config.ignore_volume_az,
-                Waits::default(),
-            );
+            let (os, disks) = connect()?;
             Ok(Cloud {
                 name: CloudName::Openstack.as_str(),
                 discovery: Some(Arc::new(overcast_cloud_openstack::OpenStackDiscovery::new(
