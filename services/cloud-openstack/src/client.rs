@@ -114,7 +114,14 @@ impl OpenStack {
         // `http://h:8776/v3/<project>` → `http://h:8776/v3/`; `http://h:8774/v2.1` → itself.
         let root = version_root(&endpoint);
         let resp = self
-            .raw(service, "version_get", Method::GET, &root, None, None)
+            .raw(
+                service,
+                "version_get",
+                Method::GET,
+                Target::Url(&root),
+                None,
+                None,
+            )
             .await?;
         let doc: Value = serde_json::from_slice(&resp.body).unwrap_or(Value::Null);
         let version = doc
@@ -151,10 +158,15 @@ impl OpenStack {
         body: Option<&Value>,
         microversion: Option<Microversion>,
     ) -> Result<Response> {
-        let endpoint = self.endpoint(service).await?;
-        let url = format!("{endpoint}{path}");
-        self.raw(service, name, method, &url, body, microversion)
-            .await
+        self.raw(
+            service,
+            name,
+            method,
+            Target::Path(path),
+            body,
+            microversion,
+        )
+        .await
     }
 
     async fn raw(
@@ -162,16 +174,25 @@ impl OpenStack {
         service: Service,
         name: &'static str,
         method: Method,
-        url: &str,
+        target: Target<'_>,
         body: Option<&Value>,
         microversion: Option<Microversion>,
     ) -> Result<Response> {
-        let uri: Uri = url.parse().map_err(|e| {
-            CloudError::InvalidArgument(format!("openstack: {name}: the URL {url:?}: {e}"))
-        })?;
         let mut renewed = false;
         loop {
+            // One session per attempt gives both the token and the endpoint (a renewed
+            // token's catalog is the one used).
             let session = self.session().await?;
+            let url = match target {
+                Target::Path(path) => format!(
+                    "{}{path}",
+                    session.endpoint(service.types(), &self.interface, self.region.as_deref())?
+                ),
+                Target::Url(url) => url.to_owned(),
+            };
+            let uri: Uri = url.parse().map_err(|e| {
+                CloudError::InvalidArgument(format!("openstack: {name}: the URL {url:?}: {e}"))
+            })?;
             let mut req = Request::new(name, method.clone(), uri.clone());
             req.headers.insert("x-auth-token", session.token().clone());
             req.headers.insert(
@@ -200,6 +221,13 @@ impl OpenStack {
             return Ok(resp);
         }
     }
+}
+
+/// Where a call goes: a path under the service's endpoint, or a whole URL.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Path(&'a str),
+    Url(&'a str),
 }
 
 /// The root of a versioned endpoint: its version document's URL.
