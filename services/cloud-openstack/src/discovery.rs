@@ -63,10 +63,9 @@ impl OpenStackDiscovery {
         for _ in 0..1000 {
             let doc = get(&self.os, Service::Image, "image_list", &path).await?;
             out.extend(items(&doc, "images").cloned());
-            match doc["next"].as_str() {
-                // Relative to the endpoint (it begins with /v2/).
-                Some(next) if next.starts_with("/v2/") => path = next.to_owned(),
-                _ => break,
+            match next_page(&path, doc["next"].as_str()) {
+                Some(next) => path = next,
+                None => break,
             }
         }
         Ok(out)
@@ -285,10 +284,36 @@ impl OpenStackDiscovery {
     }
 }
 
+/// Glance's `next` link, followed only under the endpoint's `/v2/` and only when it
+/// moves on (a Glance answering the same page forever would otherwise cost a thousand
+/// calls a cycle).
+fn next_page(current: &str, next: Option<&str>) -> Option<String> {
+    next.filter(|n| n.starts_with("/v2/") && *n != current)
+        .map(str::to_owned)
+}
+
 fn condition(name: &str, ok: bool, message: impl Into<String>) -> CloudCondition {
     CloudCondition {
         name: name.into(),
         message: message.into(),
         ok,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glance_pages_are_followed_only_forward_and_under_the_endpoint() {
+        let first = "/v2/images?limit=200";
+        assert_eq!(
+            next_page(first, Some("/v2/images?limit=200&marker=a")).as_deref(),
+            Some("/v2/images?limit=200&marker=a")
+        );
+        assert_eq!(next_page(first, Some(first)), None, "the same page again");
+        assert_eq!(next_page(first, Some("http://elsewhere/v2/images")), None);
+        assert_eq!(next_page(first, Some("/v3/auth/tokens")), None);
+        assert_eq!(next_page(first, None), None);
     }
 }
