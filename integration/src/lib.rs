@@ -157,6 +157,14 @@ impl Csi {
         if !self.args.iter().any(|a| a.starts_with("--state-dir=")) {
             cmd.arg(format!("--state-dir={}", self.state_dir.display()));
         }
+        // Rescan requests (a cloud disk slow to appear) go to a directory of the test's,
+        // never to this machine's SCSI hosts, unless the test plays the kernel there.
+        if !self.args.iter().any(|a| a.starts_with("--sysfs-dir=")) {
+            cmd.arg(format!(
+                "--sysfs-dir={}",
+                self.dir.path().join("sys").display()
+            ));
+        }
         cmd.arg(format!("--endpoint=unix://{}", self.socket.display()))
             .arg(format!(
                 "--node-state-dir={}",

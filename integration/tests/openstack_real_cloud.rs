@@ -275,7 +275,8 @@ impl Drop for GuestDisk {
 /// The real `csi` binary (`--cloud openstack`, controller and node in one process, the
 /// node id the server's) against the real services: topology under both zone keys, 16
 /// concurrent creates of one name make one volume, publish to a real Nova server, a real
-/// ext4 mount of the (loop-backed) disk found by its virtio serial, expand in use,
+/// xfs mount of the (loop-backed) disk found by its virtio serial once the node asked the
+/// SCSI hosts to scan, expand in use and on the node after a size rescan,
 /// unpublish twice, unpublish after the server was deleted, delete twice.
 #[tokio::test]
 async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
@@ -291,6 +292,15 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
     let by_id = work.path().join("by-id");
     std::fs::create_dir_all(&by_id).unwrap();
     let conf = cloud_conf(&cloud.env, work.path());
+    // The node rescans a disk whose size lags its volume's, as this cloud.conf says.
+    let mut text = std::fs::read_to_string(&conf).unwrap();
+    text.push_str("rescan-on-resize = true\n");
+    std::fs::write(&conf, text).unwrap();
+    // The test plays the guest's kernel in this directory: the node's rescan requests
+    // land here, and the disk appears (and grows) only when asked.
+    let sysfs = work.path().join("sys");
+    std::fs::create_dir_all(sysfs.join("class/scsi_host/host0")).unwrap();
+    std::fs::write(sysfs.join("class/scsi_host/host0/scan"), "").unwrap();
     let port = overcast_integration::free_port();
     let driver = Csi::start(&[
         "--cloud=openstack",
@@ -299,6 +309,7 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
         "--zone=nova",
         "--cluster=overcast-it",
         &format!("--device-by-id-dir={}", by_id.display()),
+        &format!("--sysfs-dir={}", sysfs.display()),
         &format!("--metrics-address=127.0.0.1:{port}"),
     ])
     .await;
@@ -459,7 +470,7 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
         .controller_publish_volume(csi::ControllerPublishVolumeRequest {
             volume_id: id.clone(),
             node_id: server.clone(),
-            volume_capability: Some(mount_cap("ext4")),
+            volume_capability: Some(mount_cap("xfs")),
             ..Default::default()
         })
         .await
@@ -467,26 +478,47 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
         .into_inner()
         .publish_context;
     assert_eq!(ctx.get("serial").map(String::len), Some(20));
-    let disk = GuestDisk::new(work.path(), &by_id, &id, 1 << 30);
+    // Nova's fake driver plugs no disk: the "kernel" makes it once the node asks the
+    // SCSI hosts to scan (without that scan, staging would wait in vain).
+    let kernel = {
+        let (work, by_id, id) = (work.path().to_owned(), by_id.clone(), id.clone());
+        let scan = sysfs.join("class/scsi_host/host0/scan");
+        std::thread::spawn(move || {
+            for _ in 0..3000 {
+                if std::fs::read_to_string(&scan).unwrap() == "- - -" {
+                    return Some(GuestDisk::new(&work, &by_id, &id, 1 << 30));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            None
+        })
+    };
     let staging = work.path().join("staging");
     let target = work.path().join("target");
     std::fs::create_dir_all(&staging).unwrap();
     let _unmount = Unmount(work.path().to_path_buf());
-    n.node_stage_volume(csi::NodeStageVolumeRequest {
-        volume_id: id.clone(),
-        publish_context: ctx.clone(),
-        staging_target_path: staging.display().to_string(),
-        volume_capability: Some(mount_cap("ext4")),
-        ..Default::default()
-    })
-    .await
-    .expect("stage");
+    let staged = n
+        .node_stage_volume(csi::NodeStageVolumeRequest {
+            volume_id: id.clone(),
+            publish_context: ctx.clone(),
+            staging_target_path: staging.display().to_string(),
+            volume_capability: Some(mount_cap("xfs")),
+            ..Default::default()
+        })
+        .await;
+    // Joined first: the disk the "kernel" made is removed on the way out, whatever
+    // staging said.
+    let disk = kernel
+        .join()
+        .unwrap()
+        .expect("the node asked the SCSI hosts to scan");
+    staged.expect("stage");
     n.node_publish_volume(csi::NodePublishVolumeRequest {
         volume_id: id.clone(),
         publish_context: ctx,
         staging_target_path: staging.display().to_string(),
         target_path: target.display().to_string(),
-        volume_capability: Some(mount_cap("ext4")),
+        volume_capability: Some(mount_cap("xfs")),
         ..Default::default()
     })
     .await
@@ -500,6 +532,59 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
         .into_inner();
     assert_eq!(grown.capacity_bytes, 2 << 30);
     assert!(grown.node_expansion_required);
+    // The guest still sees 1 GiB until the node asks its kernel to read the size again
+    // (rescan-on-resize); then the filesystem grows to the new size.
+    let resized = {
+        let rescan = sysfs.join(format!("block/loop{}/device/rescan", disk.index));
+        std::fs::create_dir_all(rescan.parent().unwrap()).unwrap();
+        std::fs::write(&rescan, "").unwrap();
+        let (index, file) = (disk.index, disk.file.clone());
+        std::thread::spawn(move || {
+            for _ in 0..3000 {
+                if std::fs::read_to_string(&rescan).unwrap() == "1" {
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&file)
+                        .unwrap()
+                        .set_len(2 << 30)
+                        .unwrap();
+                    overcast_cloud_local::loopdev::refresh_capacity(index, &file).unwrap();
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            false
+        })
+    };
+    let expanded = n
+        .node_expand_volume(csi::NodeExpandVolumeRequest {
+            volume_id: id.clone(),
+            volume_path: target.display().to_string(),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: 2 << 30,
+                limit_bytes: 0,
+            }),
+            volume_capability: Some(mount_cap("xfs")),
+            staging_target_path: staging.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect("node expand after the rescan")
+        .into_inner();
+    assert!(resized.join().unwrap(), "the node asked for a size rescan");
+    assert_eq!(expanded.capacity_bytes, 2 << 30);
+    let stats = n
+        .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
+            volume_id: id.clone(),
+            volume_path: target.display().to_string(),
+            staging_target_path: String::new(),
+        })
+        .await
+        .expect("stats")
+        .into_inner();
+    let total = stats.usage[0].total;
+    assert!(total > 3 << 29, "the filesystem grew: {total} bytes");
+    assert_eq!(std::fs::read(target.join("hello")).unwrap(), b"cinder");
     n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
         volume_id: id.clone(),
         target_path: target.display().to_string(),
@@ -527,7 +612,7 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
     c.controller_publish_volume(csi::ControllerPublishVolumeRequest {
         volume_id: id.clone(),
         node_id: server.clone(),
-        volume_capability: Some(mount_cap("ext4")),
+        volume_capability: Some(mount_cap("xfs")),
         ..Default::default()
     })
     .await
@@ -657,12 +742,14 @@ impl CinderApi {
     }
 }
 
-/// Listing pages through Cinder by marker; with Cinder's API stopped every call is a
-/// retryable error (never "not found": nothing is taken as gone), and once it is back
-/// every volume is there.
+/// Listing pages through Cinder by marker; with Cinder's API stopped every call — the
+/// provider's, and the real csi binary's RPCs — is a retryable error (never "not found":
+/// nothing is taken as gone, nothing half-done), and once it is back every volume is
+/// there and the retried RPCs do what was asked.
 #[tokio::test]
 async fn listing_pages_and_a_stopped_cinder_is_retryable_and_loses_nothing() {
     use overcast_cloud::{CloudError, DiskSpec};
+    use overcast_integration::csi_v1 as csi;
     let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
@@ -719,8 +806,54 @@ async fn listing_pages_and_a_stopped_cinder_is_retryable_and_loses_nothing() {
         Waits::default(),
     );
     short.probe().await.expect("a session before the outage");
+    // The real csi binary too, as a controller with its default deadlines and retries.
+    let conf = cloud_conf(&cloud.env, dir.path());
+    let driver = overcast_integration::Csi::start(&[
+        "--mode=controller",
+        "--cloud=openstack",
+        &format!("--cloud-config={}", conf.display()),
+        "--cluster=overcast-it",
+    ])
+    .await;
+    let mut c = driver.controller().await;
+    c.list_volumes(csi::ListVolumesRequest::default())
+        .await
+        .expect("the csi lists before the outage");
     let api = CinderApi::find(&cloud.env);
     api.stop().await;
+    // Each answer within a minute (the sidecars' own deadlines are shorter still), and
+    // each one a sidecar retries.
+    let outage_name = format!("overcast-it-csi-outage-{pid}");
+    let answers: Vec<(&str, tonic::Code)> = {
+        let within = Duration::from_secs(60);
+        let code = |r: Result<(), tonic::Status>| r.err().map_or(tonic::Code::Ok, |s| s.code());
+        let mut out = Vec::new();
+        let create = overcast_integration::create_request(&outage_name, 1 << 30);
+        let r = tokio::time::timeout(within, c.create_volume(create)).await;
+        out.push(("CreateVolume", code(r.expect("in time").map(|_| ()))));
+        let r = tokio::time::timeout(
+            within,
+            c.delete_volume(overcast_integration::delete_request(&made[2])),
+        )
+        .await;
+        out.push(("DeleteVolume", code(r.expect("in time").map(|_| ()))));
+        let r = tokio::time::timeout(
+            within,
+            c.controller_expand_volume(overcast_integration::expand_request(&made[3], 2 << 30)),
+        )
+        .await;
+        out.push((
+            "ControllerExpandVolume",
+            code(r.expect("in time").map(|_| ())),
+        ));
+        let r =
+            tokio::time::timeout(within, c.list_volumes(csi::ListVolumesRequest::default())).await;
+        out.push(("ListVolumes", code(r.expect("in time").map(|_| ()))));
+        let r =
+            tokio::time::timeout(within, c.get_capacity(csi::GetCapacityRequest::default())).await;
+        out.push(("GetCapacity", code(r.expect("in time").map(|_| ()))));
+        out
+    };
     let results = [
         short.disk(&made[0]).await.map(|_| ()),
         short.list_disks().await.map(|_| ()),
@@ -749,7 +882,44 @@ async fn listing_pages_and_a_stopped_cinder_is_retryable_and_loses_nothing() {
         );
         assert!(e.is_retryable(), "{e:?}");
     }
-    // Back: everything is there, and the provider carries on.
+    for (rpc, code) in answers {
+        assert!(
+            matches!(
+                code,
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+            ),
+            "{rpc} with Cinder down answered {code:?}"
+        );
+    }
+    // Back: everything is there at its size, the csi's retries do what was asked (one
+    // volume of the name), and the provider carries on.
+    let retried = c
+        .create_volume(overcast_integration::create_request(&outage_name, 1 << 30))
+        .await
+        .expect("create, retried")
+        .into_inner()
+        .volume
+        .unwrap();
+    let named: Vec<_> = disks
+        .list_disks()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.name == outage_name || d.name.starts_with("overcast-it-outage-"))
+        .collect();
+    assert_eq!(named.len(), 1, "one volume of the retried name: {named:?}");
+    assert_eq!(
+        disks.disk(&made[3]).await.unwrap().size_bytes,
+        1 << 30,
+        "not grown while Cinder was down"
+    );
+    c.controller_expand_volume(overcast_integration::expand_request(&made[3], 2 << 30))
+        .await
+        .expect("expand, retried");
+    c.delete_volume(overcast_integration::delete_request(&retried.volume_id))
+        .await
+        .expect("delete");
+    drop(driver);
     for id in &made {
         disks.disk(id).await.expect("still there");
         disks.delete_disk(id).await.expect("delete");

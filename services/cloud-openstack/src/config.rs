@@ -153,15 +153,25 @@ fn at(s: &IniSection, key: &str, path: Option<&Path>, why: String) -> ConfigErro
 /// NodeGetInfo; it holds no credentials); `None` when the file or the key is missing or
 /// not a positive number.
 pub fn node_volume_attach_limit(path: Option<&Path>) -> Option<u32> {
-    let sections = read_ini(CLOUD, path).ok()?;
-    sections
-        .iter()
-        .find(|s| s.name == "blockstorage")?
-        .get("node-volume-attach-limit")?
-        .trim()
+    block_storage(path, "node-volume-attach-limit")?
         .parse::<u32>()
         .ok()
         .filter(|n| *n > 0)
+}
+
+/// `[BlockStorage] rescan-on-resize`, read alone like [`node_volume_attach_limit`] (the
+/// node plugin's Secret may hold no credentials); false when absent or unreadable.
+pub fn rescan_on_resize(path: Option<&Path>) -> bool {
+    block_storage(path, "rescan-on-resize").is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+fn block_storage(path: Option<&Path>, key: &str) -> Option<String> {
+    let sections = read_ini(CLOUD, path).ok()?;
+    let value = sections
+        .iter()
+        .find(|s| s.name == "blockstorage")?
+        .get(key)?;
+    Some(value.trim().to_owned())
 }
 
 /// clouds.yaml's names for what cloud.conf's `[Global]` calls otherwise: the entry's
@@ -499,6 +509,25 @@ mod tests {
         let path = dir.path().join("cloud.conf");
         std::fs::write(&path, text).unwrap();
         Config::load(Some(&path))
+    }
+
+    /// The node plugin's two `[BlockStorage]` keys are read alone, from a file that may
+    /// hold no credentials at all.
+    #[test]
+    fn a_node_reads_its_block_storage_keys_without_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cloud.conf");
+        std::fs::write(
+            &path,
+            "[BlockStorage]\nnode-volume-attach-limit = 40\nrescan-on-resize = True\n",
+        )
+        .unwrap();
+        assert_eq!(node_volume_attach_limit(Some(&path)), Some(40));
+        assert!(rescan_on_resize(Some(&path)));
+        std::fs::write(&path, "[BlockStorage]\nrescan-on-resize = false\n").unwrap();
+        assert!(!rescan_on_resize(Some(&path)));
+        assert_eq!(node_volume_attach_limit(Some(&path)), None);
+        assert!(!rescan_on_resize(Some(&dir.path().join("missing"))));
     }
 
     #[test]

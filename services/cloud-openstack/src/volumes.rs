@@ -39,6 +39,9 @@ pub const AVAILABILITY_PARAMETER: &str = "availability";
 const GIB: u64 = 1 << 30;
 /// In-use extend.
 const EXTEND_IN_USE: Microversion = Microversion(3, 42);
+/// Attaching a multiattach volume (Nova refuses one at an older microversion, even to a
+/// first server).
+const MULTIATTACH: Microversion = Microversion(2, 60);
 /// How many volumes one listing page asks for.
 const PAGE: usize = 500;
 
@@ -686,13 +689,29 @@ impl Disks for CinderDisks {
                         .join(", ")
                 )));
             }
-            if v.status == "available" {
+            // A multiattach volume attached elsewhere stays `in-use` while it is attached
+            // here too.
+            let attachable = v.status == "available" || (v.multiattach && v.status == "in-use");
+            if attachable {
                 if asked == 3 {
                     return Err(CloudError::Unavailable(format!(
                         "openstack: Nova took the attach of volume {id} to server {node} {asked} times and rolled it back each time"
                     )));
                 }
                 asked += 1;
+                let microversion = match v.multiattach {
+                    true => {
+                        self.os
+                            .require(
+                                Service::Compute,
+                                MULTIATTACH,
+                                "attaching a multiattach volume",
+                            )
+                            .await?;
+                        Some(MULTIATTACH)
+                    }
+                    false => None,
+                };
                 let body = json!({"volumeAttachment": {"volumeId": id}});
                 let resp = self
                     .os
@@ -702,7 +721,7 @@ impl Disks for CinderDisks {
                         Method::POST,
                         &format!("/servers/{node}/os-volume_attachments"),
                         Some(&body),
-                        None,
+                        microversion,
                     )
                     .await?;
                 match resp.status.as_u16() {
@@ -713,11 +732,14 @@ impl Disks for CinderDisks {
                     _ => return Err(unexpected("server_volume_attach", &resp)),
                 }
             }
+            // A rolled-back attach of a multiattach volume held elsewhere leaves it
+            // `in-use`, like one still attaching: that one waits out the call's wait and
+            // the CO's retry asks again.
             let left = self.waits.attached.saturating_sub(started.elapsed());
             let node = node_owned.clone();
             let v = self
                 .wait(id, "being attached", left, move |v| {
-                    (v.status == "in-use" && attached_to(v, &node)) || v.status == "available"
+                    attached_to(v, &node) && v.status == "in-use" || v.status == "available"
                 })
                 .await?;
             if v.status == "in-use" && attached_to(&v, &node_owned) {

@@ -127,6 +127,17 @@ pub fn default_attach_limit(s: &Settings) -> Option<u64> {
     }
 }
 
+/// Whether a node of this cloud rescans a disk whose size lags its volume's when no flag
+/// says: OpenStack's `[BlockStorage] rescan-on-resize`; no elsewhere.
+pub fn default_rescan_on_resize(s: &Settings) -> bool {
+    match s.cloud {
+        CloudName::Openstack => {
+            overcast_cloud_openstack::config::rescan_on_resize(s.cloud_config.as_deref())
+        }
+        _ => false,
+    }
+}
+
 /// This node's identity as its cloud gives it (the node plugin never reads another
 /// cloud's configuration).
 pub fn node_identity(s: &Settings) -> anyhow::Result<NodeIdentity> {

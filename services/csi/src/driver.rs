@@ -36,6 +36,7 @@ pub struct Driver {
     instance_id_from: Option<&'static str>,
     /// NodeGetInfo's attach limit: the flag, else the cloud's.
     max_volumes: u64,
+    rescan_on_resize: bool,
     registry: Registry,
     metrics: Arc<GrpcMetrics>,
 }
@@ -63,6 +64,9 @@ impl Driver {
         };
         let identity = overcast_clouds::node_identity(&settings)?;
         let max_volumes = settings.max_attachments_per_node;
+        let rescan_on_resize = options
+            .rescan_on_resize
+            .unwrap_or_else(|| overcast_clouds::default_rescan_on_resize(&settings));
         let instance_id_from = identity.instance_id_from;
         let zone = match identity.zone {
             Some(zone) => NodeZone::Known(zone),
@@ -88,6 +92,7 @@ impl Driver {
             topology,
             instance_id_from,
             max_volumes,
+            rescan_on_resize,
             registry,
             metrics,
         })
@@ -104,6 +109,7 @@ impl Driver {
             topology,
             instance_id_from,
             max_volumes,
+            rescan_on_resize,
             registry,
             metrics,
         } = self;
@@ -150,8 +156,10 @@ impl Driver {
                     wait,
                     Arc::new(overcast_mount::System {
                         by_id: options.device_by_id_dir.clone(),
+                        sysfs: options.sysfs_dir.clone(),
                     }),
                 )
+                .with_rescan_on_resize(rescan_on_resize)
                 .with_topology(topology)
                 .with_instance_id_from(instance_id_from);
                 Some(csi::node_server::NodeServer::new(service))

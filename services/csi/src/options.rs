@@ -74,6 +74,19 @@ pub struct Options {
     #[arg(long, env = "CSI_DEVICE_BY_ID_DIR", default_value = "/dev/disk/by-id")]
     pub device_by_id_dir: PathBuf,
 
+    /// Node: where the kernel takes rescan requests (`class/scsi_host/*/scan` when an
+    /// attached disk does not appear, `block/*/device/rescan` on resize); a test stands
+    /// in for the kernel elsewhere.
+    #[arg(long, env = "CSI_SYSFS_DIR", default_value = "/sys")]
+    pub sysfs_dir: PathBuf,
+
+    /// Node: on NodeExpandVolume, ask the kernel to read the size of a disk still smaller
+    /// than its volume (some hypervisors grow an attached disk without telling the
+    /// guest). Default: the cloud's (OpenStack: `[BlockStorage] rescan-on-resize`), else
+    /// false.
+    #[arg(long, env = "CSI_RESCAN_ON_RESIZE", num_args = 0..=1, default_missing_value = "true")]
+    pub rescan_on_resize: Option<bool>,
+
     /// Node: how long NodeStageVolume waits for an attached disk to appear.
     #[arg(long, env = "CSI_DEVICE_WAIT_SECONDS", default_value_t = 30)]
     pub device_wait_seconds: u64,

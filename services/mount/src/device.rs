@@ -67,11 +67,28 @@ pub fn check_volume(hint: &PublishContext, volume_id: &str) -> Result<()> {
 /// Where udev links disks by their serial on a real node.
 pub const BY_ID: &str = "/dev/disk/by-id";
 
+/// Where the kernel takes rescan requests on a real node.
+pub const SYSFS: &str = "/sys";
+
+/// How often a missing cloud disk makes the node ask the SCSI hosts to scan again.
+const SCAN_EVERY: Duration = Duration::from_secs(1);
+
 /// Waits up to `timeout` for the device `hint` names; serials are looked up as links in
-/// `by_id` (normally [`BY_ID`]).
-pub async fn find(by_id: &Path, hint: &PublishContext, timeout: Duration) -> Result<PathBuf> {
-    let deadline = Instant::now() + timeout;
+/// `by_id` (normally [`BY_ID`]). A cloud disk (serial or WWN) still missing makes every
+/// SCSI host under `sysfs` scan for new disks, at most once a second: a hypervisor that
+/// hot-plugs a virtio-scsi disk does not always raise the event that would make the
+/// guest find it (cinder-csi-plugin probes the same way, its issue 705).
+pub async fn find(
+    by_id: &Path,
+    sysfs: &Path,
+    hint: &PublishContext,
+    timeout: Duration,
+) -> Result<PathBuf> {
+    let started = Instant::now();
+    let deadline = started + timeout;
     let mut pause = Duration::from_millis(5);
+    let mut scanned: Option<Instant> = None;
+    let cloud_disk = hint.backing_file.is_none() && (hint.serial.is_some() || hint.wwn.is_some());
     loop {
         if let Some(path) = find_once(by_id, hint) {
             return Ok(path);
@@ -79,9 +96,48 @@ pub async fn find(by_id: &Path, hint: &PublishContext, timeout: Duration) -> Res
         if Instant::now() >= deadline {
             return Err(MountError::DeviceNotFound(format!("{hint:?}")));
         }
+        // Not on the first miss: the disk usually appears within milliseconds of attach.
+        if cloud_disk
+            && started.elapsed() >= Duration::from_millis(100)
+            && scanned.is_none_or(|t| t.elapsed() >= SCAN_EVERY)
+        {
+            let hosts = scan_scsi_hosts(sysfs);
+            tracing::debug!(hosts, ?hint, "device missing: asked the SCSI hosts to scan");
+            scanned = Some(Instant::now());
+        }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(200));
     }
+}
+
+/// Asks every SCSI host to scan all its channels, targets and LUNs (`- - -` into
+/// `<sysfs>/class/scsi_host/host*/scan`); returns how many hosts were asked. A host that
+/// refuses is skipped: the lookup that follows is what tells.
+pub fn scan_scsi_hosts(sysfs: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(sysfs.join("class/scsi_host")) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("host"))
+        .filter(|e| std::fs::write(e.path().join("scan"), "- - -").is_ok())
+        .count()
+}
+
+/// Asks the kernel to read a disk's size again (`1` into
+/// `<sysfs>/block/<name>/device/rescan`): some hypervisors grow an attached disk without
+/// telling the guest (`[BlockStorage] rescan-on-resize`). `dev` is resolved to its
+/// kernel name first, so a by-id link or a partition-free alias names the same disk.
+pub fn rescan_size(sysfs: &Path, dev: &Path) -> Result<()> {
+    let real = std::fs::canonicalize(dev)
+        .map_err(|e| MountError::io(format!("resolve {}", dev.display()), e))?;
+    let name = real
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| !n.is_empty() && !n.contains('/'))
+        .ok_or_else(|| MountError::Invalid(format!("{} names no disk", real.display())))?;
+    let path = sysfs.join("block").join(name).join("device/rescan");
+    std::fs::write(&path, "1").map_err(|e| MountError::io(format!("write {}", path.display()), e))
 }
 
 pub fn find_once(by_id: &Path, hint: &PublishContext) -> Option<PathBuf> {
@@ -344,10 +400,83 @@ mod tests {
             ..Default::default()
         };
         let started = Instant::now();
-        let err = find(Path::new(BY_ID), &hint, Duration::from_millis(100))
-            .await
-            .unwrap_err();
+        let sysfs = tempfile::tempdir().unwrap();
+        let err = find(
+            Path::new(BY_ID),
+            sysfs.path(),
+            &hint,
+            Duration::from_millis(100),
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(err, MountError::DeviceNotFound(_)));
         assert!(started.elapsed() >= Duration::from_millis(100));
+    }
+
+    /// A cloud disk missing at first makes the node ask every SCSI host to scan; here
+    /// the test plays the kernel, linking the disk only once a scan was asked for (so
+    /// without the scan the lookup would time out). A loop disk never causes a scan.
+    #[tokio::test]
+    async fn a_missing_cloud_disk_makes_the_scsi_hosts_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let (by_id, sysfs) = (dir.path().join("by-id"), dir.path().join("sys"));
+        std::fs::create_dir_all(&by_id).unwrap();
+        for host in ["host0", "host1", "not-a-host"] {
+            let d = sysfs.join("class/scsi_host").join(host);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("scan"), "").unwrap();
+        }
+        let serial = "6a1b2c3d-4e5f-4a7b-8c9d-0e1f2a3b4c5d";
+        let kernel = {
+            let (scan, link) = (
+                sysfs.join("class/scsi_host/host1/scan"),
+                by_id.join(format!("virtio-{}", &serial[..20])),
+            );
+            std::thread::spawn(move || {
+                for _ in 0..500 {
+                    if std::fs::read_to_string(&scan).unwrap() == "- - -" {
+                        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+                        return true;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                false
+            })
+        };
+        let hint = PublishContext {
+            serial: Some(serial.into()),
+            ..Default::default()
+        };
+        let found = find(&by_id, &sysfs, &hint, Duration::from_secs(5)).await;
+        assert!(kernel.join().unwrap(), "a scan was asked for");
+        assert_eq!(found.unwrap(), PathBuf::from("/dev/null"));
+        let untouched = sysfs.join("class/scsi_host/not-a-host/scan");
+        assert_eq!(std::fs::read_to_string(untouched).unwrap(), "");
+
+        std::fs::write(sysfs.join("class/scsi_host/host0/scan"), "").unwrap();
+        let loop_disk = PublishContext {
+            backing_file: Some(dir.path().join("vol-x.img")),
+            ..Default::default()
+        };
+        assert!(find(&by_id, &sysfs, &loop_disk, Duration::from_millis(300))
+            .await
+            .is_err());
+        let host0 = sysfs.join("class/scsi_host/host0/scan");
+        assert_eq!(std::fs::read_to_string(host0).unwrap(), "", "no scan");
+    }
+
+    /// A resize rescan goes to the disk's own kernel name, whatever link named it.
+    #[test]
+    fn a_size_rescan_goes_to_the_disk_the_link_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let sysfs = dir.path().join("sys");
+        std::fs::create_dir_all(dir.path().join("dev")).unwrap();
+        std::fs::write(dir.path().join("dev/sdz"), "").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("dev/sdz"), dir.path().join("link")).unwrap();
+        std::fs::create_dir_all(sysfs.join("block/sdz/device")).unwrap();
+        rescan_size(&sysfs, &dir.path().join("link")).unwrap();
+        let asked = std::fs::read_to_string(sysfs.join("block/sdz/device/rescan")).unwrap();
+        assert_eq!(asked, "1");
+        assert!(rescan_size(&sysfs, &dir.path().join("missing")).is_err());
     }
 }

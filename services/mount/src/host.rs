@@ -22,6 +22,8 @@ pub trait Host: Send + Sync + 'static {
     fn device_numbers(&self, dev: &Path) -> Result<(u32, u32)>;
     fn is_block_device(&self, path: &Path) -> bool;
     fn device_size(&self, dev: &Path) -> Result<u64>;
+    /// Asks the kernel to read the disk's size again (the hypervisor grew it).
+    fn rescan_size(&self, dev: &Path) -> Result<()>;
     /// Why the device (major, minor) is unhealthy, if it is: gone, or its backing gone.
     fn device_problem(&self, major: u32, minor: u32) -> Option<String>;
     /// The mount on top at `path`, if any.
@@ -43,12 +45,17 @@ pub struct System {
     /// Where disks are linked by serial: `/dev/disk/by-id` on a real node (a test's
     /// simulated cloud makes its links elsewhere).
     pub by_id: PathBuf,
+    /// Where rescan requests are written (`class/scsi_host/*/scan`,
+    /// `block/*/device/rescan`): `/sys` on a real node; a test stands in for the kernel
+    /// in a directory of its own.
+    pub sysfs: PathBuf,
 }
 
 impl Default for System {
     fn default() -> Self {
         Self {
             by_id: PathBuf::from(device::BY_ID),
+            sysfs: PathBuf::from(device::SYSFS),
         }
     }
 }
@@ -56,7 +63,7 @@ impl Default for System {
 #[async_trait]
 impl Host for System {
     async fn find_device(&self, ctx: &PublishContext, wait: Duration) -> Result<PathBuf> {
-        device::find(&self.by_id, ctx, wait).await
+        device::find(&self.by_id, &self.sysfs, ctx, wait).await
     }
     fn device_numbers(&self, dev: &Path) -> Result<(u32, u32)> {
         device::numbers(dev)
@@ -66,6 +73,9 @@ impl Host for System {
     }
     fn device_size(&self, dev: &Path) -> Result<u64> {
         device::size_bytes(dev)
+    }
+    fn rescan_size(&self, dev: &Path) -> Result<()> {
+        device::rescan_size(&self.sysfs, dev)
     }
     fn device_problem(&self, major: u32, minor: u32) -> Option<String> {
         if !device::exists(major, minor) {

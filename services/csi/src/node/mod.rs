@@ -36,6 +36,9 @@ pub struct NodeService {
     inflight: Inflight,
     state: NodeState,
     device_wait: Duration,
+    /// NodeExpandVolume asks the kernel to read the disk's size again when it is smaller
+    /// than asked (OpenStack's `[BlockStorage] rescan-on-resize`).
+    rescan_on_resize: bool,
     /// The machine: devices, mounts, filesystems (`overcast_mount::System` in the
     /// binary; an in-memory host in the root-free tests).
     host: Arc<dyn Host>,
@@ -59,6 +62,7 @@ impl NodeService {
             inflight: Inflight::default(),
             state,
             device_wait,
+            rescan_on_resize: false,
             host,
         }
     }
@@ -68,6 +72,13 @@ impl NodeService {
     /// The zone keys NodeGetInfo reports (the replaced driver's too).
     pub fn with_topology(mut self, topology: TopologyKeys) -> Self {
         self.topology = topology;
+        self
+    }
+
+    /// Whether NodeExpandVolume rescans a disk still smaller than asked (and waits, up to
+    /// the device wait, for the new size) instead of answering OUT_OF_RANGE at once.
+    pub fn with_rescan_on_resize(mut self, rescan: bool) -> Self {
+        self.rescan_on_resize = rescan;
         self
     }
 

@@ -130,6 +130,26 @@ impl NodeService {
         })
     }
 
+    /// Asks the kernel to read the disk's size again, then waits (up to the device wait)
+    /// until it has at least `required` bytes; the size last read either way.
+    async fn rescanned_size(&self, dev: &Path, required: u64, op: &str) -> Result<u64, Status> {
+        self.host
+            .rescan_size(dev)
+            .map_err(|e| mount_status(op, e))?;
+        let deadline = std::time::Instant::now() + self.device_wait;
+        loop {
+            let size = self
+                .host
+                .device_size(dev)
+                .map_err(|e| mount_status(op, e))?;
+            if size >= required || std::time::Instant::now() >= deadline {
+                tracing::info!(device = %dev.display(), size, required, "rescanned the disk's size");
+                return Ok(size);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     #[instrument(skip_all, fields(volume.id = %req.volume_id))]
     pub(super) async fn expand(
         &self,
@@ -152,10 +172,13 @@ impl NodeService {
             .device
             .clone()
             .ok_or_else(|| Status::failed_precondition(format!("{op}: no device recorded")))?;
-        let size = self
+        let mut size = self
             .host
             .device_size(&dev)
             .map_err(|e| mount_status(&op, e))?;
+        if size < required && self.rescan_on_resize {
+            size = self.rescanned_size(&dev, required, &op).await?;
+        }
         if size < required {
             return Err(Status::out_of_range(format!(
                 "{op}: the device has {size} bytes, {required} were asked for"

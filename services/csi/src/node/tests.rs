@@ -29,6 +29,7 @@ struct FakeHost {
     disks: Mutex<HashMap<String, Disk>>,
     mounts: Mutex<Vec<MountInfo>>,
     formatted: Mutex<Vec<(PathBuf, String)>>,
+    rescans: Mutex<Vec<PathBuf>>,
 }
 
 impl FakeHost {
@@ -89,6 +90,10 @@ impl Host for FakeHost {
     }
     fn device_size(&self, _: &Path) -> overcast_mount::Result<u64> {
         Ok(1 << 30)
+    }
+    fn rescan_size(&self, dev: &Path) -> overcast_mount::Result<()> {
+        self.rescans.lock().unwrap().push(dev.to_owned());
+        Ok(())
     }
     fn device_problem(&self, major: u32, minor: u32) -> Option<String> {
         let present = self
@@ -342,4 +347,38 @@ async fn a_device_that_never_appears_is_not_found_and_nothing_is_recorded() {
     let e = n.stage("missing", "ext4").await.unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{e}");
     assert!(n.node.state.get(VOL).and_then(|v| v.staging).is_none());
+}
+
+/// NodeExpandVolume on a disk smaller than asked: without rescan-on-resize it answers
+/// OUT_OF_RANGE and touches nothing; with it, the disk is rescanned (once, then the size
+/// is read until the wait ends) before the same answer; a disk already big enough is
+/// never rescanned.
+#[tokio::test]
+async fn expand_rescans_a_lagging_disk_only_when_asked_to() {
+    for rescan in [false, true] {
+        let mut n = node();
+        n.node = n.node.with_rescan_on_resize(rescan);
+        n.host.disk("s1", 1, Content::Blank);
+        n.stage("s1", "ext4").await.unwrap();
+        let expand = |bytes: i64| csi::NodeExpandVolumeRequest {
+            volume_id: VOL.into(),
+            volume_path: n.staging().display().to_string(),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: bytes,
+                limit_bytes: 0,
+            }),
+            ..Default::default()
+        };
+        let e = n.node.expand(expand(2 << 30)).await.unwrap_err();
+        assert_eq!(e.code(), Code::OutOfRange, "{e}");
+        let asked = n.host.rescans.lock().unwrap().clone();
+        let want: Vec<PathBuf> = match rescan {
+            true => vec!["/dev/sd1".into()],
+            false => vec![],
+        };
+        assert_eq!(asked, want, "rescan-on-resize {rescan}");
+        let done = n.node.expand(expand(1 << 30)).await.unwrap();
+        assert_eq!(done.capacity_bytes, 1 << 30);
+        assert_eq!(n.host.rescans.lock().unwrap().len(), want.len());
+    }
 }
