@@ -20,6 +20,7 @@ pub mod kubelet;
 pub mod kustomize;
 pub mod manifests;
 pub mod real;
+pub mod zvirt_sim;
 
 pub type IdentityClient = csi::identity_client::IdentityClient<Channel>;
 pub type ControllerClient = csi::controller_client::ControllerClient<Channel>;

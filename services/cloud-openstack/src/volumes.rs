@@ -118,24 +118,9 @@ pub struct CinderDisks {
     max_attachments: u64,
     ignore_volume_az: bool,
     waits: Waits,
-    /// Names being created now: Cinder does not keep names unique, so two creates of
-    /// one name in this process must not both find none and make two.
-    creating: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// Cinder keeps no names unique: creates of one name are one at a time here.
+    creating: overcast_cloud::NameClaims,
     page: usize,
-}
-
-/// Holds a name in [`CinderDisks::creating`] until dropped.
-struct Creating {
-    names: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
-    name: String,
-}
-
-impl Drop for Creating {
-    fn drop(&mut self) {
-        if let Ok(mut names) = self.names.lock() {
-            names.remove(&self.name);
-        }
-    }
 }
 
 impl CinderDisks {
@@ -156,7 +141,7 @@ impl CinderDisks {
             max_attachments,
             ignore_volume_az,
             waits,
-            creating: Arc::default(),
+            creating: overcast_cloud::NameClaims::default(),
             page: PAGE,
         }
     }
@@ -165,23 +150,6 @@ impl CinderDisks {
     pub fn with_page_size(mut self, n: usize) -> Self {
         self.page = n.max(1);
         self
-    }
-
-    /// The name's create slot, or Busy (retryable) while another create of it runs.
-    fn claim(&self, name: &str) -> Result<Creating> {
-        let mut names = self
-            .creating
-            .lock()
-            .map_err(|_| CloudError::Internal("the create lock is poisoned".into()))?;
-        if !names.insert(name.to_owned()) {
-            return Err(CloudError::Busy(format!(
-                "a create of volume {name:?} is in progress"
-            )));
-        }
-        Ok(Creating {
-            names: Arc::clone(&self.creating),
-            name: name.to_owned(),
-        })
     }
 
     async fn get(&self, id: &str) -> Result<Volume> {
@@ -496,7 +464,7 @@ impl Disks for CinderDisks {
             .cloned()
             .or_else(|| Some(spec.zone.zone.clone()).filter(|z| !z.is_empty()));
         let volume_type = spec.parameters.get(TYPE_PARAMETER).cloned();
-        let _slot = self.claim(&spec.name)?;
+        let _slot = self.creating.claim(&spec.name)?;
         let existing = self.by_name(&spec.name).await?;
         let volume = match existing.as_slice() {
             [] => {

@@ -1,9 +1,37 @@
 //! The zVirt provider (oVirt REST API v4, `/ovirt-engine/api`).
 //!
-//! Built so far: its configuration — what it reads and what it needs, said before
-//! anything is contacted. The engine client, disks, instances and discovery are issue
-//! 18; until they land the registry stops after the configuration check, saying so.
+//! Built: its configuration ([`config`]: the file or upstream's `ZVIRT_*` variables),
+//! the engine client ([`client`]: SSO token, JSON, faults and HTML answers typed) and disks
+//! for the CSI controller ([`disks`]). Not yet: zones (oVirt clusters), instances for the
+//! ccm, discovery (issue 18, continued).
 
+pub mod client;
 pub mod config;
+pub mod disks;
 
+use std::sync::Arc;
+
+pub use client::Engine;
 pub use config::Config;
+pub use disks::{EngineDisks, Waits};
+
+use overcast_cloud::Result;
+use overcast_cloud_http::{ApiMetrics, HttpClient, HttpSettings};
+
+/// The engine `config` names: TLS as it says (its CA bundle, or `insecure`). Contacts
+/// nothing yet.
+pub fn connect(config: &Config, metrics: Option<Arc<ApiMetrics>>) -> Result<Arc<Engine>> {
+    connect_with(config, HttpSettings::new("zvirt"), metrics)
+}
+
+/// [`connect`] with the HTTP client's deadlines and retries given (tests shorten them).
+pub fn connect_with(
+    config: &Config,
+    mut settings: HttpSettings,
+    metrics: Option<Arc<ApiMetrics>>,
+) -> Result<Arc<Engine>> {
+    settings.insecure = config.insecure;
+    settings.ca_pem = config.ca_bundle.clone();
+    let http = HttpClient::new(settings, metrics)?;
+    Ok(Arc::new(Engine::new(http, config)?))
+}

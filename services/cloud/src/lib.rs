@@ -5,6 +5,7 @@
 //! A provider implements only the capabilities its cloud has; the services ask for the
 //! capability they need and map the typed [`CloudError`] to their wire codes in one place.
 
+pub mod claims;
 pub mod config;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -18,6 +19,7 @@ pub mod publish;
 
 use std::sync::Arc;
 
+pub use claims::NameClaims;
 pub use config::ConfigError;
 pub use discovery::{CloudCondition, ClusterDisk, Discovery, InstanceType};
 pub use disks::{Attachment, Disk, DiskCondition, DiskSpec, Disks, Zone};

@@ -170,6 +170,16 @@ pub fn node_identity(s: &Settings) -> anyhow::Result<NodeIdentity> {
             }),
             instance_id_from: Some("openstack"),
         }),
+        // The node id is the VM's id (the oVirt CSI driver's): `--node-id` when it is one,
+        // else read from the Node's `zvirt://<id>`; no zones yet but a `--zone` given.
+        CloudName::Zvirt => Ok(NodeIdentity {
+            node_id: s.node_name(),
+            zone: s.local.zone.clone().map(|zone| Zone {
+                zone,
+                region: String::new(),
+            }),
+            instance_id_from: Some("zvirt"),
+        }),
         // What a node plugin of these clouds needs to know about its node (and whether
         // it reads any configuration at all) is each provider's to say when it lands.
         other => anyhow::bail!(other.not_built()),
@@ -212,6 +222,7 @@ pub async fn open(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
         CloudName::Local => open_local(role, s).await,
         CloudName::Dvp => open_dvp(role, s).await,
         CloudName::Openstack => open_openstack(role, s),
+        CloudName::Zvirt => open_zvirt(role, s),
         other => anyhow::bail!(configured_but_not_built(other, s)?),
     }
 }
@@ -262,6 +273,38 @@ fn open_openstack(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
                 ..Cloud::default()
             })
         }
+    }
+}
+
+/// zVirt: disks on the engine for the CSI controller. Nothing is contacted here: the SSO
+/// token is asked for by the first call. The ccm half and discovery are not in this build
+/// yet (issue 18, continued).
+fn open_zvirt(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
+    use overcast_cloud_zvirt::{Config, EngineDisks, Waits};
+    let env = |k: &str| std::env::var(k).ok();
+    let config = Config::load(s.cloud_config.as_deref(), &env)?;
+    if !config.unknown_keys.is_empty() {
+        tracing::warn!(cloud = "zvirt", keys = ?config.unknown_keys, "the cloud config has keys this version does not know; ignored");
+    }
+    match role {
+        Role::CsiController => {
+            let engine =
+                overcast_cloud_zvirt::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
+            Ok(Cloud {
+                name: CloudName::Zvirt.as_str(),
+                disks: Some(Arc::new(EngineDisks::new(
+                    engine,
+                    s.cluster.clone(),
+                    s.max_attachments_per_node,
+                    Waits::default(),
+                ))),
+                ..Cloud::default()
+            })
+        }
+        Role::Ccm | Role::Discoverer => anyhow::bail!(
+            "cloud \"zvirt\": its configuration is complete (engine at {}); its ccm half and discovery are not in this build yet — its CSI driver is",
+            config.api_url
+        ),
     }
 }
 

@@ -1,0 +1,833 @@
+//! A faithful oVirt engine for the zVirt tests: the subset of `/ovirt-engine/api` and
+//! `/ovirt-engine/sso/oauth/token` the provider uses, with the engine's behaviour as its
+//! REST API reference describes it — JSON (`Accept: application/json`) with numbers and
+//! booleans as strings, an empty collection as `{}`, errors as faults (`{"reason",
+//! "detail"}`) with the engine's status codes (400 validation, 401 without a valid token,
+//! 404 unknown id, 409 a locked object or a conflicting state); SSO tokens that expire;
+//! disks `locked` for a while after create, resize and remove; attachments inactive for a
+//! while before they are `active`. Faults on demand: the HTML error page the engine's
+//! proxy serves while it is down, slow answers, a disk stuck locked, every token expired.
+//!
+//! Attachments are backed by real loop devices linked as
+//! `scsi-0QEMU_QEMU_HARDDISK_<disk-id[:20]>` in a by-id directory the node plugin is
+//! pointed at, so a volume is really formatted and mounted. Plain HTTP on loopback.
+//!
+//! Not yet: XML (the engine's canonical form, which the official Python SDK speaks — the
+//! fidelity check of issue 18), search beyond `alias=`/`name=`, `max` paging, data centers,
+//! NICs and reported devices (the ccm half).
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+
+pub const USER: &str = "admin@internal";
+pub const PASSWORD: &str = "overcast-sim-password";
+
+/// How long the engine takes over each transition.
+#[derive(Debug, Clone, Copy)]
+pub struct Latency {
+    /// A new disk, or a resized one, stays `locked` this long.
+    pub locked: Duration,
+    /// An attachment is inactive this long before it is active.
+    pub activate: Duration,
+    /// A removed disk is `locked` this long before it is gone.
+    pub remove: Duration,
+    /// Every answer waits this long first.
+    pub answer: Duration,
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Self {
+            locked: Duration::from_millis(300),
+            activate: Duration::from_millis(200),
+            remove: Duration::from_millis(150),
+            answer: Duration::from_millis(2),
+        }
+    }
+}
+
+struct SimDisk {
+    id: String,
+    alias: String,
+    description: String,
+    size: u64,
+    /// The size the engine reports once the disk is unlocked (a resize in progress).
+    pending_size: Option<u64>,
+    format: String,
+    sparse: bool,
+    domain: String,
+    unlock_at: Option<Instant>,
+    /// A removal in progress: gone at this instant.
+    gone_at: Option<Instant>,
+    file: PathBuf,
+    stuck: bool,
+}
+
+struct SimAttachment {
+    active_at: Instant,
+    /// The loop device, once active.
+    device: Option<u32>,
+    read_only: bool,
+}
+
+struct SimVm {
+    id: String,
+    name: String,
+    status: String,
+    attachments: BTreeMap<String, SimAttachment>,
+}
+
+struct Domain {
+    id: String,
+    name: String,
+    available: u64,
+}
+
+#[derive(Default)]
+struct State {
+    disks: BTreeMap<String, SimDisk>,
+    vms: BTreeMap<String, SimVm>,
+    domains: Vec<Domain>,
+    tokens: BTreeMap<String, Instant>,
+    token_ttl: Option<Duration>,
+    html: bool,
+    slow: Option<Duration>,
+    stuck_alias: Option<String>,
+    /// Calls by `METHOD route` (ids replaced by `{id}`).
+    calls: BTreeMap<String, u64>,
+    logins: u64,
+}
+
+#[derive(Clone)]
+pub struct Engine {
+    state: Arc<Mutex<State>>,
+    latency: Latency,
+    dir: Arc<PathBuf>,
+    by_id: Arc<PathBuf>,
+    url: Arc<Mutex<String>>,
+}
+
+fn uuid() -> String {
+    let b: [u8; 16] = rand::random();
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+        u16::from_be_bytes([b[4], b[5]]),
+        u16::from_be_bytes([b[6], b[7]]) & 0x0fff,
+        (u16::from_be_bytes([b[8], b[9]]) & 0x3fff) | 0x8000,
+        u64::from_be_bytes([0, 0, b[10], b[11], b[12], b[13], b[14], b[15]])
+    )
+}
+
+type Answer = Response<Full<Bytes>>;
+
+fn answer(status: u16, body: Value) -> Answer {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn fault(status: u16, detail: &str) -> Answer {
+    answer(
+        status,
+        json!({"reason": "Operation Failed", "detail": format!("[{detail}]")}),
+    )
+}
+
+/// The page Apache serves in front of an engine that is down.
+fn html_page() -> Answer {
+    let mut r = Response::new(Full::new(Bytes::from_static(
+        b"<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\">\n<html><head>\n<title>503 Service Unavailable</title>\n</head><body>\n<h1>Service Unavailable</h1>\n<p>The server is temporarily unable to service your request due to maintenance downtime or capacity problems. Please try again later.</p>\n</body></html>\n",
+    )));
+    *r.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/html; charset=iso-8859-1"),
+    );
+    r
+}
+
+const API: &str = "/ovirt-engine/api";
+/// The engine's one cluster, as a fresh install names it.
+pub const CLUSTER: &str = "Default";
+const CLUSTER_ID: &str = "a7d6ba4e-8d2b-11ee-9f3c-00163e000001";
+const DATA_CENTER_ID: &str = "a7d6ba4e-8d2b-11ee-9f3c-00163e000002";
+
+impl Engine {
+    /// An engine with one data storage domain `data` of `capacity` bytes, keeping disk
+    /// files in `dir` and linking attached disks in `by_id`.
+    pub fn new(dir: &Path, by_id: &Path, capacity: u64, latency: Latency) -> Self {
+        let state = State {
+            domains: vec![Domain {
+                id: uuid(),
+                name: "data".into(),
+                available: capacity,
+            }],
+            ..State::default()
+        };
+        Self {
+            state: Arc::new(Mutex::new(state)),
+            latency,
+            dir: Arc::new(dir.to_owned()),
+            by_id: Arc::new(by_id.to_owned()),
+            url: Arc::default(),
+        }
+    }
+
+    /// Serves on a loopback port; returns the API URL (`http://127.0.0.1:N/ovirt-engine/api`).
+    pub async fn start(&self) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let engine = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let engine = engine.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        let engine = engine.clone();
+                        async move { Ok::<_, Infallible>(engine.handle(req).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        let url = format!("http://{addr}{API}");
+        *self.url.lock().expect("url") = url.clone();
+        url
+    }
+
+    /// A VM (status `up`); returns its id.
+    pub fn add_vm(&self, name: &str) -> String {
+        let id = uuid();
+        self.state.lock().expect("state").vms.insert(
+            id.clone(),
+            SimVm {
+                id: id.clone(),
+                name: name.to_owned(),
+                status: "up".into(),
+                attachments: BTreeMap::new(),
+            },
+        );
+        id
+    }
+
+    /// Removes a VM (its attachments' devices go with it).
+    pub fn remove_vm(&self, id: &str) {
+        let mut st = self.state.lock().expect("state");
+        if let Some(vm) = st.vms.remove(id) {
+            for (disk, a) in vm.attachments {
+                let file = st.disks.get(&disk).map(|d| d.file.clone());
+                self.unplug(&disk, &a, file.as_deref());
+            }
+        }
+    }
+
+    /// Unplugs every attachment's device (the attachments stay): a test calls it on its
+    /// way out, failed or not, before its directory goes, so no loop device outlives it.
+    pub fn unplug_all(&self) {
+        let mut st = self.state.lock().expect("state");
+        let files: BTreeMap<String, PathBuf> = st
+            .disks
+            .values()
+            .map(|d| (d.id.clone(), d.file.clone()))
+            .collect();
+        for vm in st.vms.values_mut() {
+            for (disk, a) in vm.attachments.iter_mut() {
+                self.unplug(disk, a, files.get(disk).map(PathBuf::as_path));
+                a.device = None;
+            }
+        }
+    }
+
+    /// Every answer is the proxy's HTML error page while `on`.
+    pub fn set_html(&self, on: bool) {
+        self.state.lock().expect("state").html = on;
+    }
+
+    /// Every answer waits `delay` first.
+    pub fn set_slow(&self, delay: Option<Duration>) {
+        self.state.lock().expect("state").slow = delay;
+    }
+
+    /// Disks made with this alias stay locked.
+    pub fn stick_locked(&self, alias: Option<&str>) {
+        self.state.lock().expect("state").stuck_alias = alias.map(str::to_owned);
+    }
+
+    /// Tokens issued from now on live `ttl` (the engine's default is 30 minutes).
+    pub fn set_token_ttl(&self, ttl: Option<Duration>) {
+        self.state.lock().expect("state").token_ttl = ttl;
+    }
+
+    /// Every token issued so far expires now (the engine restarted, or an admin logged
+    /// the session out).
+    pub fn expire_tokens(&self) {
+        self.state.lock().expect("state").tokens.clear();
+    }
+
+    /// SSO logins so far.
+    pub fn logins(&self) -> u64 {
+        self.state.lock().expect("state").logins
+    }
+
+    /// Calls so far by `METHOD route`.
+    pub fn calls(&self) -> BTreeMap<String, u64> {
+        self.state.lock().expect("state").calls.clone()
+    }
+
+    /// API calls so far (logins not counted).
+    pub fn total_calls(&self) -> u64 {
+        self.calls().values().sum()
+    }
+
+    /// The disks the engine holds: (id, alias, size).
+    pub fn disks(&self) -> Vec<(String, String, u64)> {
+        let mut st = self.state.lock().expect("state");
+        self.tick(&mut st);
+        st.disks
+            .values()
+            .map(|d| (d.id.clone(), d.alias.clone(), d.size))
+            .collect()
+    }
+
+    /// Advances every transition whose time has come: locks end, removals finish,
+    /// attachments go active (and their devices appear).
+    fn tick(&self, st: &mut State) {
+        let now = Instant::now();
+        for d in st.disks.values_mut() {
+            if d.unlock_at.is_some_and(|t| now >= t) && !d.stuck {
+                d.unlock_at = None;
+                if let Some(size) = d.pending_size.take() {
+                    d.size = size;
+                    if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&d.file) {
+                        let _ = f.set_len(size);
+                    }
+                }
+            }
+        }
+        let gone: Vec<String> = st
+            .disks
+            .values()
+            .filter(|d| d.gone_at.is_some_and(|t| now >= t))
+            .map(|d| d.id.clone())
+            .collect();
+        for id in gone {
+            if let Some(d) = st.disks.remove(&id) {
+                let _ = std::fs::remove_file(&d.file);
+                if let Some(domain) = st.domains.iter_mut().find(|x| x.id == d.domain) {
+                    domain.available += d.size;
+                }
+            }
+        }
+        let files: BTreeMap<String, PathBuf> = st
+            .disks
+            .values()
+            .map(|d| (d.id.clone(), d.file.clone()))
+            .collect();
+        for vm in st.vms.values_mut() {
+            for (disk, a) in vm.attachments.iter_mut() {
+                if a.device.is_none() && now >= a.active_at {
+                    if let Some(file) = files.get(disk) {
+                        a.device = self.plug(disk, file, a.read_only);
+                    }
+                }
+            }
+        }
+        // A resized disk's attached device grows with it.
+        for vm in st.vms.values() {
+            for (disk, a) in &vm.attachments {
+                if let (Some(index), Some(file)) = (a.device, files.get(disk)) {
+                    let _ = overcast_cloud_local::loopdev::refresh_capacity(index, file);
+                }
+            }
+        }
+    }
+
+    fn link(&self, disk: &str) -> PathBuf {
+        let serial: String = disk.chars().take(20).collect();
+        self.by_id
+            .join(format!("scsi-0QEMU_QEMU_HARDDISK_{serial}"))
+    }
+
+    fn plug(&self, disk: &str, file: &Path, read_only: bool) -> Option<u32> {
+        let index =
+            overcast_cloud_local::loopdev::attach(file, read_only, "overcast-zvirt-sim").ok()?;
+        let _ = std::fs::remove_file(self.link(disk));
+        let _ = std::os::unix::fs::symlink(
+            overcast_cloud_local::loopdev::device_path(index),
+            self.link(disk),
+        );
+        Some(index)
+    }
+
+    fn unplug(&self, disk: &str, a: &SimAttachment, file: Option<&Path>) {
+        let _ = std::fs::remove_file(self.link(disk));
+        if let (Some(index), Some(file)) = (a.device, file) {
+            let _ = overcast_cloud_local::loopdev::detach(index, file);
+        }
+    }
+
+    fn disk_json(&self, st: &State, d: &SimDisk) -> Value {
+        let vms: Vec<Value> = st
+            .vms
+            .values()
+            .filter(|vm| vm.attachments.contains_key(&d.id))
+            .map(|vm| json!({"href": format!("{API}/vms/{}", vm.id), "id": vm.id}))
+            .collect();
+        let status = if d.unlock_at.is_some() || d.gone_at.is_some() {
+            "locked"
+        } else {
+            "ok"
+        };
+        let mut v = json!({
+            "href": format!("{API}/disks/{}", d.id),
+            "id": d.id,
+            "name": d.alias,
+            "alias": d.alias,
+            "description": d.description,
+            "provisioned_size": d.size.to_string(),
+            "actual_size": "0",
+            "total_size": "0",
+            "format": d.format,
+            "sparse": d.sparse.to_string(),
+            "shareable": "false",
+            "bootable": "false",
+            "status": status,
+            "content_type": "data",
+            "storage_type": "image",
+            "wipe_after_delete": "false",
+            "propagate_errors": "false",
+            "storage_domains": {"storage_domain": [{"href": format!("{API}/storagedomains/{}", d.domain), "id": d.domain}]},
+        });
+        if !vms.is_empty() {
+            v["vms"] = json!({ "vm": vms });
+        }
+        v
+    }
+
+    fn attachment_json(vm: &SimVm, disk: &str, a: &SimAttachment) -> Value {
+        json!({
+            "href": format!("{API}/vms/{}/diskattachments/{disk}", vm.id),
+            "id": disk,
+            "active": (a.device.is_some()).to_string(),
+            "bootable": "false",
+            "interface": "virtio_scsi",
+            "pass_discard": "false",
+            "read_only": a.read_only.to_string(),
+            "uses_scsi_reservation": "false",
+            "disk": {"href": format!("{API}/disks/{disk}"), "id": disk},
+            "vm": {"href": format!("{API}/vms/{}", vm.id), "id": vm.id},
+        })
+    }
+
+    async fn handle(&self, req: Request<hyper::body::Incoming>) -> Answer {
+        tokio::time::sleep(self.latency.answer).await;
+        let slow = self.state.lock().expect("state").slow;
+        if let Some(delay) = slow {
+            tokio::time::sleep(delay).await;
+        }
+        let method = req.method().as_str().to_owned();
+        let path = req.uri().path().to_owned();
+        let query = req.uri().query().unwrap_or("").to_owned();
+        let auth = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_owned);
+        let body = req
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let mut st = self.state.lock().expect("state");
+        if st.html {
+            return html_page();
+        }
+        if path == "/ovirt-engine/sso/oauth/token" && method == "POST" {
+            return self.login(&mut st, &body);
+        }
+        let Some(rest) = path.strip_prefix(API) else {
+            return fault(404, "Not found");
+        };
+        let valid = auth
+            .as_deref()
+            .and_then(|t| st.tokens.get(t))
+            .is_some_and(|until| Instant::now() < *until);
+        if !valid {
+            // The engine answers an expired or unknown token with 401 and no fault.
+            let mut r = answer(401, json!({}));
+            r.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                hyper::header::HeaderValue::from_static("Bearer"),
+            );
+            return r;
+        }
+        self.tick(&mut st);
+        let parts: Vec<&str> = rest.trim_matches('/').split('/').collect();
+        let route = parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| if i % 2 == 1 { "{id}" } else { p })
+            .collect::<Vec<_>>()
+            .join("/");
+        *st.calls.entry(format!("{method} /{route}")).or_default() += 1;
+        let doc: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let search = form_value(&query, "search");
+        match (method.as_str(), parts.as_slice()) {
+            ("GET", [""]) => answer(
+                200,
+                json!({"product_info": {"name": "oVirt Engine", "vendor": "ovirt.org",
+                    "version": {"major": "4", "minor": "5", "build": "4", "revision": "0", "full_version": "4.5.4"}}}),
+            ),
+            ("GET", ["disks"]) => {
+                let wanted = search.as_deref().and_then(|s| search_term(s, "alias"));
+                let list: Vec<Value> = st
+                    .disks
+                    .values()
+                    .filter(|d| wanted.as_deref().is_none_or(|a| d.alias == a))
+                    .map(|d| self.disk_json(&st, d))
+                    .collect();
+                collection("disk", list)
+            }
+            ("POST", ["disks"]) => self.add_disk(&mut st, &doc),
+            ("GET", ["disks", id]) => match st.disks.get(*id) {
+                Some(d) => answer(200, self.disk_json(&st, d)),
+                None => not_found(id),
+            },
+            ("PUT", ["disks", id]) => self.update_disk(&mut st, id, &doc),
+            ("DELETE", ["disks", id]) => self.remove_disk(&mut st, id),
+            ("GET", ["vms"]) => {
+                let wanted = search.as_deref().and_then(|s| search_term(s, "name"));
+                let list: Vec<Value> = st
+                    .vms
+                    .values()
+                    .filter(|vm| wanted.as_deref().is_none_or(|n| vm.name == n))
+                    .map(vm_json)
+                    .collect();
+                collection("vm", list)
+            }
+            ("GET", ["vms", id]) => match st.vms.get(*id) {
+                Some(vm) => answer(200, vm_json(vm)),
+                None => not_found(id),
+            },
+            ("GET", ["vms", id, "diskattachments"]) => match st.vms.get(*id) {
+                Some(vm) => collection(
+                    "disk_attachment",
+                    vm.attachments
+                        .iter()
+                        .map(|(d, a)| Self::attachment_json(vm, d, a))
+                        .collect(),
+                ),
+                None => not_found(id),
+            },
+            ("POST", ["vms", id, "diskattachments"]) => self.attach(&mut st, id, &doc),
+            ("GET", ["vms", id, "diskattachments", disk]) => {
+                match st
+                    .vms
+                    .get(*id)
+                    .and_then(|vm| Some((vm, vm.attachments.get(*disk)?)))
+                {
+                    Some((vm, a)) => answer(200, Self::attachment_json(vm, disk, a)),
+                    None => not_found(disk),
+                }
+            }
+            ("DELETE", ["vms", id, "diskattachments", disk]) => {
+                let file = st.disks.get(*disk).map(|d| d.file.clone());
+                let Some(vm) = st.vms.get_mut(*id) else {
+                    return not_found(id);
+                };
+                match vm.attachments.remove(*disk) {
+                    Some(a) => {
+                        self.unplug(disk, &a, file.as_deref());
+                        answer(200, json!({}))
+                    }
+                    None => not_found(disk),
+                }
+            }
+            ("GET", ["clusters"]) => collection(
+                "cluster",
+                vec![
+                    json!({"href": format!("{API}/clusters/{CLUSTER_ID}"), "id": CLUSTER_ID,
+                    "name": CLUSTER, "data_center": {"href": format!("{API}/datacenters/{DATA_CENTER_ID}"), "id": DATA_CENTER_ID}}),
+                ],
+            ),
+            ("GET", ["storagedomains"]) => collection(
+                "storage_domain",
+                st.domains
+                    .iter()
+                    .map(|sd| {
+                        let used: u64 = st
+                            .disks
+                            .values()
+                            .filter(|d| d.domain == sd.id)
+                            .map(|d| d.size)
+                            .sum();
+                        json!({
+                            "href": format!("{API}/storagedomains/{}", sd.id), "id": sd.id,
+                            "name": sd.name, "type": "data", "master": "true",
+                            "available": sd.available.to_string(), "used": used.to_string(),
+                            "committed": used.to_string(), "external_status": "ok",
+                            "storage": {"type": "nfs"},
+                        })
+                    })
+                    .collect(),
+            ),
+            _ => fault(404, &format!("No handler for {method} {path}")),
+        }
+    }
+
+    fn login(&self, st: &mut State, body: &[u8]) -> Answer {
+        let form = String::from_utf8_lossy(body).into_owned();
+        let user = form_value(&form, "username");
+        let password = form_value(&form, "password");
+        let grant = form_value(&form, "grant_type");
+        if grant.as_deref() != Some("password")
+            || user.as_deref() != Some(USER)
+            || password.as_deref() != Some(PASSWORD)
+        {
+            return answer(
+                400,
+                json!({"error_code": "access_denied", "error": "Cannot authenticate user: Invalid username or password."}),
+            );
+        }
+        st.logins += 1;
+        let ttl = st.token_ttl.unwrap_or(Duration::from_secs(1800));
+        let token = format!("{}{}", uuid().replace('-', ""), uuid().replace('-', ""));
+        st.tokens.insert(token.clone(), Instant::now() + ttl);
+        let exp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_add(ttl)
+            .as_millis();
+        answer(
+            200,
+            json!({"access_token": token, "scope": "ovirt-app-api ovirt-ext=token-info:authz-search",
+                "exp": exp.to_string(), "token_type": "bearer"}),
+        )
+    }
+
+    fn add_disk(&self, st: &mut State, doc: &Value) -> Answer {
+        let alias = doc["alias"].as_str().or(doc["name"].as_str()).unwrap_or("");
+        let size = number(&doc["provisioned_size"]);
+        let domain_name = doc["storage_domains"]["storage_domain"][0]["name"]
+            .as_str()
+            .unwrap_or("");
+        let (Some(size), false) = (size, alias.is_empty()) else {
+            return fault(
+                400,
+                "Cannot add Virtual Disk. Request syntax error: provisioned_size and alias are required",
+            );
+        };
+        let Some(domain) = st.domains.iter_mut().find(|d| d.name == domain_name) else {
+            return fault(
+                400,
+                &format!("Cannot add Virtual Disk. Storage Domain {domain_name} does not exist"),
+            );
+        };
+        if size > domain.available {
+            return fault(
+                409,
+                &format!(
+                    "Cannot add Virtual Disk. Low disk space on Storage Domain {}.",
+                    domain.name
+                ),
+            );
+        }
+        domain.available -= size;
+        let domain_id = domain.id.clone();
+        let id = uuid();
+        let file = self.dir.join(format!("{id}.img"));
+        if std::fs::File::create(&file)
+            .and_then(|f| f.set_len(size))
+            .is_err()
+        {
+            return fault(500, "Internal Engine Error");
+        }
+        let stuck = st.stuck_alias.as_deref() == Some(alias);
+        let disk = SimDisk {
+            id: id.clone(),
+            alias: alias.to_owned(),
+            description: doc["description"].as_str().unwrap_or("").to_owned(),
+            size,
+            pending_size: None,
+            format: doc["format"].as_str().unwrap_or("cow").to_owned(),
+            sparse: doc["sparse"].as_str() == Some("true") || doc["sparse"] == json!(true),
+            domain: domain_id,
+            unlock_at: Some(Instant::now() + self.latency.locked),
+            gone_at: None,
+            file,
+            stuck,
+        };
+        let out = self.disk_json(st, &disk);
+        st.disks.insert(id, disk);
+        answer(201, out)
+    }
+
+    fn update_disk(&self, st: &mut State, id: &str, doc: &Value) -> Answer {
+        let Some(d) = st.disks.get_mut(id) else {
+            return not_found(id);
+        };
+        if d.unlock_at.is_some() || d.gone_at.is_some() {
+            return fault(
+                409,
+                "Cannot edit Virtual Disk. Related operation is currently in progress. Please try again later.",
+            );
+        }
+        let Some(size) = number(&doc["provisioned_size"]) else {
+            return answer(200, Value::Null);
+        };
+        if size < d.size {
+            return fault(
+                400,
+                "Cannot edit Virtual Disk. New disk size must be larger than the current disk size.",
+            );
+        }
+        d.pending_size = Some(size);
+        d.unlock_at = Some(Instant::now() + self.latency.locked);
+        let grow = size - d.size;
+        let domain = d.domain.clone();
+        if let Some(sd) = st.domains.iter_mut().find(|x| x.id == domain) {
+            sd.available = sd.available.saturating_sub(grow);
+        }
+        let d = &st.disks[id];
+        answer(200, self.disk_json(st, d))
+    }
+
+    fn remove_disk(&self, st: &mut State, id: &str) -> Answer {
+        let attached = st.vms.values().any(|vm| vm.attachments.contains_key(id));
+        let Some(d) = st.disks.get_mut(id) else {
+            return not_found(id);
+        };
+        if d.unlock_at.is_some() || d.gone_at.is_some() {
+            return fault(
+                409,
+                "Cannot remove Virtual Disk. Related operation is currently in progress. Please try again later.",
+            );
+        }
+        if attached {
+            return fault(
+                409,
+                "Cannot remove Virtual Disk. Disk is attached to a VM; detach it first.",
+            );
+        }
+        d.gone_at = Some(Instant::now() + self.latency.remove);
+        answer(200, json!({}))
+    }
+
+    fn attach(&self, st: &mut State, vm_id: &str, doc: &Value) -> Answer {
+        let disk_id = doc["disk"]["id"].as_str().unwrap_or("").to_owned();
+        if !st.vms.contains_key(vm_id) {
+            return not_found(vm_id);
+        }
+        let Some(d) = st.disks.get(&disk_id) else {
+            return fault(
+                400,
+                &format!("Cannot attach Virtual Disk. Disk {disk_id} does not exist"),
+            );
+        };
+        if d.unlock_at.is_some() || d.gone_at.is_some() {
+            return fault(
+                409,
+                "Cannot attach Virtual Disk. Related operation is currently in progress. Please try again later.",
+            );
+        }
+        if doc["interface"].as_str().is_none() {
+            return fault(
+                400,
+                "Cannot attach Virtual Disk. Request syntax error: interface is required",
+            );
+        }
+        if st
+            .vms
+            .values()
+            .any(|vm| vm.id != vm_id && vm.attachments.contains_key(&disk_id))
+        {
+            return fault(
+                409,
+                "Cannot attach Virtual Disk. The disk is already attached to another VM and is not shareable.",
+            );
+        }
+        let vm = st.vms.get_mut(vm_id).expect("checked");
+        if vm.attachments.contains_key(&disk_id) {
+            return fault(
+                409,
+                "Cannot attach Virtual Disk. The disk is already attached to VM.",
+            );
+        }
+        let a = SimAttachment {
+            active_at: Instant::now() + self.latency.activate,
+            device: None,
+            read_only: doc["read_only"].as_str() == Some("true"),
+        };
+        let out = Self::attachment_json(vm, &disk_id, &a);
+        vm.attachments.insert(disk_id, a);
+        answer(201, out)
+    }
+}
+
+fn vm_json(vm: &SimVm) -> Value {
+    json!({"href": format!("{API}/vms/{}", vm.id), "id": vm.id, "name": vm.name, "status": vm.status,
+        "cluster": {"href": format!("{API}/clusters/{CLUSTER_ID}"), "id": CLUSTER_ID}})
+}
+
+fn not_found(id: &str) -> Answer {
+    fault(404, &format!("Entity not found: {id}"))
+}
+
+/// A collection as the engine writes it: `{"disk": [...]}`, and `{}` when empty.
+fn collection(key: &str, items: Vec<Value>) -> Answer {
+    if items.is_empty() {
+        return answer(200, json!({}));
+    }
+    answer(200, json!({ key: items }))
+}
+
+fn number(v: &Value) -> Option<u64> {
+    match v {
+        Value::String(s) => s.parse().ok(),
+        Value::Number(n) => n.as_u64(),
+        _ => None,
+    }
+}
+
+fn form_value(form: &str, key: &str) -> Option<String> {
+    form_urlencoded::parse(form.as_bytes())
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.into_owned())
+}
+
+/// `alias="x"` or `alias=x` in a search expression: the value for `key`.
+fn search_term(search: &str, key: &str) -> Option<String> {
+    let rest = search
+        .trim()
+        .strip_prefix(key)?
+        .trim_start()
+        .strip_prefix('=')?;
+    let rest = rest.trim();
+    Some(match rest.strip_prefix('"') {
+        Some(quoted) => quoted.split('"').next().unwrap_or("").to_owned(),
+        None => rest.split_whitespace().next().unwrap_or("").to_owned(),
+    })
+}

@@ -1,0 +1,383 @@
+//! The zVirt provider and the real `csi` binary against the faithful engine of
+//! `integration/src/zvirt_sim.rs` (no oVirt engine can run here): the provider
+//! conformance suite; a volume's life through the binary to a real xfs mount of the
+//! loop-backed disk the engine "plugs"; 16 concurrent creates of one name; the engine's
+//! HTML error page and an expired token mid-run. Against a real engine the same provider
+//! runs when `OVERCAST_TEST_ZVIRT_URL` (with `_USER`, `_PASSWORD`, `_STORAGE_DOMAIN`,
+//! `_VM_ID`) is given: see `the_provider_passes_the_conformance_suite_on_a_real_engine`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use overcast_cloud::conformance::{self, DiskHarness};
+use overcast_cloud::{CloudError, DiskSpec, Disks, Zone};
+use overcast_cloud_zvirt::{Config, EngineDisks, Waits};
+use overcast_integration::zvirt_sim::{self, Engine, Latency};
+use overcast_integration::{csi_v1 as csi, mount_cap, Csi};
+
+const GIB: u64 = 1 << 30;
+
+struct Sim {
+    engine: Engine,
+    url: String,
+    by_id: std::path::PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        self.engine.unplug_all();
+    }
+}
+
+async fn sim(latency: Latency) -> Sim {
+    let dir = tempfile::tempdir().unwrap();
+    let by_id = dir.path().join("by-id");
+    let disks = dir.path().join("disks");
+    std::fs::create_dir_all(&by_id).unwrap();
+    std::fs::create_dir_all(&disks).unwrap();
+    let engine = Engine::new(&disks, &by_id, 200 * GIB, latency);
+    let url = engine.start().await;
+    Sim {
+        engine,
+        url,
+        by_id,
+        dir,
+    }
+}
+
+fn config(url: &str, user: &str, password: &str) -> Config {
+    let env = |k: &str| match k {
+        "ZVIRT_API_URL" => Some(url.to_owned()),
+        "ZVIRT_USERNAME" => Some(user.to_owned()),
+        "ZVIRT_PASSWORD" => Some(password.to_owned()),
+        _ => None,
+    };
+    Config::load(None, &env).unwrap()
+}
+
+fn disks(config: &Config) -> EngineDisks {
+    let engine = overcast_cloud_zvirt::connect(config, None).unwrap();
+    EngineDisks::new(
+        engine,
+        "overcast-it".into(),
+        16,
+        Waits {
+            unlocked: Duration::from_secs(30),
+            active: Duration::from_secs(30),
+            gone: Duration::from_secs(30),
+        },
+    )
+}
+
+fn parameters(domain: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("storageDomainName".to_owned(), domain.to_owned()),
+        ("thinProvisioning".to_owned(), "true".to_owned()),
+    ])
+}
+
+/// The conformance suite on the simulated engine (its latencies on: disks locked, and
+/// attachments inactive, for a while).
+#[tokio::test]
+async fn the_provider_passes_the_conformance_suite_on_the_simulated_engine() {
+    let s = sim(Latency::default()).await;
+    let vm = s.engine.add_vm("worker-0");
+    let d = disks(&config(&s.url, zvirt_sim::USER, zvirt_sim::PASSWORD));
+    let h = DiskHarness {
+        disks: Arc::new(d),
+        node: vm,
+        gone_node: "6f1c2d3e-4a5b-4c7d-8e9f-0a1b2c3d4e5f".into(),
+        zone: Zone::default(),
+        parameters: parameters("data"),
+        prefix: "overcast-it-conf".into(),
+    };
+    conformance::disks(&h).await;
+    assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());
+}
+
+/// Against a real engine, when one is given.
+#[tokio::test]
+async fn the_provider_passes_the_conformance_suite_on_a_real_engine() {
+    let var = |k: &str| std::env::var(format!("OVERCAST_TEST_ZVIRT_{k}")).ok();
+    let (Some(url), Some(user), Some(password), Some(domain), Some(vm)) = (
+        var("URL"),
+        var("USER"),
+        var("PASSWORD"),
+        var("STORAGE_DOMAIN"),
+        var("VM_ID"),
+    ) else {
+        overcast_integration::say_skipped(
+            "set OVERCAST_TEST_ZVIRT_URL, _USER, _PASSWORD, _STORAGE_DOMAIN and _VM_ID to run the zVirt provider against a real engine",
+        );
+        return;
+    };
+    let h = DiskHarness {
+        disks: Arc::new(disks(&config(&url, &user, &password))),
+        node: vm,
+        gone_node: "6f1c2d3e-4a5b-4c7d-8e9f-0a1b2c3d4e5f".into(),
+        zone: Zone::default(),
+        parameters: parameters(&domain),
+        prefix: "overcast-it-conf".into(),
+    };
+    conformance::disks(&h).await;
+}
+
+/// Bad credentials are UNAUTHENTICATED-like and never retried into "gone"; the engine's
+/// HTML page while it is down is Unavailable with a clear message, and nothing changes;
+/// a token that expires mid-run is renewed once and the call goes through.
+#[tokio::test]
+async fn html_answers_wrong_passwords_and_expired_tokens_are_typed_and_lose_nothing() {
+    let s = sim(Latency::default()).await;
+    let vm = s.engine.add_vm("worker-0");
+    let wrong = disks(&config(&s.url, zvirt_sim::USER, "not-the-password"));
+    let e = wrong.probe().await.unwrap_err();
+    assert!(matches!(e, CloudError::Unauthenticated(_)), "{e:?}");
+    assert!(!e.to_string().contains("not-the-password"), "{e}");
+
+    let d = disks(&config(&s.url, zvirt_sim::USER, zvirt_sim::PASSWORD));
+    let made = d
+        .create_disk(DiskSpec {
+            name: "overcast-it-html".into(),
+            size_bytes: GIB,
+            zone: Zone::default(),
+            parameters: parameters("data"),
+            metadata: BTreeMap::new(),
+            source: None,
+        })
+        .await
+        .unwrap();
+    s.engine.set_html(true);
+    for e in [
+        d.disk(&made.id).await.map(|_| ()).unwrap_err(),
+        d.delete_disk(&made.id).await.unwrap_err(),
+        d.attach_disk(&made.id, &vm, false)
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        d.list_disks().await.map(|_| ()).unwrap_err(),
+    ] {
+        assert!(matches!(e, CloudError::Unavailable(_)), "{e:?}");
+        assert!(e.to_string().contains("instead of its API"), "{e}");
+    }
+    s.engine.set_html(false);
+    assert_eq!(s.engine.disks().len(), 1, "nothing removed");
+    let logins = s.engine.logins();
+    s.engine.expire_tokens();
+    assert_eq!(d.disk(&made.id).await.unwrap().id, made.id);
+    assert_eq!(s.engine.logins(), logins + 1, "one renewal");
+    d.delete_disk(&made.id).await.unwrap();
+    assert!(s.engine.disks().is_empty());
+}
+
+/// The real csi binary (controller and node in one process, node id the VM's) through a
+/// volume's life: 16 concurrent creates of one name make one disk; publish waits for the
+/// attachment to be active; the disk the engine plugged (a loop device under its
+/// `scsi-0QEMU_QEMU_HARDDISK_<id[:20]>` link) is formatted and mounted for real;
+/// expanded in use and on the node; unpublished twice, and after its VM was removed;
+/// the engine's HTML page answers UNAVAILABLE and loses nothing; a token expiry is
+/// invisible; deleted twice.
+#[tokio::test]
+async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_engine() {
+    let s = sim(Latency::default()).await;
+    let vm = s.engine.add_vm("worker-0");
+    let conf = s.dir.path().join("cloud-config");
+    std::fs::write(
+        &conf,
+        format!(
+            "server: {}\nusername: {}\npassword: {}\n",
+            s.url,
+            zvirt_sim::USER,
+            zvirt_sim::PASSWORD
+        ),
+    )
+    .unwrap();
+    let driver = Csi::start(&[
+        "--cloud=zvirt",
+        &format!("--cloud-config={}", conf.display()),
+        &format!("--node-id={vm}"),
+        &format!("--zone={}", zvirt_sim::CLUSTER),
+        "--cluster=overcast-it",
+        &format!("--device-by-id-dir={}", s.by_id.display()),
+    ])
+    .await;
+    let (mut c, mut n) = (driver.controller().await, driver.node().await);
+    assert_eq!(
+        n.node_get_info(csi::NodeGetInfoRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .node_id,
+        vm
+    );
+    let mut create = overcast_integration::create_request("pvc-zvirt-life", GIB as i64);
+    create.parameters = parameters("data").into_iter().collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let mut c = driver.controller().await;
+        let req = create.clone();
+        tasks.spawn(async move { c.create_volume(req).await });
+    }
+    while let Some(r) = tasks.join_next().await {
+        if let Err(st) = r.unwrap() {
+            assert_eq!(st.code(), tonic::Code::Aborted, "{st:?}");
+        }
+    }
+    let volume = c
+        .create_volume(create.clone())
+        .await
+        .expect("create")
+        .into_inner()
+        .volume
+        .unwrap();
+    let id = volume.volume_id.clone();
+    let named: Vec<_> = s
+        .engine
+        .disks()
+        .into_iter()
+        .filter(|(_, alias, _)| alias == "pvc-zvirt-life")
+        .collect();
+    assert_eq!(named.len(), 1, "{named:?}");
+
+    let mut bad = create.clone();
+    bad.name = "pvc-zvirt-bad".into();
+    bad.parameters.remove("storageDomainName");
+    assert_eq!(
+        c.create_volume(bad).await.unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+
+    let publish = csi::ControllerPublishVolumeRequest {
+        volume_id: id.clone(),
+        node_id: vm.clone(),
+        volume_capability: Some(mount_cap("xfs")),
+        ..Default::default()
+    };
+    let ctx = c
+        .controller_publish_volume(publish.clone())
+        .await
+        .expect("attach")
+        .into_inner()
+        .publish_context;
+    let work = s.dir.path().join("work");
+    let (staging, target) = (work.join("staging"), work.join("target"));
+    std::fs::create_dir_all(&staging).unwrap();
+    let _unmount = Unmount(work.clone());
+    n.node_stage_volume(csi::NodeStageVolumeRequest {
+        volume_id: id.clone(),
+        publish_context: ctx.clone(),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: Some(mount_cap("xfs")),
+        ..Default::default()
+    })
+    .await
+    .expect("stage");
+    n.node_publish_volume(csi::NodePublishVolumeRequest {
+        volume_id: id.clone(),
+        publish_context: ctx,
+        staging_target_path: staging.display().to_string(),
+        target_path: target.display().to_string(),
+        volume_capability: Some(mount_cap("xfs")),
+        ..Default::default()
+    })
+    .await
+    .expect("publish");
+    std::fs::write(target.join("hello"), b"zvirt").unwrap();
+
+    // The engine's proxy page while it is down: every controller RPC is UNAVAILABLE.
+    s.engine.set_html(true);
+    for code in [
+        c.create_volume({
+            let mut r = create.clone();
+            r.name = "pvc-zvirt-html".into();
+            r
+        })
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .code(),
+        c.delete_volume(overcast_integration::delete_request(&id))
+            .await
+            .map(|_| ())
+            .unwrap_err()
+            .code(),
+        c.controller_expand_volume(overcast_integration::expand_request(&id, 2 * GIB as i64))
+            .await
+            .map(|_| ())
+            .unwrap_err()
+            .code(),
+    ] {
+        assert_eq!(code, tonic::Code::Unavailable);
+    }
+    s.engine.set_html(false);
+    s.engine.expire_tokens();
+
+    let grown = c
+        .controller_expand_volume(overcast_integration::expand_request(&id, 2 * GIB as i64))
+        .await
+        .expect("expand in use")
+        .into_inner();
+    assert_eq!(grown.capacity_bytes, 2 * GIB as i64);
+    let expanded = n
+        .node_expand_volume(csi::NodeExpandVolumeRequest {
+            volume_id: id.clone(),
+            volume_path: target.display().to_string(),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: 2 * GIB as i64,
+                limit_bytes: 0,
+            }),
+            volume_capability: Some(mount_cap("xfs")),
+            ..Default::default()
+        })
+        .await
+        .expect("node expand")
+        .into_inner();
+    assert_eq!(expanded.capacity_bytes, 2 * GIB as i64);
+    assert_eq!(std::fs::read(target.join("hello")).unwrap(), b"zvirt");
+
+    n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+        volume_id: id.clone(),
+        target_path: target.display().to_string(),
+    })
+    .await
+    .expect("unpublish");
+    n.node_unstage_volume(csi::NodeUnstageVolumeRequest {
+        volume_id: id.clone(),
+        staging_target_path: staging.display().to_string(),
+    })
+    .await
+    .expect("unstage");
+    let unpublish = csi::ControllerUnpublishVolumeRequest {
+        volume_id: id.clone(),
+        node_id: vm.clone(),
+        ..Default::default()
+    };
+    for _ in 0..2 {
+        c.controller_unpublish_volume(unpublish.clone())
+            .await
+            .expect("detach, twice");
+    }
+    c.controller_publish_volume(publish)
+        .await
+        .expect("attach again");
+    s.engine.remove_vm(&vm);
+    c.controller_unpublish_volume(unpublish)
+        .await
+        .expect("detach from a removed VM");
+    for _ in 0..2 {
+        c.delete_volume(overcast_integration::delete_request(&id))
+            .await
+            .expect("delete, twice");
+    }
+    assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());
+    drop(driver);
+}
+
+/// Unmounts whatever a failed test left under `dir`.
+struct Unmount(std::path::PathBuf);
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        overcast_integration::unmount_under(&self.0);
+    }
+}

@@ -1,0 +1,576 @@
+//! Disks on the engine, attached to VMs, for the CSI driver — as the oVirt CSI driver makes
+//! them: `POST /disks` on the StorageClass's `storageDomainName`, `thinProvisioning` =
+//! cow + sparse, else raw; the disk stays `locked` until the engine has made it (`ok`);
+//! attached with `POST /vms/{vm}/diskattachments` (`virtio_scsi`, active, not bootable),
+//! whose id is the disk's; detached by deleting the attachment, which keeps the disk.
+//!
+//! The node id is the VM's id. The engine keeps no aliases unique, so creates of one name
+//! are one at a time in this process and a create first looks the alias up. What the
+//! provider needs to know of its disks later (the cluster, the parameters and metadata it
+//! was made with) is kept in the disk's description as JSON.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use http::Method;
+use overcast_cloud::{
+    Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, NameClaims, PublishContext,
+    Result, Zone,
+};
+use serde_json::{json, Value};
+
+use crate::client::{boolean, is_id, members, number, Engine};
+
+/// StorageClass parameters, as the oVirt CSI driver names them.
+pub const STORAGE_DOMAIN_PARAMETER: &str = "storageDomainName";
+pub const THIN_PARAMETER: &str = "thinProvisioning";
+
+const MIB: u64 = 1 << 20;
+
+/// How long each wait may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Waits {
+    /// A new or resized disk leaving `locked`.
+    pub unlocked: Duration,
+    /// An attachment becoming active.
+    pub active: Duration,
+    /// An attachment, or a disk, going away.
+    pub gone: Duration,
+}
+
+impl Default for Waits {
+    fn default() -> Self {
+        Self {
+            unlocked: Duration::from_secs(300),
+            active: Duration::from_secs(120),
+            gone: Duration::from_secs(120),
+        }
+    }
+}
+
+/// What the provider writes into a disk's description.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Description {
+    /// `--cluster`: whose disk this is.
+    cluster: String,
+    #[serde(default)]
+    parameters: BTreeMap<String, String>,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+}
+
+pub struct EngineDisks {
+    engine: Arc<Engine>,
+    cluster: String,
+    max_attachments: u64,
+    waits: Waits,
+    creating: NameClaims,
+}
+
+impl EngineDisks {
+    pub fn new(engine: Arc<Engine>, cluster: String, max_attachments: u64, waits: Waits) -> Self {
+        Self {
+            engine,
+            cluster,
+            max_attachments,
+            waits,
+            creating: NameClaims::default(),
+        }
+    }
+
+    async fn get(&self, id: &str) -> Result<Value> {
+        if !is_id(id) {
+            return Err(CloudError::not_found("disk", id));
+        }
+        match self
+            .engine
+            .json("disk_get", Method::GET, &format!("/disks/{id}"), None)
+            .await
+        {
+            Err(CloudError::NotFound { .. }) => Err(CloudError::not_found("disk", id)),
+            other => other,
+        }
+    }
+
+    /// Polls the disk until `done`, within `limit`; `illegal` is an error.
+    async fn wait(
+        &self,
+        id: &str,
+        what: &str,
+        limit: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Result<Value> {
+        let started = Instant::now();
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let d = self.get(id).await?;
+            if done(&d) {
+                return Ok(d);
+            }
+            let status = d["status"].as_str().unwrap_or_default().to_owned();
+            if status == "illegal" {
+                return Err(CloudError::Internal(format!(
+                    "zvirt: disk {id} is illegal while {what}"
+                )));
+            }
+            if started.elapsed() + delay > limit {
+                return Err(CloudError::DeadlineExceeded(format!(
+                    "zvirt: disk {id} is still {status} after {limit:?} {what}"
+                )));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    fn to_disk(&self, d: &Value) -> Disk {
+        let description: Description = d["description"]
+            .as_str()
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or_default();
+        let attachments = members(&d["vms"], "vm")
+            .filter_map(|vm| vm["id"].as_str())
+            .map(|vm| Attachment {
+                node: vm.to_owned(),
+                readonly: false,
+                publish_context: context(d["id"].as_str().unwrap_or_default()),
+            })
+            .collect();
+        let condition = match d["status"].as_str() {
+            Some("illegal") => DiskCondition::Abnormal("the engine marks the disk illegal".into()),
+            _ => DiskCondition::Healthy,
+        };
+        Disk {
+            id: d["id"].as_str().unwrap_or_default().to_owned(),
+            name: d["alias"]
+                .as_str()
+                .or(d["name"].as_str())
+                .unwrap_or_default()
+                .to_owned(),
+            size_bytes: number(&d["provisioned_size"]).unwrap_or(0),
+            zone: Zone::default(),
+            parameters: description.parameters,
+            metadata: description.metadata,
+            attachments,
+            condition,
+            source: None,
+        }
+    }
+
+    fn ours(&self, d: &Value) -> bool {
+        d["description"]
+            .as_str()
+            .and_then(|s| serde_json::from_str::<Description>(s).ok())
+            .is_some_and(|desc| desc.cluster == self.cluster)
+    }
+
+    /// The disks of this cluster with the alias `name`.
+    async fn by_alias(&self, name: &str) -> Result<Vec<Value>> {
+        // The search language quotes a value with spaces; a quote inside cannot be
+        // escaped, so such a name is never one of ours.
+        if name.contains('"') {
+            return Ok(Vec::new());
+        }
+        let query: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("search", &format!("alias=\"{name}\""))
+            .finish();
+        let doc = self
+            .engine
+            .json("disk_search", Method::GET, &format!("/disks?{query}"), None)
+            .await?;
+        Ok(members(&doc, "disk")
+            .filter(|d| d["alias"].as_str() == Some(name) && self.ours(d))
+            .cloned()
+            .collect())
+    }
+
+    /// The VM `node`, or NotFound (an id that cannot be one included).
+    async fn vm(&self, node: &str) -> Result<Value> {
+        if !is_id(node) {
+            return Err(CloudError::not_found("vm", node));
+        }
+        match self
+            .engine
+            .json("vm_get", Method::GET, &format!("/vms/{node}"), None)
+            .await
+        {
+            Err(CloudError::NotFound { .. }) => Err(CloudError::not_found("vm", node)),
+            other => other,
+        }
+    }
+
+    /// The attachment of disk `id` to VM `node`, if there is one.
+    async fn attachment(&self, id: &str, node: &str) -> Result<Option<Value>> {
+        let resp = self
+            .engine
+            .json(
+                "diskattachment_get",
+                Method::GET,
+                &format!("/vms/{node}/diskattachments/{id}"),
+                None,
+            )
+            .await;
+        match resp {
+            Ok(a) => Ok(Some(a)),
+            Err(CloudError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What the node needs to find the disk: the engine gives the disk id as the virtual
+/// disk's serial (`scsi-0QEMU_QEMU_HARDDISK_<id[:20]>`, `virtio-<id[:20]>`).
+fn context(id: &str) -> BTreeMap<String, String> {
+    PublishContext {
+        serial: Some(id.to_owned()),
+        ..Default::default()
+    }
+    .to_map()
+}
+
+/// An engine refusal for lack of space is the CSI's RESOURCE_EXHAUSTED.
+fn space_error(e: CloudError) -> CloudError {
+    let text = e.to_string();
+    if text.contains("Low disk space") || text.contains("disk space") {
+        return CloudError::ResourceExhausted(text);
+    }
+    e
+}
+
+#[async_trait]
+impl Disks for EngineDisks {
+    /// The engine's clusters (upstream has no topology). A disk is made on a storage
+    /// domain of the data center, which every cluster of it reaches: disks carry no zone.
+    async fn zones(&self) -> Result<Vec<Zone>> {
+        let doc = self
+            .engine
+            .json("cluster_list", Method::GET, "/clusters", None)
+            .await?;
+        Ok(members(&doc, "cluster")
+            .filter_map(|c| c["name"].as_str())
+            .map(|name| Zone {
+                zone: name.to_owned(),
+                region: String::new(),
+            })
+            .collect())
+    }
+
+    fn size_granularity(&self) -> u64 {
+        MIB
+    }
+
+    fn max_disk_size(&self) -> u64 {
+        // The engine's own limit on a disk's provisioned size (8 TiB on block storage
+        // domains; file domains take more, but one limit keeps a class portable).
+        8 << 40
+    }
+
+    fn max_attachments_per_node(&self) -> u64 {
+        self.max_attachments
+    }
+
+    fn overcommits(&self, parameters: &BTreeMap<String, String>) -> bool {
+        parameters
+            .get(THIN_PARAMETER)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    }
+
+    fn validate_parameters(&self, parameters: &BTreeMap<String, String>) -> Result<()> {
+        match parameters.get(STORAGE_DOMAIN_PARAMETER).map(|s| s.trim()) {
+            None | Some("") => {
+                return Err(CloudError::InvalidArgument(format!(
+                    "zvirt: the StorageClass parameter {STORAGE_DOMAIN_PARAMETER} is required"
+                )))
+            }
+            Some(_) => {}
+        }
+        if let Some(v) = parameters.get(THIN_PARAMETER) {
+            if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") {
+                return Err(CloudError::InvalidArgument(format!(
+                    "zvirt: {THIN_PARAMETER} must be true or false, not {v:?}"
+                )));
+            }
+        }
+        for key in parameters.keys() {
+            if key != STORAGE_DOMAIN_PARAMETER && key != THIN_PARAMETER {
+                return Err(CloudError::InvalidArgument(format!(
+                    "zvirt: unknown StorageClass parameter {key:?} ({STORAGE_DOMAIN_PARAMETER}, {THIN_PARAMETER})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    async fn create_disk(&self, spec: DiskSpec) -> Result<Disk> {
+        self.validate_parameters(&spec.parameters)?;
+        let _slot = self.creating.claim(&spec.name)?;
+        if let Some(found) = self.by_alias(&spec.name).await?.into_iter().next() {
+            let disk = self.to_disk(&found);
+            if disk.size_bytes < spec.size_bytes || disk.parameters != spec.parameters {
+                return Err(CloudError::ParameterMismatch {
+                    name: spec.name,
+                    reason: format!(
+                        "disk {} has {} bytes and {:?}",
+                        disk.id, disk.size_bytes, disk.parameters
+                    ),
+                });
+            }
+            let d = self
+                .wait(&disk.id, "being made", self.waits.unlocked, |d| {
+                    d["status"] == "ok"
+                })
+                .await?;
+            return Ok(self.to_disk(&d));
+        }
+        let thin = self.overcommits(&spec.parameters);
+        let description = serde_json::to_string(&Description {
+            cluster: self.cluster.clone(),
+            parameters: spec.parameters.clone(),
+            metadata: spec.metadata.clone(),
+        })
+        .unwrap_or_default();
+        let size = spec.size_bytes.div_ceil(MIB) * MIB;
+        let body = json!({
+            "alias": spec.name,
+            "description": description,
+            "provisioned_size": size.to_string(),
+            "format": if thin { "cow" } else { "raw" },
+            "sparse": thin.to_string(),
+            "storage_domains": {"storage_domain": [{"name": spec.parameters[STORAGE_DOMAIN_PARAMETER].trim()}]},
+        });
+        let made = self
+            .engine
+            .json("disk_add", Method::POST, "/disks", Some(&body))
+            .await
+            .map_err(space_error)?;
+        let id = made["id"].as_str().unwrap_or_default().to_owned();
+        if !is_id(&id) {
+            return Err(CloudError::Internal(format!(
+                "zvirt: disk_add answered no disk id: {made}"
+            )));
+        }
+        match self
+            .wait(&id, "being made", self.waits.unlocked, |d| {
+                d["status"] == "ok"
+            })
+            .await
+        {
+            Ok(d) => Ok(self.to_disk(&d)),
+            Err(CloudError::Internal(why)) => {
+                // An illegal new disk holds nothing: removed, and the create reported.
+                let _ = self.delete_disk(&id).await;
+                Err(CloudError::Internal(why))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn disk(&self, id: &str) -> Result<Disk> {
+        let d = self.get(id).await?;
+        Ok(self.to_disk(&d))
+    }
+
+    async fn disk_by_name(&self, name: &str) -> Result<Option<Disk>> {
+        Ok(self.by_alias(name).await?.first().map(|d| self.to_disk(d)))
+    }
+
+    async fn list_disks(&self) -> Result<Vec<Disk>> {
+        let doc = self
+            .engine
+            .json("disk_list", Method::GET, "/disks", None)
+            .await?;
+        Ok(members(&doc, "disk")
+            .filter(|d| self.ours(d))
+            .map(|d| self.to_disk(d))
+            .collect())
+    }
+
+    async fn delete_disk(&self, id: &str) -> Result<()> {
+        let d = match self.get(id).await {
+            Err(CloudError::NotFound { .. }) => return Ok(()),
+            other => other?,
+        };
+        let on: Vec<&str> = members(&d["vms"], "vm")
+            .filter_map(|vm| vm["id"].as_str())
+            .collect();
+        if !on.is_empty() {
+            return Err(CloudError::FailedPrecondition(format!(
+                "zvirt: disk {id} is attached to VM {}",
+                on.join(", ")
+            )));
+        }
+        match self
+            .engine
+            .json("disk_remove", Method::DELETE, &format!("/disks/{id}"), None)
+            .await
+        {
+            Ok(_) | Err(CloudError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        let started = Instant::now();
+        loop {
+            match self.get(id).await {
+                Err(CloudError::NotFound { .. }) => return Ok(()),
+                Err(e) => return Err(e),
+                Ok(_) if started.elapsed() > self.waits.gone => {
+                    return Err(CloudError::DeadlineExceeded(format!(
+                        "zvirt: disk {id} still there {:?} after its removal",
+                        self.waits.gone
+                    )))
+                }
+                Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    async fn attach_disk(&self, id: &str, node: &str, readonly: bool) -> Result<Attachment> {
+        let d = self.get(id).await?;
+        self.vm(node).await?;
+        let elsewhere: Vec<&str> = members(&d["vms"], "vm")
+            .filter_map(|vm| vm["id"].as_str())
+            .filter(|vm| *vm != node)
+            .collect();
+        if !elsewhere.is_empty() && !boolean(&d["shareable"]) {
+            return Err(CloudError::FailedPrecondition(format!(
+                "zvirt: disk {id} is attached to VM {} and is not shareable",
+                elsewhere.join(", ")
+            )));
+        }
+        if self.attachment(id, node).await?.is_none() {
+            let body = json!({
+                "disk": {"id": id},
+                "interface": "virtio_scsi",
+                "bootable": "false",
+                "active": "true",
+                "read_only": readonly.to_string(),
+            });
+            match self
+                .engine
+                .json(
+                    "diskattachment_add",
+                    Method::POST,
+                    &format!("/vms/{node}/diskattachments"),
+                    Some(&body),
+                )
+                .await
+            {
+                Ok(_) => {}
+                Err(CloudError::NotFound { .. }) => return Err(CloudError::not_found("vm", node)),
+                Err(e) => return Err(e),
+            }
+        }
+        let started = Instant::now();
+        let mut delay = Duration::from_millis(50);
+        loop {
+            match self.attachment(id, node).await? {
+                Some(a) if boolean(&a["active"]) => break,
+                Some(_) => {}
+                None => {
+                    return Err(CloudError::Unavailable(format!(
+                        "zvirt: the attachment of disk {id} to VM {node} went away while being activated"
+                    )))
+                }
+            }
+            if started.elapsed() + delay > self.waits.active {
+                return Err(CloudError::DeadlineExceeded(format!(
+                    "zvirt: the attachment of disk {id} to VM {node} is not active after {:?}",
+                    self.waits.active
+                )));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(1));
+        }
+        Ok(Attachment {
+            node: node.to_owned(),
+            readonly,
+            publish_context: context(id),
+        })
+    }
+
+    async fn detach_disk(&self, id: &str, node: &str) -> Result<()> {
+        // A node that cannot be a VM id has nothing attached; nor does a gone VM.
+        if !is_id(node) || !is_id(id) {
+            return Ok(());
+        }
+        match self
+            .engine
+            .json(
+                "diskattachment_remove",
+                Method::DELETE,
+                &format!("/vms/{node}/diskattachments/{id}"),
+                None,
+            )
+            .await
+        {
+            Ok(_) | Err(CloudError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        let started = Instant::now();
+        while self.attachment(id, node).await?.is_some() {
+            if started.elapsed() > self.waits.gone {
+                return Err(CloudError::DeadlineExceeded(format!(
+                    "zvirt: disk {id} still attached to VM {node} {:?} after the detach",
+                    self.waits.gone
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    async fn expand_disk(&self, id: &str, size_bytes: u64) -> Result<u64> {
+        let d = self.get(id).await?;
+        let have = number(&d["provisioned_size"]).unwrap_or(0);
+        if size_bytes <= have {
+            return Ok(have);
+        }
+        let want = size_bytes.div_ceil(MIB) * MIB;
+        let body = json!({"provisioned_size": want.to_string()});
+        self.engine
+            .json(
+                "disk_update",
+                Method::PUT,
+                &format!("/disks/{id}"),
+                Some(&body),
+            )
+            .await
+            .map_err(space_error)?;
+        let d = self
+            .wait(id, "being resized", self.waits.unlocked, move |d| {
+                d["status"] == "ok" && number(&d["provisioned_size"]).unwrap_or(0) >= want
+            })
+            .await?;
+        Ok(number(&d["provisioned_size"]).unwrap_or(want))
+    }
+
+    async fn available_capacity(&self, _zone: Option<&Zone>) -> Result<u64> {
+        let doc = self
+            .engine
+            .json("storagedomain_list", Method::GET, "/storagedomains", None)
+            .await?;
+        // A disk lands on one domain: the largest free space is the largest disk that
+        // can be made.
+        Ok(members(&doc, "storage_domain")
+            .filter(|sd| sd["type"] == "data")
+            .filter_map(|sd| number(&sd["available"]))
+            .max()
+            .unwrap_or(0))
+    }
+
+    async fn node_exists(&self, node: &str) -> Result<bool> {
+        match self.vm(node).await {
+            Ok(_) => Ok(true),
+            Err(CloudError::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn probe(&self) -> Result<()> {
+        self.engine
+            .json("api_get", Method::GET, "", None)
+            .await
+            .map(|_| ())
+    }
+}
