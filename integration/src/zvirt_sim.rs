@@ -13,8 +13,7 @@
 //! pointed at, so a volume is really formatted and mounted. Plain HTTP on loopback.
 //!
 //! Not yet: XML (the engine's canonical form, which the official Python SDK speaks — the
-//! fidelity check of issue 18), search beyond `alias=`/`name=`, `max` paging, data centers,
-//! NICs and reported devices (the ccm half).
+//! fidelity check of issue 18), search beyond `alias=`/`name=`, `max` paging, NICs.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -84,6 +83,11 @@ struct SimVm {
     name: String,
     status: String,
     attachments: BTreeMap<String, SimAttachment>,
+    /// The guest agent's addresses (reported devices).
+    ips: Vec<String>,
+    cpus: u64,
+    memory: u64,
+    instance_type: Option<String>,
 }
 
 struct Domain {
@@ -165,6 +169,25 @@ const API: &str = "/ovirt-engine/api";
 pub const CLUSTER: &str = "Default";
 const CLUSTER_ID: &str = "a7d6ba4e-8d2b-11ee-9f3c-00163e000001";
 const DATA_CENTER_ID: &str = "a7d6ba4e-8d2b-11ee-9f3c-00163e000002";
+/// The engine's data center, as a fresh install names it.
+pub const DATA_CENTER: &str = "Default";
+/// The instance types a fresh engine has: (name, CPUs, memory in MiB).
+pub const INSTANCE_TYPES: &[(&str, u64, u64)] = &[
+    ("Tiny", 1, 512),
+    ("Small", 1, 2048),
+    ("Medium", 2, 4096),
+    ("Large", 2, 8192),
+    ("XLarge", 4, 16384),
+];
+
+/// An instance type's stable id in this engine.
+fn instance_type_id(name: &str) -> String {
+    let n = INSTANCE_TYPES
+        .iter()
+        .position(|(t, _, _)| *t == name)
+        .unwrap_or(0);
+    format!("00000003-0003-0003-0003-{n:012x}")
+}
 
 impl Engine {
     /// An engine with one data storage domain `data` of `capacity` bytes, keeping disk
@@ -216,7 +239,7 @@ impl Engine {
         url
     }
 
-    /// A VM (status `up`); returns its id.
+    /// A VM (status `up`, 2 CPUs, 4 GiB, no guest addresses yet); returns its id.
     pub fn add_vm(&self, name: &str) -> String {
         let id = uuid();
         self.state.lock().expect("state").vms.insert(
@@ -226,9 +249,37 @@ impl Engine {
                 name: name.to_owned(),
                 status: "up".into(),
                 attachments: BTreeMap::new(),
+                ips: Vec::new(),
+                cpus: 2,
+                memory: 4 << 30,
+                instance_type: None,
             },
         );
         id
+    }
+
+    /// What the guest agent reports of VM `id`'s addresses.
+    pub fn set_vm_ips(&self, id: &str, ips: &[&str]) {
+        if let Some(vm) = self.state.lock().expect("state").vms.get_mut(id) {
+            vm.ips = ips.iter().map(|s| s.to_string()).collect();
+        }
+    }
+
+    /// VM `id`'s status (`up`, `down`, `powering_up`, …).
+    pub fn set_vm_status(&self, id: &str, status: &str) {
+        if let Some(vm) = self.state.lock().expect("state").vms.get_mut(id) {
+            vm.status = status.to_owned();
+        }
+    }
+
+    /// VM `id` made from the engine's instance type `name` (`Small`, `Medium`, …).
+    pub fn set_vm_instance_type(&self, id: &str, name: &str) {
+        if let Some(vm) = self.state.lock().expect("state").vms.get_mut(id) {
+            vm.instance_type = INSTANCE_TYPES
+                .iter()
+                .find(|(n, _, _)| *n == name)
+                .map(|(n, _, _)| n.to_string());
+        }
     }
 
     /// Removes a VM (its attachments' devices go with it).
@@ -524,14 +575,35 @@ impl Engine {
                     .vms
                     .values()
                     .filter(|vm| wanted.as_deref().is_none_or(|n| vm.name == n))
-                    .map(vm_json)
+                    .map(|vm| vm_json(vm, follows(&query, "reported_devices")))
                     .collect();
                 collection("vm", list)
             }
             ("GET", ["vms", id]) => match st.vms.get(*id) {
-                Some(vm) => answer(200, vm_json(vm)),
+                Some(vm) => answer(200, vm_json(vm, follows(&query, "reported_devices"))),
                 None => not_found(id),
             },
+            ("GET", ["vms", id, "reporteddevices"]) => match st.vms.get(*id) {
+                Some(vm) => answer(200, reported_devices(vm)),
+                None => not_found(id),
+            },
+            ("GET", ["datacenters"]) => collection(
+                "data_center",
+                vec![json!({"href": format!("{API}/datacenters/{DATA_CENTER_ID}"), "id": DATA_CENTER_ID,
+                    "name": DATA_CENTER, "status": "up", "local": "false", "storage_format": "v5"})],
+            ),
+            ("GET", ["instancetypes"]) => collection(
+                "instance_type",
+                INSTANCE_TYPES
+                    .iter()
+                    .map(|(name, cpus, mib)| {
+                        let id = instance_type_id(name);
+                        json!({"href": format!("{API}/instancetypes/{id}"), "id": id, "name": name,
+                            "memory": (mib << 20).to_string(),
+                            "cpu": {"topology": {"sockets": cpus.to_string(), "cores": "1", "threads": "1"}}})
+                    })
+                    .collect(),
+            ),
             ("GET", ["vms", id, "diskattachments"]) => match st.vms.get(*id) {
                 Some(vm) => collection(
                     "disk_attachment",
@@ -787,9 +859,44 @@ impl Engine {
     }
 }
 
-fn vm_json(vm: &SimVm) -> Value {
-    json!({"href": format!("{API}/vms/{}", vm.id), "id": vm.id, "name": vm.name, "status": vm.status,
-        "cluster": {"href": format!("{API}/clusters/{CLUSTER_ID}"), "id": CLUSTER_ID}})
+fn vm_json(vm: &SimVm, follow_devices: bool) -> Value {
+    let mut v = json!({"href": format!("{API}/vms/{}", vm.id), "id": vm.id, "name": vm.name,
+        "status": vm.status, "memory": vm.memory.to_string(), "type": "server",
+        "cpu": {"architecture": "x86_64", "topology": {"sockets": vm.cpus.to_string(), "cores": "1", "threads": "1"}},
+        "cluster": {"href": format!("{API}/clusters/{CLUSTER_ID}"), "id": CLUSTER_ID},
+        "link": [{"href": format!("{API}/vms/{}/reporteddevices", vm.id), "rel": "reporteddevices"},
+                 {"href": format!("{API}/vms/{}/diskattachments", vm.id), "rel": "diskattachments"}]});
+    if let Some(t) = &vm.instance_type {
+        let id = instance_type_id(t);
+        v["instance_type"] = json!({"href": format!("{API}/instancetypes/{id}"), "id": id});
+    }
+    if follow_devices {
+        v["reported_devices"] = reported_devices(vm);
+    }
+    v
+}
+
+/// The guest agent's report: one NIC carrying every address (`{}` before it reports).
+fn reported_devices(vm: &SimVm) -> Value {
+    if vm.ips.is_empty() {
+        return json!({});
+    }
+    let ips: Vec<Value> = vm
+        .ips
+        .iter()
+        .map(|ip| json!({"address": ip, "version": if ip.contains(':') {"v6"} else {"v4"}}))
+        .collect();
+    json!({"reported_device": [{
+        "href": format!("{API}/vms/{}/reporteddevices/{}", vm.id, vm.id), "id": vm.id,
+        "name": "eth0", "type": "network", "description": "guest reported data",
+        "ips": {"ip": ips}, "mac": {"address": "56:6f:1a:2b:00:01"},
+        "vm": {"href": format!("{API}/vms/{}", vm.id), "id": vm.id},
+    }]})
+}
+
+/// Whether `?follow=` names `link` (a comma-separated list).
+fn follows(query: &str, link: &str) -> bool {
+    form_value(query, "follow").is_some_and(|f| f.split(',').any(|l| l.trim() == link))
 }
 
 fn not_found(id: &str) -> Answer {

@@ -381,3 +381,145 @@ impl Drop for Unmount {
         overcast_integration::unmount_under(&self.0);
     }
 }
+
+/// The real ccm against the simulated engine and a faithful in-process API server: Nodes
+/// initialized from their VMs (providerID, addresses from the guest agent, instance type,
+/// cluster as zone and data center as region), a `down` VM's Node tainted; while the
+/// engine answers its HTML page nothing is deleted, and once it is back the Node of a
+/// removed VM is.
+#[tokio::test]
+async fn the_ccm_initializes_nodes_from_vms_and_deletes_only_on_a_certain_answer() {
+    use overcast_integration::fake_api::FakeApi;
+    use serde_json::json;
+    const NODES: &str = "/api/v1/nodes";
+    let s = sim(Latency::default()).await;
+    let w0 = s.engine.add_vm("worker-0");
+    s.engine
+        .set_vm_ips(&w0, &["10.1.0.10", "203.0.113.10", "fe80::1", "fd00::10"]);
+    let w1 = s.engine.add_vm("worker-1");
+    s.engine.set_vm_status(&w1, "down");
+    s.engine.set_vm_instance_type(&w1, "Large");
+    let gone = s.engine.add_vm("worker-gone");
+    let api = FakeApi::default();
+    let url = api.start().await;
+    let kubeconfig = s.dir.path().join("kubeconfig");
+    FakeApi::kubeconfig(&url, &kubeconfig);
+    let node = |name: &str, ready: bool, uninitialized: bool| {
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "spec": {"taints": if uninitialized {
+                json!([{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}])
+            } else { json!([]) }},
+            "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}})
+    };
+    api.put(NODES, node("worker-0", true, true));
+    api.put(NODES, node("worker-1", false, false));
+    api.put(NODES, node("worker-gone", false, false));
+    let conf = s.dir.path().join("cloud-config");
+    std::fs::write(
+        &conf,
+        format!(
+            "server: {}\nusername: {}\npassword: {}\n",
+            s.url,
+            zvirt_sim::USER,
+            zvirt_sim::PASSWORD
+        ),
+    )
+    .unwrap();
+    let log = s.dir.path().join("ccm.log");
+    let port = overcast_integration::free_port();
+    let _ccm = overcast_integration::KillOnDrop(
+        std::process::Command::new(overcast_integration::binary("ccm"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg("--cloud=zvirt")
+            .arg(format!("--cloud-config={}", conf.display()))
+            .arg("--controllers=node,node-lifecycle")
+            .arg("--leader-elect=false")
+            .arg("--node-sync-period=1")
+            .arg("--node-deletion-max-percent=50")
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let until = async |what: &str, f: &dyn Fn() -> bool| {
+        assert!(
+            overcast_integration::eventually(Duration::from_secs(20), f).await,
+            "timed out waiting for {what}; ccm log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    };
+    until("worker-0 initialized", &|| {
+        api.get(NODES, "worker-0")
+            .is_some_and(|n| n["spec"]["providerID"] == format!("zvirt://{w0}"))
+    })
+    .await;
+    let n0 = api.get(NODES, "worker-0").unwrap();
+    let labels = &n0["metadata"]["labels"];
+    assert_eq!(labels["topology.kubernetes.io/zone"], zvirt_sim::CLUSTER);
+    assert_eq!(
+        labels["topology.kubernetes.io/region"],
+        zvirt_sim::DATA_CENTER
+    );
+    assert_eq!(
+        labels["node.kubernetes.io/instance-type"],
+        "zvirt-vm.cpu-2.mem-4gb"
+    );
+    assert_eq!(n0["spec"]["taints"], json!([]));
+    let addresses: Vec<(String, String)> = n0["status"]["addresses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["type"].as_str().unwrap().to_owned(),
+                a["address"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for want in [
+        ("InternalIP", "10.1.0.10"),
+        ("ExternalIP", "203.0.113.10"),
+        ("InternalIP", "fd00::10"),
+        ("Hostname", "worker-0"),
+    ] {
+        assert!(
+            addresses.contains(&(want.0.to_owned(), want.1.to_owned())),
+            "{want:?} in {addresses:?}"
+        );
+    }
+    assert!(
+        !addresses.iter().any(|(_, a)| a == "fe80::1"),
+        "{addresses:?}"
+    );
+    until("worker-1 tainted as shut down", &|| {
+        api.get(NODES, "worker-1").is_some_and(|n| {
+            n["spec"]["taints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|t| t["key"] == "node.cloudprovider.kubernetes.io/shutdown")
+        })
+    })
+    .await;
+
+    // The engine down behind its proxy, and a VM removed meanwhile: nothing is deleted
+    // on answers that are not the engine's.
+    s.engine.set_html(true);
+    s.engine.remove_vm(&gone);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        api.get(NODES, "worker-gone").is_some(),
+        "deleted on an HTML page"
+    );
+    assert!(api.get(NODES, "worker-0").is_some());
+    s.engine.set_html(false);
+    until("worker-gone deleted", &|| {
+        api.get(NODES, "worker-gone").is_none()
+    })
+    .await;
+    assert!(api.get(NODES, "worker-0").is_some());
+    assert!(
+        api.get(NODES, "worker-1").is_some(),
+        "a down VM's Node stays"
+    );
+}

@@ -1,19 +1,21 @@
 //! The zVirt provider (oVirt REST API v4, `/ovirt-engine/api`).
 //!
 //! Built: its configuration ([`config`]: the file or upstream's `ZVIRT_*` variables),
-//! the engine client ([`client`]: SSO token, JSON, faults and HTML answers typed) and disks
-//! for the CSI controller ([`disks`]). Not yet: zones (oVirt clusters), instances for the
-//! ccm, discovery (issue 18, continued).
+//! the engine client ([`client`]: SSO token, JSON, faults and HTML answers typed), disks
+//! for the CSI controller ([`disks`]; zones are the oVirt clusters), VMs as the ccm's
+//! instances ([`instances`]). Not yet: discovery (issue 18, continued).
 
 pub mod client;
 pub mod config;
 pub mod disks;
+pub mod instances;
 
 use std::sync::Arc;
 
 pub use client::Engine;
 pub use config::Config;
 pub use disks::{EngineDisks, Waits};
+pub use instances::EngineInstances;
 
 use overcast_cloud::Result;
 use overcast_cloud_http::{ApiMetrics, HttpClient, HttpSettings};

@@ -276,9 +276,9 @@ fn open_openstack(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
     }
 }
 
-/// zVirt: disks on the engine for the CSI controller. Nothing is contacted here: the SSO
-/// token is asked for by the first call. The ccm half and discovery are not in this build
-/// yet (issue 18, continued).
+/// zVirt: disks on the engine for the CSI controller, its VMs for the ccm. Nothing is
+/// contacted here: the SSO token is asked for by the first call. Discovery is not in this
+/// build yet (issue 18, continued).
 fn open_zvirt(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
     use overcast_cloud_zvirt::{Config, EngineDisks, Waits};
     let env = |k: &str| std::env::var(k).ok();
@@ -301,8 +301,18 @@ fn open_zvirt(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
                 ..Cloud::default()
             })
         }
-        Role::Ccm | Role::Discoverer => anyhow::bail!(
-            "cloud \"zvirt\": its configuration is complete (engine at {}); its ccm half and discovery are not in this build yet — its CSI driver is",
+        // zVirt has no load balancers (nor routes): the ccm runs the node controllers.
+        Role::Ccm => {
+            let engine =
+                overcast_cloud_zvirt::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
+            Ok(Cloud {
+                name: CloudName::Zvirt.as_str(),
+                instances: Some(Arc::new(overcast_cloud_zvirt::EngineInstances::new(engine))),
+                ..Cloud::default()
+            })
+        }
+        Role::Discoverer => anyhow::bail!(
+            "cloud \"zvirt\": its configuration is complete (engine at {}); its discovery is not in this build yet — its CSI driver and ccm are",
             config.api_url
         ),
     }
