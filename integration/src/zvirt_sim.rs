@@ -94,6 +94,8 @@ struct Domain {
     id: String,
     name: String,
     available: u64,
+    storage: String,
+    external_status: String,
 }
 
 #[derive(Default)]
@@ -198,6 +200,8 @@ impl Engine {
                 id: uuid(),
                 name: "data".into(),
                 available: capacity,
+                storage: "nfs".into(),
+                external_status: "ok".into(),
             }],
             ..State::default()
         };
@@ -256,6 +260,25 @@ impl Engine {
             },
         );
         id
+    }
+
+    /// Another data storage domain (`storage`: nfs, iscsi, fcp, …).
+    pub fn add_storage_domain(&self, name: &str, capacity: u64, storage: &str) {
+        self.state.lock().expect("state").domains.push(Domain {
+            id: uuid(),
+            name: name.to_owned(),
+            available: capacity,
+            storage: storage.to_owned(),
+            external_status: "ok".into(),
+        });
+    }
+
+    /// A storage domain's `external_status` (`ok`, `warning`, `error`, `failure`).
+    pub fn set_storage_domain_status(&self, name: &str, status: &str) {
+        let mut st = self.state.lock().expect("state");
+        if let Some(d) = st.domains.iter_mut().find(|d| d.name == name) {
+            d.external_status = status.to_owned();
+        }
     }
 
     /// What the guest agent reports of VM `id`'s addresses.
@@ -658,10 +681,10 @@ impl Engine {
                             .sum();
                         json!({
                             "href": format!("{API}/storagedomains/{}", sd.id), "id": sd.id,
-                            "name": sd.name, "type": "data", "master": "true",
+                            "name": sd.name, "type": "data", "master": (sd.name == "data").to_string(),
                             "available": sd.available.to_string(), "used": used.to_string(),
-                            "committed": used.to_string(), "external_status": "ok",
-                            "storage": {"type": "nfs"},
+                            "committed": used.to_string(), "external_status": sd.external_status,
+                            "storage": {"type": sd.storage},
                         })
                     })
                     .collect(),

@@ -523,3 +523,138 @@ async fn the_ccm_initializes_nodes_from_vms_and_deletes_only_on_a_certain_answer
         "a down VM's Node stays"
     );
 }
+
+/// The real discoverer against the simulated engine and a faithful API server: the
+/// discovery Secret's `ZvirtCloudProviderDiscoveryData` (the data domains by name, the
+/// first the default, a domain the engine reports in error not enabled), the
+/// InstanceTypesCatalog from the engine's instance types, the conditions, and this
+/// cluster's disk no PV names reported as an orphan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_discoverer_publishes_what_the_engine_holds() {
+    use overcast_integration::fake_api::FakeApi;
+    use serde_json::{json, Value};
+    const SECRETS: &str = "/api/v1/namespaces/kube-system/secrets";
+    const CONFIGMAPS: &str = "/api/v1/namespaces/kube-system/configmaps";
+    const CATALOGS: &str = "/apis/deckhouse.io/v1alpha1/instancetypescatalogs";
+    let s = sim(Latency::default()).await;
+    s.engine.add_storage_domain("fast", 50 * GIB, "fcp");
+    s.engine.add_storage_domain("broken", 50 * GIB, "iscsi");
+    s.engine.set_storage_domain_status("broken", "error");
+    let d = disks(&config(&s.url, zvirt_sim::USER, zvirt_sim::PASSWORD));
+    let orphan = d
+        .create_disk(DiskSpec {
+            name: "pvc-orphan".into(),
+            size_bytes: GIB,
+            zone: Zone::default(),
+            parameters: parameters("data"),
+            metadata: BTreeMap::from([(
+                "csi.storage.k8s.io/pv/name".to_owned(),
+                "pvc-orphan".to_owned(),
+            )]),
+            source: None,
+        })
+        .await
+        .unwrap();
+    let api = FakeApi::default();
+    let url = api.start().await;
+    let kubeconfig = s.dir.path().join("kubeconfig");
+    FakeApi::kubeconfig(&url, &kubeconfig);
+    let conf = s.dir.path().join("cloud-config");
+    std::fs::write(
+        &conf,
+        format!(
+            "server: {}\nusername: {}\npassword: {}\n",
+            s.url,
+            zvirt_sim::USER,
+            zvirt_sim::PASSWORD
+        ),
+    )
+    .unwrap();
+    let port = overcast_integration::free_port();
+    let _discoverer = overcast_integration::KillOnDrop(
+        std::process::Command::new(overcast_integration::binary("discoverer"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg("--cloud=zvirt")
+            .arg(format!("--cloud-config={}", conf.display()))
+            .arg("--cluster=overcast-it")
+            .arg("--discovery-period=1")
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let document = || -> Option<Value> {
+        let secret: k8s_openapi::api::core::v1::Secret =
+            serde_json::from_value(api.get(SECRETS, "d8-cloud-provider-discovery-data")?).ok()?;
+        serde_json::from_slice(&secret.data?.get("discovery-data.json")?.0).ok()
+    };
+    assert!(
+        overcast_integration::eventually(Duration::from_secs(20), || document().is_some()).await,
+        "the discovery Secret"
+    );
+    let doc = document().unwrap();
+    assert_eq!(doc["apiVersion"], "deckhouse.io/v1");
+    assert_eq!(doc["kind"], "ZvirtCloudProviderDiscoveryData");
+    assert_eq!(
+        doc["storageDomains"],
+        json!([
+            {"name": "broken", "type": "iscsi", "isEnabled": false, "isDefault": true},
+            {"name": "data", "type": "nfs", "isEnabled": true, "isDefault": false},
+            {"name": "fast", "type": "fcp", "isEnabled": true, "isDefault": false},
+        ])
+    );
+    assert!(
+        overcast_integration::eventually(Duration::from_secs(10), || api
+            .get(CATALOGS, "for-cluster-autoscaler")
+            .is_some())
+        .await
+    );
+    let catalog = api.get(CATALOGS, "for-cluster-autoscaler").unwrap();
+    let names: Vec<&str> = catalog["instanceTypes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), zvirt_sim::INSTANCE_TYPES.len(), "{catalog}");
+    let large = catalog["instanceTypes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "Large")
+        .unwrap();
+    assert_eq!(large["memory"], "8192Mi", "{large}");
+    assert!(
+        overcast_integration::eventually(Duration::from_secs(10), || api
+            .get(CONFIGMAPS, "d8-cloud-provider-conditions")
+            .is_some())
+        .await
+    );
+    let cm = api.get(CONFIGMAPS, "d8-cloud-provider-conditions").unwrap();
+    let conditions: Vec<Value> =
+        serde_json::from_str(cm["data"]["conditions"].as_str().unwrap()).unwrap();
+    let ok = |name: &str| {
+        conditions
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["ok"].clone())
+    };
+    assert_eq!(ok("auth"), Some(json!(true)), "{conditions:?}");
+    assert_eq!(ok("engine-version"), Some(json!(true)), "{conditions:?}");
+    assert_eq!(ok("storage-domains"), Some(json!(false)), "{conditions:?}");
+    let metric = format!(
+        "cloud_data_discovery_orphaned_disk_info{{id=\"{}\",name=\"pvc-orphan\"}} 1",
+        orphan.id
+    );
+    assert!(
+        overcast_integration::eventually(Duration::from_secs(10), || {
+            overcast_integration::http_get(port, "/metrics")
+                .1
+                .contains(&metric)
+        })
+        .await,
+        "{}",
+        overcast_integration::http_get(port, "/metrics").1
+    );
+    d.delete_disk(&orphan.id).await.unwrap();
+}

@@ -223,11 +223,7 @@ pub fn class_shapes(class: &api::VirtualMachineClass) -> Vec<InstanceType> {
 }
 
 fn condition(name: &str, ok: bool, message: impl Into<String>) -> CloudCondition {
-    CloudCondition {
-        name: name.into(),
-        message: message.into(),
-        ok,
-    }
+    CloudCondition::new(name, ok, message)
 }
 
 #[async_trait]

@@ -293,11 +293,7 @@ fn next_page(current: &str, next: Option<&str>) -> Option<String> {
 }
 
 fn condition(name: &str, ok: bool, message: impl Into<String>) -> CloudCondition {
-    CloudCondition {
-        name: name.into(),
-        message: message.into(),
-        ok,
-    }
+    CloudCondition::new(name, ok, message)
 }
 
 #[cfg(test)]

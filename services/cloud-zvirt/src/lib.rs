@@ -3,10 +3,11 @@
 //! Built: its configuration ([`config`]: the file or upstream's `ZVIRT_*` variables),
 //! the engine client ([`client`]: SSO token, JSON, faults and HTML answers typed), disks
 //! for the CSI controller ([`disks`]; zones are the oVirt clusters), VMs as the ccm's
-//! instances ([`instances`]). Not yet: discovery (issue 18, continued).
+//! instances ([`instances`]), discovery for Deckhouse ([`discovery`]).
 
 pub mod client;
 pub mod config;
+pub mod discovery;
 pub mod disks;
 pub mod instances;
 
@@ -14,6 +15,7 @@ use std::sync::Arc;
 
 pub use client::Engine;
 pub use config::Config;
+pub use discovery::EngineDiscovery;
 pub use disks::{EngineDisks, Waits};
 pub use instances::EngineInstances;
 

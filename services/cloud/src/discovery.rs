@@ -24,6 +24,16 @@ pub struct CloudCondition {
     pub ok: bool,
 }
 
+impl CloudCondition {
+    pub fn new(name: &str, ok: bool, message: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            message: message.into(),
+            ok,
+        }
+    }
+}
+
 /// A disk with the metadata the CSI driver recorded on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterDisk {

@@ -276,9 +276,8 @@ fn open_openstack(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
     }
 }
 
-/// zVirt: disks on the engine for the CSI controller, its VMs for the ccm. Nothing is
-/// contacted here: the SSO token is asked for by the first call. Discovery is not in this
-/// build yet (issue 18, continued).
+/// zVirt: disks on the engine for the CSI controller, its VMs for the ccm, discovery.
+/// Nothing is contacted here: the SSO token is asked for by the first call.
 fn open_zvirt(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
     use overcast_cloud_zvirt::{Config, EngineDisks, Waits};
     let env = |k: &str| std::env::var(k).ok();
@@ -288,8 +287,7 @@ fn open_zvirt(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
     }
     match role {
         Role::CsiController => {
-            let engine =
-                overcast_cloud_zvirt::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
+            let engine = overcast_cloud_zvirt::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
             Ok(Cloud {
                 name: CloudName::Zvirt.as_str(),
                 disks: Some(Arc::new(EngineDisks::new(
@@ -303,18 +301,29 @@ fn open_zvirt(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
         }
         // zVirt has no load balancers (nor routes): the ccm runs the node controllers.
         Role::Ccm => {
-            let engine =
-                overcast_cloud_zvirt::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
+            let engine = overcast_cloud_zvirt::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
             Ok(Cloud {
                 name: CloudName::Zvirt.as_str(),
                 instances: Some(Arc::new(overcast_cloud_zvirt::EngineInstances::new(engine))),
                 ..Cloud::default()
             })
         }
-        Role::Discoverer => anyhow::bail!(
-            "cloud \"zvirt\": its configuration is complete (engine at {}); its discovery is not in this build yet — its CSI driver and ccm are",
-            config.api_url
-        ),
+        Role::Discoverer => {
+            let engine = overcast_cloud_zvirt::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
+            let disks = EngineDisks::new(
+                Arc::clone(&engine),
+                s.cluster.clone(),
+                s.max_attachments_per_node,
+                Waits::default(),
+            );
+            Ok(Cloud {
+                name: CloudName::Zvirt.as_str(),
+                discovery: Some(Arc::new(overcast_cloud_zvirt::EngineDiscovery::new(
+                    engine, disks,
+                ))),
+                ..Cloud::default()
+            })
+        }
     }
 }
 
