@@ -12,8 +12,9 @@
 //! `scsi-0QEMU_QEMU_HARDDISK_<disk-id[:20]>` in a by-id directory the node plugin is
 //! pointed at, so a volume is really formatted and mounted. Plain HTTP on loopback.
 //!
-//! Not yet: XML (the engine's canonical form, which the official Python SDK speaks — the
-//! fidelity check of issue 18), search beyond `alias=`/`name=`, `max` paging, NICs.
+//! It speaks the engine's XML (its canonical form, what the official SDKs and the Go
+//! clients upstream send) as well as JSON: the official Python SDK drives it in a test.
+//! Not yet: search beyond `alias=`/`name=`, `max` paging, NICs.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -111,6 +112,8 @@ struct State {
     /// Calls by `METHOD route` (ids replaced by `{id}`).
     calls: BTreeMap<String, u64>,
     logins: u64,
+    /// Calls answered 401 (no valid token).
+    unauthorized: u64,
 }
 
 #[derive(Clone)]
@@ -348,6 +351,14 @@ impl Engine {
         self.state.lock().expect("state").stuck_alias = alias.map(str::to_owned);
     }
 
+    /// Disks stuck locked get unstuck (their operation finishes at last).
+    pub fn unstick_all(&self) {
+        let mut st = self.state.lock().expect("state");
+        for d in st.disks.values_mut() {
+            d.stuck = false;
+        }
+    }
+
     /// Tokens issued from now on live `ttl` (the engine's default is 30 minutes).
     pub fn set_token_ttl(&self, ttl: Option<Duration>) {
         self.state.lock().expect("state").token_ttl = ttl;
@@ -362,6 +373,11 @@ impl Engine {
     /// SSO logins so far.
     pub fn logins(&self) -> u64 {
         self.state.lock().expect("state").logins
+    }
+
+    /// Calls answered 401 so far (no valid token).
+    pub fn unauthorized(&self) -> u64 {
+        self.state.lock().expect("state").unauthorized
     }
 
     /// Calls so far by `METHOD route`.
@@ -514,7 +530,50 @@ impl Engine {
         })
     }
 
+    /// Answers in the engine's XML when the client asks for it (`Accept: application/xml`,
+    /// as the SDKs do), reading an XML body too; JSON otherwise.
     async fn handle(&self, req: Request<hyper::body::Incoming>) -> Answer {
+        let header = |name: hyper::header::HeaderName| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let wants_xml = header(hyper::header::ACCEPT).contains("xml");
+        let method = req.method().as_str().to_owned();
+        let path = req.uri().path().to_owned();
+        let resp = self.handle_json(req).await;
+        if !wants_xml
+            || resp
+                .headers()
+                .get(hyper::header::CONTENT_TYPE)
+                .is_none_or(|v| v != "application/json")
+        {
+            return resp;
+        }
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let root = match status.as_u16() {
+            400.. => "fault".to_owned(),
+            _ => xml_root(&method, &path),
+        };
+        let mut r = Response::new(Full::new(Bytes::from(xml::to_xml(&root, &value))));
+        *r.status_mut() = status;
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/xml;charset=UTF-8"),
+        );
+        r
+    }
+
+    async fn handle_json(&self, req: Request<hyper::body::Incoming>) -> Answer {
         tokio::time::sleep(self.latency.answer).await;
         let slow = self.state.lock().expect("state").slow;
         if let Some(delay) = slow {
@@ -550,6 +609,7 @@ impl Engine {
             .and_then(|t| st.tokens.get(t))
             .is_some_and(|until| Instant::now() < *until);
         if !valid {
+            st.unauthorized += 1;
             // The engine answers an expired or unknown token with 401 and no fault.
             let mut r = answer(401, json!({}));
             r.headers_mut().insert(
@@ -567,7 +627,13 @@ impl Engine {
             .collect::<Vec<_>>()
             .join("/");
         *st.calls.entry(format!("{method} /{route}")).or_default() += 1;
-        let doc: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let doc: Value = match body.first() {
+            Some(b'<') => match xml::from_xml(&String::from_utf8_lossy(&body)) {
+                Ok((_, v)) => v,
+                Err(e) => return fault(400, &format!("Request syntax error: {e}")),
+            },
+            _ => serde_json::from_slice(&body).unwrap_or(Value::Null),
+        };
         let search = form_value(&query, "search");
         match (method.as_str(), parts.as_slice()) {
             ("GET", [""]) => answer(
@@ -917,6 +983,33 @@ fn reported_devices(vm: &SimVm) -> Value {
     }]})
 }
 
+/// The XML root of a successful answer: a collection's plural, an object's type, the
+/// API root's `api`, an action's `action`.
+fn xml_root(method: &str, path: &str) -> String {
+    let rest = path.strip_prefix(API).unwrap_or(path).trim_matches('/');
+    if rest.is_empty() {
+        return "api".into();
+    }
+    let parts: Vec<&str> = rest.split('/').collect();
+    let collection = parts[(parts.len() - 1) / 2 * 2];
+    let singular = match collection {
+        "disks" => "disk",
+        "vms" => "vm",
+        "diskattachments" => "disk_attachment",
+        "storagedomains" => "storage_domain",
+        "clusters" => "cluster",
+        "datacenters" => "data_center",
+        "instancetypes" => "instance_type",
+        "reporteddevices" => "reported_device",
+        other => other,
+    };
+    match (method, parts.len() % 2) {
+        ("DELETE", _) => "action".into(),
+        ("GET", 1) => format!("{singular}s"),
+        _ => singular.into(),
+    }
+}
+
 /// Whether `?follow=` names `link` (a comma-separated list).
 fn follows(query: &str, link: &str) -> bool {
     form_value(query, "follow").is_some_and(|f| f.split(',').any(|l| l.trim() == link))
@@ -960,4 +1053,189 @@ fn search_term(search: &str, key: &str) -> Option<String> {
         Some(quoted) => quoted.split('"').next().unwrap_or("").to_owned(),
         None => rest.split_whitespace().next().unwrap_or("").to_owned(),
     })
+}
+
+/// The engine's XML, from and to the JSON form the simulator keeps: an object is an
+/// element, its `id`, `href` and `rel` attributes; an array is its elements repeated under
+/// the array's name (`{"disk": [..]}` in `<disks>` is `<disks><disk/>…</disks>`); a scalar
+/// is text. The SDKs and Go clients upstream speak this form.
+pub mod xml {
+    use serde_json::{Map, Value};
+
+    const ATTRIBUTES: &[&str] = &["id", "href", "rel"];
+
+    fn escape(s: &str) -> String {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+    }
+
+    fn text(v: &Value) -> Option<String> {
+        match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            Value::Bool(b) => Some(b.to_string()),
+            _ => None,
+        }
+    }
+
+    fn write(out: &mut String, name: &str, v: &Value) {
+        match v {
+            Value::Null => {}
+            Value::Array(items) => {
+                for item in items {
+                    write(out, name, item);
+                }
+            }
+            Value::Object(map) => {
+                out.push('<');
+                out.push_str(name);
+                for key in ATTRIBUTES {
+                    if let Some(t) = map.get(*key).and_then(text) {
+                        out.push_str(&format!(" {key}=\"{}\"", escape(&t)));
+                    }
+                }
+                let children: Vec<(&String, &Value)> = map
+                    .iter()
+                    .filter(|(k, _)| !ATTRIBUTES.contains(&k.as_str()))
+                    .collect();
+                if children.is_empty() {
+                    out.push_str("/>");
+                    return;
+                }
+                out.push('>');
+                for (k, v) in children {
+                    write(out, k, v);
+                }
+                out.push_str(&format!("</{name}>"));
+            }
+            scalar => {
+                let t = text(scalar).unwrap_or_default();
+                out.push_str(&format!("<{name}>{}</{name}>", escape(&t)));
+            }
+        }
+    }
+
+    /// `value` as the element `root`.
+    pub fn to_xml(root: &str, value: &Value) -> String {
+        let mut out =
+            String::from("<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"yes\"?>\n");
+        match value {
+            // An empty collection, or an answer with nothing in it.
+            Value::Object(m) if m.is_empty() => out.push_str(&format!("<{root}/>")),
+            _ => write(&mut out, root, value),
+        }
+        out
+    }
+
+    struct Node {
+        name: String,
+        attributes: Map<String, Value>,
+        children: Vec<Node>,
+        text: String,
+    }
+
+    fn to_value(node: Node) -> Value {
+        if node.children.is_empty() && node.attributes.is_empty() {
+            return Value::String(node.text.trim().to_owned());
+        }
+        let mut map = node.attributes;
+        let plural_of = |child: &str| node.name == format!("{child}s");
+        for child in node.children {
+            let name = child.name.clone();
+            let list = plural_of(&name);
+            let v = to_value(child);
+            match map.get_mut(&name) {
+                Some(Value::Array(items)) => items.push(v),
+                Some(existing) => {
+                    let first = existing.take();
+                    *existing = Value::Array(vec![first, v]);
+                }
+                None if list => {
+                    map.insert(name, Value::Array(vec![v]));
+                }
+                None => {
+                    map.insert(name, v);
+                }
+            }
+        }
+        Value::Object(map)
+    }
+
+    /// The root element's name and its content, or why the text is not XML.
+    pub fn from_xml(text: &str) -> Result<(String, Value), String> {
+        use quick_xml::events::Event;
+        let mut reader = quick_xml::Reader::from_str(text);
+        let mut stack: Vec<Node> = Vec::new();
+        let open = |e: &quick_xml::events::BytesStart| -> Result<Node, String> {
+            let mut attributes = Map::new();
+            for a in e.attributes() {
+                let a = a.map_err(|e| e.to_string())?;
+                let key = String::from_utf8_lossy(a.key.as_ref()).into_owned();
+                let value = a.unescape_value().map_err(|e| e.to_string())?;
+                attributes.insert(key, Value::String(value.into_owned()));
+            }
+            Ok(Node {
+                name: String::from_utf8_lossy(e.name().as_ref()).into_owned(),
+                attributes,
+                children: Vec::new(),
+                text: String::new(),
+            })
+        };
+        loop {
+            match reader.read_event().map_err(|e| e.to_string())? {
+                Event::Start(e) => stack.push(open(&e)?),
+                Event::Empty(e) => {
+                    let node = open(&e)?;
+                    match stack.last_mut() {
+                        Some(parent) => parent.children.push(node),
+                        None => return Ok((node.name.clone(), to_value(node))),
+                    }
+                }
+                Event::Text(t) => {
+                    if let Some(top) = stack.last_mut() {
+                        let s = t.decode().map_err(|e| e.to_string())?;
+                        top.text
+                            .push_str(&quick_xml::escape::unescape(&s).map_err(|e| e.to_string())?);
+                    }
+                }
+                Event::End(_) => {
+                    let node = stack.pop().ok_or("an end without a start")?;
+                    match stack.last_mut() {
+                        Some(parent) => parent.children.push(node),
+                        None => return Ok((node.name.clone(), to_value(node))),
+                    }
+                }
+                Event::Eof => return Err("no root element".into()),
+                _ => {}
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use serde_json::json;
+
+        #[test]
+        fn the_engine_s_xml_reads_back_as_its_json() {
+            let disk = json!({"href": "/ovirt-engine/api/disks/1", "id": "1", "alias": "a<b",
+                "provisioned_size": "1073741824",
+                "storage_domains": {"storage_domain": [{"id": "sd1", "href": "/sd/sd1"}]},
+                "vms": {"vm": [{"id": "v1"}, {"id": "v2"}]}});
+            let text = to_xml("disk", &disk);
+            assert!(
+                text.contains("<disk href=\"/ovirt-engine/api/disks/1\" id=\"1\">"),
+                "{text}"
+            );
+            assert!(text.contains("<alias>a&lt;b</alias>"), "{text}");
+            let (root, back) = from_xml(&text).unwrap();
+            assert_eq!(root, "disk");
+            assert_eq!(back, disk);
+            let (root, empty) = from_xml(&to_xml("disks", &json!({}))).unwrap();
+            assert_eq!((root.as_str(), empty), ("disks", json!("")));
+            assert!(from_xml("{\"not\": \"xml\"}").is_err());
+        }
+    }
 }

@@ -1,0 +1,141 @@
+"""Drives the zVirt engine simulator with the official oVirt Python SDK (ovirt-engine-sdk-python,
+which speaks the engine's XML) through every call the Overcast provider makes, and checks that the
+SDK parses every answer into the engine's types. Usage: drive.py URL USER PASSWORD VM_NAME.
+Prints one line per step; exits non-zero on the first failure."""
+
+import sys
+import time
+
+import ovirtsdk4 as sdk
+import ovirtsdk4.types as types
+
+url, user, password, vm_name = sys.argv[1:5]
+
+
+def step(what):
+    print("ok:", what, flush=True)
+
+
+def wait_disk(service, status, seconds=30):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        disk = service.get()
+        if disk.status == status:
+            return disk
+        time.sleep(0.1)
+    raise AssertionError("disk not %s after %ss" % (status, seconds))
+
+
+connection = sdk.Connection(url=url, username=user, password=password, insecure=True)
+try:
+    connection.test(raise_exception=True)
+    step("SSO login")
+    system = connection.system_service()
+    api = system.get()
+    assert api.product_info.version.major == 4, api.product_info.version.major
+    step("api root: engine %s" % api.product_info.version.full_version)
+
+    vms = system.vms_service().list(search="name=%s" % vm_name)
+    assert len(vms) == 1 and vms[0].name == vm_name, vms
+    vm = vms[0]
+    assert vm.status == types.VmStatus.UP, vm.status
+    step("VM search: %s %s" % (vm.id, vm.status))
+    vm_service = system.vms_service().vm_service(vm.id)
+    got = vm_service.get()
+    assert got.id == vm.id and got.cluster.id, got
+    assert got.cpu.topology.sockets >= 1 and got.memory > 0
+    step("VM get")
+    devices = vm_service.reported_devices_service().list()
+    ips = [ip.address for d in devices for ip in (d.ips or [])]
+    assert "10.1.0.10" in ips, ips
+    assert devices[0].type == types.ReportedDeviceType.NETWORK
+    step("reported devices: %s" % ips)
+    clusters = system.clusters_service().list()
+    assert clusters and clusters[0].name and clusters[0].data_center.id
+    centers = system.data_centers_service().list()
+    assert centers and centers[0].name
+    kinds = system.instance_types_service().list()
+    assert any(t.name == "Large" and t.memory == 8 << 30 for t in kinds), kinds
+    step("clusters, data centers, instance types")
+
+    domains = system.storage_domains_service().list()
+    data = [d for d in domains if d.type == types.StorageDomainType.DATA]
+    assert data and data[0].available > 0 and data[0].storage.type, domains
+    step("storage domains: %s" % [d.name for d in data])
+
+    disks_service = system.disks_service()
+    disk = disks_service.add(
+        types.Disk(
+            alias="sdk-disk",
+            description='{"cluster":"sdk"}',
+            provisioned_size=1 << 30,
+            format=types.DiskFormat.COW,
+            sparse=True,
+            storage_domains=[types.StorageDomain(name=data[0].name)],
+        )
+    )
+    assert disk.status == types.DiskStatus.LOCKED, disk.status
+    step("disk create: %s %s" % (disk.id, disk.status))
+    disk_service = disks_service.disk_service(disk.id)
+    disk = wait_disk(disk_service, types.DiskStatus.OK)
+    assert disk.provisioned_size == 1 << 30 and disk.format == types.DiskFormat.COW
+    step("disk polled to ok")
+    found = disks_service.list(search='alias="sdk-disk"')
+    assert [d.id for d in found] == [disk.id], found
+    step("disk search by alias")
+
+    attachments = vm_service.disk_attachments_service()
+    attachment = attachments.add(
+        types.DiskAttachment(
+            disk=types.Disk(id=disk.id),
+            interface=types.DiskInterface.VIRTIO_SCSI,
+            bootable=False,
+            active=True,
+        )
+    )
+    assert attachment.id == disk.id and attachment.interface == types.DiskInterface.VIRTIO_SCSI
+    step("attach: active=%s" % attachment.active)
+    attachment_service = attachments.attachment_service(disk.id)
+    deadline = time.time() + 30
+    while not attachment_service.get().active:
+        assert time.time() < deadline, "attachment never active"
+        time.sleep(0.1)
+    assert [a.id for a in attachments.list()] == [disk.id]
+    assert [v.id for v in disk_service.get().vms] == [vm.id]
+    step("attachment active")
+
+    try:
+        disk_service.remove()
+        raise AssertionError("an attached disk was removed")
+    except sdk.Error as e:
+        assert e.code == 409, e.code
+        step("remove of an attached disk: fault %s" % e.code)
+
+    disk_service.update(types.Disk(provisioned_size=2 << 30))
+    disk = wait_disk(disk_service, types.DiskStatus.OK)
+    assert disk.provisioned_size == 2 << 30, disk.provisioned_size
+    step("resize to 2 GiB")
+
+    attachment_service.remove()
+    assert attachments.list() == []
+    step("detach (the disk stays: %s)" % disk_service.get().status)
+
+    try:
+        system.vms_service().vm_service("6f1c2d3e-4a5b-4c7d-8e9f-0a1b2c3d4e5f").get()
+        raise AssertionError("a VM that does not exist was found")
+    except sdk.NotFoundError:
+        step("a VM that does not exist: NotFoundError")
+
+    disk_service.remove()
+    deadline = time.time() + 30
+    while True:
+        try:
+            disk_service.get()
+        except sdk.NotFoundError:
+            break
+        assert time.time() < deadline, "disk never went"
+        time.sleep(0.1)
+    step("disk removed")
+finally:
+    connection.close(logout=False)
+print("all calls parsed", flush=True)
