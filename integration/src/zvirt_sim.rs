@@ -1062,7 +1062,7 @@ fn search_term(search: &str, key: &str) -> Option<String> {
 pub mod xml {
     use serde_json::{Map, Value};
 
-    const ATTRIBUTES: &[&str] = &["id", "href", "rel"];
+    const ATTRIBUTES: &[&str] = &["href", "id", "rel"];
 
     fn escape(s: &str) -> String {
         s.replace('&', "&amp;")
@@ -1195,9 +1195,24 @@ pub mod xml {
                 }
                 Event::Text(t) => {
                     if let Some(top) = stack.last_mut() {
-                        let s = t.decode().map_err(|e| e.to_string())?;
-                        top.text
-                            .push_str(&quick_xml::escape::unescape(&s).map_err(|e| e.to_string())?);
+                        top.text.push_str(&t.decode().map_err(|e| e.to_string())?);
+                    }
+                }
+                // `&lt;` and its kind come apart from the text around them.
+                Event::GeneralRef(r) => {
+                    if let Some(top) = stack.last_mut() {
+                        let c = match r.resolve_char_ref().map_err(|e| e.to_string())? {
+                            Some(c) => c,
+                            None => match r.decode().map_err(|e| e.to_string())?.as_ref() {
+                                "lt" => '<',
+                                "gt" => '>',
+                                "amp" => '&',
+                                "quot" => '"',
+                                "apos" => '\'',
+                                other => return Err(format!("unknown entity &{other};")),
+                            },
+                        };
+                        top.text.push(c);
                     }
                 }
                 Event::End(_) => {
