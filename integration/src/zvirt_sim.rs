@@ -375,6 +375,17 @@ impl Engine {
         self.state.lock().expect("state").logins
     }
 
+    /// How many VMs the engine has.
+    pub fn vm_count(&self) -> usize {
+        self.state.lock().expect("state").vms.len()
+    }
+
+    /// When the attachment of `disk` to `vm` became (or becomes) active.
+    pub fn active_at(&self, vm: &str, disk: &str) -> Option<Instant> {
+        let st = self.state.lock().expect("state");
+        Some(st.vms.get(vm)?.attachments.get(disk)?.active_at)
+    }
+
     /// Calls answered 401 so far (no valid token).
     pub fn unauthorized(&self) -> u64 {
         self.state.lock().expect("state").unauthorized
