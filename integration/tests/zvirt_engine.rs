@@ -240,6 +240,29 @@ async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_engine() {
         .collect();
     assert_eq!(named.len(), 1, "{named:?}");
 
+    // GetCapacity answers for the class's domain ("data", 200 GiB less the disk made),
+    // and without parameters for the largest domain.
+    s.engine.add_storage_domain("small", 5 * GIB, "nfs");
+    for (parameters, want) in [
+        (create.parameters.clone(), 199 * GIB),
+        (
+            [("storageDomainName".to_owned(), "small".to_owned())].into(),
+            5 * GIB,
+        ),
+        (Default::default(), 199 * GIB),
+    ] {
+        let got = c
+            .get_capacity(csi::GetCapacityRequest {
+                parameters,
+                ..Default::default()
+            })
+            .await
+            .expect("capacity")
+            .into_inner()
+            .available_capacity;
+        assert_eq!(got, want as i64);
+    }
+
     let mut bad = create.clone();
     bad.name = "pvc-zvirt-bad".into();
     bad.parameters.remove("storageDomainName");
@@ -776,4 +799,97 @@ async fn the_official_ovirt_sdk_parses_every_answer_of_the_simulated_engine() {
     ] {
         assert!(calls.contains_key(route), "{route} not driven: {calls:?}");
     }
+}
+
+/// kubernetes-csi's csi-sanity against the real `csi` binary on the simulated engine,
+/// mount and block mode, with the StorageClass parameters a zVirt class names: every spec
+/// the driver's capabilities call for, with real attachments (loop devices) and mounts.
+/// Runs when `OVERCAST_CSI_SANITY` names a csi-sanity binary.
+#[tokio::test]
+async fn csi_sanity_passes_on_the_simulated_engine() {
+    let Ok(sanity) = std::env::var("OVERCAST_CSI_SANITY") else {
+        overcast_integration::say_skipped(
+            "set OVERCAST_CSI_SANITY to run csi-sanity against the zVirt provider",
+        );
+        return;
+    };
+    let s = sim(Latency::default()).await;
+    let vm = s.engine.add_vm("sanity-vm");
+    let conf = s.dir.path().join("cloud-config");
+    std::fs::write(
+        &conf,
+        format!(
+            "server: {}\nusername: {}\npassword: {}\n",
+            s.url,
+            zvirt_sim::USER,
+            zvirt_sim::PASSWORD
+        ),
+    )
+    .unwrap();
+    let params = s.dir.path().join("parameters.yaml");
+    std::fs::write(
+        &params,
+        "storageDomainName: data\nthinProvisioning: \"true\"\n",
+    )
+    .unwrap();
+    let csi = Csi::start(&[
+        "--cloud=zvirt",
+        &format!("--cloud-config={}", conf.display()),
+        &format!("--node-id={vm}"),
+        &format!("--zone={}", zvirt_sim::CLUSTER),
+        &format!("--device-by-id-dir={}", s.by_id.display()),
+    ])
+    .await;
+    let dir = csi.dir.path().to_path_buf();
+    for block in [false, true] {
+        let mode = if block { "block" } else { "mount" };
+        let mut cmd = tokio::process::Command::new(&sanity);
+        cmd.arg(format!("--csi.endpoint=unix://{}", csi.socket.display()))
+            .arg(format!(
+                "--csi.stagingdir={}",
+                dir.join("sanity-staging").display()
+            ))
+            .arg(format!(
+                "--csi.mountdir={}",
+                dir.join("sanity-target").display()
+            ))
+            .arg(format!("--csi.testvolumeparameters={}", params.display()))
+            .arg("--csi.testvolumesize=16777216")
+            .arg("--ginkgo.no-color");
+        if block {
+            cmd.arg("--csi.testvolumeaccesstype=block");
+        }
+        let out = cmd.output().await.expect("run csi-sanity");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        overcast_integration::unmount_under(&dir);
+        let failures: Vec<&str> = text.lines().filter(|l| l.contains("[FAIL]")).collect();
+        let summary = text
+            .lines()
+            .find(|l| l.contains(" Passed | "))
+            .unwrap_or_default()
+            .to_owned();
+        {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "csi-sanity on zVirt ({mode}): {summary}"
+            );
+        }
+        assert!(
+            out.status.success() && failures.is_empty(),
+            "csi-sanity on zVirt ({mode}) failed: {failures:#?}\n{}",
+            text.lines()
+                .rev()
+                .take(80)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        assert!(summary.contains(" 0 Failed"), "{summary}");
+    }
+    drop(csi);
+    assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());
 }

@@ -301,6 +301,10 @@ impl Disks for EngineDisks {
             }
             Some(_) => {}
         }
+        self.validate_capacity_parameters(parameters)
+    }
+
+    fn validate_capacity_parameters(&self, parameters: &BTreeMap<String, String>) -> Result<()> {
         if let Some(v) = parameters.get(THIN_PARAMETER) {
             if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") {
                 return Err(CloudError::InvalidArgument(format!(
@@ -561,6 +565,26 @@ impl Disks for EngineDisks {
             })
             .await?;
         Ok(number(&d["provisioned_size"]).unwrap_or(want))
+    }
+
+    /// A class's domain's free space; without one, the largest of any data domain.
+    async fn available_capacity_for(
+        &self,
+        zone: Option<&Zone>,
+        parameters: &BTreeMap<String, String>,
+    ) -> Result<u64> {
+        let Some(name) = parameters.get(STORAGE_DOMAIN_PARAMETER).map(|s| s.trim()) else {
+            return self.available_capacity(zone).await;
+        };
+        let doc = self
+            .engine
+            .json("storagedomain_list", Method::GET, "/storagedomains", None)
+            .await?;
+        let available = members(&doc, "storage_domain")
+            .find(|sd| sd["type"] == "data" && sd["name"].as_str() == Some(name))
+            .and_then(|sd| number(&sd["available"]))
+            .unwrap_or(0);
+        Ok(available)
     }
 
     async fn available_capacity(&self, _zone: Option<&Zone>) -> Result<u64> {

@@ -99,6 +99,20 @@ pub trait Disks: Send + Sync + 'static {
     async fn expand_disk(&self, id: &str, size_bytes: u64) -> Result<u64>;
     /// Bytes available for new disks in `zone` (all zones when `None`).
     async fn available_capacity(&self, zone: Option<&Zone>) -> Result<u64>;
+    /// GetCapacity's parameters: a class's, except that what only a create needs may be
+    /// absent (the CO may ask with none at all).
+    fn validate_capacity_parameters(&self, parameters: &BTreeMap<String, String>) -> Result<()> {
+        self.validate_parameters(parameters)
+    }
+    /// Bytes available for new disks of a class with `parameters` in `zone` (a cloud whose
+    /// classes name where disks go answers for that place).
+    async fn available_capacity_for(
+        &self,
+        zone: Option<&Zone>,
+        _parameters: &BTreeMap<String, String>,
+    ) -> Result<u64> {
+        self.available_capacity(zone).await
+    }
     /// Whether `node` is an instance disks can be attached to.
     async fn node_exists(&self, node: &str) -> Result<bool>;
     /// Answers only when the cloud and its store do.

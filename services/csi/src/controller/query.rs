@@ -147,7 +147,7 @@ impl ControllerService {
     ) -> Result<csi::GetCapacityResponse, Status> {
         let (parameters, _) = validation::split_parameters(&req.parameters);
         self.cloud
-            .validate_parameters(&parameters)
+            .validate_capacity_parameters(&parameters)
             .map_err(|e| to_status("get capacity", e))?;
         let zones = self
             .cloud
@@ -169,11 +169,11 @@ impl ControllerService {
         {
             return Ok(empty_capacity());
         }
-        let available = match zone {
-            Some(z) => self.cloud.available_capacity(Some(z)).await,
-            None => self.cloud.available_capacity(None).await,
-        }
-        .map_err(|e| to_status("get capacity", e))?;
+        let available = self
+            .cloud
+            .available_capacity_for(zone, &parameters)
+            .await
+            .map_err(|e| to_status("get capacity", e))?;
         let available = i64::try_from(available).unwrap_or(i64::MAX);
         // A thin disk may be larger than the free space; a thick one may not.
         let max_disk = i64::try_from(self.cloud.max_disk_size()).unwrap_or(i64::MAX);
