@@ -893,3 +893,51 @@ async fn csi_sanity_passes_on_the_simulated_engine() {
     drop(csi);
     assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());
 }
+
+/// The instance rules of the conformance suite on the simulated engine, and the node
+/// plugin as the zvirt overlay runs it — `--node-id` the Kubernetes node name, no
+/// `--zone` — taking its VM id from its Node's `zvirt://<id>` and its zone from the label
+/// the ccm set (a faithful in-process API server plays Kubernetes).
+#[tokio::test]
+async fn instances_conform_and_the_node_plugin_takes_its_vm_id_from_its_node() {
+    use overcast_integration::fake_api::FakeApi;
+    use serde_json::json;
+    let s = sim(Latency::default()).await;
+    let vm = s.engine.add_vm("worker-7");
+    s.engine.add_vm("worker-8");
+    let engine =
+        overcast_cloud_zvirt::connect(&config(&s.url, zvirt_sim::USER, zvirt_sim::PASSWORD), None)
+            .unwrap();
+    let instances = overcast_cloud_zvirt::EngineInstances::new(engine);
+    conformance::instances(&instances, "worker-7").await;
+
+    let api = FakeApi::default();
+    let url = api.start().await;
+    let kubeconfig = s.dir.path().join("kubeconfig");
+    FakeApi::kubeconfig(&url, &kubeconfig);
+    api.put(
+        "/api/v1/nodes",
+        json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "worker-7", "labels": {"topology.kubernetes.io/zone": zvirt_sim::CLUSTER}},
+            "spec": {"providerID": format!("zvirt://{vm}")}}),
+    );
+    let driver = Csi::start(&[
+        "--mode=node",
+        "--cloud=zvirt",
+        "--node-id=worker-7",
+        &format!("--kubeconfig={}", kubeconfig.display()),
+    ])
+    .await;
+    let info = driver
+        .node()
+        .await
+        .node_get_info(csi::NodeGetInfoRequest {})
+        .await
+        .expect("NodeGetInfo")
+        .into_inner();
+    assert_eq!(info.node_id, vm, "the VM id, from the Node's providerID");
+    assert_eq!(
+        info.accessible_topology.unwrap().segments["topology.kubernetes.io/zone"],
+        zvirt_sim::CLUSTER
+    );
+}
