@@ -16,17 +16,10 @@ use overcast_cloud_http::ApiMetrics;
 use overcast_integration::dvp_sim::{self, DvpSim};
 use overcast_integration::real;
 
+use overcast_integration::figures::{median, ms};
+
 const ROUNDS: usize = 10;
 const VMS: usize = 200;
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
-}
 
 #[tokio::main]
 async fn main() {

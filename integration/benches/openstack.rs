@@ -18,16 +18,9 @@ use overcast_cloud_openstack::client::Microversion;
 use overcast_cloud_openstack::{CinderDisks, Config, Service, Waits};
 use serde_json::{json, Value};
 
+use overcast_integration::figures::{median, ms};
+
 const ROUNDS: usize = 10;
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
-}
 
 #[tokio::main]
 async fn main() {

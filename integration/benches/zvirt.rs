@@ -15,16 +15,9 @@ use overcast_cloud::{DiskSpec, Disks, Instances, Zone};
 use overcast_cloud_zvirt::{Config, EngineDisks, EngineInstances, Waits};
 use overcast_integration::zvirt_sim::{self, Engine, Latency};
 
+use overcast_integration::figures::{median, ms};
+
 const ROUNDS: usize = 10;
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
-}
 
 #[tokio::main]
 async fn main() {

@@ -803,3 +803,85 @@ pub async fn recording_upstream(heads: std::sync::Arc<std::sync::Mutex<Vec<Strin
     });
     port
 }
+
+/// csi-sanity's verdict on one run.
+pub struct SanityRun {
+    pub success: bool,
+    /// Its `[FAIL]` lines.
+    pub failures: Vec<String>,
+    /// Its summary line (`SUCCESS! -- 57 Passed | 0 Failed | …`), empty when missing.
+    pub summary: String,
+    /// The last 80 lines of its output, for a failure's message.
+    pub tail: String,
+}
+
+/// Runs kubernetes-csi's csi-sanity `binary` against the driver `csi`, in block or mount
+/// mode, with `extra` arguments; whatever it left mounted under the driver's directory
+/// is unmounted, also when it failed. The summary is written to stderr under `label`.
+pub async fn run_csi_sanity(
+    binary: &str,
+    csi: &Csi,
+    block: bool,
+    extra: &[String],
+    label: &str,
+) -> SanityRun {
+    let dir = csi.dir.path().to_path_buf();
+    let mut cmd = tokio::process::Command::new(binary);
+    cmd.arg(format!("--csi.endpoint=unix://{}", csi.socket.display()))
+        .arg(format!(
+            "--csi.stagingdir={}",
+            dir.join("sanity-staging").display()
+        ))
+        .arg(format!(
+            "--csi.mountdir={}",
+            dir.join("sanity-target").display()
+        ))
+        .arg("--csi.testvolumesize=16777216")
+        .arg("--ginkgo.no-color")
+        .args(extra);
+    if block {
+        cmd.arg("--csi.testvolumeaccesstype=block");
+    }
+    let out = cmd.output().await.expect("run csi-sanity");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    unmount_under(&dir);
+    let summary = text
+        .lines()
+        .find(|l| l.contains(" Passed | "))
+        .unwrap_or_default()
+        .to_owned();
+    let mode = if block { "block" } else { "mount" };
+    {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "csi-sanity on {label} ({mode}): {summary}"
+        );
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    SanityRun {
+        success: out.status.success(),
+        failures: lines
+            .iter()
+            .filter(|l| l.contains("[FAIL]"))
+            .map(|l| l.to_string())
+            .collect(),
+        summary,
+        tail: lines[lines.len().saturating_sub(80)..].join("\n"),
+    }
+}
+
+/// The benchmarks' figures: the median of `v` (its upper middle), and a duration in ms.
+pub mod figures {
+    use std::time::Duration;
+
+    pub fn median(mut v: Vec<Duration>) -> Duration {
+        v.sort();
+        v[v.len() / 2]
+    }
+
+    pub fn ms(d: Duration) -> String {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    }
+}

@@ -7,9 +7,7 @@
 //! driver does not advertise (snapshots, group snapshots, cloning, ModifyVolume), which
 //! csi-sanity skips by itself; the one pending spec is pending upstream.
 
-use std::process::Command;
-
-use overcast_integration::{detach_loops_under, say_skipped, unmount_under, Csi};
+use overcast_integration::{detach_loops_under, say_skipped, Csi};
 
 const ENV: &str = "OVERCAST_CSI_SANITY";
 
@@ -29,53 +27,19 @@ fn summary(out: &str) -> Option<(u32, u32, u32, u32)> {
 
 async fn run(sanity: &str, block: bool) {
     let csi = Csi::start(&[]).await;
-    let dir = csi.dir.path().to_path_buf();
-    let mut cmd = Command::new(sanity);
-    cmd.arg(format!("--csi.endpoint=unix://{}", csi.socket.display()))
-        .arg(format!(
-            "--csi.stagingdir={}",
-            dir.join("sanity-staging").display()
-        ))
-        .arg(format!(
-            "--csi.mountdir={}",
-            dir.join("sanity-target").display()
-        ))
-        .arg("--csi.testvolumesize=16777216")
-        .arg("--ginkgo.no-color");
-    if block {
-        cmd.arg("--csi.testvolumeaccesstype=block");
-    }
-    let out = cmd.output().expect("run csi-sanity");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let mode = if block { "block" } else { "mount" };
-    let counts = summary(&text);
-    // Whatever it left mounted or attached goes, also when it failed.
-    unmount_under(&dir);
+    let run =
+        overcast_integration::run_csi_sanity(sanity, &csi, block, &[], "the local cloud").await;
+    // Whatever it left attached goes, also when it failed.
     detach_loops_under(&csi.state_dir);
-    let failures: Vec<&str> = text.lines().filter(|l| l.contains("[FAIL]")).collect();
     assert!(
-        out.status.success() && failures.is_empty(),
-        "csi-sanity ({mode}) failed: {failures:#?}\n{}",
-        text.lines()
-            .rev()
-            .take(60)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n")
+        run.success && run.failures.is_empty(),
+        "csi-sanity ({mode}) failed: {:#?}\n{}",
+        run.failures,
+        run.tail
     );
-    let (passed, failed, pending, skipped) =
-        counts.unwrap_or_else(|| panic!("no summary in csi-sanity's output:\n{text}"));
-    // Shown in the CI log, past the harness's capture.
-    {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "csi-sanity ({mode}): {passed} passed, {failed} failed, {pending} pending, {skipped} skipped"
-        );
-    }
+    let (passed, failed, _pending, skipped) = summary(&run.summary)
+        .unwrap_or_else(|| panic!("no summary in csi-sanity's output:\n{}", run.tail));
     assert_eq!(failed, 0);
     assert!(passed >= 57, "csi-sanity ({mode}) ran only {passed} specs");
     assert!(

@@ -1270,7 +1270,7 @@ async fn the_discoverer_publishes_the_parent_s_data_and_its_orphans() {
 /// mounts. Runs when `OVERCAST_CSI_SANITY` names a csi-sanity binary as well.
 #[tokio::test]
 async fn csi_sanity_passes_on_the_simulated_parent() {
-    use overcast_integration::{unmount_under, Csi, NODE_ID};
+    use overcast_integration::{Csi, NODE_ID};
     let Ok(sanity) = std::env::var("OVERCAST_CSI_SANITY") else {
         overcast_integration::say_skipped("set OVERCAST_CSI_SANITY (and OVERCAST_TEST_KUBECONFIG) to run csi-sanity against the DVP provider");
         return;
@@ -1297,54 +1297,15 @@ async fn csi_sanity_passes_on_the_simulated_parent() {
         &format!("--kubeconfig={}", std::env::var(real::ENV).unwrap()),
     ])
     .await;
-    let dir = csi.dir.path().to_path_buf();
     for block in [false, true] {
-        let mode = if block { "block" } else { "mount" };
-        let mut cmd = tokio::process::Command::new(&sanity);
-        cmd.arg(format!("--csi.endpoint=unix://{}", csi.socket.display()))
-            .arg(format!(
-                "--csi.stagingdir={}",
-                dir.join("sanity-staging").display()
-            ))
-            .arg(format!(
-                "--csi.mountdir={}",
-                dir.join("sanity-target").display()
-            ))
-            .arg("--csi.testvolumesize=16777216")
-            .arg("--ginkgo.no-color");
-        if block {
-            cmd.arg("--csi.testvolumeaccesstype=block");
-        }
-        let out = cmd.output().await.expect("run csi-sanity");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        unmount_under(&dir);
-        let failures: Vec<&str> = text.lines().filter(|l| l.contains("[FAIL]")).collect();
-        let summary = text
-            .lines()
-            .find(|l| l.contains(" Passed | "))
-            .unwrap_or_default()
-            .to_owned();
-        {
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr().lock(),
-                "csi-sanity on DVP ({mode}): {summary}"
-            );
-        }
+        let run = overcast_integration::run_csi_sanity(&sanity, &csi, block, &[], "DVP").await;
         assert!(
-            out.status.success() && failures.is_empty(),
-            "csi-sanity on DVP ({mode}) failed: {failures:#?}\n{}",
-            text.lines()
-                .rev()
-                .take(80)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join("\n")
+            run.success && run.failures.is_empty(),
+            "csi-sanity on DVP (block {block}) failed: {:#?}\n{}",
+            run.failures,
+            run.tail
         );
-        assert!(summary.contains(" 0 Failed"), "{summary}");
+        assert!(run.summary.contains(" 0 Failed"), "{}", run.summary);
     }
     drop(csi);
     world.finish().await;

@@ -25,6 +25,24 @@ struct Sim {
     dir: tempfile::TempDir,
 }
 
+impl Sim {
+    /// The csi's, ccm's and discoverer's `--cloud-config` for this engine (upstream's YAML).
+    fn cloud_config(&self) -> std::path::PathBuf {
+        let path = self.dir.path().join("cloud-config");
+        std::fs::write(
+            &path,
+            format!(
+                "server: {}\nusername: {}\npassword: {}\n",
+                self.url,
+                zvirt_sim::USER,
+                zvirt_sim::PASSWORD
+            ),
+        )
+        .unwrap();
+        path
+    }
+}
+
 impl Drop for Sim {
     fn drop(&mut self) {
         self.engine.unplug_all();
@@ -182,17 +200,7 @@ async fn html_answers_wrong_passwords_and_expired_tokens_are_typed_and_lose_noth
 async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_engine() {
     let s = sim(Latency::default()).await;
     let vm = s.engine.add_vm("worker-0");
-    let conf = s.dir.path().join("cloud-config");
-    std::fs::write(
-        &conf,
-        format!(
-            "server: {}\nusername: {}\npassword: {}\n",
-            s.url,
-            zvirt_sim::USER,
-            zvirt_sim::PASSWORD
-        ),
-    )
-    .unwrap();
+    let conf = s.cloud_config();
     let driver = Csi::start(&[
         "--cloud=zvirt",
         &format!("--cloud-config={}", conf.display()),
@@ -437,17 +445,7 @@ async fn the_ccm_initializes_nodes_from_vms_and_deletes_only_on_a_certain_answer
     api.put(NODES, node("worker-0", true, true));
     api.put(NODES, node("worker-1", false, false));
     api.put(NODES, node("worker-gone", false, false));
-    let conf = s.dir.path().join("cloud-config");
-    std::fs::write(
-        &conf,
-        format!(
-            "server: {}\nusername: {}\npassword: {}\n",
-            s.url,
-            zvirt_sim::USER,
-            zvirt_sim::PASSWORD
-        ),
-    )
-    .unwrap();
+    let conf = s.cloud_config();
     let log = s.dir.path().join("ccm.log");
     let port = overcast_integration::free_port();
     let _ccm = overcast_integration::KillOnDrop(
@@ -582,17 +580,7 @@ async fn the_discoverer_publishes_what_the_engine_holds() {
     let url = api.start().await;
     let kubeconfig = s.dir.path().join("kubeconfig");
     FakeApi::kubeconfig(&url, &kubeconfig);
-    let conf = s.dir.path().join("cloud-config");
-    std::fs::write(
-        &conf,
-        format!(
-            "server: {}\nusername: {}\npassword: {}\n",
-            s.url,
-            zvirt_sim::USER,
-            zvirt_sim::PASSWORD
-        ),
-    )
-    .unwrap();
+    let conf = s.cloud_config();
     let port = overcast_integration::free_port();
     let _discoverer = overcast_integration::KillOnDrop(
         std::process::Command::new(overcast_integration::binary("discoverer"))
@@ -815,17 +803,7 @@ async fn csi_sanity_passes_on_the_simulated_engine() {
     };
     let s = sim(Latency::default()).await;
     let vm = s.engine.add_vm("sanity-vm");
-    let conf = s.dir.path().join("cloud-config");
-    std::fs::write(
-        &conf,
-        format!(
-            "server: {}\nusername: {}\npassword: {}\n",
-            s.url,
-            zvirt_sim::USER,
-            zvirt_sim::PASSWORD
-        ),
-    )
-    .unwrap();
+    let conf = s.cloud_config();
     let params = s.dir.path().join("parameters.yaml");
     std::fs::write(
         &params,
@@ -840,55 +818,16 @@ async fn csi_sanity_passes_on_the_simulated_engine() {
         &format!("--device-by-id-dir={}", s.by_id.display()),
     ])
     .await;
-    let dir = csi.dir.path().to_path_buf();
+    let extra = [format!("--csi.testvolumeparameters={}", params.display())];
     for block in [false, true] {
-        let mode = if block { "block" } else { "mount" };
-        let mut cmd = tokio::process::Command::new(&sanity);
-        cmd.arg(format!("--csi.endpoint=unix://{}", csi.socket.display()))
-            .arg(format!(
-                "--csi.stagingdir={}",
-                dir.join("sanity-staging").display()
-            ))
-            .arg(format!(
-                "--csi.mountdir={}",
-                dir.join("sanity-target").display()
-            ))
-            .arg(format!("--csi.testvolumeparameters={}", params.display()))
-            .arg("--csi.testvolumesize=16777216")
-            .arg("--ginkgo.no-color");
-        if block {
-            cmd.arg("--csi.testvolumeaccesstype=block");
-        }
-        let out = cmd.output().await.expect("run csi-sanity");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        overcast_integration::unmount_under(&dir);
-        let failures: Vec<&str> = text.lines().filter(|l| l.contains("[FAIL]")).collect();
-        let summary = text
-            .lines()
-            .find(|l| l.contains(" Passed | "))
-            .unwrap_or_default()
-            .to_owned();
-        {
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr().lock(),
-                "csi-sanity on zVirt ({mode}): {summary}"
-            );
-        }
+        let run = overcast_integration::run_csi_sanity(&sanity, &csi, block, &extra, "zVirt").await;
         assert!(
-            out.status.success() && failures.is_empty(),
-            "csi-sanity on zVirt ({mode}) failed: {failures:#?}\n{}",
-            text.lines()
-                .rev()
-                .take(80)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join("\n")
+            run.success && run.failures.is_empty(),
+            "csi-sanity on zVirt (block {block}) failed: {:#?}\n{}",
+            run.failures,
+            run.tail
         );
-        assert!(summary.contains(" 0 Failed"), "{summary}");
+        assert!(run.summary.contains(" 0 Failed"), "{}", run.summary);
     }
     drop(csi);
     assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());

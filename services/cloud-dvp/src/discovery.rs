@@ -367,11 +367,7 @@ impl Discovery for DvpDiscovery {
             .list_disks()
             .await?
             .into_iter()
-            .map(|d| ClusterDisk {
-                id: d.id,
-                name: d.name,
-                metadata: d.metadata,
-            })
+            .map(ClusterDisk::from)
             .collect())
     }
 }

@@ -365,7 +365,12 @@ pub fn status_error(cloud: &str, name: &str, resp: &Response) -> CloudError {
             .to_owned();
     }
     let msg = format!("{cloud}: {name}: HTTP {}: {why}", resp.status.as_u16());
-    match resp.status.as_u16() {
+    error_for(resp.status.as_u16(), msg)
+}
+
+/// The typed error of an HTTP status, saying `msg`.
+pub fn error_for(status: u16, msg: String) -> CloudError {
+    match status {
         400 | 422 => CloudError::InvalidArgument(msg),
         401 => CloudError::Unauthenticated(msg),
         403 => CloudError::PermissionDenied(msg),

@@ -262,21 +262,9 @@ pub fn fault(name: &str, resp: &Response, doc: &Value) -> CloudError {
             why
         }
     );
-    match resp.status.as_u16() {
-        400 => CloudError::InvalidArgument(msg),
-        401 => CloudError::Unauthenticated(msg),
-        403 => CloudError::PermissionDenied(msg),
-        404 => CloudError::NotFound {
-            kind: "object",
-            id: msg,
-        },
-        // The engine's "Cannot … : the disk is locked / VM is being migrated": a state
-        // that passes.
-        409 => CloudError::Conflict(msg),
-        413 | 429 => CloudError::ResourceExhausted(msg),
-        500..=599 => CloudError::Unavailable(msg),
-        _ => CloudError::Internal(msg),
-    }
+    // A 409 is the engine's "Cannot … : the disk is locked / VM is being migrated": a
+    // state that passes (Conflict, retried).
+    overcast_cloud_http::error_for(resp.status.as_u16(), msg)
 }
 
 /// The engine writes numbers as strings (`"provisioned_size": "1073741824"`); either

@@ -15,7 +15,7 @@ use overcast_cloud::{Disks, Result};
 use serde_json::{json, Value};
 
 use crate::client::{members, number, Engine};
-use crate::disks::EngineDisks;
+use crate::disks::{data_domains, EngineDisks};
 
 /// The oldest engine whose API this provider speaks as it does (4.4: `follow`).
 const OLDEST: (u64, u64) = (4, 4);
@@ -28,18 +28,6 @@ pub struct EngineDiscovery {
 impl EngineDiscovery {
     pub fn new(engine: Arc<Engine>, disks: EngineDisks) -> Self {
         Self { engine, disks }
-    }
-
-    /// The data storage domains, by name.
-    async fn data_domains(&self) -> Result<BTreeMap<String, Value>> {
-        let doc = self
-            .engine
-            .json("storagedomain_list", Method::GET, "/storagedomains", None)
-            .await?;
-        Ok(members(&doc, "storage_domain")
-            .filter(|sd| sd["type"] == "data")
-            .filter_map(|sd| Some((sd["name"].as_str()?.to_owned(), sd.clone())))
-            .collect())
     }
 }
 
@@ -54,7 +42,7 @@ fn enabled(sd: &Value) -> bool {
 #[async_trait]
 impl Discovery for EngineDiscovery {
     async fn discovery_data(&self) -> Result<Value> {
-        let domains = self.data_domains().await?;
+        let domains = data_domains(&self.engine).await?;
         let list: Vec<Value> = domains
             .iter()
             .enumerate()
@@ -126,7 +114,7 @@ impl Discovery for EngineDiscovery {
             (major, minor) >= OLDEST,
             format!("engine {full} (needs {}.{} or newer)", OLDEST.0, OLDEST.1),
         ));
-        out.push(match self.data_domains().await {
+        out.push(match data_domains(&self.engine).await {
             Ok(domains) if domains.is_empty() => {
                 CloudCondition::new("storage-domains", false, "no data storage domain")
             }
@@ -160,11 +148,7 @@ impl Discovery for EngineDiscovery {
             .list_disks()
             .await?
             .into_iter()
-            .map(|d| ClusterDisk {
-                id: d.id,
-                name: d.name,
-                metadata: d.metadata,
-            })
+            .map(ClusterDisk::from)
             .collect())
     }
 }

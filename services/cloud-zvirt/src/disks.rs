@@ -235,6 +235,17 @@ fn next_delay(started: Instant, delay: Duration) -> Duration {
     (delay + Duration::from_millis(50)).min(Duration::from_millis(500))
 }
 
+/// The engine's data storage domains, by name (one call).
+pub(crate) async fn data_domains(engine: &Engine) -> Result<BTreeMap<String, Value>> {
+    let doc = engine
+        .json("storagedomain_list", Method::GET, "/storagedomains", None)
+        .await?;
+    Ok(members(&doc, "storage_domain")
+        .filter(|sd| sd["type"] == "data")
+        .filter_map(|sd| Some((sd["name"].as_str()?.to_owned(), sd.clone())))
+        .collect())
+}
+
 /// What the node needs to find the disk: the engine gives the disk id as the virtual
 /// disk's serial (`scsi-0QEMU_QEMU_HARDDISK_<id[:20]>`, `virtio-<id[:20]>`).
 fn context(id: &str) -> BTreeMap<String, String> {
@@ -576,26 +587,19 @@ impl Disks for EngineDisks {
         let Some(name) = parameters.get(STORAGE_DOMAIN_PARAMETER).map(|s| s.trim()) else {
             return self.available_capacity(zone).await;
         };
-        let doc = self
-            .engine
-            .json("storagedomain_list", Method::GET, "/storagedomains", None)
-            .await?;
-        let available = members(&doc, "storage_domain")
-            .find(|sd| sd["type"] == "data" && sd["name"].as_str() == Some(name))
+        let domains = data_domains(&self.engine).await?;
+        Ok(domains
+            .get(name)
             .and_then(|sd| number(&sd["available"]))
-            .unwrap_or(0);
-        Ok(available)
+            .unwrap_or(0))
     }
 
     async fn available_capacity(&self, _zone: Option<&Zone>) -> Result<u64> {
-        let doc = self
-            .engine
-            .json("storagedomain_list", Method::GET, "/storagedomains", None)
-            .await?;
         // A disk lands on one domain: the largest free space is the largest disk that
         // can be made.
-        Ok(members(&doc, "storage_domain")
-            .filter(|sd| sd["type"] == "data")
+        let domains = data_domains(&self.engine).await?;
+        Ok(domains
+            .values()
             .filter_map(|sd| number(&sd["available"]))
             .max()
             .unwrap_or(0))

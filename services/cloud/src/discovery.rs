@@ -42,6 +42,16 @@ pub struct ClusterDisk {
     pub metadata: BTreeMap<String, String>,
 }
 
+impl From<crate::Disk> for ClusterDisk {
+    fn from(d: crate::Disk) -> Self {
+        Self {
+            id: d.id,
+            name: d.name,
+            metadata: d.metadata,
+        }
+    }
+}
+
 #[async_trait]
 pub trait Discovery: Send + Sync + 'static {
     /// The provider's discovery document: `apiVersion`, a provider `kind`, and its fields.
