@@ -657,7 +657,7 @@ impl Engine {
                 let list: Vec<Value> = st
                     .disks
                     .values()
-                    .filter(|d| wanted.as_deref().is_none_or(|a| d.alias == a))
+                    .filter(|d| wanted.as_deref().is_none_or(|a| search_matches(a, &d.alias)))
                     .map(|d| self.disk_json(&st, d))
                     .collect();
                 collection("disk", list)
@@ -674,7 +674,7 @@ impl Engine {
                 let list: Vec<Value> = st
                     .vms
                     .values()
-                    .filter(|vm| wanted.as_deref().is_none_or(|n| vm.name == n))
+                    .filter(|vm| wanted.as_deref().is_none_or(|n| search_matches(n, &vm.name)))
                     .map(|vm| vm_json(vm, follows(&query, "reported_devices")))
                     .collect();
                 collection("vm", list)
@@ -1052,6 +1052,28 @@ fn form_value(form: &str, key: &str) -> Option<String> {
         .map(|(_, v)| v.into_owned())
 }
 
+/// Whether the engine's search matches `value` with `pattern`: case-insensitively, `*`
+/// standing for any run of characters (the engine searches with SQL's ILIKE).
+fn search_matches(pattern: &str, value: &str) -> bool {
+    let (pattern, value) = (pattern.to_lowercase(), value.to_lowercase());
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == value;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !value.starts_with(first) || !value[first.len()..].ends_with(last) {
+        return false;
+    }
+    let mut rest = &value[first.len()..value.len() - last.len()];
+    for middle in &parts[1..parts.len() - 1] {
+        match rest.find(middle) {
+            Some(i) => rest = &rest[i + middle.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
 /// `alias="x"` or `alias=x` in a search expression: the value for `key`.
 fn search_term(search: &str, key: &str) -> Option<String> {
     let rest = search
@@ -1260,6 +1282,10 @@ pub mod xml {
             assert_eq!(root, "disk");
             assert_eq!(back, disk);
             let (root, empty) = from_xml(&to_xml("disks", &json!({}))).unwrap();
+            assert!(super::super::search_matches("PVC*", "pvc-1 = x"));
+            assert!(super::super::search_matches("p*c*x", "pvc-1 = x"));
+            assert!(!super::super::search_matches("pvc", "pvc-1"));
+            assert!(!super::super::search_matches("a*b", "ab-"));
             assert_eq!((root.as_str(), empty), ("disks", json!("")));
             assert!(from_xml("{\"not\": \"xml\"}").is_err());
         }

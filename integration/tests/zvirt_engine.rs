@@ -880,3 +880,37 @@ async fn instances_conform_and_the_node_plugin_takes_its_vm_id_from_its_node() {
         zvirt_sim::CLUSTER
     );
 }
+
+/// A name the engine's search cannot express (a `"` in it) is refused before anything is
+/// made: a retried create could not find the first one's disk and would make another.
+/// Names with the search language's other characters (`*`, spaces, `=`) are found again
+/// exactly, never by a wildcard match.
+#[tokio::test]
+async fn names_the_search_cannot_express_are_refused_and_wildcards_match_nothing_else() {
+    let s = sim(Latency::default()).await;
+    let d = disks(&config(&s.url, zvirt_sim::USER, zvirt_sim::PASSWORD));
+    let spec = |name: &str| DiskSpec {
+        name: name.into(),
+        size_bytes: GIB,
+        zone: Zone::default(),
+        parameters: parameters("data"),
+        metadata: BTreeMap::new(),
+        source: None,
+    };
+    for _ in 0..2 {
+        let e = d.create_disk(spec("pvc\"quoted")).await.unwrap_err();
+        assert!(matches!(e, CloudError::InvalidArgument(_)), "{e:?}");
+    }
+    assert!(s.engine.disks().is_empty(), "nothing made");
+    let star = d.create_disk(spec("pvc*")).await.unwrap();
+    let plain = d.create_disk(spec("pvc-1 = x")).await.unwrap();
+    for (name, id) in [("pvc*", &star.id), ("pvc-1 = x", &plain.id)] {
+        let again = d.create_disk(spec(name)).await.unwrap();
+        assert_eq!(&again.id, id, "{name} found again");
+        assert_eq!(d.disk_by_name(name).await.unwrap().unwrap().id, *id);
+    }
+    assert_eq!(s.engine.disks().len(), 2);
+    for id in [star.id, plain.id] {
+        d.delete_disk(&id).await.unwrap();
+    }
+}

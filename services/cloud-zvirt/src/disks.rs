@@ -169,7 +169,7 @@ impl EngineDisks {
     /// The disks of this cluster with the alias `name`.
     async fn by_alias(&self, name: &str) -> Result<Vec<Value>> {
         // The search language quotes a value with spaces; a quote inside cannot be
-        // escaped, so such a name is never one of ours.
+        // escaped, so such a name is never one of ours (create refuses it).
         if name.contains('"') {
             return Ok(Vec::new());
         }
@@ -335,6 +335,14 @@ impl Disks for EngineDisks {
 
     async fn create_disk(&self, spec: DiskSpec) -> Result<Disk> {
         self.validate_parameters(&spec.parameters)?;
+        // The engine's search cannot name such an alias, so a retried create could not
+        // find the disk the first one made and would make another.
+        if spec.name.contains('"') {
+            return Err(CloudError::InvalidArgument(format!(
+                "zvirt: a disk name cannot hold '\"' (the engine's search could not find it again): {:?}",
+                spec.name
+            )));
+        }
         let _slot = self.creating.claim(&spec.name)?;
         if let Some(found) = self.by_alias(&spec.name).await?.into_iter().next() {
             let disk = self.to_disk(&found);
