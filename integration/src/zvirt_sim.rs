@@ -14,7 +14,8 @@
 //!
 //! It speaks the engine's XML (its canonical form, what the official SDKs and the Go
 //! clients upstream send) as well as JSON: the official Python SDK drives it in a test.
-//! Not yet: search beyond `alias=`/`name=`, `max` paging, NICs.
+//! Search takes `alias=`/`name=` (case-insensitive, `*` wildcards) and `max`; nothing
+//! else of the search language.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -217,31 +218,52 @@ impl Engine {
         }
     }
 
-    /// Serves on a loopback port; returns the API URL (`http://127.0.0.1:N/ovirt-engine/api`).
+    /// Serves plain HTTP on a loopback port; returns the API URL
+    /// (`http://127.0.0.1:N/ovirt-engine/api`).
     pub async fn start(&self) -> String {
+        self.serve(None).await
+    }
+
+    /// Serves HTTPS with `tls`'s certificate, as a real engine does (its own CA);
+    /// returns the API URL (`https://127.0.0.1:N/ovirt-engine/api`).
+    pub async fn start_tls(&self, tls: tokio_rustls::TlsAcceptor) -> String {
+        self.serve(Some(tls)).await
+    }
+
+    async fn serve(&self, tls: Option<tokio_rustls::TlsAcceptor>) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let engine = self.clone();
+        let scheme = if tls.is_some() { "https" } else { "http" };
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let engine = engine.clone();
+                let (engine, tls) = (engine.clone(), tls.clone());
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
                         let engine = engine.clone();
                         async move { Ok::<_, Infallible>(engine.handle(req).await) }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        None => {
+                            let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                        // A client that does not trust the certificate fails the handshake.
+                        Some(tls) => {
+                            if let Ok(stream) = tls.accept(stream).await {
+                                let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+                            }
+                        }
+                    }
                 });
             }
         });
-        let url = format!("http://{addr}{API}");
+        let url = format!("{scheme}://{addr}{API}");
         *self.url.lock().expect("url") = url.clone();
         url
     }
@@ -646,6 +668,10 @@ impl Engine {
             _ => serde_json::from_slice(&body).unwrap_or(Value::Null),
         };
         let search = form_value(&query, "search");
+        // `max` caps a listing (no `max`: everything, as the engine answers).
+        let max = form_value(&query, "max")
+            .and_then(|m| m.parse::<usize>().ok())
+            .unwrap_or(usize::MAX);
         match (method.as_str(), parts.as_slice()) {
             ("GET", [""]) => answer(
                 200,
@@ -658,6 +684,7 @@ impl Engine {
                     .disks
                     .values()
                     .filter(|d| wanted.as_deref().is_none_or(|a| search_matches(a, &d.alias)))
+                    .take(max)
                     .map(|d| self.disk_json(&st, d))
                     .collect();
                 collection("disk", list)
@@ -675,12 +702,23 @@ impl Engine {
                     .vms
                     .values()
                     .filter(|vm| wanted.as_deref().is_none_or(|n| search_matches(n, &vm.name)))
+                    .take(max)
                     .map(|vm| vm_json(vm, follows(&query, "reported_devices")))
                     .collect();
                 collection("vm", list)
             }
             ("GET", ["vms", id]) => match st.vms.get(*id) {
                 Some(vm) => answer(200, vm_json(vm, follows(&query, "reported_devices"))),
+                None => not_found(id),
+            },
+            ("GET", ["vms", id, "nics"]) => match st.vms.get(*id) {
+                Some(vm) => collection(
+                    "nic",
+                    vec![json!({"href": format!("{API}/vms/{}/nics/{}", vm.id, vm.id), "id": vm.id,
+                        "name": "nic1", "interface": "virtio", "linked": "true", "plugged": "true",
+                        "mac": {"address": "56:6f:1a:2b:00:01"},
+                        "vm": {"href": format!("{API}/vms/{}", vm.id), "id": vm.id}})],
+                ),
                 None => not_found(id),
             },
             ("GET", ["vms", id, "reporteddevices"]) => match st.vms.get(*id) {
@@ -1012,6 +1050,7 @@ fn xml_root(method: &str, path: &str) -> String {
         "datacenters" => "data_center",
         "instancetypes" => "instance_type",
         "reporteddevices" => "reported_device",
+        "nics" => "nic",
         other => other,
     };
     match (method, parts.len() % 2) {

@@ -754,6 +754,7 @@ async fn the_official_ovirt_sdk_parses_every_answer_of_the_simulated_engine() {
     let s = sim(Latency::default()).await;
     let vm = s.engine.add_vm("sdk-vm");
     s.engine.set_vm_ips(&vm, &["10.1.0.10", "fd00::10"]);
+    s.engine.add_vm("sdk-vm-2");
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ovirt_sdk/drive.py");
     let python =
         std::env::var("OVERCAST_TEST_OVIRT_SDK_PYTHON").unwrap_or("/usr/bin/python3".into());
@@ -913,4 +914,47 @@ async fn names_the_search_cannot_express_are_refused_and_wildcards_match_nothing
     for id in [star.id, plain.id] {
         d.delete_disk(&id).await.unwrap();
     }
+}
+
+/// The engine over HTTPS with a certificate of its own CA, as a real one serves: the
+/// provider trusts it through `ZVIRT_CA_BUNDLE` (upstream's PEM), refuses it without
+/// (Unavailable, never "not found"), and takes it with `ZVIRT_INSECURE=true`.
+#[tokio::test]
+async fn the_engine_s_certificate_is_trusted_through_the_ca_bundle_only() {
+    let dir = tempfile::tempdir().unwrap();
+    overcast_integration::self_signed_cert(dir.path(), "engine");
+    let (cert, key) = (dir.path().join("engine.crt"), dir.path().join("engine.key"));
+    let tls =
+        overcast_rbac_proxy::tls::Certificates::watch(cert.clone(), key, Duration::from_secs(3600))
+            .unwrap()
+            .acceptor();
+    let by_id = dir.path().join("by-id");
+    std::fs::create_dir_all(&by_id).unwrap();
+    let engine = Engine::new(dir.path(), &by_id, 10 * GIB, Latency::default());
+    let url = engine.start_tls(tls).await;
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let pem = std::fs::read_to_string(&cert).unwrap();
+    let load = |extra: &[(&str, &str)]| {
+        let mut vars: BTreeMap<String, String> = BTreeMap::from([
+            ("ZVIRT_API_URL".to_owned(), url.clone()),
+            ("ZVIRT_USERNAME".to_owned(), zvirt_sim::USER.to_owned()),
+            ("ZVIRT_PASSWORD".to_owned(), zvirt_sim::PASSWORD.to_owned()),
+        ]);
+        for (k, v) in extra {
+            vars.insert(k.to_string(), v.to_string());
+        }
+        let env = move |k: &str| vars.get(k).cloned();
+        disks(&Config::load(None, &env).unwrap())
+    };
+    load(&[("ZVIRT_CA_BUNDLE", &pem)])
+        .probe()
+        .await
+        .expect("trusted through the CA bundle");
+    let e = load(&[]).probe().await.unwrap_err();
+    assert!(matches!(e, CloudError::Unavailable(_)), "{e:?}");
+    assert!(!e.to_string().contains(zvirt_sim::PASSWORD), "{e}");
+    load(&[("ZVIRT_INSECURE", "true")])
+        .probe()
+        .await
+        .expect("insecure, as asked");
 }

@@ -50,6 +50,11 @@ try:
     assert "10.1.0.10" in ips, ips
     assert devices[0].type == types.ReportedDeviceType.NETWORK
     step("reported devices: %s" % ips)
+    nics = vm_service.nics_service().list()
+    assert nics and nics[0].name == "nic1" and nics[0].interface == types.NicInterface.VIRTIO, nics
+    capped = system.vms_service().list(max=1)
+    assert len(capped) == 1, capped
+    step("NICs, and a listing capped by max")
     clusters = system.clusters_service().list()
     assert clusters and clusters[0].name and clusters[0].data_center.id
     centers = system.data_centers_service().list()
