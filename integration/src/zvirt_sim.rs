@@ -341,6 +341,18 @@ impl Engine {
         }
     }
 
+    /// Deactivates the attachment of `disk` to `vm` as an admin would (the device goes;
+    /// the attachment stays, inactive, until someone activates it).
+    pub fn deactivate(&self, vm: &str, disk: &str) {
+        let mut st = self.state.lock().expect("state");
+        let file = st.disks.get(disk).map(|d| d.file.clone());
+        if let Some(a) = st.vms.get_mut(vm).and_then(|v| v.attachments.get_mut(disk)) {
+            self.unplug(disk, a, file.as_deref());
+            a.device = None;
+            a.active_at = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        }
+    }
+
     /// Unplugs every attachment's device (the attachments stay): a test calls it on its
     /// way out, failed or not, before its directory goes, so no loop device outlives it.
     pub fn unplug_all(&self) {
@@ -762,6 +774,31 @@ impl Engine {
                     Some((vm, a)) => answer(200, Self::attachment_json(vm, disk, a)),
                     None => not_found(disk),
                 }
+            }
+            // Activating (or deactivating) an attachment: a plugged device is unplugged on
+            // deactivation; activation takes the engine's activation time again.
+            ("PUT", ["vms", id, "diskattachments", disk]) => {
+                let file = st.disks.get(*disk).map(|d| d.file.clone());
+                let Some(vm) = st.vms.get_mut(*id) else {
+                    return not_found(id);
+                };
+                let Some(a) = vm.attachments.get_mut(*disk) else {
+                    return not_found(disk);
+                };
+                match doc["active"].as_str() {
+                    Some("false") => {
+                        self.unplug(disk, a, file.as_deref());
+                        a.device = None;
+                        a.active_at = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+                    }
+                    Some("true") if a.device.is_none() => {
+                        let soon = Instant::now() + self.latency.activate;
+                        a.active_at = a.active_at.min(soon);
+                    }
+                    _ => {}
+                }
+                let vm = &st.vms[*id];
+                answer(200, Self::attachment_json(vm, disk, &vm.attachments[*disk]))
             }
             ("DELETE", ["vms", id, "diskattachments", disk]) => {
                 let file = st.disks.get(*disk).map(|d| d.file.clone());

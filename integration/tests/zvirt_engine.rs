@@ -716,6 +716,16 @@ async fn a_stuck_disk_slow_answers_and_expiring_tokens_are_retried_and_make_noth
     let made = d.create_disk(spec).await.expect("unlocked at last");
     assert_eq!(s.engine.disks().len(), 1);
 
+    // An attachment an admin deactivated is activated again by the next publish (the
+    // engine would not by itself), not waited on until the deadline.
+    let vm = s.engine.add_vm("worker-deactivated");
+    d.attach_disk(&made.id, &vm, false).await.unwrap();
+    s.engine.deactivate(&vm, &made.id);
+    d.attach_disk(&made.id, &vm, false)
+        .await
+        .expect("activated again");
+    d.detach_disk(&made.id, &vm).await.unwrap();
+
     s.engine.set_slow(Some(Duration::from_millis(800)));
     let e = short(Duration::from_millis(300))
         .disk(&made.id)

@@ -99,7 +99,11 @@ impl Engine {
             HeaderValue::from_static("application/json"),
         );
         req.body = Bytes::from(body);
-        let resp = self.http.send(req).await?;
+        let resp = self
+            .http
+            .send(req)
+            .await
+            .map_err(|e| html_error("sso_token", e))?;
         let doc = json_of("sso_token", &resp)?;
         if let Some(error) = doc.get("error").and_then(Value::as_str) {
             let code = doc.get("error_code").and_then(Value::as_str).unwrap_or("");

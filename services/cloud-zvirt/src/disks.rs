@@ -479,7 +479,20 @@ impl Disks for EngineDisks {
                 elsewhere.join(", ")
             )));
         }
-        if self.attachment(id, node).await?.is_none() {
+        let existing = self.attachment(id, node).await?;
+        // Attached but inactive (deactivated by hand, or a hot-plug that failed): the
+        // engine will not activate it by itself.
+        if existing.as_ref().is_some_and(|a| !boolean(&a["active"])) {
+            self.engine
+                .json(
+                    "diskattachment_update",
+                    Method::PUT,
+                    &format!("/vms/{node}/diskattachments/{id}"),
+                    Some(&json!({"active": "true"})),
+                )
+                .await?;
+        }
+        if existing.is_none() {
             let body = json!({
                 "disk": {"id": id},
                 "interface": "virtio_scsi",
