@@ -231,6 +231,8 @@ fn liveness_port(pod: &Pod, c: &Container) -> (i32, String) {
 fn driver_name(cloud: &str) -> String {
     match cloud {
         "dvp" => "csi.dvp.deckhouse.io".into(),
+        // Deckhouse's cloud-provider-zvirt names its StorageClasses' provisioner so.
+        "zvirt" => "csi.zvirt.deckhouse.io".into(),
         other => format!("{other}.csi.overcast.dev"),
     }
 }
