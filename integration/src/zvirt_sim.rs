@@ -334,9 +334,9 @@ impl Engine {
     pub fn remove_vm(&self, id: &str) {
         let mut st = self.state.lock().expect("state");
         if let Some(vm) = st.vms.remove(id) {
-            for (disk, a) in vm.attachments {
+            for (disk, mut a) in vm.attachments {
                 let file = st.disks.get(&disk).map(|d| d.file.clone());
-                self.unplug(&disk, &a, file.as_deref());
+                self.unplug(&disk, &mut a, file.as_deref());
             }
         }
     }
@@ -347,9 +347,7 @@ impl Engine {
         let mut st = self.state.lock().expect("state");
         let file = st.disks.get(disk).map(|d| d.file.clone());
         if let Some(a) = st.vms.get_mut(vm).and_then(|v| v.attachments.get_mut(disk)) {
-            self.unplug(disk, a, file.as_deref());
-            a.device = None;
-            a.active_at = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+            self.deactivated(disk, a, file.as_deref());
         }
     }
 
@@ -365,7 +363,6 @@ impl Engine {
         for vm in st.vms.values_mut() {
             for (disk, a) in vm.attachments.iter_mut() {
                 self.unplug(disk, a, files.get(disk).map(PathBuf::as_path));
-                a.device = None;
             }
         }
     }
@@ -515,11 +512,19 @@ impl Engine {
         Some(index)
     }
 
-    fn unplug(&self, disk: &str, a: &SimAttachment, file: Option<&Path>) {
+    /// An inactive attachment: its device unplugged, never active again until activated.
+    fn deactivated(&self, disk: &str, a: &mut SimAttachment, file: Option<&Path>) {
+        self.unplug(disk, a, file);
+        a.active_at = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    }
+
+    /// Unplugs the attachment's device (the attachment itself stays unless dropped).
+    fn unplug(&self, disk: &str, a: &mut SimAttachment, file: Option<&Path>) {
         let _ = std::fs::remove_file(self.link(disk));
         if let (Some(index), Some(file)) = (a.device, file) {
             let _ = overcast_cloud_local::loopdev::detach(index, file);
         }
+        a.device = None;
     }
 
     fn disk_json(&self, st: &State, d: &SimDisk) -> Value {
@@ -786,11 +791,7 @@ impl Engine {
                     return not_found(disk);
                 };
                 match doc["active"].as_str() {
-                    Some("false") => {
-                        self.unplug(disk, a, file.as_deref());
-                        a.device = None;
-                        a.active_at = Instant::now() + Duration::from_secs(365 * 24 * 3600);
-                    }
+                    Some("false") => self.deactivated(disk, a, file.as_deref()),
                     Some("true") if a.device.is_none() => {
                         let soon = Instant::now() + self.latency.activate;
                         a.active_at = a.active_at.min(soon);
@@ -806,8 +807,8 @@ impl Engine {
                     return not_found(id);
                 };
                 match vm.attachments.remove(*disk) {
-                    Some(a) => {
-                        self.unplug(disk, &a, file.as_deref());
+                    Some(mut a) => {
+                        self.unplug(disk, &mut a, file.as_deref());
                         answer(200, json!({}))
                     }
                     None => not_found(disk),
