@@ -90,6 +90,8 @@ struct SimVm {
     cpus: u64,
     memory: u64,
     instance_type: Option<String>,
+    /// The id of the cluster the VM runs in.
+    cluster: String,
 }
 
 struct Domain {
@@ -98,6 +100,19 @@ struct Domain {
     available: u64,
     storage: String,
     external_status: String,
+    /// The id of the data center the domain is attached to.
+    data_center: String,
+}
+
+struct SimCluster {
+    id: String,
+    name: String,
+    data_center: String,
+}
+
+struct DataCenter {
+    id: String,
+    name: String,
 }
 
 #[derive(Default)]
@@ -105,6 +120,8 @@ struct State {
     disks: BTreeMap<String, SimDisk>,
     vms: BTreeMap<String, SimVm>,
     domains: Vec<Domain>,
+    clusters: Vec<SimCluster>,
+    data_centers: Vec<DataCenter>,
     tokens: BTreeMap<String, Instant>,
     token_ttl: Option<Duration>,
     html: bool,
@@ -206,6 +223,16 @@ impl Engine {
                 available: capacity,
                 storage: "nfs".into(),
                 external_status: "ok".into(),
+                data_center: DATA_CENTER_ID.into(),
+            }],
+            clusters: vec![SimCluster {
+                id: CLUSTER_ID.into(),
+                name: CLUSTER.into(),
+                data_center: DATA_CENTER_ID.into(),
+            }],
+            data_centers: vec![DataCenter {
+                id: DATA_CENTER_ID.into(),
+                name: DATA_CENTER.into(),
             }],
             ..State::default()
         };
@@ -268,10 +295,23 @@ impl Engine {
         url
     }
 
-    /// A VM (status `up`, 2 CPUs, 4 GiB, no guest addresses yet); returns its id.
+    /// A VM (status `up`, 2 CPUs, 4 GiB, no guest addresses yet) in the cluster
+    /// `Default`; returns its id.
     pub fn add_vm(&self, name: &str) -> String {
+        self.add_vm_in(name, CLUSTER)
+    }
+
+    /// A VM as [`Engine::add_vm`], in the cluster named `cluster`.
+    pub fn add_vm_in(&self, name: &str, cluster: &str) -> String {
         let id = uuid();
-        self.state.lock().expect("state").vms.insert(
+        let mut st = self.state.lock().expect("state");
+        let cluster = st
+            .clusters
+            .iter()
+            .find(|c| c.name == cluster)
+            .map(|c| c.id.clone())
+            .unwrap_or_else(|| panic!("no cluster {cluster}"));
+        st.vms.insert(
             id.clone(),
             SimVm {
                 id: id.clone(),
@@ -282,19 +322,63 @@ impl Engine {
                 cpus: 2,
                 memory: 4 << 30,
                 instance_type: None,
+                cluster,
             },
         );
         id
     }
 
-    /// Another data storage domain (`storage`: nfs, iscsi, fcp, …).
+    /// Another data center; returns its id.
+    pub fn add_data_center(&self, name: &str) -> String {
+        let id = uuid();
+        self.state
+            .lock()
+            .expect("state")
+            .data_centers
+            .push(DataCenter {
+                id: id.clone(),
+                name: name.to_owned(),
+            });
+        id
+    }
+
+    /// Another cluster, in the data center named `data_center`; returns its id.
+    pub fn add_cluster(&self, name: &str, data_center: &str) -> String {
+        let id = uuid();
+        let mut st = self.state.lock().expect("state");
+        let data_center = data_center_id(&st, data_center);
+        st.clusters.push(SimCluster {
+            id: id.clone(),
+            name: name.to_owned(),
+            data_center,
+        });
+        id
+    }
+
+    /// Another data storage domain (`storage`: nfs, iscsi, fcp, …) in the data center
+    /// `Default`.
     pub fn add_storage_domain(&self, name: &str, capacity: u64, storage: &str) {
-        self.state.lock().expect("state").domains.push(Domain {
+        self.add_storage_domain_in(name, capacity, storage, DATA_CENTER);
+    }
+
+    /// A data storage domain as [`Engine::add_storage_domain`], attached to the data
+    /// center named `data_center`.
+    pub fn add_storage_domain_in(
+        &self,
+        name: &str,
+        capacity: u64,
+        storage: &str,
+        data_center: &str,
+    ) {
+        let mut st = self.state.lock().expect("state");
+        let data_center = data_center_id(&st, data_center);
+        st.domains.push(Domain {
             id: uuid(),
             name: name.to_owned(),
             available: capacity,
             storage: storage.to_owned(),
             external_status: "ok".into(),
+            data_center,
         });
     }
 
@@ -744,8 +828,7 @@ impl Engine {
             },
             ("GET", ["datacenters"]) => collection(
                 "data_center",
-                vec![json!({"href": format!("{API}/datacenters/{DATA_CENTER_ID}"), "id": DATA_CENTER_ID,
-                    "name": DATA_CENTER, "status": "up", "local": "false", "storage_format": "v5"})],
+                st.data_centers.iter().map(data_center_json).collect(),
             ),
             ("GET", ["instancetypes"]) => collection(
                 "instance_type",
@@ -816,10 +899,13 @@ impl Engine {
             }
             ("GET", ["clusters"]) => collection(
                 "cluster",
-                vec![
-                    json!({"href": format!("{API}/clusters/{CLUSTER_ID}"), "id": CLUSTER_ID,
-                    "name": CLUSTER, "data_center": {"href": format!("{API}/datacenters/{DATA_CENTER_ID}"), "id": DATA_CENTER_ID}}),
-                ],
+                st.clusters
+                    .iter()
+                    .map(|c| {
+                        json!({"href": format!("{API}/clusters/{}", c.id), "id": c.id, "name": c.name,
+                            "data_center": data_center_ref(&st, &c.data_center, follows(&query, "data_center"))})
+                    })
+                    .collect(),
             ),
             ("GET", ["storagedomains"]) => collection(
                 "storage_domain",
@@ -838,6 +924,8 @@ impl Engine {
                             "available": sd.available.to_string(), "used": used.to_string(),
                             "committed": used.to_string(), "external_status": sd.external_status,
                             "storage": {"type": sd.storage},
+                            "data_centers": {"data_center": [
+                                data_center_ref(&st, &sd.data_center, follows(&query, "data_centers"))]},
                         })
                     })
                     .collect(),
@@ -1017,6 +1105,24 @@ impl Engine {
                 "Cannot attach Virtual Disk. The disk is already attached to another VM and is not shareable.",
             );
         }
+        // A disk's storage domain must be attached to the VM's data center (the engine's
+        // ACTION_TYPE_FAILED_STORAGE_POOL_NOT_MATCH).
+        let disk_dc = st
+            .domains
+            .iter()
+            .find(|sd| sd.id == d.domain)
+            .map(|sd| sd.data_center.clone());
+        let vm_dc = st
+            .clusters
+            .iter()
+            .find(|c| c.id == st.vms[vm_id].cluster)
+            .map(|c| c.data_center.clone());
+        if disk_dc != vm_dc {
+            return fault(
+                409,
+                "Cannot attach Virtual Disk. The target Data Center does not contain the Virtual Disk.",
+            );
+        }
         let vm = st.vms.get_mut(vm_id).expect("checked");
         if vm.attachments.contains_key(&disk_id) {
             return fault(
@@ -1039,7 +1145,7 @@ fn vm_json(vm: &SimVm, follow_devices: bool) -> Value {
     let mut v = json!({"href": format!("{API}/vms/{}", vm.id), "id": vm.id, "name": vm.name,
         "status": vm.status, "memory": vm.memory.to_string(), "type": "server",
         "cpu": {"architecture": "x86_64", "topology": {"sockets": vm.cpus.to_string(), "cores": "1", "threads": "1"}},
-        "cluster": {"href": format!("{API}/clusters/{CLUSTER_ID}"), "id": CLUSTER_ID},
+        "cluster": {"href": format!("{API}/clusters/{}", vm.cluster), "id": vm.cluster},
         "link": [{"href": format!("{API}/vms/{}/reporteddevices", vm.id), "rel": "reporteddevices"},
                  {"href": format!("{API}/vms/{}/diskattachments", vm.id), "rel": "diskattachments"}]});
     if let Some(t) = &vm.instance_type {
@@ -1095,6 +1201,27 @@ fn xml_root(method: &str, path: &str) -> String {
         ("DELETE", _) => "action".into(),
         ("GET", 1) => format!("{singular}s"),
         _ => singular.into(),
+    }
+}
+
+fn data_center_id(st: &State, name: &str) -> String {
+    st.data_centers
+        .iter()
+        .find(|d| d.name == name)
+        .map(|d| d.id.clone())
+        .unwrap_or_else(|| panic!("no data center {name}"))
+}
+
+fn data_center_json(dc: &DataCenter) -> Value {
+    json!({"href": format!("{API}/datacenters/{}", dc.id), "id": dc.id, "name": dc.name,
+        "status": "up", "local": "false", "storage_format": "v5"})
+}
+
+/// A link to data center `id`, or the data center itself when the query follows it.
+fn data_center_ref(st: &State, id: &str, follow: bool) -> Value {
+    match st.data_centers.iter().find(|d| d.id == id) {
+        Some(dc) if follow => data_center_json(dc),
+        _ => json!({"href": format!("{API}/datacenters/{id}"), "id": id}),
     }
 }
 

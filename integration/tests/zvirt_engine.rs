@@ -206,18 +206,21 @@ async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_engine() {
         &format!("--cloud-config={}", conf.display()),
         &format!("--node-id={vm}"),
         &format!("--zone={}", zvirt_sim::CLUSTER),
+        &format!("--region={}", zvirt_sim::DATA_CENTER),
         "--cluster=overcast-it",
         &format!("--device-by-id-dir={}", s.by_id.display()),
     ])
     .await;
     let (mut c, mut n) = (driver.controller().await, driver.node().await);
+    let info = n
+        .node_get_info(csi::NodeGetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.node_id, vm);
     assert_eq!(
-        n.node_get_info(csi::NodeGetInfoRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .node_id,
-        vm
+        info.accessible_topology.unwrap().segments,
+        topology(zvirt_sim::CLUSTER, zvirt_sim::DATA_CENTER).segments
     );
     let mut create = overcast_integration::create_request("pvc-zvirt-life", GIB as i64);
     create.parameters = parameters("data").into_iter().collect();
@@ -240,6 +243,11 @@ async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_engine() {
         .volume
         .unwrap();
     let id = volume.volume_id.clone();
+    // Its PV names the data center of its storage domain alone.
+    assert_eq!(
+        volume.accessible_topology,
+        vec![region(zvirt_sim::DATA_CENTER)]
+    );
     let named: Vec<_> = s
         .engine
         .disks()
@@ -400,6 +408,177 @@ async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_engine() {
         c.delete_volume(overcast_integration::delete_request(&id))
             .await
             .expect("delete, twice");
+    }
+    assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());
+    drop(driver);
+}
+
+/// A node's topology: its cluster, in its data center.
+fn topology(cluster: &str, data_center: &str) -> csi::Topology {
+    csi::Topology {
+        segments: [
+            ("topology.kubernetes.io/zone".to_owned(), cluster.to_owned()),
+            (
+                "topology.kubernetes.io/region".to_owned(),
+                data_center.to_owned(),
+            ),
+        ]
+        .into(),
+    }
+}
+
+/// A disk's topology: the data center of its storage domain.
+fn region(data_center: &str) -> csi::Topology {
+    csi::Topology {
+        segments: [(
+            "topology.kubernetes.io/region".to_owned(),
+            data_center.to_owned(),
+        )]
+        .into(),
+    }
+}
+
+/// Two data centers, each with a cluster and a storage domain: a disk goes where its
+/// class's domain is and nowhere else. A create whose requisite topologies are all in the
+/// other data center is refused before anything is made (RESOURCE_EXHAUSTED); one that
+/// names the domain's data center is made there, its PV naming that region, and a retry
+/// answers the same disk; capacity per topology is the domain's where it reaches and
+/// nothing elsewhere; the engine's refusal to attach across data centers is
+/// FAILED_PRECONDITION, not a retryable code.
+#[tokio::test]
+async fn volumes_go_to_the_data_center_of_their_storage_domain() {
+    let s = sim(Latency::default()).await;
+    s.engine.add_data_center("dc2");
+    s.engine.add_cluster("cluster2", "dc2");
+    s.engine
+        .add_storage_domain_in("data2", 50 * GIB, "iscsi", "dc2");
+    let vm1 = s.engine.add_vm("worker-1");
+    let vm2 = s.engine.add_vm_in("worker-2", "cluster2");
+    let conf = s.cloud_config();
+    let driver = Csi::start(&[
+        "--cloud=zvirt",
+        &format!("--cloud-config={}", conf.display()),
+        &format!("--node-id={vm2}"),
+        "--zone=cluster2",
+        "--region=dc2",
+        "--cluster=overcast-it",
+        &format!("--device-by-id-dir={}", s.by_id.display()),
+    ])
+    .await;
+    let mut c = driver.controller().await;
+    let (dc1, dc2) = (
+        topology(zvirt_sim::CLUSTER, zvirt_sim::DATA_CENTER),
+        topology("cluster2", "dc2"),
+    );
+    let create = |name: &str, domain: &str, requisite: Vec<csi::Topology>| {
+        let mut r = overcast_integration::create_request(name, GIB as i64);
+        r.parameters = parameters(domain).into_iter().collect();
+        r.accessibility_requirements = Some(csi::TopologyRequirement {
+            preferred: requisite.clone(),
+            requisite,
+        });
+        r
+    };
+
+    let refused = c
+        .create_volume(create("pvc-dc-wrong", "data2", vec![dc1.clone()]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(refused.message().contains("dc2"), "{}", refused.message());
+    assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());
+
+    let both = create("pvc-dc-right", "data2", vec![dc1.clone(), dc2.clone()]);
+    let made = c
+        .create_volume(both.clone())
+        .await
+        .expect("create in dc2")
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(made.accessible_topology, vec![region("dc2")]);
+    let again = c
+        .create_volume(both)
+        .await
+        .expect("retry")
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(again.volume_id, made.volume_id);
+    assert_eq!(again.accessible_topology, vec![region("dc2")]);
+    // The same name asked in dc1 alone now names a disk that is not there.
+    assert_eq!(
+        c.create_volume(create("pvc-dc-right", "data2", vec![dc1.clone()]))
+            .await
+            .unwrap_err()
+            .code(),
+        tonic::Code::ResourceExhausted
+    );
+    let home = c
+        .create_volume(create("pvc-dc-home", "data", vec![dc1.clone()]))
+        .await
+        .expect("create in Default")
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(
+        home.accessible_topology,
+        vec![region(zvirt_sim::DATA_CENTER)]
+    );
+
+    // Capacity as external-provisioner asks it, per node topology.
+    for (topology, domain, want) in [
+        (&dc2, Some("data2"), 49 * GIB),
+        (&dc1, Some("data2"), 0),
+        (&dc2, Some("data"), 0),
+        (&dc1, Some("data"), 199 * GIB),
+        (&dc2, None, 49 * GIB),
+        (&dc1, None, 199 * GIB),
+    ] {
+        let got = c
+            .get_capacity(csi::GetCapacityRequest {
+                parameters: domain
+                    .map(|d| parameters(d).into_iter().collect())
+                    .unwrap_or_default(),
+                accessible_topology: Some(topology.clone()),
+                ..Default::default()
+            })
+            .await
+            .expect("capacity")
+            .into_inner()
+            .available_capacity;
+        assert_eq!(got, want as i64, "{topology:?} {domain:?}");
+    }
+
+    let publish = |volume: &str, node: &str| csi::ControllerPublishVolumeRequest {
+        volume_id: volume.to_owned(),
+        node_id: node.to_owned(),
+        volume_capability: Some(mount_cap("xfs")),
+        ..Default::default()
+    };
+    let across = c
+        .controller_publish_volume(publish(&made.volume_id, &vm1))
+        .await
+        .unwrap_err();
+    assert_eq!(across.code(), tonic::Code::FailedPrecondition, "{across:?}");
+    c.controller_publish_volume(publish(&made.volume_id, &vm2))
+        .await
+        .expect("attach in dc2");
+    c.controller_unpublish_volume(csi::ControllerUnpublishVolumeRequest {
+        volume_id: made.volume_id.clone(),
+        node_id: vm2.clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("detach");
+    for id in [&made.volume_id, &home.volume_id] {
+        c.delete_volume(overcast_integration::delete_request(id))
+            .await
+            .expect("delete");
     }
     assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());
     drop(driver);

@@ -55,17 +55,20 @@ try:
     capped = system.vms_service().list(max=1)
     assert len(capped) == 1, capped
     step("NICs, and a listing capped by max")
-    clusters = system.clusters_service().list()
-    assert clusters and clusters[0].name and clusters[0].data_center.id
+    # The provider follows each cluster's data center inline (its zone's region).
+    clusters = system.clusters_service().list(follow="data_center")
+    assert clusters and clusters[0].name and clusters[0].data_center.name, clusters
     centers = system.data_centers_service().list()
     assert centers and centers[0].name
     kinds = system.instance_types_service().list()
     assert any(t.name == "Large" and t.memory == 8 << 30 for t in kinds), kinds
     step("clusters, data centers, instance types")
 
-    domains = system.storage_domains_service().list()
+    # ... and each domain's data centers (where its disks can be attached).
+    domains = system.storage_domains_service().list(follow="data_centers")
     data = [d for d in domains if d.type == types.StorageDomainType.DATA]
     assert data and data[0].available > 0 and data[0].storage.type, domains
+    assert data[0].data_centers and data[0].data_centers[0].name, data[0].data_centers
     step("storage domains: %s" % [d.name for d in data])
 
     disks_service = system.disks_service()

@@ -7,10 +7,17 @@
 //! The node id is the VM's id. The engine keeps no aliases unique, so creates of one name
 //! are one at a time in this process and a create first looks the alias up. What the
 //! provider needs to know of its disks later (the cluster, the parameters and metadata it
-//! was made with) is kept in the disk's description as JSON.
+//! was made with, the data center of its storage domain) is kept in the disk's description
+//! as JSON.
+//!
+//! Topology: a zone is an oVirt cluster, its region the cluster's data center. A data
+//! storage domain belongs to one data center, and every cluster of it reaches the domain,
+//! so a disk's place is its data center alone (`Zone { region, zone: "" }`): its PV names
+//! the region, and a create whose requisite topologies are all in other data centers is
+//! refused before anything is made.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -59,6 +66,10 @@ struct Description {
     parameters: BTreeMap<String, String>,
     #[serde(default)]
     metadata: BTreeMap<String, String>,
+    /// The data center of the disk's storage domain (absent on disks made before the
+    /// provider knew topology: those carry no zone, reachable from every node as before).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    region: String,
 }
 
 pub struct EngineDisks {
@@ -67,6 +78,10 @@ pub struct EngineDisks {
     max_attachments: u64,
     waits: Waits,
     creating: NameClaims,
+    /// Storage domain name → its data center's name, as last listed. A create asks the
+    /// class's placement (which lists the domains) right before it makes the disk, so
+    /// the create records the region without listing them again.
+    regions: Mutex<BTreeMap<String, String>>,
 }
 
 impl EngineDisks {
@@ -77,7 +92,29 @@ impl EngineDisks {
             max_attachments,
             waits,
             creating: NameClaims::default(),
+            regions: Mutex::default(),
         }
+    }
+
+    /// The data domains (one call), remembering each one's data center.
+    async fn domains(&self) -> Result<BTreeMap<String, Value>> {
+        let domains = data_domains(&self.engine).await?;
+        let mut regions = self.regions.lock().expect("regions");
+        regions.clear();
+        regions.extend(
+            domains
+                .iter()
+                .filter_map(|(name, sd)| Some((name.clone(), region_of(sd)?))),
+        );
+        Ok(domains)
+    }
+
+    /// The data center of the domain `name`: remembered, else listed.
+    async fn region(&self, name: &str) -> Result<Option<String>> {
+        if let Some(r) = self.regions.lock().expect("regions").get(name) {
+            return Ok(Some(r.clone()));
+        }
+        Ok(self.domains().await?.get(name).and_then(region_of))
     }
 
     async fn get(&self, id: &str) -> Result<Value> {
@@ -150,7 +187,10 @@ impl EngineDisks {
                 .unwrap_or_default()
                 .to_owned(),
             size_bytes: number(&d["provisioned_size"]).unwrap_or(0),
-            zone: Zone::default(),
+            zone: Zone {
+                region: description.region,
+                zone: String::new(),
+            },
             parameters: description.parameters,
             metadata: description.metadata,
             attachments,
@@ -235,15 +275,38 @@ fn next_delay(started: Instant, delay: Duration) -> Duration {
     (delay + Duration::from_millis(50)).min(Duration::from_millis(500))
 }
 
-/// The engine's data storage domains, by name (one call).
+/// The engine's data storage domains, by name, each with its data centers inline (one
+/// call: `follow` saves a `/datacenters` listing).
 pub(crate) async fn data_domains(engine: &Engine) -> Result<BTreeMap<String, Value>> {
     let doc = engine
-        .json("storagedomain_list", Method::GET, "/storagedomains", None)
+        .json(
+            "storagedomain_list",
+            Method::GET,
+            "/storagedomains?follow=data_centers",
+            None,
+        )
         .await?;
     Ok(members(&doc, "storage_domain")
         .filter(|sd| sd["type"] == "data")
         .filter_map(|sd| Some((sd["name"].as_str()?.to_owned(), sd.clone())))
         .collect())
+}
+
+/// The name of the data center a data domain is attached to (one at most; an unattached
+/// domain has none, and the engine makes no disk on it).
+fn region_of(sd: &Value) -> Option<String> {
+    members(&sd["data_centers"], "data_center")
+        .find_map(|dc| dc["name"].as_str())
+        .map(str::to_owned)
+}
+
+/// Whether a cluster of `zone`'s data center reaches the domain (any does, without a
+/// zone or a region to go by).
+fn reaches(zone: Option<&Zone>, sd: &Value) -> bool {
+    match zone.map(|z| z.region.as_str()) {
+        None | Some("") => true,
+        Some(region) => region_of(sd).as_deref() == Some(region),
+    }
 }
 
 /// What the node needs to find the disk: the engine gives the disk id as the virtual
@@ -267,20 +330,46 @@ fn space_error(e: CloudError) -> CloudError {
 
 #[async_trait]
 impl Disks for EngineDisks {
-    /// The engine's clusters (upstream has no topology). A disk is made on a storage
-    /// domain of the data center, which every cluster of it reaches: disks carry no zone.
+    /// The engine's clusters (upstream has no topology), each in its data center's region.
     async fn zones(&self) -> Result<Vec<Zone>> {
         let doc = self
             .engine
-            .json("cluster_list", Method::GET, "/clusters", None)
+            .json(
+                "cluster_list",
+                Method::GET,
+                "/clusters?follow=data_center",
+                None,
+            )
             .await?;
         Ok(members(&doc, "cluster")
-            .filter_map(|c| c["name"].as_str())
-            .map(|name| Zone {
-                zone: name.to_owned(),
-                region: String::new(),
+            .filter_map(|c| {
+                Some(Zone {
+                    zone: c["name"].as_str()?.to_owned(),
+                    region: c["data_center"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                })
             })
             .collect())
+    }
+
+    /// The data center of the class's storage domain: its disks are reachable from that
+    /// data center's clusters alone. `None` when the engine knows no such attached domain
+    /// (the create then gets the engine's own refusal).
+    async fn placement(&self, parameters: &BTreeMap<String, String>) -> Result<Option<Zone>> {
+        let Some(name) = parameters.get(STORAGE_DOMAIN_PARAMETER).map(|s| s.trim()) else {
+            return Ok(None);
+        };
+        Ok(self
+            .domains()
+            .await?
+            .get(name)
+            .and_then(region_of)
+            .map(|region| Zone {
+                region,
+                zone: String::new(),
+            }))
     }
 
     fn size_granularity(&self) -> u64 {
@@ -363,10 +452,12 @@ impl Disks for EngineDisks {
             return Ok(self.to_disk(&d));
         }
         let thin = self.overcommits(&spec.parameters);
+        let domain = spec.parameters[STORAGE_DOMAIN_PARAMETER].trim();
         let description = serde_json::to_string(&Description {
             cluster: self.cluster.clone(),
             parameters: spec.parameters.clone(),
             metadata: spec.metadata.clone(),
+            region: self.region(domain).await?.unwrap_or_default(),
         })
         .unwrap_or_default();
         let size = spec.size_bytes.div_ceil(MIB) * MIB;
@@ -376,7 +467,7 @@ impl Disks for EngineDisks {
             "provisioned_size": size.to_string(),
             "format": if thin { "cow" } else { "raw" },
             "sparse": thin.to_string(),
-            "storage_domains": {"storage_domain": [{"name": spec.parameters[STORAGE_DOMAIN_PARAMETER].trim()}]},
+        "storage_domains": {"storage_domain": [{"name": domain}]},
         });
         let made = self
             .engine
@@ -512,6 +603,13 @@ impl Disks for EngineDisks {
             {
                 Ok(_) => {}
                 Err(CloudError::NotFound { .. }) => return Err(CloudError::not_found("vm", node)),
+                // The disk's storage domain is not in the VM's data center
+                // (ACTION_TYPE_FAILED_STORAGE_POOL_NOT_MATCH): no retry changes that.
+                Err(CloudError::Conflict(why)) if why.contains("Data Center does not contain") => {
+                    return Err(CloudError::FailedPrecondition(format!(
+                        "zvirt: disk {id} is on storage of another data center than VM {node}'s: {why}"
+                    )))
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -599,7 +697,8 @@ impl Disks for EngineDisks {
         Ok(number(&d["provisioned_size"]).unwrap_or(want))
     }
 
-    /// A class's domain's free space; without one, the largest of any data domain.
+    /// A class's domain's free space; without one, the largest of any data domain. A
+    /// zone in another data center than the domain's has none of it.
     async fn available_capacity_for(
         &self,
         zone: Option<&Zone>,
@@ -608,19 +707,21 @@ impl Disks for EngineDisks {
         let Some(name) = parameters.get(STORAGE_DOMAIN_PARAMETER).map(|s| s.trim()) else {
             return self.available_capacity(zone).await;
         };
-        let domains = data_domains(&self.engine).await?;
+        let domains = self.domains().await?;
         Ok(domains
             .get(name)
+            .filter(|sd| reaches(zone, sd))
             .and_then(|sd| number(&sd["available"]))
             .unwrap_or(0))
     }
 
-    async fn available_capacity(&self, _zone: Option<&Zone>) -> Result<u64> {
+    async fn available_capacity(&self, zone: Option<&Zone>) -> Result<u64> {
         // A disk lands on one domain: the largest free space is the largest disk that
-        // can be made.
-        let domains = data_domains(&self.engine).await?;
+        // can be made (in the zone's data center, when a zone is asked for).
+        let domains = self.domains().await?;
         Ok(domains
             .values()
+            .filter(|sd| reaches(zone, sd))
             .filter_map(|sd| number(&sd["available"]))
             .max()
             .unwrap_or(0))

@@ -10,7 +10,8 @@ use crate::Result;
 
 /// A placement domain, spelled with the well-known Kubernetes topology keys so that CSI
 /// topology and the node labels the cloud-controller-manager sets agree.
-/// Both empty: the cloud has no zones (no topology is published).
+/// Both empty: the cloud has no zones (no topology is published). A region with an empty
+/// zone is a place every zone of that region reaches (a zVirt data center's storage).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Zone {
     pub region: String,
@@ -80,6 +81,13 @@ pub trait Disks: Send + Sync + 'static {
     }
     /// Checks the disk-shaping parameters of a create; unknown keys are refused.
     fn validate_parameters(&self, parameters: &BTreeMap<String, String>) -> Result<()>;
+    /// Where every disk of a class with `parameters` lands, when the class decides it
+    /// rather than the create's zone (zVirt: the data center of `storageDomainName`,
+    /// `Zone { region, zone: "" }`, reachable from each of its clusters). `None`: the
+    /// zone the CO's topology picks decides.
+    async fn placement(&self, _parameters: &BTreeMap<String, String>) -> Result<Option<Zone>> {
+        Ok(None)
+    }
 
     /// Creates a disk, or returns the one that already carries `spec.name` when its
     /// parameters match (`ParameterMismatch` otherwise).

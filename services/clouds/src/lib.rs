@@ -171,12 +171,14 @@ pub fn node_identity(s: &Settings) -> anyhow::Result<NodeIdentity> {
             instance_id_from: Some("openstack"),
         }),
         // The node id is the VM's id (the oVirt CSI driver's): `--node-id` when it is one,
-        // else read from the Node's `zvirt://<id>`; no zones yet but a `--zone` given.
+        // else read from the Node's `zvirt://<id>`. Its zone (cluster) and region (data
+        // center) are `--zone`/`--region`, else the labels the ccm gave the Node: the
+        // region matters, a disk's PV names its data center alone.
         CloudName::Zvirt => Ok(NodeIdentity {
             node_id: s.node_name(),
             zone: s.local.zone.clone().map(|zone| Zone {
                 zone,
-                region: String::new(),
+                region: s.local.region.clone().unwrap_or_default(),
             }),
             instance_id_from: Some("zvirt"),
         }),

@@ -96,8 +96,9 @@ pub struct Options {
     #[arg(long, env = "CLOUD_CONFIG")]
     pub cloud_config: Option<PathBuf>,
 
-    /// Local cloud: the zone this host is in (topology.kubernetes.io/zone); overrides
-    /// the cloud-config file; `local` when neither names one.
+    /// The zone this host is in (topology.kubernetes.io/zone). Local cloud: overrides the
+    /// cloud-config file, `local` when neither names one. OpenStack, zVirt: overrides the
+    /// Node's labels.
     #[arg(long, env = "CSI_ZONE")]
     pub zone: Option<String>,
 
@@ -111,7 +112,8 @@ pub struct Options {
     #[arg(long, env = "CSI_NODE_ZONE_WAIT_SECONDS", default_value_t = 60)]
     pub node_zone_wait_seconds: u64,
 
-    /// Local cloud: the region this host is in (topology.kubernetes.io/region); as --zone.
+    /// The region this host is in (topology.kubernetes.io/region); as --zone (zVirt: the
+    /// cluster's data center, read with --zone).
     #[arg(long, env = "CSI_REGION")]
     pub region: Option<String>,
 

@@ -223,12 +223,15 @@ impl TopologyKeys {
     }
 
     /// Whether a topology segment map names `zone`: every key it carries is one of ours
-    /// and agrees.
+    /// and agrees. A zone that is a whole region (empty zone, region set) agrees with
+    /// every zone value: each zone of the region reaches it.
     pub fn matches(&self, topology: &csi::Topology, zone: &Zone) -> bool {
+        let whole_region = zone.zone.is_empty() && !zone.region.is_empty();
+        let zone_agrees = |v: &String| whole_region || *v == zone.zone;
         topology.segments.iter().all(|(k, v)| match k.as_str() {
-            ZONE_KEY => *v == zone.zone,
+            ZONE_KEY => zone_agrees(v),
             REGION_KEY => *v == zone.region,
-            k if self.zone_aliases.iter().any(|a| a == k) => *v == zone.zone,
+            k if self.zone_aliases.iter().any(|a| a == k) => zone_agrees(v),
             _ => false,
         })
     }
@@ -279,6 +282,32 @@ pub fn pick_zone(
                 .join(", ")
         ))
     })
+}
+
+/// Checks a class's own placement (see `Disks::placement`) against the requisite
+/// topologies: a disk there must be reachable from one of them, else RESOURCE_EXHAUSTED
+/// before anything is made (the spec's code for "unable to provision in
+/// accessible_topology"). Preferred topologies only order; they never refuse.
+pub fn check_placement(
+    req: Option<&csi::TopologyRequirement>,
+    placement: &Zone,
+    keys: &TopologyKeys,
+) -> Result<(), Status> {
+    let Some(req) = req.filter(|r| !r.requisite.is_empty()) else {
+        return Ok(());
+    };
+    if req.requisite.iter().any(|t| keys.matches(t, placement)) {
+        return Ok(());
+    }
+    Err(Status::resource_exhausted(format!(
+        "the StorageClass places its disks in region {:?}{}, which none of the requisite topologies reaches",
+        placement.region,
+        if placement.zone.is_empty() {
+            String::new()
+        } else {
+            format!(" zone {:?}", placement.zone)
+        }
+    )))
 }
 
 /// Splits CreateVolume parameters into the disk-shaping ones and claim metadata.
@@ -425,6 +454,64 @@ mod tests {
         assert!(!keys.matches(&other, &nova));
         // No zone: no segments under any key.
         assert!(keys.of(&Zone::default()).segments.is_empty());
+    }
+
+    #[test]
+    fn a_whole_region_is_reached_from_each_of_its_zones_and_nowhere_else() {
+        let keys = TopologyKeys {
+            zone_aliases: vec!["topology.csi.zvirt.example/zone".into()],
+        };
+        let dc1 = Zone {
+            region: "dc1".into(),
+            zone: String::new(),
+        };
+        let node = |zone: &str, region: &str| csi::Topology {
+            segments: [
+                (ZONE_KEY.to_owned(), zone.to_owned()),
+                (REGION_KEY.to_owned(), region.to_owned()),
+                (
+                    "topology.csi.zvirt.example/zone".to_owned(),
+                    zone.to_owned(),
+                ),
+            ]
+            .into(),
+        };
+        assert!(keys.matches(&node("cluster-a", "dc1"), &dc1));
+        assert!(keys.matches(&node("cluster-b", "dc1"), &dc1));
+        assert!(!keys.matches(&node("cluster-a", "dc2"), &dc1));
+        // The PV of such a disk names the region alone.
+        let pv = keys.of(&dc1);
+        assert_eq!(pv.segments.len(), 1, "{pv:?}");
+        assert_eq!(pv.segments[REGION_KEY], "dc1");
+        // A cloud without zones (both empty) is no region: a zone value does not match it.
+        let zone_only = csi::Topology {
+            segments: [(ZONE_KEY.to_owned(), "a".to_owned())].into(),
+        };
+        assert!(!keys.matches(&zone_only, &Zone::default()));
+
+        let req = |requisite: Vec<csi::Topology>, preferred: Vec<csi::Topology>| {
+            csi::TopologyRequirement {
+                requisite,
+                preferred,
+            }
+        };
+        assert!(check_placement(None, &dc1, &keys).is_ok());
+        assert!(check_placement(
+            Some(&req(vec![node("x", "dc2"), node("y", "dc1")], vec![])),
+            &dc1,
+            &keys
+        )
+        .is_ok());
+        // Preferred alone never refuses.
+        assert!(check_placement(Some(&req(vec![], vec![node("x", "dc2")])), &dc1, &keys).is_ok());
+        let refused = check_placement(
+            Some(&req(vec![node("x", "dc2")], vec![node("x", "dc2")])),
+            &dc1,
+            &keys,
+        )
+        .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(refused.message().contains("dc1"), "{}", refused.message());
     }
 
     #[test]

@@ -48,12 +48,31 @@ impl ControllerService {
         self.cloud
             .validate_parameters(&parameters)
             .map_err(|e| to_status(&op, e))?;
-        let zones = self.cloud.zones().await.map_err(|e| to_status(&op, e))?;
-        let zone = validation::pick_zone(
-            req.accessibility_requirements.as_ref(),
-            &zones,
-            &self.topology,
-        )?;
+        // A class that decides where its disks go (one data center's storage) is checked
+        // against the requisite topologies; otherwise the topology picks the zone.
+        let placement = self
+            .cloud
+            .placement(&parameters)
+            .await
+            .map_err(|e| to_status(&op, e))?;
+        let zone = match placement {
+            Some(place) => {
+                validation::check_placement(
+                    req.accessibility_requirements.as_ref(),
+                    &place,
+                    &self.topology,
+                )?;
+                place
+            }
+            None => {
+                let zones = self.cloud.zones().await.map_err(|e| to_status(&op, e))?;
+                validation::pick_zone(
+                    req.accessibility_requirements.as_ref(),
+                    &zones,
+                    &self.topology,
+                )?
+            }
+        };
         let mut size = validation::disk_size(
             req.capacity_range.as_ref(),
             self.default_size,
