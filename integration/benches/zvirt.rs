@@ -74,9 +74,16 @@ async fn main() {
             }),
         )
         .await;
+        // As the csi creates: the class's placement (where the domain's data center is,
+        // checked against the topology), then the disk.
         measure(
             "create",
             Box::pin(async {
+                let place = disks.placement(&parameters).await.unwrap().unwrap();
+                let spec = DiskSpec {
+                    zone: place,
+                    ..spec
+                };
                 *made.borrow_mut() = Some(disks.create_disk(spec).await.unwrap());
             }),
         )
