@@ -492,6 +492,18 @@ async fn volumes_go_to_the_data_center_of_their_storage_domain() {
     assert!(refused.message().contains("dc2"), "{}", refused.message());
     assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());
 
+    // A domain the engine does not have has no place: the engine's own refusal answers.
+    let unknown = c
+        .create_volume(create(
+            "pvc-dc-nowhere",
+            "no-such-domain",
+            vec![dc1.clone()],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::InvalidArgument, "{unknown:?}");
+    assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());
+
     let both = create("pvc-dc-right", "data2", vec![dc1.clone(), dc2.clone()]);
     let made = c
         .create_volume(both.clone())
