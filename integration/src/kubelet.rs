@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use crate::csi_v1 as csi;
 use crate::{
-    create_request, is_mount_point, publish_request, unpublish_request, ControllerClient, Csi,
-    NodeClient,
+    create_request, is_mount_point, node_publish_request, node_unpublish_request, publish_request,
+    stage_request, unpublish_request, unstage_request, ControllerClient, Csi, NodeClient,
 };
 
 /// Drives the node service the way kubelet does, with the controller calls the
@@ -63,13 +63,7 @@ impl Kubelet {
         ctx: &HashMap<String, String>,
         cap: csi::VolumeCapability,
     ) -> csi::NodeStageVolumeRequest {
-        csi::NodeStageVolumeRequest {
-            volume_id: id.into(),
-            publish_context: ctx.clone(),
-            staging_target_path: self.staging(id).display().to_string(),
-            volume_capability: Some(cap),
-            ..Default::default()
-        }
+        stage_request(id, ctx, &self.staging(id), cap)
     }
 
     pub fn publish_req(
@@ -80,13 +74,8 @@ impl Kubelet {
         readonly: bool,
     ) -> csi::NodePublishVolumeRequest {
         csi::NodePublishVolumeRequest {
-            volume_id: id.into(),
-            publish_context: ctx.clone(),
-            staging_target_path: self.staging(id).display().to_string(),
-            target_path: self.target(id).display().to_string(),
-            volume_capability: Some(cap),
             readonly,
-            ..Default::default()
+            ..node_publish_request(id, ctx, &self.staging(id), &self.target(id), cap)
         }
     }
 
@@ -114,10 +103,7 @@ impl Kubelet {
     }
 
     pub async fn unpublish(&mut self, id: &str) {
-        let req = csi::NodeUnpublishVolumeRequest {
-            volume_id: id.into(),
-            target_path: self.target(id).display().to_string(),
-        };
+        let req = node_unpublish_request(id, &self.target(id));
         self.n.node_unpublish_volume(req.clone()).await.unwrap();
         self.n
             .node_unpublish_volume(req)
@@ -127,10 +113,7 @@ impl Kubelet {
     }
 
     pub async fn unstage(&mut self, id: &str) {
-        let req = csi::NodeUnstageVolumeRequest {
-            volume_id: id.into(),
-            staging_target_path: self.staging(id).display().to_string(),
-        };
+        let req = unstage_request(id, &self.staging(id));
         self.n.node_unstage_volume(req.clone()).await.unwrap();
         self.n
             .node_unstage_volume(req)

@@ -2,6 +2,7 @@
 //! binary on a temporary Unix socket, talk gRPC to it, kill it, restart it, and clean up
 //! every loop device and file it made, also when a test fails.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -453,6 +454,54 @@ pub fn unpublish_request(volume_id: &str) -> csi::ControllerUnpublishVolumeReque
     }
 }
 
+/// NodeStageVolume as kubelet asks it, onto `staging`.
+pub fn stage_request(
+    volume_id: &str,
+    publish_context: &HashMap<String, String>,
+    staging: &Path,
+    cap: csi::VolumeCapability,
+) -> csi::NodeStageVolumeRequest {
+    csi::NodeStageVolumeRequest {
+        volume_id: volume_id.into(),
+        publish_context: publish_context.clone(),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: Some(cap),
+        ..Default::default()
+    }
+}
+
+/// NodePublishVolume as kubelet asks it, from `staging` onto `target`.
+pub fn node_publish_request(
+    volume_id: &str,
+    publish_context: &HashMap<String, String>,
+    staging: &Path,
+    target: &Path,
+    cap: csi::VolumeCapability,
+) -> csi::NodePublishVolumeRequest {
+    csi::NodePublishVolumeRequest {
+        volume_id: volume_id.into(),
+        publish_context: publish_context.clone(),
+        staging_target_path: staging.display().to_string(),
+        target_path: target.display().to_string(),
+        volume_capability: Some(cap),
+        ..Default::default()
+    }
+}
+
+pub fn node_unpublish_request(volume_id: &str, target: &Path) -> csi::NodeUnpublishVolumeRequest {
+    csi::NodeUnpublishVolumeRequest {
+        volume_id: volume_id.into(),
+        target_path: target.display().to_string(),
+    }
+}
+
+pub fn unstage_request(volume_id: &str, staging: &Path) -> csi::NodeUnstageVolumeRequest {
+    csi::NodeUnstageVolumeRequest {
+        volume_id: volume_id.into(),
+        staging_target_path: staging.display().to_string(),
+    }
+}
+
 pub fn delete_request(volume_id: &str) -> csi::DeleteVolumeRequest {
     csi::DeleteVolumeRequest {
         volume_id: volume_id.into(),
@@ -500,37 +549,18 @@ pub async fn volume_lifecycle(
         .expect("attach")
         .into_inner()
         .publish_context;
-    n.node_stage_volume(csi::NodeStageVolumeRequest {
-        volume_id: id.clone(),
-        publish_context: ctx.clone(),
-        staging_target_path: staging.display().to_string(),
-        volume_capability: Some(cap.clone()),
-        ..Default::default()
-    })
-    .await
-    .expect("stage");
-    n.node_publish_volume(csi::NodePublishVolumeRequest {
-        volume_id: id.clone(),
-        publish_context: ctx,
-        staging_target_path: staging.display().to_string(),
-        target_path: target.display().to_string(),
-        volume_capability: Some(cap),
-        ..Default::default()
-    })
-    .await
-    .expect("publish");
-    n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
-        volume_id: id.clone(),
-        target_path: target.display().to_string(),
-    })
-    .await
-    .expect("unpublish");
-    n.node_unstage_volume(csi::NodeUnstageVolumeRequest {
-        volume_id: id.clone(),
-        staging_target_path: staging.display().to_string(),
-    })
-    .await
-    .expect("unstage");
+    n.node_stage_volume(stage_request(&id, &ctx, &staging, cap.clone()))
+        .await
+        .expect("stage");
+    n.node_publish_volume(node_publish_request(&id, &ctx, &staging, &target, cap))
+        .await
+        .expect("publish");
+    n.node_unpublish_volume(node_unpublish_request(&id, &target))
+        .await
+        .expect("unpublish");
+    n.node_unstage_volume(unstage_request(&id, &staging))
+        .await
+        .expect("unstage");
     c.controller_unpublish_volume(unpublish_request(&id))
         .await
         .expect("detach");

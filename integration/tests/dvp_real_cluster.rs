@@ -618,23 +618,21 @@ async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_parent() {
     let target = work.path().join("target");
     std::fs::create_dir_all(&staging).unwrap();
     let cleanup = scopeguard(work.path().to_path_buf());
-    n.node_stage_volume(csi::NodeStageVolumeRequest {
-        volume_id: "pvc-csi-1".into(),
-        publish_context: ctx.clone(),
-        staging_target_path: staging.display().to_string(),
-        volume_capability: Some(mount_cap("ext4")),
-        ..Default::default()
-    })
+    n.node_stage_volume(overcast_integration::stage_request(
+        "pvc-csi-1",
+        &ctx,
+        &staging,
+        mount_cap("ext4"),
+    ))
     .await
     .expect("stage");
-    n.node_publish_volume(csi::NodePublishVolumeRequest {
-        volume_id: "pvc-csi-1".into(),
-        publish_context: ctx,
-        staging_target_path: staging.display().to_string(),
-        target_path: target.display().to_string(),
-        volume_capability: Some(mount_cap("ext4")),
-        ..Default::default()
-    })
+    n.node_publish_volume(overcast_integration::node_publish_request(
+        "pvc-csi-1",
+        &ctx,
+        &staging,
+        &target,
+        mount_cap("ext4"),
+    ))
     .await
     .expect("publish");
     // The mount is the simulator's loop device, reached through the by-id link.
@@ -645,18 +643,15 @@ async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_parent() {
     let source = mount_source(&staging).expect("staged mount");
     assert_eq!(std::fs::canonicalize(&source).unwrap(), device);
     std::fs::write(target.join("hello"), b"dvp").expect("write through the mount");
-    n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
-        volume_id: "pvc-csi-1".into(),
-        target_path: target.display().to_string(),
-    })
+    n.node_unpublish_volume(overcast_integration::node_unpublish_request(
+        "pvc-csi-1",
+        &target,
+    ))
     .await
     .expect("unpublish");
-    n.node_unstage_volume(csi::NodeUnstageVolumeRequest {
-        volume_id: "pvc-csi-1".into(),
-        staging_target_path: staging.display().to_string(),
-    })
-    .await
-    .expect("unstage");
+    n.node_unstage_volume(overcast_integration::unstage_request("pvc-csi-1", &staging))
+        .await
+        .expect("unstage");
     c.controller_unpublish_volume(csi::ControllerUnpublishVolumeRequest {
         volume_id: "pvc-csi-1".into(),
         node_id: NODE_ID.into(),

@@ -498,13 +498,12 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
     std::fs::create_dir_all(&staging).unwrap();
     let _unmount = Unmount(work.path().to_path_buf());
     let staged = n
-        .node_stage_volume(csi::NodeStageVolumeRequest {
-            volume_id: id.clone(),
-            publish_context: ctx.clone(),
-            staging_target_path: staging.display().to_string(),
-            volume_capability: Some(mount_cap("xfs")),
-            ..Default::default()
-        })
+        .node_stage_volume(overcast_integration::stage_request(
+            &id,
+            &ctx,
+            &staging,
+            mount_cap("xfs"),
+        ))
         .await;
     // Joined first: the disk the "kernel" made is removed on the way out, whatever
     // staging said.
@@ -513,14 +512,13 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
         .unwrap()
         .expect("the node asked the SCSI hosts to scan");
     staged.expect("stage");
-    n.node_publish_volume(csi::NodePublishVolumeRequest {
-        volume_id: id.clone(),
-        publish_context: ctx,
-        staging_target_path: staging.display().to_string(),
-        target_path: target.display().to_string(),
-        volume_capability: Some(mount_cap("xfs")),
-        ..Default::default()
-    })
+    n.node_publish_volume(overcast_integration::node_publish_request(
+        &id,
+        &ctx,
+        &staging,
+        &target,
+        mount_cap("xfs"),
+    ))
     .await
     .expect("publish");
     std::fs::write(target.join("hello"), b"cinder").expect("write through the mount");
@@ -585,18 +583,12 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
     let total = stats.usage[0].total;
     assert!(total > 3 << 29, "the filesystem grew: {total} bytes");
     assert_eq!(std::fs::read(target.join("hello")).unwrap(), b"cinder");
-    n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
-        volume_id: id.clone(),
-        target_path: target.display().to_string(),
-    })
-    .await
-    .expect("unpublish");
-    n.node_unstage_volume(csi::NodeUnstageVolumeRequest {
-        volume_id: id.clone(),
-        staging_target_path: staging.display().to_string(),
-    })
-    .await
-    .expect("unstage");
+    n.node_unpublish_volume(overcast_integration::node_unpublish_request(&id, &target))
+        .await
+        .expect("unpublish");
+    n.node_unstage_volume(overcast_integration::unstage_request(&id, &staging))
+        .await
+        .expect("unstage");
     drop(disk);
     let unpublish = csi::ControllerUnpublishVolumeRequest {
         volume_id: id.clone(),

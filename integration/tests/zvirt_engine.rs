@@ -303,23 +303,21 @@ async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_engine() {
     let (staging, target) = (work.join("staging"), work.join("target"));
     std::fs::create_dir_all(&staging).unwrap();
     let _unmount = Unmount(work.clone());
-    n.node_stage_volume(csi::NodeStageVolumeRequest {
-        volume_id: id.clone(),
-        publish_context: ctx.clone(),
-        staging_target_path: staging.display().to_string(),
-        volume_capability: Some(mount_cap("xfs")),
-        ..Default::default()
-    })
+    n.node_stage_volume(overcast_integration::stage_request(
+        &id,
+        &ctx,
+        &staging,
+        mount_cap("xfs"),
+    ))
     .await
     .expect("stage");
-    n.node_publish_volume(csi::NodePublishVolumeRequest {
-        volume_id: id.clone(),
-        publish_context: ctx,
-        staging_target_path: staging.display().to_string(),
-        target_path: target.display().to_string(),
-        volume_capability: Some(mount_cap("xfs")),
-        ..Default::default()
-    })
+    n.node_publish_volume(overcast_integration::node_publish_request(
+        &id,
+        &ctx,
+        &staging,
+        &target,
+        mount_cap("xfs"),
+    ))
     .await
     .expect("publish");
     std::fs::write(target.join("hello"), b"zvirt").unwrap();
@@ -375,18 +373,12 @@ async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_engine() {
     assert_eq!(expanded.capacity_bytes, 2 * GIB as i64);
     assert_eq!(std::fs::read(target.join("hello")).unwrap(), b"zvirt");
 
-    n.node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
-        volume_id: id.clone(),
-        target_path: target.display().to_string(),
-    })
-    .await
-    .expect("unpublish");
-    n.node_unstage_volume(csi::NodeUnstageVolumeRequest {
-        volume_id: id.clone(),
-        staging_target_path: staging.display().to_string(),
-    })
-    .await
-    .expect("unstage");
+    n.node_unpublish_volume(overcast_integration::node_unpublish_request(&id, &target))
+        .await
+        .expect("unpublish");
+    n.node_unstage_volume(overcast_integration::unstage_request(&id, &staging))
+        .await
+        .expect("unstage");
     let unpublish = csi::ControllerUnpublishVolumeRequest {
         volume_id: id.clone(),
         node_id: vm.clone(),
