@@ -467,7 +467,7 @@ impl Disks for EngineDisks {
             "provisioned_size": size.to_string(),
             "format": if thin { "cow" } else { "raw" },
             "sparse": thin.to_string(),
-        "storage_domains": {"storage_domain": [{"name": domain}]},
+            "storage_domains": {"storage_domain": [{"name": domain}]},
         });
         let made = self
             .engine
