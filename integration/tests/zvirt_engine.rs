@@ -434,9 +434,10 @@ fn region(data_center: &str) -> csi::Topology {
 /// class's domain is and nowhere else. A create whose requisite topologies are all in the
 /// other data center is refused before anything is made (RESOURCE_EXHAUSTED); one that
 /// names the domain's data center is made there, its PV naming that region, and a retry
-/// answers the same disk; capacity per topology is the domain's where it reaches and
-/// nothing elsewhere; the engine's refusal to attach across data centers is
-/// FAILED_PRECONDITION, not a retryable code.
+/// answers the same disk (the name asked in the other data center is ALREADY_EXISTS);
+/// capacity per topology is the domain's where it reaches and nothing elsewhere; the
+/// engine's refusal to attach across data centers is FAILED_PRECONDITION, not a retryable
+/// code.
 #[tokio::test]
 async fn volumes_go_to_the_data_center_of_their_storage_domain() {
     let s = sim(Latency::default()).await;
@@ -514,13 +515,14 @@ async fn volumes_go_to_the_data_center_of_their_storage_domain() {
         .unwrap();
     assert_eq!(again.volume_id, made.volume_id);
     assert_eq!(again.accessible_topology, vec![region("dc2")]);
-    // The same name asked in dc1 alone now names a disk that is not there.
+    // The same name asked in dc1 alone names a disk that is elsewhere: the spec's
+    // ALREADY_EXISTS (incompatible accessibility_requirements), not a new disk.
     assert_eq!(
         c.create_volume(create("pvc-dc-right", "data2", vec![dc1.clone()]))
             .await
             .unwrap_err()
             .code(),
-        tonic::Code::ResourceExhausted
+        tonic::Code::AlreadyExists
     );
     let home = c
         .create_volume(create("pvc-dc-home", "data", vec![dc1.clone()]))

@@ -49,28 +49,32 @@ impl ControllerService {
             .validate_parameters(&parameters)
             .map_err(|e| to_status(&op, e))?;
         // A class that decides where its disks go (one data center's storage) is checked
-        // against the requisite topologies; otherwise the topology picks the zone.
+        // against the requisite topologies; otherwise the topology picks the zone. The
+        // class's refusal waits until the name is looked up: a disk that already has the
+        // name answers first (the spec's ALREADY_EXISTS when it is elsewhere).
         let placement = self
             .cloud
             .placement(&parameters)
             .await
             .map_err(|e| to_status(&op, e))?;
-        let zone = match placement {
+        let (zone, unplaceable) = match placement {
             Some(place) => {
-                validation::check_placement(
+                let refused = validation::check_placement(
                     req.accessibility_requirements.as_ref(),
                     &place,
                     &self.topology,
-                )?;
-                place
+                )
+                .err();
+                (place, refused)
             }
             None => {
                 let zones = self.cloud.zones().await.map_err(|e| to_status(&op, e))?;
-                validation::pick_zone(
+                let zone = validation::pick_zone(
                     req.accessibility_requirements.as_ref(),
                     &zones,
                     &self.topology,
-                )?
+                )?;
+                (zone, None)
             }
         };
         let mut size = validation::disk_size(
@@ -134,6 +138,9 @@ impl ControllerService {
             return Ok(csi::CreateVolumeResponse {
                 volume: Some(self.volume_of(&disk)),
             });
+        }
+        if let Some(refused) = unplaceable {
+            return Err(refused);
         }
         let spec = DiskSpec {
             name: name.to_owned(),
