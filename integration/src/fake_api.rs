@@ -334,6 +334,23 @@ impl FakeApi {
         seen.len()
     }
 
+    /// The conditions a discoverer published (the `d8-cloud-provider-conditions`
+    /// ConfigMap's `conditions` list in kube-system), waiting up to 10 s for them.
+    pub async fn published_conditions(&self) -> Vec<Value> {
+        const CONFIGMAPS: &str = "/api/v1/namespaces/kube-system/configmaps";
+        const NAME: &str = "d8-cloud-provider-conditions";
+        assert!(
+            crate::eventually(std::time::Duration::from_secs(10), || self
+                .get(CONFIGMAPS, NAME)
+                .is_some())
+            .await,
+            "no {NAME} ConfigMap within 10 s"
+        );
+        let cm = self.get(CONFIGMAPS, NAME).expect("published");
+        serde_json::from_str(cm["data"]["conditions"].as_str().expect("conditions"))
+            .expect("a JSON list")
+    }
+
     pub fn get(&self, collection: &str, name: &str) -> Option<Value> {
         self.state
             .lock()

@@ -438,18 +438,35 @@ pub fn create_request(name: &str, bytes: i64) -> csi::CreateVolumeRequest {
 
 pub fn publish_request(volume_id: &str, readonly: bool) -> csi::ControllerPublishVolumeRequest {
     csi::ControllerPublishVolumeRequest {
-        volume_id: volume_id.into(),
-        node_id: NODE_ID.into(),
-        volume_capability: Some(mount_cap("ext4")),
         readonly,
-        ..Default::default()
+        ..attach_request(volume_id, NODE_ID, mount_cap("ext4"))
     }
 }
 
 pub fn unpublish_request(volume_id: &str) -> csi::ControllerUnpublishVolumeRequest {
+    detach_request(volume_id, NODE_ID)
+}
+
+/// ControllerPublishVolume as external-attacher asks it, to the node `node_id` (a cloud's
+/// instance id).
+pub fn attach_request(
+    volume_id: &str,
+    node_id: &str,
+    cap: csi::VolumeCapability,
+) -> csi::ControllerPublishVolumeRequest {
+    csi::ControllerPublishVolumeRequest {
+        volume_id: volume_id.into(),
+        node_id: node_id.into(),
+        volume_capability: Some(cap),
+        ..Default::default()
+    }
+}
+
+/// ControllerUnpublishVolume from the node `node_id`.
+pub fn detach_request(volume_id: &str, node_id: &str) -> csi::ControllerUnpublishVolumeRequest {
     csi::ControllerUnpublishVolumeRequest {
         volume_id: volume_id.into(),
-        node_id: NODE_ID.into(),
+        node_id: node_id.into(),
         ..Default::default()
     }
 }

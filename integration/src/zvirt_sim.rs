@@ -439,11 +439,7 @@ impl Engine {
     /// way out, failed or not, before its directory goes, so no loop device outlives it.
     pub fn unplug_all(&self) {
         let mut st = self.state.lock().expect("state");
-        let files: BTreeMap<String, PathBuf> = st
-            .disks
-            .values()
-            .map(|d| (d.id.clone(), d.file.clone()))
-            .collect();
+        let files = disk_files(&st);
         for vm in st.vms.values_mut() {
             for (disk, a) in vm.attachments.iter_mut() {
                 self.unplug(disk, a, files.get(disk).map(PathBuf::as_path));
@@ -555,11 +551,7 @@ impl Engine {
                 }
             }
         }
-        let files: BTreeMap<String, PathBuf> = st
-            .disks
-            .values()
-            .map(|d| (d.id.clone(), d.file.clone()))
-            .collect();
+        let files = disk_files(st);
         for vm in st.vms.values_mut() {
             for (disk, a) in vm.attachments.iter_mut() {
                 if a.device.is_none() && now >= a.active_at {
@@ -1202,6 +1194,15 @@ fn xml_root(method: &str, path: &str) -> String {
         ("GET", 1) => format!("{singular}s"),
         _ => singular.into(),
     }
+}
+
+/// Each disk's backing file, by disk id (what plugging and unplugging a device needs while
+/// the VMs are borrowed mutably).
+fn disk_files(st: &State) -> BTreeMap<String, PathBuf> {
+    st.disks
+        .values()
+        .map(|d| (d.id.clone(), d.file.clone()))
+        .collect()
 }
 
 fn data_center_id(st: &State, name: &str) -> String {

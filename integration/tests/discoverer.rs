@@ -15,7 +15,6 @@ use serde_json::{json, Value};
 use overcast_integration::KillOnDrop as Proc;
 
 const SECRETS: &str = "/api/v1/namespaces/kube-system/secrets";
-const CONFIGMAPS: &str = "/api/v1/namespaces/kube-system/configmaps";
 const CATALOGS: &str = "/apis/deckhouse.io/v1alpha1/instancetypescatalogs";
 
 fn secret_document(api: &FakeApi) -> Option<Value> {
@@ -101,15 +100,7 @@ async fn discoverer_publishes_what_changed_reports_orphans_and_survives_cloud_er
     assert_eq!(doc["region"], REGION);
     assert!(doc["storage"]["capacityBytes"].as_u64().unwrap() > 0);
 
-    assert!(
-        eventually(Duration::from_secs(10), || api
-            .get(CONFIGMAPS, "d8-cloud-provider-conditions")
-            .is_some())
-        .await
-    );
-    let cm = api.get(CONFIGMAPS, "d8-cloud-provider-conditions").unwrap();
-    let conditions: Vec<Value> =
-        serde_json::from_str(cm["data"]["conditions"].as_str().unwrap()).unwrap();
+    let conditions = api.published_conditions().await;
     assert!(
         conditions
             .iter()

@@ -572,7 +572,7 @@ async fn the_dvp_provider_passes_the_conformance_suite_on_a_real_dvp() {
 /// in a real ext4 mount of the loop-backed disk found through its by-id link.
 #[tokio::test]
 async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_parent() {
-    use overcast_integration::{csi_v1 as csi, mount_cap, Csi, NODE_ID};
+    use overcast_integration::{mount_cap, Csi, NODE_ID};
     let _turn = PARENT.lock().await;
     let Some(world) = World::new("the csi binary on DVP", "csi").await else {
         return;
@@ -652,13 +652,9 @@ async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_parent() {
     n.node_unstage_volume(overcast_integration::unstage_request("pvc-csi-1", &staging))
         .await
         .expect("unstage");
-    c.controller_unpublish_volume(csi::ControllerUnpublishVolumeRequest {
-        volume_id: "pvc-csi-1".into(),
-        node_id: NODE_ID.into(),
-        ..Default::default()
-    })
-    .await
-    .expect("detach");
+    c.controller_unpublish_volume(overcast_integration::detach_request("pvc-csi-1", NODE_ID))
+        .await
+        .expect("detach");
     assert_eq!(world.sim.attached_count(), 0);
     c.delete_volume(overcast_integration::delete_request("pvc-csi-1"))
         .await

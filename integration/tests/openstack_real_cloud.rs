@@ -467,12 +467,11 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
         .expect("delete the clone");
 
     let ctx = c
-        .controller_publish_volume(csi::ControllerPublishVolumeRequest {
-            volume_id: id.clone(),
-            node_id: server.clone(),
-            volume_capability: Some(mount_cap("xfs")),
-            ..Default::default()
-        })
+        .controller_publish_volume(overcast_integration::attach_request(
+            &id,
+            &server,
+            mount_cap("xfs"),
+        ))
         .await
         .expect("attach")
         .into_inner()
@@ -590,23 +589,18 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
         .await
         .expect("unstage");
     drop(disk);
-    let unpublish = csi::ControllerUnpublishVolumeRequest {
-        volume_id: id.clone(),
-        node_id: server.clone(),
-        ..Default::default()
-    };
+    let unpublish = overcast_integration::detach_request(&id, &server);
     for _ in 0..2 {
         c.controller_unpublish_volume(unpublish.clone())
             .await
             .expect("detach, twice");
     }
     // Attached again, then the server goes (a node lost): unpublish still succeeds.
-    c.controller_publish_volume(csi::ControllerPublishVolumeRequest {
-        volume_id: id.clone(),
-        node_id: server.clone(),
-        volume_capability: Some(mount_cap("xfs")),
-        ..Default::default()
-    })
+    c.controller_publish_volume(overcast_integration::attach_request(
+        &id,
+        &server,
+        mount_cap("xfs"),
+    ))
     .await
     .expect("attach again");
     cloud.delete_server(&server).await;

@@ -287,12 +287,7 @@ async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_engine() {
         tonic::Code::InvalidArgument
     );
 
-    let publish = csi::ControllerPublishVolumeRequest {
-        volume_id: id.clone(),
-        node_id: vm.clone(),
-        volume_capability: Some(mount_cap("xfs")),
-        ..Default::default()
-    };
+    let publish = overcast_integration::attach_request(&id, &vm, mount_cap("xfs"));
     let ctx = c
         .controller_publish_volume(publish.clone())
         .await
@@ -379,11 +374,7 @@ async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_engine() {
     n.node_unstage_volume(overcast_integration::unstage_request(&id, &staging))
         .await
         .expect("unstage");
-    let unpublish = csi::ControllerUnpublishVolumeRequest {
-        volume_id: id.clone(),
-        node_id: vm.clone(),
-        ..Default::default()
-    };
+    let unpublish = overcast_integration::detach_request(&id, &vm);
     for _ in 0..2 {
         c.controller_unpublish_volume(unpublish.clone())
             .await
@@ -560,11 +551,8 @@ async fn volumes_go_to_the_data_center_of_their_storage_domain() {
         assert_eq!(got, want as i64, "{topology:?} {domain:?}");
     }
 
-    let publish = |volume: &str, node: &str| csi::ControllerPublishVolumeRequest {
-        volume_id: volume.to_owned(),
-        node_id: node.to_owned(),
-        volume_capability: Some(mount_cap("xfs")),
-        ..Default::default()
+    let publish = |volume: &str, node: &str| {
+        overcast_integration::attach_request(volume, node, mount_cap("xfs"))
     };
     let across = c
         .controller_publish_volume(publish(&made.volume_id, &vm1))
@@ -574,13 +562,9 @@ async fn volumes_go_to_the_data_center_of_their_storage_domain() {
     c.controller_publish_volume(publish(&made.volume_id, &vm2))
         .await
         .expect("attach in dc2");
-    c.controller_unpublish_volume(csi::ControllerUnpublishVolumeRequest {
-        volume_id: made.volume_id.clone(),
-        node_id: vm2.clone(),
-        ..Default::default()
-    })
-    .await
-    .expect("detach");
+    c.controller_unpublish_volume(overcast_integration::detach_request(&made.volume_id, &vm2))
+        .await
+        .expect("detach");
     for id in [&made.volume_id, &home.volume_id] {
         c.delete_volume(overcast_integration::delete_request(id))
             .await
@@ -740,7 +724,6 @@ async fn the_discoverer_publishes_what_the_engine_holds() {
     use overcast_integration::fake_api::FakeApi;
     use serde_json::{json, Value};
     const SECRETS: &str = "/api/v1/namespaces/kube-system/secrets";
-    const CONFIGMAPS: &str = "/api/v1/namespaces/kube-system/configmaps";
     const CATALOGS: &str = "/apis/deckhouse.io/v1alpha1/instancetypescatalogs";
     let s = sim(Latency::default()).await;
     s.engine.add_storage_domain("fast", 50 * GIB, "fcp");
@@ -820,15 +803,7 @@ async fn the_discoverer_publishes_what_the_engine_holds() {
         .find(|t| t["name"] == "Large")
         .unwrap();
     assert_eq!(large["memory"], "8192Mi", "{large}");
-    assert!(
-        overcast_integration::eventually(Duration::from_secs(10), || api
-            .get(CONFIGMAPS, "d8-cloud-provider-conditions")
-            .is_some())
-        .await
-    );
-    let cm = api.get(CONFIGMAPS, "d8-cloud-provider-conditions").unwrap();
-    let conditions: Vec<Value> =
-        serde_json::from_str(cm["data"]["conditions"].as_str().unwrap()).unwrap();
+    let conditions = api.published_conditions().await;
     let ok = |name: &str| {
         conditions
             .iter()
