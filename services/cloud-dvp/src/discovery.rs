@@ -362,13 +362,7 @@ impl Discovery for DvpDiscovery {
     }
 
     async fn cluster_disks(&self) -> Result<Vec<ClusterDisk>> {
-        Ok(self
-            .disks
-            .list_disks()
-            .await?
-            .into_iter()
-            .map(ClusterDisk::from)
-            .collect())
+        ClusterDisk::all_of(&self.disks).await
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use http::Method;
 use overcast_cloud::discovery::{CloudCondition, ClusterDisk, Discovery, InstanceType};
-use overcast_cloud::{Disks, Result};
+use overcast_cloud::Result;
 use serde_json::{json, Value};
 
 use crate::client::{members, number, Engine};
@@ -143,12 +143,6 @@ impl Discovery for EngineDiscovery {
     }
 
     async fn cluster_disks(&self) -> Result<Vec<ClusterDisk>> {
-        Ok(self
-            .disks
-            .list_disks()
-            .await?
-            .into_iter()
-            .map(ClusterDisk::from)
-            .collect())
+        ClusterDisk::all_of(&self.disks).await
     }
 }

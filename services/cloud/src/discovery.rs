@@ -52,6 +52,19 @@ impl From<crate::Disk> for ClusterDisk {
     }
 }
 
+impl ClusterDisk {
+    /// The cluster's disks of a provider whose `Disks::list_disks` already lists only
+    /// this cluster's disks (zVirt, DVP), as discovery reports them.
+    pub async fn all_of(disks: &dyn crate::Disks) -> Result<Vec<ClusterDisk>> {
+        Ok(disks
+            .list_disks()
+            .await?
+            .into_iter()
+            .map(ClusterDisk::from)
+            .collect())
+    }
+}
+
 #[async_trait]
 pub trait Discovery: Send + Sync + 'static {
     /// The provider's discovery document: `apiVersion`, a provider `kind`, and its fields.
