@@ -19,7 +19,7 @@ pub mod publish;
 
 use std::sync::Arc;
 
-pub use claims::NameClaims;
+pub use claims::{Claim, NameClaims};
 pub use config::ConfigError;
 pub use discovery::{CloudCondition, ClusterDisk, Discovery, InstanceType};
 pub use disks::{Attachment, Disk, DiskCondition, DiskSpec, Disks, Zone};

@@ -2,35 +2,23 @@
 //! for the same key gets ABORTED: the spec's answer to a CO that lost track of its own
 //! calls, which a retry after the first call ends always fixes.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
-
+use overcast_cloud::{Claim, NameClaims};
 use tonic::Status;
 
 #[derive(Clone, Default)]
 pub struct Inflight {
-    keys: Arc<Mutex<HashSet<String>>>,
+    keys: NameClaims,
 }
 
 /// Holds a key until dropped.
-pub struct InflightGuard {
-    keys: Arc<Mutex<HashSet<String>>>,
-    key: String,
-}
+pub type InflightGuard = Claim;
 
 impl Inflight {
     /// Claims `key`, or answers ABORTED naming `what` when someone holds it.
     pub fn claim(&self, key: String, what: &str) -> Result<InflightGuard, Status> {
-        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        if !keys.insert(key.clone()) {
-            return Err(Status::aborted(format!(
-                "an operation on {what} is already in progress"
-            )));
-        }
-        Ok(InflightGuard {
-            keys: Arc::clone(&self.keys),
-            key,
-        })
+        self.keys
+            .claim(&key)
+            .map_err(|_| Status::aborted(format!("an operation on {what} is already in progress")))
     }
 
     pub fn volume(&self, volume_id: &str) -> Result<InflightGuard, Status> {
@@ -42,15 +30,6 @@ impl Inflight {
 
     pub fn name(&self, name: &str) -> Result<InflightGuard, Status> {
         self.claim(format!("name/{name}"), &format!("volume named {name:?}"))
-    }
-}
-
-impl Drop for InflightGuard {
-    fn drop(&mut self) {
-        self.keys
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.key);
     }
 }
 
