@@ -123,6 +123,8 @@ struct State {
     clusters: Vec<SimCluster>,
     data_centers: Vec<DataCenter>,
     tokens: BTreeMap<String, Instant>,
+    /// Every token handed out, expired ones too.
+    issued: Vec<String>,
     token_ttl: Option<Duration>,
     html: bool,
     slow: Option<Duration>,
@@ -479,6 +481,11 @@ impl Engine {
     /// the session out).
     pub fn expire_tokens(&self) {
         self.state.lock().expect("state").tokens.clear();
+    }
+
+    /// Every SSO token the engine has handed out (to check none reaches a log).
+    pub fn issued_tokens(&self) -> Vec<String> {
+        self.state.lock().expect("state").issued.clone()
     }
 
     /// SSO logins so far.
@@ -944,6 +951,7 @@ impl Engine {
         let ttl = st.token_ttl.unwrap_or(Duration::from_secs(1800));
         let token = format!("{}{}", uuid().replace('-', ""), uuid().replace('-', ""));
         st.tokens.insert(token.clone(), Instant::now() + ttl);
+        st.issued.push(token.clone());
         let exp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()

@@ -201,15 +201,19 @@ async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_engine() {
     let s = sim(Latency::default()).await;
     let vm = s.engine.add_vm("worker-0");
     let conf = s.cloud_config();
-    let driver = Csi::start(&[
-        "--cloud=zvirt",
-        &format!("--cloud-config={}", conf.display()),
-        &format!("--node-id={vm}"),
-        &format!("--zone={}", zvirt_sim::CLUSTER),
-        &format!("--region={}", zvirt_sim::DATA_CENTER),
-        "--cluster=overcast-it",
-        &format!("--device-by-id-dir={}", s.by_id.display()),
-    ])
+    // Traced to the last line: neither the password nor a token may reach the log.
+    let driver = Csi::start_with_env(
+        &[
+            "--cloud=zvirt",
+            &format!("--cloud-config={}", conf.display()),
+            &format!("--node-id={vm}"),
+            &format!("--zone={}", zvirt_sim::CLUSTER),
+            &format!("--region={}", zvirt_sim::DATA_CENTER),
+            "--cluster=overcast-it",
+            &format!("--device-by-id-dir={}", s.by_id.display()),
+        ],
+        &[("RUST_LOG", "trace")],
+    )
     .await;
     let (mut c, mut n) = (driver.controller().await, driver.node().await);
     let info = n
@@ -393,6 +397,20 @@ async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_engine() {
             .expect("delete, twice");
     }
     assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());
+    let log = driver.log_text();
+    let tokens = s.engine.issued_tokens();
+    assert!(
+        tokens.len() >= 2,
+        "a login, and one after expiry: {tokens:?}"
+    );
+    assert!(log.len() > 10_000, "traced: {} bytes", log.len());
+    assert!(
+        !log.contains(zvirt_sim::PASSWORD),
+        "the password is in the log"
+    );
+    for t in &tokens {
+        assert!(!log.contains(t.as_str()), "a token is in the log");
+    }
     drop(driver);
 }
 
@@ -486,6 +504,17 @@ async fn volumes_go_to_the_data_center_of_their_storage_domain() {
         .await
         .unwrap_err();
     assert_eq!(unknown.code(), tonic::Code::InvalidArgument, "{unknown:?}");
+    assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());
+
+    // A disk larger than its domain's free space: the engine's "Low disk space" fault is
+    // RESOURCE_EXHAUSTED, and nothing is left behind.
+    let mut huge = create("pvc-dc-huge", "data2", vec![dc2.clone()]);
+    huge.capacity_range = Some(csi::CapacityRange {
+        required_bytes: 60 * GIB as i64,
+        limit_bytes: 0,
+    });
+    let full = c.create_volume(huge).await.unwrap_err();
+    assert_eq!(full.code(), tonic::Code::ResourceExhausted, "{full:?}");
     assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());
 
     let both = create("pvc-dc-right", "data2", vec![dc1.clone(), dc2.clone()]);
