@@ -69,6 +69,10 @@ pub struct Condition {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<String>,
+    /// The generation the controller wrote it for: a condition of an older generation
+    /// is stale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
 
 // ---- VirtualDisk ------------------------------------------------------------------
@@ -304,7 +308,17 @@ pub fn vm_hostname(vm: &VirtualMachine) -> &str {
 
 /// `vmbda-<disk>-<hostname>`, upstream's name for the attachment of a disk to a VM.
 pub fn vmbda_name(disk: &str, hostname: &str) -> String {
-    format!("vmbda-{disk}-{hostname}")
+    let name = format!("vmbda-{disk}-{hostname}");
+    // An object name is at most 253 characters; a long node name (an FQDN) must not make
+    // the attachment impossible. Deterministic, so a retried publish finds it again.
+    if name.len() <= 253 {
+        name
+    } else {
+        format!(
+            "vmbda-{:x}",
+            md5::compute(format!("{disk}/{hostname}").as_bytes())
+        )
+    }
 }
 
 /// Labels of an object, empty when it has none.

@@ -13,24 +13,35 @@
 //! - a missing VMBDA on detach is success, and a VM that is gone makes detach succeed
 //!   and removes every VMBDA naming it — but only when the parent said the VM is gone
 //!   (a 404), never on an error;
-//! - a disk whose provisioning failed (phase Failed) is deleted and the reason reported,
-//!   so a PVC that is given up on leaves no orphan behind.
+//! - a create, first or repeated, answers only a disk the parent says is usable (Ready,
+//!   or WaitForFirstConsumer); one the parent will not provision (a quota, a missing
+//!   StorageClass, Failed, PVCLost — read from the Ready condition's reason as the real
+//!   controller writes it, see `disks/ready.rs`) is deleted and the reason answered, so a
+//!   PVC that is given up on leaves no orphan; one being deleted is waited out, then made
+//!   anew.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Api, ResourceExt};
-use overcast_cloud::{
-    Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, PublishContext, Result, Zone,
-};
+use kube::ResourceExt;
+use overcast_cloud::{Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, Result, Zone};
 use serde_json::json;
 
 use crate::api::{self, VirtualDisk, VirtualMachine, Vmbda};
 use crate::parent::Parent;
-use crate::zones::{pv_zones, zones_of, ParentNode, ParentNodes};
+use crate::zones::{zones_of, ParentNodes};
+
+mod attach;
+mod names;
+mod ready;
+
+use names::{
+    attachment_node, condition_message, context, csi_name_of, is_readonly, is_volume, json_map,
+    zone_annotations, zone_of,
+};
+pub use names::{disk_name, is_name};
 
 /// The StorageClass parameter naming the parent's StorageClass (upstream's name).
 pub const STORAGE_CLASS_PARAMETER: &str = "dvpStorageClass";
@@ -89,13 +100,15 @@ impl DvpDisks {
             .ok_or_else(|| CloudError::not_found("disk", id))
     }
 
+    /// Every attachment of the disk, found by what it points at (`spec.blockDeviceRef`):
+    /// one made by hand or by another tool carries none of our labels, and missing it
+    /// would report the volume unpublished and let DeleteVolume remove a disk in use.
+    /// (A CRD's field selectors cannot name the spec, so the namespace's list is read.)
     async fn attachments_of(&self, disk: &str) -> Result<Vec<Vmbda>> {
-        let selector = format!("{}={disk}", api::VMBDA_DISK_LABEL);
         let mut found = self
             .parent
-            .list_all("vmbda_list", &self.parent.vmbdas(), Some(&selector))
+            .list_all("vmbda_list", &self.parent.vmbdas(), None)
             .await?;
-        // Attachments made by hand or by another tool name the disk in their spec only.
         found.retain(|v| {
             v.spec.block_device_ref.kind == "VirtualDisk" && v.spec.block_device_ref.name == disk
         });
@@ -158,13 +171,16 @@ impl DvpDisks {
                 publish_context: context(&uid),
             })
             .collect();
-        let condition = match status.phase.as_deref() {
-            Some("Failed" | "PVCLost") => DiskCondition::Abnormal(format!(
+        let condition = match ready::provisioning(vd) {
+            ready::Provisioning::Usable | ready::Provisioning::OnItsWay => DiskCondition::Healthy,
+            ready::Provisioning::Going => {
+                DiskCondition::Abnormal("VirtualDisk is being deleted".into())
+            }
+            ready::Provisioning::Refused(_) => DiskCondition::Abnormal(format!(
                 "VirtualDisk is {}: {}",
-                status.phase.as_deref().unwrap_or_default(),
+                status.phase.as_deref().unwrap_or("unset"),
                 condition_message(&status.conditions)
             )),
-            _ => DiskCondition::Healthy,
         };
         Disk {
             id: vd.name_any(),
@@ -178,275 +194,6 @@ impl DvpDisks {
             source: None,
         }
     }
-
-    /// Records where a disk that the parent has bound can be used: the zones of the
-    /// parent nodes its PersistentVolume admits. The zone asked for is kept when it is
-    /// one of them (or when that cannot be told: a topology narrower than the truth
-    /// only restricts scheduling), another when the parent bound it elsewhere, none
-    /// when every zone can use it (network storage). A disk waiting for its first
-    /// consumer keeps the zone asked for: its first attachment, made in that zone,
-    /// binds it there.
-    async fn settle_zone(&self, vd: VirtualDisk, asked: &Zone) -> Result<VirtualDisk> {
-        let status = vd.status.clone().unwrap_or_default();
-        if *asked == Zone::default() || status.phase.as_deref() != Some("Ready") {
-            return Ok(vd);
-        }
-        let name = vd.name_any();
-        let nodes = self.nodes.list(&self.parent).await?.unwrap_or_default();
-        let Some(admitted) = self.bound_zones(&vd, &nodes).await? else {
-            return Ok(vd);
-        };
-        let all = zones_of(&nodes);
-        let zone = match admitted {
-            None => Zone::default(),
-            Some(zones) if zones == all => Zone::default(),
-            Some(zones) if zones.contains(asked) => asked.clone(),
-            Some(zones) => match zones.into_iter().next() {
-                Some(z) => z,
-                None => {
-                    tracing::warn!(disk = %name, "its PersistentVolume admits no parent node with a zone: the zone asked for is kept");
-                    asked.clone()
-                }
-            },
-        };
-        let annotations = vd.metadata.annotations.clone().unwrap_or_default();
-        if zone_of(&annotations) == zone {
-            return Ok(vd);
-        }
-        let patch = json!({"metadata": {"annotations": zone_annotations(&zone)}});
-        self.parent
-            .call(
-                "virtualdisk_patch",
-                &format!("record the zone of VirtualDisk {name}"),
-                self.parent
-                    .disks()
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch)),
-            )
-            .await
-    }
-
-    /// The zones the PersistentVolume of a bound disk admits (`Some(None)`: any node;
-    /// `None`: it cannot be told — no target PVC yet, or the account may not read it).
-    async fn bound_zones(
-        &self,
-        vd: &VirtualDisk,
-        nodes: &[ParentNode],
-    ) -> Result<Option<Option<BTreeSet<Zone>>>> {
-        let Some(claim) = vd
-            .status
-            .as_ref()
-            .and_then(|s| s.target.as_ref())
-            .and_then(|t| t.persistent_volume_claim_name.clone())
-        else {
-            return Ok(None);
-        };
-        let claims: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.parent.client.clone(), &self.parent.namespace);
-        let pvc = match self
-            .parent
-            .get_opt("persistentvolumeclaim_get", &claims, &claim)
-            .await
-        {
-            Ok(Some(pvc)) => pvc,
-            Ok(None) => return Ok(None),
-            Err(CloudError::PermissionDenied(e)) => {
-                tracing::warn!(error = %e, "the parent's PVCs cannot be read: volumes keep the zone asked for");
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
-        };
-        let Some(volume) = pvc.spec.and_then(|s| s.volume_name) else {
-            return Ok(None);
-        };
-        let volumes: Api<PersistentVolume> = Api::all(self.parent.client.clone());
-        let pv = match self
-            .parent
-            .get_opt("persistentvolume_get", &volumes, &volume)
-            .await
-        {
-            Ok(Some(pv)) => pv,
-            Ok(None) => return Ok(None),
-            Err(CloudError::PermissionDenied(e)) => {
-                tracing::warn!(error = %e, "the parent's PersistentVolumes cannot be read: volumes keep the zone asked for");
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
-        };
-        Ok(Some(pv_zones(&pv, nodes)))
-    }
-
-    /// Waits until the disk is usable: Ready, or WaitForFirstConsumer (the parent's
-    /// StorageClass binds on first use: the first attachment provisions it). Failed is
-    /// answered at once, and the failed disk deleted.
-    async fn wait_ready(&self, name: &str) -> Result<VirtualDisk> {
-        let usable = |vd: &VirtualDisk| {
-            matches!(
-                vd.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Ready" | "WaitForFirstConsumer" | "Failed")
-            )
-        };
-        let waited = self
-            .parent
-            .wait(
-                "virtualdisk",
-                self.parent.disks(),
-                name,
-                self.waits.disk_ready,
-                move |o: Option<&VirtualDisk>| o.is_none_or(usable),
-            )
-            .await?;
-        match waited {
-            None => {}
-            Some(None) => {
-                return Err(CloudError::Unavailable(format!(
-                    "VirtualDisk {name} disappeared while it was being provisioned"
-                )))
-            }
-            Some(Some(vd)) => {
-                let status = vd.status.clone().unwrap_or_default();
-                if status.phase.as_deref() != Some("Failed") {
-                    return Ok(vd);
-                }
-                let why = condition_message(&status.conditions);
-                // Ours, never attached, and the parent says it failed: leave nothing behind.
-                let _ = self
-                    .parent
-                    .delete(
-                        "virtualdisk_delete",
-                        &self.parent.disks(),
-                        name,
-                        &DeleteParams::default(),
-                    )
-                    .await;
-                let msg = format!("VirtualDisk {name} failed to provision (deleted): {why}");
-                return Err(if why.to_lowercase().contains("quota") {
-                    CloudError::ResourceExhausted(msg)
-                } else {
-                    CloudError::Internal(msg)
-                });
-            }
-        }
-        let now = self.get_disk(name).await?;
-        let status = now.status.unwrap_or_default();
-        Err(CloudError::DeadlineExceeded(format!(
-            "VirtualDisk {name} is not Ready after {:?}: phase {}: {}",
-            self.waits.disk_ready,
-            status.phase.as_deref().unwrap_or("unset"),
-            condition_message(&status.conditions)
-        )))
-    }
-}
-
-/// The publish context of a VirtualDisk: the serial its SCSI disk carries in the guest.
-fn context(uid: &str) -> BTreeMap<String, String> {
-    PublishContext {
-        serial: Some(api::disk_serial(uid)),
-        ..PublishContext::default()
-    }
-    .to_map()
-}
-
-/// Whether a VirtualDisk was made as a volume (upstream's label naming it): the VMs'
-/// root disks share the namespace, and no volume call may reach one — not even a
-/// DeleteVolume of a PV someone pointed at it by hand.
-fn is_volume(vd: &VirtualDisk) -> bool {
-    vd.labels().get(api::DISK_NAME_LABEL).map(String::as_str) == Some(vd.name_any().as_str())
-}
-
-fn is_readonly(v: &Vmbda) -> bool {
-    v.annotations()
-        .get(api::READONLY_ANNOTATION)
-        .is_some_and(|r| r == "true")
-}
-
-/// The node an attachment is for: upstream's label (the hostname), else the VM's name.
-fn attachment_node(v: &Vmbda) -> String {
-    v.labels()
-        .get(api::VMBDA_VM_LABEL)
-        .cloned()
-        .unwrap_or_else(|| v.spec.virtual_machine_name.clone())
-}
-
-fn condition_message(conditions: &[api::Condition]) -> String {
-    let parts: Vec<String> = conditions
-        .iter()
-        .filter(|c| c.status != "True")
-        .filter_map(|c| {
-            let msg = c.message.as_deref().filter(|m| !m.is_empty())?;
-            Some(format!(
-                "{} {}: {msg}",
-                c.type_,
-                c.reason.as_deref().unwrap_or("")
-            ))
-        })
-        .collect();
-    if parts.is_empty() {
-        "no condition says why".to_owned()
-    } else {
-        parts.join("; ")
-    }
-}
-
-/// The VirtualDisk for a CSI volume name: the name itself when it can be one (a PV's
-/// `pvc-<uid>`, as upstream names them), else `csi-<md5 of the name>` — deterministic, so
-/// a repeated create finds the same disk; the CSI name is kept in an annotation and
-/// compared, so two names never share a disk.
-pub fn disk_name(csi_name: &str) -> String {
-    if is_name(csi_name) && csi_name.len() <= 63 {
-        csi_name.to_owned()
-    } else {
-        format!("csi-{:x}", md5::compute(csi_name.as_bytes()))
-    }
-}
-
-/// The CSI name a VirtualDisk was made for.
-fn csi_name_of(vd: &VirtualDisk) -> String {
-    vd.annotations()
-        .get(api::CSI_NAME_ANNOTATION)
-        .cloned()
-        .unwrap_or_else(|| vd.name_any())
-}
-
-/// Whether `s` can be the name of a namespaced object (an RFC 1123 subdomain): the ids
-/// and node names we are given are checked before they reach a URL.
-pub fn is_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
-}
-
-/// A volume's zone, as its annotations record it (none when they record none).
-fn zone_of(annotations: &BTreeMap<String, String>) -> Zone {
-    Zone {
-        zone: annotations
-            .get(api::ZONE_ANNOTATION)
-            .cloned()
-            .unwrap_or_default(),
-        region: annotations
-            .get(api::REGION_ANNOTATION)
-            .cloned()
-            .unwrap_or_default(),
-    }
-}
-
-/// The annotations recording `zone`; `None` removes one (in a merge patch).
-fn zone_annotations(zone: &Zone) -> BTreeMap<&'static str, Option<String>> {
-    let set = |v: &str| Some(v.to_owned()).filter(|v| !v.is_empty());
-    BTreeMap::from([
-        (api::ZONE_ANNOTATION, set(&zone.zone)),
-        (api::REGION_ANNOTATION, set(&zone.region)),
-    ])
-}
-
-fn json_map(m: &BTreeMap<String, String>) -> String {
-    serde_json::to_string(m).unwrap_or_default()
 }
 
 #[async_trait]
@@ -505,10 +252,18 @@ impl Disks for DvpDisks {
         // Upstream labels the disk and its attachments with its name: a label value, so
         // at most 63 characters, which a PV's name (`pvc-<uid>`) is.
         let name = disk_name(&spec.name);
-        let existing = self
+        let mut existing = self
             .parent
             .get_opt("virtualdisk_get", &self.parent.disks(), &name)
             .await?;
+        if existing
+            .as_ref()
+            .is_some_and(|vd| vd.metadata.deletion_timestamp.is_some())
+        {
+            // A disk of this name on its way out is not the one asked for: wait for it
+            // to go, then make the new one.
+            existing = self.wait_gone(&name).await?;
+        }
         let vd = match existing {
             Some(vd) if !is_volume(&vd) || csi_name_of(&vd) != spec.name => {
                 return Err(CloudError::ParameterMismatch {
@@ -713,183 +468,11 @@ impl Disks for DvpDisks {
     }
 
     async fn attach_disk(&self, id: &str, node: &str, readonly: bool) -> Result<Attachment> {
-        let vd = self.get_disk(id).await?;
-        let Some(vm) = self.vm_of(node).await? else {
-            return Err(CloudError::not_found("instance", node));
-        };
-        let hostname = api::vm_hostname(&vm).to_owned();
-        let name = api::vmbda_name(id, &hostname);
-        let uid = vd.metadata.uid.clone().unwrap_or_default();
-        let existing = self.attachments_of(id).await?.into_iter().find(|v| {
-            attachment_node(v) == hostname || v.spec.virtual_machine_name == vm.name_any()
-        });
-        let vmbda = match existing {
-            Some(v) if is_readonly(&v) != readonly => {
-                return Err(CloudError::FailedPrecondition(format!(
-                    "VirtualDisk {id} is attached to {hostname} with readonly={}",
-                    is_readonly(&v)
-                )))
-            }
-            Some(v) => v,
-            None => {
-                let mut v = Vmbda::new(
-                    &name,
-                    &api::vmbda(),
-                    api::VmbdaSpec {
-                        virtual_machine_name: vm.name_any(),
-                        block_device_ref: api::BlockDeviceRef {
-                            kind: "VirtualDisk".into(),
-                            name: id.to_owned(),
-                        },
-                    },
-                );
-                v.metadata.labels = Some(BTreeMap::from([
-                    (api::VMBDA_DISK_LABEL.to_owned(), id.to_owned()),
-                    (api::VMBDA_VM_LABEL.to_owned(), hostname.clone()),
-                ]));
-                if readonly {
-                    v.metadata.annotations = Some(BTreeMap::from([(
-                        api::READONLY_ANNOTATION.to_owned(),
-                        "true".to_owned(),
-                    )]));
-                }
-                v.status = None;
-                match self
-                    .parent
-                    .call(
-                        "vmbda_create",
-                        &format!("create VirtualMachineBlockDeviceAttachment {name}"),
-                        self.parent.vmbdas().create(&PostParams::default(), &v),
-                    )
-                    .await
-                {
-                    Ok(made) => made,
-                    Err(CloudError::Conflict(_)) => self
-                        .parent
-                        .get_opt("vmbda_get", &self.parent.vmbdas(), &name)
-                        .await?
-                        .ok_or_else(|| {
-                            CloudError::Conflict(format!(
-                                "{name} was deleted while it was being made"
-                            ))
-                        })?,
-                    Err(e) => return Err(e),
-                }
-            }
-        };
-        let vmbda_name = vmbda.name_any();
-        let phase = |v: &Vmbda| v.status.as_ref().and_then(|s| s.phase.clone());
-        let settled = |o: Option<&Vmbda>| {
-            o.is_none_or(|v| matches!(phase(v).as_deref(), Some("Attached" | "Failed")))
-        };
-        let outcome = if settled(Some(&vmbda)) {
-            Some(Some(vmbda))
-        } else {
-            self.parent
-                .wait(
-                    "vmbda",
-                    self.parent.vmbdas(),
-                    &vmbda_name,
-                    self.waits.attached,
-                    settled,
-                )
-                .await?
-        };
-        let attached = Attachment {
-            node: hostname.clone(),
-            readonly,
-            publish_context: context(&uid),
-        };
-        match outcome {
-            Some(Some(v)) if phase(&v).as_deref() == Some("Attached") => Ok(attached),
-            Some(Some(v)) => {
-                // Failed: the parent will not retry it; neither should the caller, until
-                // something changes (the VM starts, the disk is freed elsewhere).
-                let status = v.status.unwrap_or_default();
-                Err(CloudError::FailedPrecondition(format!(
-                    "attaching VirtualDisk {id} to {hostname} failed (VirtualMachineBlockDeviceAttachment {vmbda_name}): {}",
-                    condition_message(&status.conditions)
-                )))
-            }
-            Some(None) => Err(CloudError::Unavailable(format!(
-                "VirtualMachineBlockDeviceAttachment {vmbda_name} was deleted before it attached"
-            ))),
-            None => {
-                // Not attached in time. A VM deleted meanwhile makes it NotFound, and the
-                // attachment is taken back so that nothing names the gone VM.
-                if self.vm_of(node).await?.is_none() {
-                    self.delete_vmbda(&vmbda_name).await?;
-                    return Err(CloudError::not_found("instance", node));
-                }
-                let now = self
-                    .parent
-                    .get_opt("vmbda_get", &self.parent.vmbdas(), &vmbda_name)
-                    .await?;
-                let status = now.and_then(|v| v.status).unwrap_or_default();
-                Err(CloudError::DeadlineExceeded(format!(
-                    "VirtualMachineBlockDeviceAttachment {vmbda_name} is not Attached after {:?}: phase {}: {}",
-                    self.waits.attached,
-                    status.phase.as_deref().unwrap_or("unset"),
-                    condition_message(&status.conditions)
-                )))
-            }
-        }
+        self.attach(id, node, readonly).await
     }
 
     async fn detach_disk(&self, id: &str, node: &str) -> Result<()> {
-        if !is_name(id) {
-            return Ok(());
-        }
-        let vm = self.vm_of(node).await?;
-        let vmbdas = self.attachments_of(id).await?;
-        let mine: Vec<Vmbda> = vmbdas
-            .into_iter()
-            .filter(|v| {
-                attachment_node(v) == node
-                    || vm
-                        .as_ref()
-                        .is_some_and(|vm| v.spec.virtual_machine_name == vm.name_any())
-            })
-            .collect();
-        if vm.is_none() {
-            // The parent says the VM is gone: every attachment naming it is dead weight.
-            let selector = format!("{}={node}", api::VMBDA_VM_LABEL);
-            let orphans = if is_name(node) {
-                self.parent
-                    .list_all("vmbda_list", &self.parent.vmbdas(), Some(&selector))
-                    .await?
-            } else {
-                Vec::new()
-            };
-            for v in orphans.iter().chain(&mine) {
-                self.delete_vmbda(&v.name_any()).await?;
-            }
-            return Ok(());
-        }
-        for v in &mine {
-            let name = v.name_any();
-            self.delete_vmbda(&name).await?;
-            match self
-                .parent
-                .wait(
-                    "vmbda",
-                    self.parent.vmbdas(),
-                    &name,
-                    self.waits.detached,
-                    |o: Option<&Vmbda>| o.is_none(),
-                )
-                .await?
-            {
-                Some(_) => {}
-                None => {
-                    return Err(CloudError::DeadlineExceeded(format!(
-                        "VirtualMachineBlockDeviceAttachment {name} is still detaching after {:?}",
-                        self.waits.detached
-                    )))
-                }
-            }
-        }
-        Ok(())
+        self.detach(id, node).await
     }
 
     async fn expand_disk(&self, id: &str, size_bytes: u64) -> Result<u64> {
@@ -967,80 +550,5 @@ impl Disks for DvpDisks {
             )
             .await
             .map(|_| ())
-    }
-}
-
-impl DvpDisks {
-    async fn delete_vmbda(&self, name: &str) -> Result<()> {
-        self.parent
-            .delete(
-                "vmbda_delete",
-                &self.parent.vmbdas(),
-                name,
-                &DeleteParams::default(),
-            )
-            .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_object_names_pass() {
-        for ok in ["pvc-0a1b", "a", "disk.v1", "x-1"] {
-            assert!(is_name(ok), "{ok}");
-        }
-        for bad in [
-            "",
-            "../../etc/passwd",
-            "vol-/x",
-            "A",
-            "-a",
-            "a-",
-            "a..b",
-            "a b",
-            &"x".repeat(254),
-        ] {
-            assert!(!is_name(bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_volume_name_that_cannot_name_a_disk_is_hashed_and_kept() {
-        assert_eq!(
-            disk_name("pvc-0a1b2c3d-0000-4000-8000-000000000001"),
-            "pvc-0a1b2c3d-0000-4000-8000-000000000001"
-        );
-        let long = disk_name("sanity-Controller-Service-CreateVolume-1A2B3C4D-5E6F7081");
-        assert!(
-            long.starts_with("csi-") && long.len() == 36 && is_name(&long),
-            "{long}"
-        );
-        assert_eq!(
-            long,
-            disk_name("sanity-Controller-Service-CreateVolume-1A2B3C4D-5E6F7081")
-        );
-        assert_ne!(
-            long,
-            disk_name("sanity-Controller-Service-CreateVolume-1A2B3C4D-5E6F7082")
-        );
-        assert!(disk_name(&"x".repeat(64)).starts_with("csi-"));
-    }
-
-    #[test]
-    fn the_context_carries_the_serial_the_guest_sees() {
-        let ctx = context("6a5a9c4e-7d0b-4f7e-9c61-1b2e3f4a5b6c");
-        let serial = &ctx[overcast_cloud::publish::SERIAL];
-        assert_eq!(serial.len(), 32);
-        assert_eq!(
-            serial,
-            &format!(
-                "{:x}",
-                md5::compute(b"6a5a9c4e-7d0b-4f7e-9c61-1b2e3f4a5b6c")
-            )
-        );
-        assert_eq!(ctx.len(), 1);
     }
 }
