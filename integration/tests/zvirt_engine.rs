@@ -110,6 +110,10 @@ async fn the_provider_passes_the_conformance_suite_on_the_simulated_engine() {
         zone: Zone::default(),
         parameters: parameters("data"),
         prefix: "overcast-it-conf".into(),
+        // Not yet: the engine simulator's locked/illegal states for the create rules
+        // (issue 28 rebuilds the simulator from the engine's source).
+        states: None,
+        held_for: Duration::from_secs(3),
     };
     conformance::disks(&h).await;
     assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());
@@ -138,6 +142,10 @@ async fn the_provider_passes_the_conformance_suite_on_a_real_engine() {
         zone: Zone::default(),
         parameters: parameters(&domain),
         prefix: "overcast-it-conf".into(),
+        // Not yet: the engine simulator's locked/illegal states for the create rules
+        // (issue 28 rebuilds the simulator from the engine's source).
+        states: None,
+        held_for: Duration::from_secs(3),
     };
     conformance::disks(&h).await;
 }

@@ -361,6 +361,24 @@ impl Disks for LocalCloud {
                 spec.size_bytes
             )));
         }
+        // A record whose file is gone is a delete a crash interrupted (the file goes
+        // first, see `delete_disk`): that disk is on its way out, never an answer to a
+        // create. Finishing its delete here lets the create make the disk asked for.
+        let interrupted = {
+            let index = self.index();
+            index.by_name.get(&spec.name).and_then(|id| {
+                let existing = &index.disks[id];
+                let path = DiskId::parse(id).map(|id| self.path_of(&id))?;
+                (existing.attachments.is_empty() && !path.exists()).then(|| id.clone())
+            })
+        };
+        if let Some(id) = interrupted {
+            let (_, _busy) = self.claim(&id)?;
+            self.store.commit(Mutation::Delete(id.clone())).await?;
+            let mut index = self.index();
+            index.disks.remove(&id);
+            index.by_name.remove(&spec.name);
+        }
         let _claim = {
             let mut index = self.index();
             if let Some(id) = index.by_name.get(&spec.name) {
@@ -650,6 +668,7 @@ mod conformance_tests {
 
     use super::*;
     use overcast_cloud::conformance::{self, DiskHarness};
+    use std::time::Duration;
 
     /// Detaches every loop device still backed by a file of `dir`, also when a check
     /// panicked half-way.
@@ -668,6 +687,24 @@ mod conformance_tests {
         }
     }
 
+    /// The local cloud's in-between states. A disk is recorded only once its file is
+    /// whole, so none is ever seen half-made or failed; the one it has is a delete that a
+    /// crash interrupted between the unlink and the record (`delete_disk`).
+    struct LocalStates(PathBuf);
+
+    #[async_trait]
+    impl conformance::DiskStates for LocalStates {
+        async fn enter(&self, disk: &Disk, state: conformance::DiskState) -> bool {
+            if state != conformance::DiskState::Deleting {
+                return false;
+            }
+            let id = DiskId::parse(&disk.id).expect("a local disk id");
+            std::fs::remove_file(self.0.join(id.file_name())).expect("unlink the disk's file");
+            true
+        }
+        async fn release(&self, _disk: &Disk, _state: conformance::DiskState) {}
+    }
+
     /// A local cloud in `dir` serving `node`, the harness for it (with `gone_node` as the
     /// node that names no instance), and the guard that detaches what it leaves bound.
     async fn harness(dir: &Path, node: &str, gone_node: &str) -> (DiskHarness, Loops) {
@@ -684,6 +721,7 @@ mod conformance_tests {
         .await
         .unwrap();
         let loops = Loops(cloud.disks_dir.clone());
+        let disks_dir = cloud.disks_dir.clone();
         let harness = DiskHarness {
             disks: Arc::new(cloud),
             node: node.into(),
@@ -691,6 +729,8 @@ mod conformance_tests {
             zone,
             parameters: BTreeMap::new(),
             prefix: "conformance-".into(),
+            states: Some(Arc::new(LocalStates(disks_dir))),
+            held_for: Duration::from_secs(2),
         };
         (harness, loops)
     }

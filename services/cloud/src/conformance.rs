@@ -14,7 +14,41 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
+
 use crate::{CloudError, Disk, DiskSpec, Disks, Instances, Zone};
+
+/// A state a disk passes through on the cloud's side that a repeated create must see
+/// through: only a disk the cloud says is usable answers a create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskState {
+    /// Still being made (DVP `Provisioning`, zVirt `locked`, Cinder `creating`).
+    Creating,
+    /// Made, and the cloud says it failed (DVP `Pending`/`QuotaExceeded` or `Failed`,
+    /// zVirt `illegal`, Cinder `error`).
+    Failed,
+    /// Being deleted (DVP `Terminating` held by a finalizer, zVirt `locked` on its way out,
+    /// Cinder `deleting`, the local cloud's delete interrupted by a crash).
+    Deleting,
+}
+
+/// Puts a disk of the cloud under test into a [`DiskState`], as the cloud itself would
+/// (a test knob of a simulator, an admin call of a real cloud).
+#[async_trait]
+pub trait DiskStates: Send + Sync {
+    /// Makes the cloud keep the next disk it makes named `name` on its way (`Creating`)
+    /// until [`DiskStates::release`], so that the first create itself is interrupted.
+    /// `false` where the cloud cannot (a real cloud: the disk is put back into
+    /// `Creating` once made, as its admin API can).
+    async fn hold_creates(&self, _name: &str) -> bool {
+        false
+    }
+    /// Puts `disk` into `state` and keeps it there until [`DiskStates::release`];
+    /// `false` when the cloud has no such state (the rule then says it was skipped).
+    async fn enter(&self, disk: &Disk, state: DiskState) -> bool;
+    /// Lets the cloud carry on: a disk `Creating` finishes, one `Deleting` goes.
+    async fn release(&self, disk: &Disk, state: DiskState);
+}
 
 /// What the suite needs to know about the cloud under test.
 pub struct DiskHarness {
@@ -30,6 +64,12 @@ pub struct DiskHarness {
     pub parameters: BTreeMap<String, String>,
     /// Put before every name, so runs against a shared cloud do not meet.
     pub prefix: String,
+    /// How the test puts disks into the cloud's in-between states; `None` where it
+    /// cannot (a real cloud without an admin account): those rules say they were skipped.
+    pub states: Option<Arc<dyn DiskStates>>,
+    /// How long a repeated create is given while its disk is held in a state: longer
+    /// than a poll, shorter than the provider's own wait (the CO's deadline).
+    pub held_for: Duration,
 }
 
 impl DiskHarness {
@@ -86,6 +126,167 @@ pub async fn disks(h: &DiskHarness) {
     expand_never_shrinks(h).await;
     delete_is_final_and_unknown_ids_are_not_found(h).await;
     list_names_every_disk_once(h).await;
+    a_create_repeated_while_the_disk_is_being_made_waits_for_it(h).await;
+    a_create_repeated_after_the_disk_failed_is_not_ok_and_leaves_nothing(h).await;
+    a_disk_being_deleted_is_not_created(h).await;
+}
+
+/// The states a rule needs, or `None` after saying the rule was skipped.
+fn states<'a>(h: &'a DiskHarness, rule: &str) -> Option<&'a dyn DiskStates> {
+    let states = h.states.as_deref();
+    if states.is_none() {
+        println!("SKIPPED: conformance rule {rule}: the harness cannot put disks into the cloud's states");
+    }
+    states
+}
+
+async fn no_such_state(h: &DiskHarness, disk: &Disk, rule: &str) {
+    println!("SKIPPED: conformance rule {rule}: this cloud has no such state");
+    h.cleanup(disk).await;
+}
+
+/// A create given `h.held_for`: `None` when it had not answered by then.
+async fn create_within(h: &DiskHarness, spec: &DiskSpec) -> Option<crate::Result<Disk>> {
+    tokio::time::timeout(h.held_for, h.disks.create_disk(spec.clone()))
+        .await
+        .ok()
+}
+
+/// The disk the name now answers with: one, healthy, and attachable.
+async fn assert_usable(h: &DiskHarness, spec: &DiskSpec, rule: &str) -> Disk {
+    let disk = h.retry(rule, || h.disks.create_disk(spec.clone())).await;
+    let seen = h.disks.disk(&disk.id).await.expect("get");
+    assert_eq!(
+        seen.condition,
+        crate::DiskCondition::Healthy,
+        "{rule}: {seen:?}"
+    );
+    let named = h
+        .disks
+        .list_disks()
+        .await
+        .expect("list")
+        .into_iter()
+        .filter(|d| d.name == spec.name)
+        .count();
+    assert_eq!(
+        named, 1,
+        "{rule}: one disk carries the name, nothing left behind"
+    );
+    h.retry(rule, || h.disks.attach_disk(&disk.id, &h.node, false))
+        .await;
+    h.retry(rule, || h.disks.detach_disk(&disk.id, &h.node))
+        .await;
+    disk
+}
+
+/// A create repeated while the disk is still being made (the CO's own deadline is
+/// shorter than the cloud's provisioning) does not answer OK until the cloud says the
+/// disk is usable: it waits, and answers a retryable code when its time is up. Released
+/// while a repeat waits, the repeat answers the same disk.
+pub async fn a_create_repeated_while_the_disk_is_being_made_waits_for_it(h: &DiskHarness) {
+    const RULE: &str = "a create repeated while the disk is being made waits for it";
+    let Some(states) = states(h, RULE) else {
+        return;
+    };
+    let spec = h.spec("making", h.unit());
+    let disk = if states.hold_creates(&spec.name).await {
+        match create_within(h, &spec).await {
+            None => {}
+            Some(Err(e)) if e.is_retryable() => {}
+            other => {
+                panic!("{RULE}: the first create of a disk still being made answered {other:?}")
+            }
+        }
+        h.disks
+            .disk_by_name(&spec.name)
+            .await
+            .expect("by name")
+            .unwrap_or_else(|| panic!("{RULE}: the interrupted create left no disk to find"))
+    } else {
+        let disk = h.disks.create_disk(spec.clone()).await.expect("create");
+        if !states.enter(&disk, DiskState::Creating).await {
+            return no_such_state(h, &disk, RULE).await;
+        }
+        disk
+    };
+    match create_within(h, &spec).await {
+        None => {}
+        Some(Err(e)) if e.is_retryable() => {}
+        other => panic!("{RULE}: a repeat while the disk is being made answered {other:?}"),
+    }
+    let waiting = {
+        let disks = Arc::clone(&h.disks);
+        let spec = spec.clone();
+        tokio::spawn(async move { disks.create_disk(spec).await })
+    };
+    tokio::time::sleep(h.held_for / 4).await;
+    states.release(&disk, DiskState::Creating).await;
+    match waiting.await.expect("create task") {
+        Ok(d) => assert_eq!(
+            d.id, disk.id,
+            "{RULE}: the repeat answers the disk it waited for"
+        ),
+        Err(e) if e.is_retryable() => {}
+        Err(e) => panic!("{RULE}: the waiting repeat failed for good: {e:?}"),
+    }
+    let usable = assert_usable(h, &spec, RULE).await;
+    assert_eq!(usable.id, disk.id, "{RULE}: no second disk was made");
+    h.cleanup(&usable).await;
+}
+
+/// A create repeated after the cloud said the disk failed is not OK: the failed disk is
+/// removed and the failure answered, so a later retry makes a usable disk and nothing
+/// failed is left behind.
+pub async fn a_create_repeated_after_the_disk_failed_is_not_ok_and_leaves_nothing(h: &DiskHarness) {
+    const RULE: &str = "a create repeated after the disk failed is not OK";
+    let Some(states) = states(h, RULE) else {
+        return;
+    };
+    let spec = h.spec("failed", h.unit());
+    let disk = h.disks.create_disk(spec.clone()).await.expect("create");
+    if !states.enter(&disk, DiskState::Failed).await {
+        return no_such_state(h, &disk, RULE).await;
+    }
+    match create_within(h, &spec).await {
+        Some(Err(_)) => {}
+        other => panic!("{RULE}: a repeat after the disk failed answered {other:?}"),
+    }
+    states.release(&disk, DiskState::Failed).await;
+    let usable = assert_usable(h, &spec, RULE).await;
+    h.cleanup(&usable).await;
+}
+
+/// A disk being deleted is not "created": a repeat does not answer it (it waits for it to
+/// go, or answers a retryable code), and once it is gone a retry makes a usable disk.
+pub async fn a_disk_being_deleted_is_not_created(h: &DiskHarness) {
+    const RULE: &str = "a disk being deleted is not created";
+    let Some(states) = states(h, RULE) else {
+        return;
+    };
+    let spec = h.spec("deleting", h.unit());
+    let disk = h.disks.create_disk(spec.clone()).await.expect("create");
+    if !states.enter(&disk, DiskState::Deleting).await {
+        return no_such_state(h, &disk, RULE).await;
+    }
+    match create_within(h, &spec).await {
+        None => {}
+        Some(Err(e)) if e.is_retryable() => {}
+        // A cloud that can finish the deletion itself (the local cloud's interrupted
+        // delete) may make a new disk at once: never the one being deleted.
+        Some(Ok(d)) => {
+            let seen = h.disks.disk(&d.id).await.expect("get");
+            assert_eq!(
+                seen.condition,
+                crate::DiskCondition::Healthy,
+                "{RULE}: a repeat answered a disk being deleted: {seen:?}"
+            );
+        }
+        Some(Err(e)) => panic!("{RULE}: a repeat while the disk is deleted failed for good: {e:?}"),
+    }
+    states.release(&disk, DiskState::Deleting).await;
+    let usable = assert_usable(h, &spec, RULE).await;
+    h.cleanup(&usable).await;
 }
 
 pub async fn create_is_idempotent_by_name(h: &DiskHarness) {

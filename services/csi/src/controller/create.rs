@@ -135,6 +135,24 @@ impl ControllerService {
                     disk.zone.zone
                 )));
             }
+            // The name is taken by a disk that fits, but finding it is not enough: only a
+            // disk the cloud says is usable answers OK. The provider's create waits for
+            // one still on its way, removes one that failed and answers why, and does not
+            // answer with one being deleted (external-provisioner repeats a create after
+            // its own timeout, while the cloud may still be provisioning).
+            let spec = DiskSpec {
+                name: name.to_owned(),
+                size_bytes: disk.size_bytes,
+                zone: disk.zone,
+                parameters,
+                metadata,
+                source: source_id,
+            };
+            let disk = self
+                .cloud
+                .create_disk(spec)
+                .await
+                .map_err(|e| to_status(&op, e))?;
             return Ok(csi::CreateVolumeResponse {
                 volume: Some(self.volume_of(&disk)),
             });
