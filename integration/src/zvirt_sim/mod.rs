@@ -1,0 +1,539 @@
+//! A faithful oVirt engine for the zVirt tests: the subset of `/ovirt-engine/api` and
+//! `/ovirt-engine/sso/oauth/token` the provider uses, with the engine's behaviour as its
+//! REST API reference describes it — JSON (`Accept: application/json`) with numbers and
+//! booleans as strings, an empty collection as `{}`, errors as faults (`{"reason",
+//! "detail"}`) with the engine's status codes (400 validation, 401 without a valid token,
+//! 404 unknown id, 409 a locked object or a conflicting state); SSO tokens that expire;
+//! disks `locked` for a while after create, resize and remove; attachments inactive for a
+//! while before they are `active`. Faults on demand: the HTML error page the engine's
+//! proxy serves while it is down, slow answers, a disk stuck locked, every token expired.
+//!
+//! Attachments are backed by real loop devices linked as
+//! `scsi-0QEMU_QEMU_HARDDISK_<disk-id[:20]>` in a by-id directory the node plugin is
+//! pointed at, so a volume is really formatted and mounted. Plain HTTP on loopback.
+//!
+//! It speaks the engine's XML (its canonical form, what the official SDKs and the Go
+//! clients upstream send) as well as JSON: the official Python SDK drives it in a test.
+//! Search takes `alias=`/`name=` (case-insensitive, `*` wildcards) and `max`; nothing
+//! else of the search language.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+
+pub const USER: &str = "admin@internal";
+pub const PASSWORD: &str = "overcast-sim-password";
+
+/// How long the engine takes over each transition.
+#[derive(Debug, Clone, Copy)]
+pub struct Latency {
+    /// A new disk, or a resized one, stays `locked` this long.
+    pub locked: Duration,
+    /// An attachment is inactive this long before it is active.
+    pub activate: Duration,
+    /// A removed disk is `locked` this long before it is gone.
+    pub remove: Duration,
+    /// Every answer waits this long first.
+    pub answer: Duration,
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Self {
+            locked: Duration::from_millis(300),
+            activate: Duration::from_millis(200),
+            remove: Duration::from_millis(150),
+            answer: Duration::from_millis(2),
+        }
+    }
+}
+
+struct SimDisk {
+    id: String,
+    alias: String,
+    description: String,
+    size: u64,
+    /// The size the engine reports once the disk is unlocked (a resize in progress).
+    pending_size: Option<u64>,
+    format: String,
+    sparse: bool,
+    domain: String,
+    unlock_at: Option<Instant>,
+    /// A removal in progress: gone at this instant.
+    gone_at: Option<Instant>,
+    file: PathBuf,
+    stuck: bool,
+}
+
+struct SimAttachment {
+    active_at: Instant,
+    /// The loop device, once active.
+    device: Option<u32>,
+    read_only: bool,
+}
+
+struct SimVm {
+    id: String,
+    name: String,
+    status: String,
+    attachments: BTreeMap<String, SimAttachment>,
+    /// The guest agent's addresses (reported devices).
+    ips: Vec<String>,
+    cpus: u64,
+    memory: u64,
+    instance_type: Option<String>,
+    /// The id of the cluster the VM runs in.
+    cluster: String,
+}
+
+struct Domain {
+    id: String,
+    name: String,
+    available: u64,
+    storage: String,
+    external_status: String,
+    /// The id of the data center the domain is attached to.
+    data_center: String,
+}
+
+struct SimCluster {
+    id: String,
+    name: String,
+    data_center: String,
+}
+
+struct DataCenter {
+    id: String,
+    name: String,
+}
+
+#[derive(Default)]
+struct State {
+    disks: BTreeMap<String, SimDisk>,
+    vms: BTreeMap<String, SimVm>,
+    domains: Vec<Domain>,
+    clusters: Vec<SimCluster>,
+    data_centers: Vec<DataCenter>,
+    tokens: BTreeMap<String, Instant>,
+    /// Every token handed out, expired ones too.
+    issued: Vec<String>,
+    token_ttl: Option<Duration>,
+    html: bool,
+    slow: Option<Duration>,
+    stuck_alias: Option<String>,
+    /// Calls by `METHOD route` (ids replaced by `{id}`).
+    calls: BTreeMap<String, u64>,
+    logins: u64,
+    /// Calls answered 401 (no valid token).
+    unauthorized: u64,
+}
+
+#[derive(Clone)]
+pub struct Engine {
+    state: Arc<Mutex<State>>,
+    latency: Latency,
+    dir: Arc<PathBuf>,
+    by_id: Arc<PathBuf>,
+    url: Arc<Mutex<String>>,
+}
+
+fn uuid() -> String {
+    let b: [u8; 16] = rand::random();
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+        u16::from_be_bytes([b[4], b[5]]),
+        u16::from_be_bytes([b[6], b[7]]) & 0x0fff,
+        (u16::from_be_bytes([b[8], b[9]]) & 0x3fff) | 0x8000,
+        u64::from_be_bytes([0, 0, b[10], b[11], b[12], b[13], b[14], b[15]])
+    )
+}
+
+type Answer = Response<Full<Bytes>>;
+
+fn answer(status: u16, body: Value) -> Answer {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn fault(status: u16, detail: &str) -> Answer {
+    answer(
+        status,
+        json!({"reason": "Operation Failed", "detail": format!("[{detail}]")}),
+    )
+}
+
+/// The page Apache serves in front of an engine that is down.
+fn html_page() -> Answer {
+    let mut r = Response::new(Full::new(Bytes::from_static(
+        b"<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\">\n<html><head>\n<title>503 Service Unavailable</title>\n</head><body>\n<h1>Service Unavailable</h1>\n<p>The server is temporarily unable to service your request due to maintenance downtime or capacity problems. Please try again later.</p>\n</body></html>\n",
+    )));
+    *r.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/html; charset=iso-8859-1"),
+    );
+    r
+}
+
+const API: &str = "/ovirt-engine/api";
+/// The engine's one cluster, as a fresh install names it.
+pub const CLUSTER: &str = "Default";
+const CLUSTER_ID: &str = "a7d6ba4e-8d2b-11ee-9f3c-00163e000001";
+const DATA_CENTER_ID: &str = "a7d6ba4e-8d2b-11ee-9f3c-00163e000002";
+/// The engine's data center, as a fresh install names it.
+pub const DATA_CENTER: &str = "Default";
+/// The instance types a fresh engine has: (name, CPUs, memory in MiB).
+pub const INSTANCE_TYPES: &[(&str, u64, u64)] = &[
+    ("Tiny", 1, 512),
+    ("Small", 1, 2048),
+    ("Medium", 2, 4096),
+    ("Large", 2, 8192),
+    ("XLarge", 4, 16384),
+];
+
+/// An instance type's stable id in this engine.
+fn instance_type_id(name: &str) -> String {
+    let n = INSTANCE_TYPES
+        .iter()
+        .position(|(t, _, _)| *t == name)
+        .unwrap_or(0);
+    format!("00000003-0003-0003-0003-{n:012x}")
+}
+
+impl Engine {
+    /// An engine with one data storage domain `data` of `capacity` bytes, keeping disk
+    /// files in `dir` and linking attached disks in `by_id`.
+    pub fn new(dir: &Path, by_id: &Path, capacity: u64, latency: Latency) -> Self {
+        let state = State {
+            domains: vec![Domain {
+                id: uuid(),
+                name: "data".into(),
+                available: capacity,
+                storage: "nfs".into(),
+                external_status: "ok".into(),
+                data_center: DATA_CENTER_ID.into(),
+            }],
+            clusters: vec![SimCluster {
+                id: CLUSTER_ID.into(),
+                name: CLUSTER.into(),
+                data_center: DATA_CENTER_ID.into(),
+            }],
+            data_centers: vec![DataCenter {
+                id: DATA_CENTER_ID.into(),
+                name: DATA_CENTER.into(),
+            }],
+            ..State::default()
+        };
+        Self {
+            state: Arc::new(Mutex::new(state)),
+            latency,
+            dir: Arc::new(dir.to_owned()),
+            by_id: Arc::new(by_id.to_owned()),
+            url: Arc::default(),
+        }
+    }
+
+    /// Serves plain HTTP on a loopback port; returns the API URL
+    /// (`http://127.0.0.1:N/ovirt-engine/api`).
+    pub async fn start(&self) -> String {
+        self.serve(None).await
+    }
+
+    /// Serves HTTPS with `tls`'s certificate, as a real engine does (its own CA);
+    /// returns the API URL (`https://127.0.0.1:N/ovirt-engine/api`).
+    pub async fn start_tls(&self, tls: tokio_rustls::TlsAcceptor) -> String {
+        self.serve(Some(tls)).await
+    }
+
+    async fn serve(&self, tls: Option<tokio_rustls::TlsAcceptor>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let engine = self.clone();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (engine, tls) = (engine.clone(), tls.clone());
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        let engine = engine.clone();
+                        async move { Ok::<_, Infallible>(engine.handle(req).await) }
+                    });
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        None => {
+                            let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                        // A client that does not trust the certificate fails the handshake.
+                        Some(tls) => {
+                            if let Ok(stream) = tls.accept(stream).await {
+                                let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        let url = format!("{scheme}://{addr}{API}");
+        *self.url.lock().expect("url") = url.clone();
+        url
+    }
+
+    /// A VM (status `up`, 2 CPUs, 4 GiB, no guest addresses yet) in the cluster
+    /// `Default`; returns its id.
+    pub fn add_vm(&self, name: &str) -> String {
+        self.add_vm_in(name, CLUSTER)
+    }
+
+    /// A VM as [`Engine::add_vm`], in the cluster named `cluster`.
+    pub fn add_vm_in(&self, name: &str, cluster: &str) -> String {
+        let id = uuid();
+        let mut st = self.state.lock().expect("state");
+        let cluster = st
+            .clusters
+            .iter()
+            .find(|c| c.name == cluster)
+            .map(|c| c.id.clone())
+            .unwrap_or_else(|| panic!("no cluster {cluster}"));
+        st.vms.insert(
+            id.clone(),
+            SimVm {
+                id: id.clone(),
+                name: name.to_owned(),
+                status: "up".into(),
+                attachments: BTreeMap::new(),
+                ips: Vec::new(),
+                cpus: 2,
+                memory: 4 << 30,
+                instance_type: None,
+                cluster,
+            },
+        );
+        id
+    }
+
+    /// Another data center; returns its id.
+    pub fn add_data_center(&self, name: &str) -> String {
+        let id = uuid();
+        self.state
+            .lock()
+            .expect("state")
+            .data_centers
+            .push(DataCenter {
+                id: id.clone(),
+                name: name.to_owned(),
+            });
+        id
+    }
+
+    /// Another cluster, in the data center named `data_center`; returns its id.
+    pub fn add_cluster(&self, name: &str, data_center: &str) -> String {
+        let id = uuid();
+        let mut st = self.state.lock().expect("state");
+        let data_center = data_center_id(&st, data_center);
+        st.clusters.push(SimCluster {
+            id: id.clone(),
+            name: name.to_owned(),
+            data_center,
+        });
+        id
+    }
+
+    /// Another data storage domain (`storage`: nfs, iscsi, fcp, …) in the data center
+    /// `Default`.
+    pub fn add_storage_domain(&self, name: &str, capacity: u64, storage: &str) {
+        self.add_storage_domain_in(name, capacity, storage, DATA_CENTER);
+    }
+
+    /// A data storage domain as [`Engine::add_storage_domain`], attached to the data
+    /// center named `data_center`.
+    pub fn add_storage_domain_in(
+        &self,
+        name: &str,
+        capacity: u64,
+        storage: &str,
+        data_center: &str,
+    ) {
+        let mut st = self.state.lock().expect("state");
+        let data_center = data_center_id(&st, data_center);
+        st.domains.push(Domain {
+            id: uuid(),
+            name: name.to_owned(),
+            available: capacity,
+            storage: storage.to_owned(),
+            external_status: "ok".into(),
+            data_center,
+        });
+    }
+
+    /// A storage domain's `external_status` (`ok`, `warning`, `error`, `failure`).
+    pub fn set_storage_domain_status(&self, name: &str, status: &str) {
+        let mut st = self.state.lock().expect("state");
+        if let Some(d) = st.domains.iter_mut().find(|d| d.name == name) {
+            d.external_status = status.to_owned();
+        }
+    }
+
+    /// What the guest agent reports of VM `id`'s addresses.
+    pub fn set_vm_ips(&self, id: &str, ips: &[&str]) {
+        if let Some(vm) = self.state.lock().expect("state").vms.get_mut(id) {
+            vm.ips = ips.iter().map(|s| s.to_string()).collect();
+        }
+    }
+
+    /// VM `id`'s status (`up`, `down`, `powering_up`, …).
+    pub fn set_vm_status(&self, id: &str, status: &str) {
+        if let Some(vm) = self.state.lock().expect("state").vms.get_mut(id) {
+            vm.status = status.to_owned();
+        }
+    }
+
+    /// VM `id` made from the engine's instance type `name` (`Small`, `Medium`, …).
+    pub fn set_vm_instance_type(&self, id: &str, name: &str) {
+        if let Some(vm) = self.state.lock().expect("state").vms.get_mut(id) {
+            vm.instance_type = INSTANCE_TYPES
+                .iter()
+                .find(|(n, _, _)| *n == name)
+                .map(|(n, _, _)| n.to_string());
+        }
+    }
+
+    /// Removes a VM (its attachments' devices go with it).
+    pub fn remove_vm(&self, id: &str) {
+        let mut st = self.state.lock().expect("state");
+        if let Some(vm) = st.vms.remove(id) {
+            for (disk, mut a) in vm.attachments {
+                let file = st.disks.get(&disk).map(|d| d.file.clone());
+                self.unplug(&disk, &mut a, file.as_deref());
+            }
+        }
+    }
+
+    /// Deactivates the attachment of `disk` to `vm` as an admin would (the device goes;
+    /// the attachment stays, inactive, until someone activates it).
+    pub fn deactivate(&self, vm: &str, disk: &str) {
+        let mut st = self.state.lock().expect("state");
+        let file = st.disks.get(disk).map(|d| d.file.clone());
+        if let Some(a) = st.vms.get_mut(vm).and_then(|v| v.attachments.get_mut(disk)) {
+            self.deactivated(disk, a, file.as_deref());
+        }
+    }
+
+    /// Unplugs every attachment's device (the attachments stay): a test calls it on its
+    /// way out, failed or not, before its directory goes, so no loop device outlives it.
+    pub fn unplug_all(&self) {
+        let mut st = self.state.lock().expect("state");
+        let files = disk_files(&st);
+        for vm in st.vms.values_mut() {
+            for (disk, a) in vm.attachments.iter_mut() {
+                self.unplug(disk, a, files.get(disk).map(PathBuf::as_path));
+            }
+        }
+    }
+
+    /// Every answer is the proxy's HTML error page while `on`.
+    pub fn set_html(&self, on: bool) {
+        self.state.lock().expect("state").html = on;
+    }
+
+    /// Every answer waits `delay` first.
+    pub fn set_slow(&self, delay: Option<Duration>) {
+        self.state.lock().expect("state").slow = delay;
+    }
+
+    /// Disks made with this alias stay locked.
+    pub fn stick_locked(&self, alias: Option<&str>) {
+        self.state.lock().expect("state").stuck_alias = alias.map(str::to_owned);
+    }
+
+    /// Disks stuck locked get unstuck (their operation finishes at last).
+    pub fn unstick_all(&self) {
+        let mut st = self.state.lock().expect("state");
+        for d in st.disks.values_mut() {
+            d.stuck = false;
+        }
+    }
+
+    /// Tokens issued from now on live `ttl` (the engine's default is 30 minutes).
+    pub fn set_token_ttl(&self, ttl: Option<Duration>) {
+        self.state.lock().expect("state").token_ttl = ttl;
+    }
+
+    /// Every token issued so far expires now (the engine restarted, or an admin logged
+    /// the session out).
+    pub fn expire_tokens(&self) {
+        self.state.lock().expect("state").tokens.clear();
+    }
+
+    /// Every SSO token the engine has handed out (to check none reaches a log).
+    pub fn issued_tokens(&self) -> Vec<String> {
+        self.state.lock().expect("state").issued.clone()
+    }
+
+    /// SSO logins so far.
+    pub fn logins(&self) -> u64 {
+        self.state.lock().expect("state").logins
+    }
+
+    /// How many VMs the engine has.
+    pub fn vm_count(&self) -> usize {
+        self.state.lock().expect("state").vms.len()
+    }
+
+    /// When the attachment of `disk` to `vm` became (or becomes) active.
+    pub fn active_at(&self, vm: &str, disk: &str) -> Option<Instant> {
+        let st = self.state.lock().expect("state");
+        Some(st.vms.get(vm)?.attachments.get(disk)?.active_at)
+    }
+
+    /// Calls answered 401 so far (no valid token).
+    pub fn unauthorized(&self) -> u64 {
+        self.state.lock().expect("state").unauthorized
+    }
+
+    /// Calls so far by `METHOD route`.
+    pub fn calls(&self) -> BTreeMap<String, u64> {
+        self.state.lock().expect("state").calls.clone()
+    }
+
+    /// API calls so far (logins not counted).
+    pub fn total_calls(&self) -> u64 {
+        self.calls().values().sum()
+    }
+
+    /// The disks the engine holds: (id, alias, size).
+    pub fn disks(&self) -> Vec<(String, String, u64)> {
+        let mut st = self.state.lock().expect("state");
+        self.tick(&mut st);
+        st.disks
+            .values()
+            .map(|d| (d.id.clone(), d.alias.clone(), d.size))
+            .collect()
+    }
+}
+
+mod devices;
+mod helpers;
+mod ops;
+mod routes;
+pub mod xml;
+
+use helpers::*;

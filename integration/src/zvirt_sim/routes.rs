@@ -1,0 +1,275 @@
+//! The engine's routes: what each method and path answers.
+
+use super::*;
+
+impl Engine {
+    /// Answers in the engine's XML when the client asks for it (`Accept: application/xml`,
+    /// as the SDKs do), reading an XML body too; JSON otherwise.
+    pub(super) async fn handle(&self, req: Request<hyper::body::Incoming>) -> Answer {
+        let header = |name: hyper::header::HeaderName| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let wants_xml = header(hyper::header::ACCEPT).contains("xml");
+        let method = req.method().as_str().to_owned();
+        let path = req.uri().path().to_owned();
+        let resp = self.handle_json(req).await;
+        if !wants_xml
+            || resp
+                .headers()
+                .get(hyper::header::CONTENT_TYPE)
+                .is_none_or(|v| v != "application/json")
+        {
+            return resp;
+        }
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let root = match status.as_u16() {
+            400.. => "fault".to_owned(),
+            _ => xml_root(&method, &path),
+        };
+        let mut r = Response::new(Full::new(Bytes::from(xml::to_xml(&root, &value))));
+        *r.status_mut() = status;
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/xml;charset=UTF-8"),
+        );
+        r
+    }
+
+    pub(super) async fn handle_json(&self, req: Request<hyper::body::Incoming>) -> Answer {
+        tokio::time::sleep(self.latency.answer).await;
+        let slow = self.state.lock().expect("state").slow;
+        if let Some(delay) = slow {
+            tokio::time::sleep(delay).await;
+        }
+        let method = req.method().as_str().to_owned();
+        let path = req.uri().path().to_owned();
+        let query = req.uri().query().unwrap_or("").to_owned();
+        let auth = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_owned);
+        let body = req
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let mut st = self.state.lock().expect("state");
+        if st.html {
+            return html_page();
+        }
+        if path == "/ovirt-engine/sso/oauth/token" && method == "POST" {
+            return self.login(&mut st, &body);
+        }
+        let Some(rest) = path.strip_prefix(API) else {
+            return fault(404, "Not found");
+        };
+        let valid = auth
+            .as_deref()
+            .and_then(|t| st.tokens.get(t))
+            .is_some_and(|until| Instant::now() < *until);
+        if !valid {
+            st.unauthorized += 1;
+            // The engine answers an expired or unknown token with 401 and no fault.
+            let mut r = answer(401, json!({}));
+            r.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                hyper::header::HeaderValue::from_static("Bearer"),
+            );
+            return r;
+        }
+        self.tick(&mut st);
+        let parts: Vec<&str> = rest.trim_matches('/').split('/').collect();
+        let route = parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| if i % 2 == 1 { "{id}" } else { p })
+            .collect::<Vec<_>>()
+            .join("/");
+        *st.calls.entry(format!("{method} /{route}")).or_default() += 1;
+        let doc: Value = match body.first() {
+            Some(b'<') => match xml::from_xml(&String::from_utf8_lossy(&body)) {
+                Ok((_, v)) => v,
+                Err(e) => return fault(400, &format!("Request syntax error: {e}")),
+            },
+            _ => serde_json::from_slice(&body).unwrap_or(Value::Null),
+        };
+        let search = form_value(&query, "search");
+        // `max` caps a listing (no `max`: everything, as the engine answers).
+        let max = form_value(&query, "max")
+            .and_then(|m| m.parse::<usize>().ok())
+            .unwrap_or(usize::MAX);
+        match (method.as_str(), parts.as_slice()) {
+            ("GET", [""]) => answer(
+                200,
+                json!({"product_info": {"name": "oVirt Engine", "vendor": "ovirt.org",
+                    "version": {"major": "4", "minor": "5", "build": "4", "revision": "0", "full_version": "4.5.4"}}}),
+            ),
+            ("GET", ["disks"]) => {
+                let wanted = search.as_deref().and_then(|s| search_term(s, "alias"));
+                let list: Vec<Value> = st
+                    .disks
+                    .values()
+                    .filter(|d| wanted.as_deref().is_none_or(|a| search_matches(a, &d.alias)))
+                    .take(max)
+                    .map(|d| self.disk_json(&st, d))
+                    .collect();
+                collection("disk", list)
+            }
+            ("POST", ["disks"]) => self.add_disk(&mut st, &doc),
+            ("GET", ["disks", id]) => match st.disks.get(*id) {
+                Some(d) => answer(200, self.disk_json(&st, d)),
+                None => not_found(id),
+            },
+            ("PUT", ["disks", id]) => self.update_disk(&mut st, id, &doc),
+            ("DELETE", ["disks", id]) => self.remove_disk(&mut st, id),
+            ("GET", ["vms"]) => {
+                let wanted = search.as_deref().and_then(|s| search_term(s, "name"));
+                let list: Vec<Value> = st
+                    .vms
+                    .values()
+                    .filter(|vm| wanted.as_deref().is_none_or(|n| search_matches(n, &vm.name)))
+                    .take(max)
+                    .map(|vm| vm_json(vm, follows(&query, "reported_devices")))
+                    .collect();
+                collection("vm", list)
+            }
+            ("GET", ["vms", id]) => match st.vms.get(*id) {
+                Some(vm) => answer(200, vm_json(vm, follows(&query, "reported_devices"))),
+                None => not_found(id),
+            },
+            ("GET", ["vms", id, "nics"]) => match st.vms.get(*id) {
+                Some(vm) => collection(
+                    "nic",
+                    vec![json!({"href": format!("{API}/vms/{}/nics/{}", vm.id, vm.id), "id": vm.id,
+                        "name": "nic1", "interface": "virtio", "linked": "true", "plugged": "true",
+                        "mac": {"address": "56:6f:1a:2b:00:01"},
+                        "vm": {"href": format!("{API}/vms/{}", vm.id), "id": vm.id}})],
+                ),
+                None => not_found(id),
+            },
+            ("GET", ["vms", id, "reporteddevices"]) => match st.vms.get(*id) {
+                Some(vm) => answer(200, reported_devices(vm)),
+                None => not_found(id),
+            },
+            ("GET", ["datacenters"]) => collection(
+                "data_center",
+                st.data_centers.iter().map(data_center_json).collect(),
+            ),
+            ("GET", ["instancetypes"]) => collection(
+                "instance_type",
+                INSTANCE_TYPES
+                    .iter()
+                    .map(|(name, cpus, mib)| {
+                        let id = instance_type_id(name);
+                        json!({"href": format!("{API}/instancetypes/{id}"), "id": id, "name": name,
+                            "memory": (mib << 20).to_string(),
+                            "cpu": {"topology": {"sockets": cpus.to_string(), "cores": "1", "threads": "1"}}})
+                    })
+                    .collect(),
+            ),
+            ("GET", ["vms", id, "diskattachments"]) => match st.vms.get(*id) {
+                Some(vm) => collection(
+                    "disk_attachment",
+                    vm.attachments
+                        .iter()
+                        .map(|(d, a)| Self::attachment_json(vm, d, a))
+                        .collect(),
+                ),
+                None => not_found(id),
+            },
+            ("POST", ["vms", id, "diskattachments"]) => self.attach(&mut st, id, &doc),
+            ("GET", ["vms", id, "diskattachments", disk]) => {
+                match st
+                    .vms
+                    .get(*id)
+                    .and_then(|vm| Some((vm, vm.attachments.get(*disk)?)))
+                {
+                    Some((vm, a)) => answer(200, Self::attachment_json(vm, disk, a)),
+                    None => not_found(disk),
+                }
+            }
+            // Activating (or deactivating) an attachment: a plugged device is unplugged on
+            // deactivation; activation takes the engine's activation time again.
+            ("PUT", ["vms", id, "diskattachments", disk]) => {
+                let file = st.disks.get(*disk).map(|d| d.file.clone());
+                let Some(vm) = st.vms.get_mut(*id) else {
+                    return not_found(id);
+                };
+                let Some(a) = vm.attachments.get_mut(*disk) else {
+                    return not_found(disk);
+                };
+                match doc["active"].as_str() {
+                    Some("false") => self.deactivated(disk, a, file.as_deref()),
+                    Some("true") if a.device.is_none() => {
+                        let soon = Instant::now() + self.latency.activate;
+                        a.active_at = a.active_at.min(soon);
+                    }
+                    _ => {}
+                }
+                let vm = &st.vms[*id];
+                answer(200, Self::attachment_json(vm, disk, &vm.attachments[*disk]))
+            }
+            ("DELETE", ["vms", id, "diskattachments", disk]) => {
+                let file = st.disks.get(*disk).map(|d| d.file.clone());
+                let Some(vm) = st.vms.get_mut(*id) else {
+                    return not_found(id);
+                };
+                match vm.attachments.remove(*disk) {
+                    Some(mut a) => {
+                        self.unplug(disk, &mut a, file.as_deref());
+                        answer(200, json!({}))
+                    }
+                    None => not_found(disk),
+                }
+            }
+            ("GET", ["clusters"]) => collection(
+                "cluster",
+                st.clusters
+                    .iter()
+                    .map(|c| {
+                        json!({"href": format!("{API}/clusters/{}", c.id), "id": c.id, "name": c.name,
+                            "data_center": data_center_ref(&st, &c.data_center, follows(&query, "data_center"))})
+                    })
+                    .collect(),
+            ),
+            ("GET", ["storagedomains"]) => collection(
+                "storage_domain",
+                st.domains
+                    .iter()
+                    .map(|sd| {
+                        let used: u64 = st
+                            .disks
+                            .values()
+                            .filter(|d| d.domain == sd.id)
+                            .map(|d| d.size)
+                            .sum();
+                        json!({
+                            "href": format!("{API}/storagedomains/{}", sd.id), "id": sd.id,
+                            "name": sd.name, "type": "data", "master": (sd.name == "data").to_string(),
+                            "available": sd.available.to_string(), "used": used.to_string(),
+                            "committed": used.to_string(), "external_status": sd.external_status,
+                            "storage": {"type": sd.storage},
+                            "data_centers": {"data_center": [
+                                data_center_ref(&st, &sd.data_center, follows(&query, "data_centers"))]},
+                        })
+                    })
+                    .collect(),
+            ),
+            _ => fault(404, &format!("No handler for {method} {path}")),
+        }
+    }
+}
