@@ -1,5 +1,5 @@
 //! The zVirt provider and the real `csi` binary against the faithful engine of
-//! `integration/src/zvirt_sim.rs` (no oVirt engine can run here): the provider
+//! `integration/src/zvirt_sim/` (no oVirt engine can run here): the provider
 //! conformance suite; a volume's life through the binary to a real xfs mount of the
 //! loop-backed disk the engine "plugs"; 16 concurrent creates of one name; the engine's
 //! HTML error page and an expired token mid-run. Against a real engine the same provider

@@ -31,6 +31,9 @@ use serde_json::{json, Value};
 use crate::client::{boolean, is_id, members, number, Engine};
 
 /// StorageClass parameters, as the oVirt CSI driver names them.
+mod attach;
+mod create;
+
 pub const STORAGE_DOMAIN_PARAMETER: &str = "storageDomainName";
 pub const THIN_PARAMETER: &str = "thinProvisioning";
 
@@ -423,77 +426,7 @@ impl Disks for EngineDisks {
     }
 
     async fn create_disk(&self, spec: DiskSpec) -> Result<Disk> {
-        self.validate_parameters(&spec.parameters)?;
-        // The engine's search cannot name such an alias, so a retried create could not
-        // find the disk the first one made and would make another.
-        if spec.name.contains('"') {
-            return Err(CloudError::InvalidArgument(format!(
-                "zvirt: a disk name cannot hold '\"' (the engine's search could not find it again): {:?}",
-                spec.name
-            )));
-        }
-        let _slot = self.creating.claim(&spec.name)?;
-        if let Some(found) = self.by_alias(&spec.name).await?.into_iter().next() {
-            let disk = self.to_disk(&found);
-            if disk.size_bytes < spec.size_bytes || disk.parameters != spec.parameters {
-                return Err(CloudError::ParameterMismatch {
-                    name: spec.name,
-                    reason: format!(
-                        "disk {} has {} bytes and {:?}",
-                        disk.id, disk.size_bytes, disk.parameters
-                    ),
-                });
-            }
-            let d = self
-                .wait(&disk.id, "being made", self.waits.unlocked, |d| {
-                    d["status"] == "ok"
-                })
-                .await?;
-            return Ok(self.to_disk(&d));
-        }
-        let thin = self.overcommits(&spec.parameters);
-        let domain = spec.parameters[STORAGE_DOMAIN_PARAMETER].trim();
-        let description = serde_json::to_string(&Description {
-            cluster: self.cluster.clone(),
-            parameters: spec.parameters.clone(),
-            metadata: spec.metadata.clone(),
-            region: self.region(domain).await?.unwrap_or_default(),
-        })
-        .unwrap_or_default();
-        let size = spec.size_bytes.div_ceil(MIB) * MIB;
-        let body = json!({
-            "alias": spec.name,
-            "description": description,
-            "provisioned_size": size.to_string(),
-            "format": if thin { "cow" } else { "raw" },
-            "sparse": thin.to_string(),
-            "storage_domains": {"storage_domain": [{"name": domain}]},
-        });
-        let made = self
-            .engine
-            .json("disk_add", Method::POST, "/disks", Some(&body))
-            .await
-            .map_err(space_error)?;
-        let id = made["id"].as_str().unwrap_or_default().to_owned();
-        if !is_id(&id) {
-            return Err(CloudError::Internal(format!(
-                "zvirt: disk_add answered no disk id: {made}"
-            )));
-        }
-        match self
-            .wait(&id, "being made", self.waits.unlocked, |d| {
-                d["status"] == "ok"
-            })
-            .await
-        {
-            Ok(d) => Ok(self.to_disk(&d)),
-            Err(CloudError::Internal(why)) => {
-                // An illegal new disk holds nothing: removed, and the create reported.
-                let _ = self.delete_disk(&id).await;
-                Err(CloudError::Internal(why))
-            }
-            Err(e) => Err(e),
-        }
+        self.create(spec).await
     }
 
     async fn disk(&self, id: &str) -> Result<Disk> {
@@ -555,121 +488,11 @@ impl Disks for EngineDisks {
     }
 
     async fn attach_disk(&self, id: &str, node: &str, readonly: bool) -> Result<Attachment> {
-        if !is_id(node) {
-            return Err(CloudError::not_found("vm", node));
-        }
-        // The VM is not looked up first: attaching to a gone VM is the engine's 404.
-        let d = self.get(id).await?;
-        let elsewhere: Vec<&str> = members(&d["vms"], "vm")
-            .filter_map(|vm| vm["id"].as_str())
-            .filter(|vm| *vm != node)
-            .collect();
-        if !elsewhere.is_empty() && !boolean(&d["shareable"]) {
-            return Err(CloudError::FailedPrecondition(format!(
-                "zvirt: disk {id} is attached to VM {} and is not shareable",
-                elsewhere.join(", ")
-            )));
-        }
-        let existing = self.attachment(id, node).await?;
-        // Attached but inactive (deactivated by hand, or a hot-plug that failed): the
-        // engine will not activate it by itself.
-        if existing.as_ref().is_some_and(|a| !boolean(&a["active"])) {
-            self.engine
-                .json(
-                    "diskattachment_update",
-                    Method::PUT,
-                    &format!("/vms/{node}/diskattachments/{id}"),
-                    Some(&json!({"active": "true"})),
-                )
-                .await?;
-        }
-        if existing.is_none() {
-            let body = json!({
-                "disk": {"id": id},
-                "interface": "virtio_scsi",
-                "bootable": "false",
-                "active": "true",
-                "read_only": readonly.to_string(),
-            });
-            match self
-                .engine
-                .json(
-                    "diskattachment_add",
-                    Method::POST,
-                    &format!("/vms/{node}/diskattachments"),
-                    Some(&body),
-                )
-                .await
-            {
-                Ok(_) => {}
-                Err(CloudError::NotFound { .. }) => return Err(CloudError::not_found("vm", node)),
-                // The disk's storage domain is not in the VM's data center
-                // (ACTION_TYPE_FAILED_STORAGE_POOL_NOT_MATCH): no retry changes that.
-                Err(CloudError::Conflict(why)) if why.contains("Data Center does not contain") => {
-                    return Err(CloudError::FailedPrecondition(format!(
-                        "zvirt: disk {id} is on storage of another data center than VM {node}'s: {why}"
-                    )))
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        let started = Instant::now();
-        let mut delay = Duration::from_millis(100);
-        loop {
-            match self.attachment(id, node).await? {
-                Some(a) if boolean(&a["active"]) => break,
-                Some(_) => {}
-                None => {
-                    return Err(CloudError::Unavailable(format!(
-                        "zvirt: the attachment of disk {id} to VM {node} went away while being activated"
-                    )))
-                }
-            }
-            if started.elapsed() + delay > self.waits.active {
-                return Err(CloudError::DeadlineExceeded(format!(
-                    "zvirt: the attachment of disk {id} to VM {node} is not active after {:?}",
-                    self.waits.active
-                )));
-            }
-            tokio::time::sleep(delay).await;
-            delay = next_delay(started, delay);
-        }
-        Ok(Attachment {
-            node: node.to_owned(),
-            readonly,
-            publish_context: context(id),
-        })
+        self.attach(id, node, readonly).await
     }
 
     async fn detach_disk(&self, id: &str, node: &str) -> Result<()> {
-        // A node that cannot be a VM id has nothing attached; nor does a gone VM.
-        if !is_id(node) || !is_id(id) {
-            return Ok(());
-        }
-        match self
-            .engine
-            .json(
-                "diskattachment_remove",
-                Method::DELETE,
-                &format!("/vms/{node}/diskattachments/{id}"),
-                None,
-            )
-            .await
-        {
-            Ok(_) | Err(CloudError::NotFound { .. }) => {}
-            Err(e) => return Err(e),
-        }
-        let started = Instant::now();
-        while self.attachment(id, node).await?.is_some() {
-            if started.elapsed() > self.waits.gone {
-                return Err(CloudError::DeadlineExceeded(format!(
-                    "zvirt: disk {id} still attached to VM {node} {:?} after the detach",
-                    self.waits.gone
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Ok(())
+        self.detach(id, node).await
     }
 
     async fn expand_disk(&self, id: &str, size_bytes: u64) -> Result<u64> {
