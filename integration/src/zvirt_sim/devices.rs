@@ -22,7 +22,7 @@ impl Engine {
         let gone: Vec<String> = st
             .disks
             .values()
-            .filter(|d| d.gone_at.is_some_and(|t| now >= t))
+            .filter(|d| d.gone_at.is_some_and(|t| now >= t) && !d.removal_held)
             .map(|d| d.id.clone())
             .collect();
         for id in gone {
@@ -94,6 +94,8 @@ impl Engine {
             .collect();
         let status = if d.unlock_at.is_some() || d.gone_at.is_some() {
             "locked"
+        } else if d.illegal {
+            "illegal"
         } else {
             "ok"
         };

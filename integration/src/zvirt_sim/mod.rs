@@ -71,6 +71,10 @@ struct SimDisk {
     gone_at: Option<Instant>,
     file: PathBuf,
     stuck: bool,
+    /// The engine marked the disk's image illegal (an operation on it failed).
+    illegal: bool,
+    /// A removal in progress that does not finish until released.
+    removal_held: bool,
 }
 
 struct SimAttachment {
@@ -462,6 +466,30 @@ impl Engine {
     /// Disks made with this alias stay locked.
     pub fn stick_locked(&self, alias: Option<&str>) {
         self.state.lock().expect("state").stuck_alias = alias.map(str::to_owned);
+    }
+
+    /// The engine marks disk `id` illegal, as it does when an operation on its image
+    /// failed.
+    pub fn set_illegal(&self, id: &str) {
+        if let Some(d) = self.state.lock().expect("state").disks.get_mut(id) {
+            d.illegal = true;
+        }
+    }
+
+    /// Starts removing disk `id` as `DELETE /disks/{id}` does (locked, then gone), but
+    /// keeps the removal in progress until [`Engine::finish_removals`].
+    pub fn remove_held(&self, id: &str) {
+        if let Some(d) = self.state.lock().expect("state").disks.get_mut(id) {
+            d.gone_at = Some(Instant::now());
+            d.removal_held = true;
+        }
+    }
+
+    /// Held removals finish.
+    pub fn finish_removals(&self) {
+        for d in self.state.lock().expect("state").disks.values_mut() {
+            d.removal_held = false;
+        }
     }
 
     /// Disks stuck locked get unstuck (their operation finishes at last).

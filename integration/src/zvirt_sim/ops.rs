@@ -85,6 +85,8 @@ impl Engine {
             gone_at: None,
             file,
             stuck,
+            illegal: false,
+            removal_held: false,
         };
         let out = self.disk_json(st, &disk);
         st.disks.insert(id, disk);

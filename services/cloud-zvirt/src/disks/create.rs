@@ -25,12 +25,24 @@ impl EngineDisks {
                     ),
                 });
             }
-            let d = self
+            // Found is not made: only a disk the engine says is `ok` answers a create.
+            // `locked` is a disk still being made — or being removed, which the engine
+            // shows the same way — so it is waited for: gone, it is made anew below.
+            match self
                 .wait(&disk.id, "being made", self.waits.unlocked, |d| {
                     d["status"] == "ok"
                 })
-                .await?;
-            return Ok(self.to_disk(&d));
+                .await
+            {
+                Ok(d) => return Ok(self.to_disk(&d)),
+                Err(CloudError::NotFound { .. }) => {}
+                // `illegal`: the engine failed to make its image; it holds nothing
+                // anybody was given (a create is repeated only until it answers OK).
+                Err(CloudError::Internal(why)) => {
+                    return Err(self.remove_illegal(&disk.id, why).await)
+                }
+                Err(e) => return Err(e),
+            }
         }
         let thin = self.overcommits(&spec.parameters);
         let domain = spec.parameters[STORAGE_DOMAIN_PARAMETER].trim();
@@ -68,12 +80,23 @@ impl EngineDisks {
             .await
         {
             Ok(d) => Ok(self.to_disk(&d)),
-            Err(CloudError::Internal(why)) => {
-                // An illegal new disk holds nothing: removed, and the create reported.
-                let _ = self.delete_disk(&id).await;
-                Err(CloudError::Internal(why))
-            }
+            // An illegal new disk holds nothing: removed, and the create reported.
+            Err(CloudError::Internal(why)) => Err(self.remove_illegal(&id, why).await),
             Err(e) => Err(e),
         }
+    }
+
+    /// Removes disk `id` once the engine says again that it is `illegal` (an answer that
+    /// could not be read is no reason to remove anything), and says what became of it.
+    async fn remove_illegal(&self, id: &str, why: String) -> CloudError {
+        match self.get(id).await {
+            Ok(d) if d["status"] == "illegal" => {}
+            _ => return CloudError::Internal(why),
+        }
+        let left = match self.delete_disk(id).await {
+            Ok(()) => "removed",
+            Err(_) => "its removal failed; the next create retries it",
+        };
+        CloudError::Internal(format!("{why} ({left})"))
     }
 }
