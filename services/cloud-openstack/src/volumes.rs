@@ -26,6 +26,12 @@ use serde_json::{json, Value};
 
 use crate::client::{json, Microversion, OpenStack, Service};
 
+mod attach;
+mod create;
+mod resize;
+#[cfg(test)]
+mod tests;
+
 /// cinder-csi-plugin's metadata key naming the cluster a volume was made for.
 pub const CLUSTER_METADATA: &str = "cinder.csi.openstack.org/cluster";
 /// Ours: the StorageClass parameters a volume was made with (JSON), so a repeated
@@ -450,111 +456,7 @@ impl Disks for CinderDisks {
     }
 
     async fn create_disk(&self, spec: DiskSpec) -> Result<Disk> {
-        self.validate_parameters(&spec.parameters)?;
-        if spec.name.is_empty() || spec.name.len() > 255 {
-            return Err(CloudError::InvalidArgument(format!(
-                "volume name of {} characters (Cinder takes 1 to 255)",
-                spec.name.len()
-            )));
-        }
-        let gib = spec.size_bytes.div_ceil(GIB).max(1);
-        let az = spec
-            .parameters
-            .get(AVAILABILITY_PARAMETER)
-            .cloned()
-            .or_else(|| Some(spec.zone.zone.clone()).filter(|z| !z.is_empty()));
-        let volume_type = spec.parameters.get(TYPE_PARAMETER).cloned();
-        let _slot = self.creating.claim(&spec.name)?;
-        let existing = self.by_name(&spec.name).await?;
-        let volume = match existing.as_slice() {
-            [] => {
-                let mut metadata: BTreeMap<String, String> = spec.metadata.clone();
-                metadata.insert(CLUSTER_METADATA.to_owned(), self.cluster.clone());
-                metadata.insert(
-                    PARAMETERS_METADATA.to_owned(),
-                    serde_json::to_string(&spec.parameters).unwrap_or_default(),
-                );
-                let mut body = json!({"volume": {
-                    "name": spec.name,
-                    "size": gib,
-                    "metadata": metadata,
-                }});
-                if let Some(t) = &volume_type {
-                    body["volume"]["volume_type"] = json!(t);
-                }
-                if let Some(az) = &az {
-                    body["volume"]["availability_zone"] = json!(az);
-                }
-                if let Some(source) = &spec.source {
-                    if !is_uuid(source) {
-                        return Err(CloudError::not_found("volume", source));
-                    }
-                    body["volume"]["source_volid"] = json!(source);
-                }
-                let resp = self
-                    .os
-                    .call(
-                        Service::BlockStorage,
-                        "volume_create",
-                        Method::POST,
-                        "/volumes",
-                        Some(&body),
-                        None,
-                    )
-                    .await?;
-                match resp.status.as_u16() {
-                    200 | 202 => json::<One>("volume_create", &resp)?.volume,
-                    413 => {
-                        return Err(CloudError::ResourceExhausted(format!(
-                            "{}",
-                            unexpected("volume_create", &resp)
-                        )))
-                    }
-                    _ => return Err(unexpected("volume_create", &resp)),
-                }
-            }
-            [one] => one.clone(),
-            many => {
-                return Err(CloudError::FailedPrecondition(format!(
-                    "{} volumes are named {:?}; which one is the volume is ambiguous",
-                    many.len(),
-                    spec.name
-                )))
-            }
-        };
-        if volume.size < gib
-            || volume_type
-                .as_ref()
-                .is_some_and(|t| volume.volume_type.as_ref() != Some(t))
-        {
-            return Err(CloudError::ParameterMismatch {
-                name: spec.name,
-                reason: format!(
-                    "volume {} has {} GiB of type {:?}",
-                    volume.id, volume.size, volume.volume_type
-                ),
-            });
-        }
-        let id = volume.id.clone();
-        let ready = match self
-            .wait(&id, "being made", self.waits.available, |v| {
-                v.status == "available" || v.status == "in-use"
-            })
-            .await
-        {
-            Ok(v) => v,
-            Err(CloudError::Internal(why)) => {
-                // It will never become available: leave nothing behind.
-                let _ = self.delete_disk(&id).await;
-                return Err(if why.contains("quota") {
-                    CloudError::ResourceExhausted(why)
-                } else {
-                    CloudError::Internal(format!("{why} (deleted)"))
-                });
-            }
-            Err(e) => return Err(e),
-        };
-        Ok(self.to_disk(&ready))
+        self.create(spec).await
     }
 
     async fn disk(&self, id: &str) -> Result<Disk> {
@@ -631,190 +533,15 @@ impl Disks for CinderDisks {
     }
 
     async fn attach_disk(&self, id: &str, node: &str, readonly: bool) -> Result<Attachment> {
-        // Cinder attaches read-write either way; a read-only publish is the node's mount.
-        if !is_uuid(node) {
-            return Err(CloudError::not_found("server", node));
-        }
-        let node_owned = node.to_owned();
-        // Nova reserves the volume before it answers the attach; a volume `available`
-        // again afterwards means the attach failed in the compute service and was rolled
-        // back (seen here: its database was locked): it is asked again, a few times,
-        // within the call's one wait, rather than waited on until the deadline.
-        let started = Instant::now();
-        let mut asked = 0;
-        loop {
-            let v = self.get(id).await?;
-            if attached_to(&v, node) {
-                break;
-            }
-            if !v.attachments.is_empty() && !v.multiattach {
-                return Err(CloudError::FailedPrecondition(format!(
-                    "volume {id} is attached to {} and is not multiattach",
-                    v.attachments
-                        .iter()
-                        .filter_map(|a| a.server_id.clone())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            }
-            // A multiattach volume attached elsewhere stays `in-use` while it is attached
-            // here too.
-            let attachable = v.status == "available" || (v.multiattach && v.status == "in-use");
-            if attachable {
-                if asked == 3 {
-                    return Err(CloudError::Unavailable(format!(
-                        "openstack: Nova took the attach of volume {id} to server {node} {asked} times and rolled it back each time"
-                    )));
-                }
-                asked += 1;
-                let microversion = match v.multiattach {
-                    true => {
-                        self.os
-                            .require(
-                                Service::Compute,
-                                MULTIATTACH,
-                                "attaching a multiattach volume",
-                            )
-                            .await?;
-                        Some(MULTIATTACH)
-                    }
-                    false => None,
-                };
-                let body = json!({"volumeAttachment": {"volumeId": id}});
-                let resp = self
-                    .os
-                    .call(
-                        Service::Compute,
-                        "server_volume_attach",
-                        Method::POST,
-                        &format!("/servers/{node}/os-volume_attachments"),
-                        Some(&body),
-                        microversion,
-                    )
-                    .await?;
-                match resp.status.as_u16() {
-                    200 | 202 => {}
-                    404 => return Err(CloudError::not_found("server", node)),
-                    // The volume is in a transition (attaching, detaching): wait below.
-                    409 => {}
-                    _ => return Err(unexpected("server_volume_attach", &resp)),
-                }
-            }
-            // A rolled-back attach of a multiattach volume held elsewhere leaves it
-            // `in-use`, like one still attaching: that one waits out the call's wait and
-            // the CO's retry asks again.
-            let left = self.waits.attached.saturating_sub(started.elapsed());
-            let node = node_owned.clone();
-            let v = self
-                .wait(id, "being attached", left, move |v| {
-                    attached_to(v, &node) && v.status == "in-use" || v.status == "available"
-                })
-                .await?;
-            if v.status == "in-use" && attached_to(&v, &node_owned) {
-                break;
-            }
-        }
-        Ok(Attachment {
-            node: node.to_owned(),
-            readonly,
-            publish_context: context(id),
-        })
+        self.attach(id, node, readonly).await
     }
 
     async fn detach_disk(&self, id: &str, node: &str) -> Result<()> {
-        let v = match self.get(id).await {
-            Ok(v) => v,
-            // A volume that is gone is attached nowhere.
-            Err(CloudError::NotFound { .. }) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        if !attached_to(&v, node) {
-            return Ok(());
-        }
-        let resp = self
-            .os
-            .call(
-                Service::Compute,
-                "server_volume_detach",
-                Method::DELETE,
-                &format!("/servers/{node}/os-volume_attachments/{id}"),
-                None,
-                None,
-            )
-            .await?;
-        match resp.status.as_u16() {
-            202 | 204 => {}
-            404 => {
-                // Nova says the server (or the attachment) is gone; Cinder may still
-                // hold the attachment of a deleted server. Only a server Nova says is
-                // gone lets us call it detached.
-                if !self.server_exists(node).await? {
-                    return Ok(());
-                }
-            }
-            409 => {}
-            _ => return Err(unexpected("server_volume_detach", &resp)),
-        }
-        let node_owned = node.to_owned();
-        self.wait(id, "being detached", self.waits.detached, move |v| {
-            !attached_to(v, &node_owned)
-        })
-        .await
-        .map(|_| ())
+        self.detach(id, node).await
     }
 
     async fn expand_disk(&self, id: &str, size_bytes: u64) -> Result<u64> {
-        let v = self.get(id).await?;
-        let gib = size_bytes.div_ceil(GIB);
-        if gib <= v.size {
-            return Ok(v.size * GIB);
-        }
-        let in_use = v.status == "in-use";
-        let version = if in_use {
-            self.os
-                .require(
-                    Service::BlockStorage,
-                    EXTEND_IN_USE,
-                    "extending an attached volume",
-                )
-                .await?;
-            Some(EXTEND_IN_USE)
-        } else {
-            None
-        };
-        let body = json!({"os-extend": {"new_size": gib}});
-        let resp = self
-            .os
-            .call(
-                Service::BlockStorage,
-                "volume_extend",
-                Method::POST,
-                &format!("/volumes/{id}/action"),
-                Some(&body),
-                version,
-            )
-            .await?;
-        match resp.status.as_u16() {
-            202 | 200 => {}
-            404 => return Err(CloudError::not_found("volume", id)),
-            413 => {
-                return Err(CloudError::ResourceExhausted(
-                    unexpected("volume_extend", &resp).to_string(),
-                ))
-            }
-            400 => {
-                return Err(CloudError::FailedPrecondition(
-                    unexpected("volume_extend", &resp).to_string(),
-                ))
-            }
-            _ => return Err(unexpected("volume_extend", &resp)),
-        }
-        let grown = self
-            .wait(id, "being extended", self.waits.extended, move |v| {
-                v.size >= gib && (v.status == "available" || v.status == "in-use")
-            })
-            .await?;
-        Ok(grown.size * GIB)
+        self.expand(id, size_bytes).await
     }
 
     async fn available_capacity(&self, _zone: Option<&Zone>) -> Result<u64> {
@@ -852,41 +579,5 @@ impl Disks for CinderDisks {
 
     async fn probe(&self) -> Result<()> {
         self.os.session().await.map(|_| ())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_uuids_reach_a_url() {
-        assert!(is_uuid("0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5f"));
-        assert!(is_uuid("0c1e2d3f4a5b6c7d8e9f0a1b2c3d4e5f"));
-        for bad in [
-            "",
-            "../volumes",
-            "0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5",
-            "0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5g",
-            "0c1e2d3f4a5b-6c7d-8e9f-0a1b2c3d4e5f-",
-            "0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5f?x=1",
-        ] {
-            assert!(!is_uuid(bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn names_are_encoded_in_queries() {
-        assert_eq!(encode("pvc-1"), "pvc-1");
-        assert_eq!(encode("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
-    }
-
-    #[test]
-    fn the_serial_is_the_first_20_characters_of_the_id() {
-        let c = context("0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5f");
-        assert_eq!(
-            c.get("serial").map(String::as_str),
-            Some("0c1e2d3f-4a5b-6c7d-8")
-        );
     }
 }

@@ -1,0 +1,138 @@
+//! Attaching a volume to a server through Nova's `os-volume_attachments`, and detaching it.
+
+use super::*;
+
+impl CinderDisks {
+    pub(super) async fn attach(&self, id: &str, node: &str, readonly: bool) -> Result<Attachment> {
+        // Cinder attaches read-write either way; a read-only publish is the node's mount.
+        if !is_uuid(node) {
+            return Err(CloudError::not_found("server", node));
+        }
+        let node_owned = node.to_owned();
+        // Nova reserves the volume before it answers the attach; a volume `available`
+        // again afterwards means the attach failed in the compute service and was rolled
+        // back (seen here: its database was locked): it is asked again, a few times,
+        // within the call's one wait, rather than waited on until the deadline.
+        let started = Instant::now();
+        let mut asked = 0;
+        loop {
+            let v = self.get(id).await?;
+            if attached_to(&v, node) {
+                break;
+            }
+            if !v.attachments.is_empty() && !v.multiattach {
+                return Err(CloudError::FailedPrecondition(format!(
+                    "volume {id} is attached to {} and is not multiattach",
+                    v.attachments
+                        .iter()
+                        .filter_map(|a| a.server_id.clone())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            // A multiattach volume attached elsewhere stays `in-use` while it is attached
+            // here too.
+            let attachable = v.status == "available" || (v.multiattach && v.status == "in-use");
+            if attachable {
+                if asked == 3 {
+                    return Err(CloudError::Unavailable(format!(
+                        "openstack: Nova took the attach of volume {id} to server {node} {asked} times and rolled it back each time"
+                    )));
+                }
+                asked += 1;
+                let microversion = match v.multiattach {
+                    true => {
+                        self.os
+                            .require(
+                                Service::Compute,
+                                MULTIATTACH,
+                                "attaching a multiattach volume",
+                            )
+                            .await?;
+                        Some(MULTIATTACH)
+                    }
+                    false => None,
+                };
+                let body = json!({"volumeAttachment": {"volumeId": id}});
+                let resp = self
+                    .os
+                    .call(
+                        Service::Compute,
+                        "server_volume_attach",
+                        Method::POST,
+                        &format!("/servers/{node}/os-volume_attachments"),
+                        Some(&body),
+                        microversion,
+                    )
+                    .await?;
+                match resp.status.as_u16() {
+                    200 | 202 => {}
+                    404 => return Err(CloudError::not_found("server", node)),
+                    // The volume is in a transition (attaching, detaching): wait below.
+                    409 => {}
+                    _ => return Err(unexpected("server_volume_attach", &resp)),
+                }
+            }
+            // A rolled-back attach of a multiattach volume held elsewhere leaves it
+            // `in-use`, like one still attaching: that one waits out the call's wait and
+            // the CO's retry asks again.
+            let left = self.waits.attached.saturating_sub(started.elapsed());
+            let node = node_owned.clone();
+            let v = self
+                .wait(id, "being attached", left, move |v| {
+                    attached_to(v, &node) && v.status == "in-use" || v.status == "available"
+                })
+                .await?;
+            if v.status == "in-use" && attached_to(&v, &node_owned) {
+                break;
+            }
+        }
+        Ok(Attachment {
+            node: node.to_owned(),
+            readonly,
+            publish_context: context(id),
+        })
+    }
+
+    pub(super) async fn detach(&self, id: &str, node: &str) -> Result<()> {
+        let v = match self.get(id).await {
+            Ok(v) => v,
+            // A volume that is gone is attached nowhere.
+            Err(CloudError::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if !attached_to(&v, node) {
+            return Ok(());
+        }
+        let resp = self
+            .os
+            .call(
+                Service::Compute,
+                "server_volume_detach",
+                Method::DELETE,
+                &format!("/servers/{node}/os-volume_attachments/{id}"),
+                None,
+                None,
+            )
+            .await?;
+        match resp.status.as_u16() {
+            202 | 204 => {}
+            404 => {
+                // Nova says the server (or the attachment) is gone; Cinder may still
+                // hold the attachment of a deleted server. Only a server Nova says is
+                // gone lets us call it detached.
+                if !self.server_exists(node).await? {
+                    return Ok(());
+                }
+            }
+            409 => {}
+            _ => return Err(unexpected("server_volume_detach", &resp)),
+        }
+        let node_owned = node.to_owned();
+        self.wait(id, "being detached", self.waits.detached, move |v| {
+            !attached_to(v, &node_owned)
+        })
+        .await
+        .map(|_| ())
+    }
+}

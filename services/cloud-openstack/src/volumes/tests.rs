@@ -1,0 +1,32 @@
+use super::*;
+
+#[test]
+fn only_uuids_reach_a_url() {
+    assert!(is_uuid("0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5f"));
+    assert!(is_uuid("0c1e2d3f4a5b6c7d8e9f0a1b2c3d4e5f"));
+    for bad in [
+        "",
+        "../volumes",
+        "0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5",
+        "0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5g",
+        "0c1e2d3f4a5b-6c7d-8e9f-0a1b2c3d4e5f-",
+        "0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5f?x=1",
+    ] {
+        assert!(!is_uuid(bad), "{bad}");
+    }
+}
+
+#[test]
+fn names_are_encoded_in_queries() {
+    assert_eq!(encode("pvc-1"), "pvc-1");
+    assert_eq!(encode("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
+}
+
+#[test]
+fn the_serial_is_the_first_20_characters_of_the_id() {
+    let c = context("0c1e2d3f-4a5b-6c7d-8e9f-0a1b2c3d4e5f");
+    assert_eq!(
+        c.get("serial").map(String::as_str),
+        Some("0c1e2d3f-4a5b-6c7d-8")
+    );
+}
