@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::Method;
-use overcast_cloud::conformance::{self, DiskHarness};
+use overcast_cloud::conformance::{self, DiskHarness, DiskState, DiskStates};
 use overcast_cloud::{Disks, Zone};
 use overcast_cloud_http::ApiMetrics;
 use overcast_cloud_openstack::client::Microversion;
@@ -208,6 +208,98 @@ impl Cloud {
     }
 }
 
+/// Cinder's in-between states for the conformance rules, as Cinder itself shows them:
+/// `creating` and `error` put by its admin API (`os-reset_status`, what `cinder
+/// reset-state` sends; Cinder refuses to reset to `deleting`); `deleting` by a real
+/// DELETE while the cinder-volume service is paused (SIGSTOP), so the API has marked the
+/// volume and the deletion waits in the queue until the service goes on (SIGCONT).
+struct CinderStates {
+    os: Arc<OpenStack>,
+    /// The process group of the cinder-volume service `../shared/sim` started.
+    volume_service: nix::unistd::Pid,
+}
+
+impl CinderStates {
+    fn new(os: Arc<OpenStack>, env: &BTreeMap<String, String>) -> Self {
+        let pid_file = std::path::Path::new(&env["OSSIM_STATE"]).join("pids/cinder-volume.pid");
+        let pgid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
+            .trim()
+            .parse()
+            .expect("a pid");
+        Self {
+            os,
+            volume_service: nix::unistd::Pid::from_raw(pgid),
+        }
+    }
+
+    async fn action(&self, method: Method, path: &str, body: Option<&Value>) -> (u16, String) {
+        let resp = self
+            .os
+            .call(
+                Service::BlockStorage,
+                "volume_admin",
+                method,
+                path,
+                body,
+                None,
+            )
+            .await
+            .expect("a Cinder call");
+        (
+            resp.status.as_u16(),
+            String::from_utf8_lossy(&resp.body).into_owned(),
+        )
+    }
+
+    async fn reset(&self, id: &str, status: &str) {
+        let body = json!({"os-reset_status": {"status": status}});
+        let (code, text) = self
+            .action(Method::POST, &format!("/volumes/{id}/action"), Some(&body))
+            .await;
+        assert_eq!(code, 202, "reset {id} to {status}: {text}");
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::killpg(self.volume_service, signal).expect("signal cinder-volume");
+    }
+}
+
+/// A test that fails while the service is paused must not leave it paused for the rest.
+impl Drop for CinderStates {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::killpg(self.volume_service, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+#[async_trait::async_trait]
+impl DiskStates for CinderStates {
+    async fn enter(&self, disk: &overcast_cloud::Disk, state: DiskState) -> bool {
+        match state {
+            DiskState::Creating => self.reset(&disk.id, "creating").await,
+            DiskState::Failed => self.reset(&disk.id, "error").await,
+            DiskState::Deleting => {
+                self.signal(nix::sys::signal::Signal::SIGSTOP);
+                let (code, text) = self
+                    .action(Method::DELETE, &format!("/volumes/{}", disk.id), None)
+                    .await;
+                if code != 202 {
+                    self.signal(nix::sys::signal::Signal::SIGCONT);
+                    panic!("delete {}: {code} {text}", disk.id);
+                }
+            }
+        }
+        true
+    }
+    async fn release(&self, disk: &overcast_cloud::Disk, state: DiskState) {
+        match state {
+            DiskState::Creating => self.reset(&disk.id, "available").await,
+            DiskState::Deleting => self.signal(nix::sys::signal::Signal::SIGCONT),
+            DiskState::Failed => {}
+        }
+    }
+}
+
 /// The provider conformance suite on Cinder + Nova: idempotent create (16 concurrent
 /// creates of one name make one volume), attach and detach (twice, and from a server
 /// that does not exist), refusing to delete an attached volume, expansion in use,
@@ -230,8 +322,10 @@ async fn the_openstack_provider_passes_the_conformance_suite_on_real_services() 
         zone: Zone::default(),
         parameters: BTreeMap::new(),
         prefix: format!("overcast-it-{}-", std::process::id()),
-        // Not yet: Cinder's admin reset-state for the create rules (issue 29).
-        states: None,
+        states: Some(Arc::new(CinderStates::new(
+            Arc::clone(&cloud.os),
+            &cloud.env,
+        ))),
         held_for: Duration::from_secs(3),
     })
     .await;

@@ -20,7 +20,15 @@ impl CinderDisks {
             .or_else(|| Some(spec.zone.zone.clone()).filter(|z| !z.is_empty()));
         let volume_type = spec.parameters.get(TYPE_PARAMETER).cloned();
         let _slot = self.creating.claim(&spec.name)?;
-        let existing = self.by_name(&spec.name).await?;
+        let mut existing = self.by_name(&spec.name).await?;
+        if let [one] = existing.as_slice() {
+            if one.status == "deleting" {
+                // A volume of this name on its way out is not the one asked for: wait
+                // for it to go, then make the new one.
+                self.wait_gone(&one.id).await?;
+                existing.clear();
+            }
+        }
         let volume = match existing.as_slice() {
             [] => {
                 let mut metadata: BTreeMap<String, String> = spec.metadata.clone();
@@ -98,17 +106,51 @@ impl CinderDisks {
             .await
         {
             Ok(v) => v,
-            Err(CloudError::Internal(why)) => {
-                // It will never become available: leave nothing behind.
-                let _ = self.delete_disk(&id).await;
-                return Err(if why.contains("quota") {
-                    CloudError::ResourceExhausted(why)
-                } else {
-                    CloudError::Internal(format!("{why} (deleted)"))
-                });
+            // Only `available` or `in-use` answers a create, first or repeated: an
+            // `error` volume will never become available, so nothing is left behind.
+            Err(CloudError::Internal(why)) => return Err(self.remove_failed(&id, why).await),
+            Err(CloudError::NotFound { .. }) => {
+                return Err(CloudError::Unavailable(format!(
+                    "openstack: volume {id} named {:?} was deleted while it was being made; a retry makes it again",
+                    spec.name
+                )))
             }
             Err(e) => return Err(e),
         };
         Ok(self.to_disk(&ready))
+    }
+
+    /// Waits until volume `id`, being deleted, is gone; `Busy` while it is still there
+    /// when the wait ends.
+    async fn wait_gone(&self, id: &str) -> Result<()> {
+        match self
+            .wait(id, "being deleted", self.waits.deleted, |_| false)
+            .await
+        {
+            Err(CloudError::NotFound { .. }) => Ok(()),
+            Err(CloudError::DeadlineExceeded(why)) => Err(CloudError::Busy(format!(
+                "{why}; a retry makes the volume again once it is gone"
+            ))),
+            Err(e) => Err(e),
+            Ok(_) => Ok(()),
+        }
+    }
+
+    /// Deletes volume `id` once Cinder says again that it is in `error` (an answer that
+    /// could not be read is no reason to delete anything), and says why the create failed.
+    async fn remove_failed(&self, id: &str, why: String) -> CloudError {
+        match self.get(id).await {
+            Ok(v) if v.status == "error" => {}
+            _ => return CloudError::Internal(why),
+        }
+        let left = match self.delete_disk(id).await {
+            Ok(()) => "deleted",
+            Err(_) => "its deletion failed; the next create retries it",
+        };
+        if why.contains("quota") {
+            CloudError::ResourceExhausted(format!("{why} ({left})"))
+        } else {
+            CloudError::Internal(format!("{why} ({left})"))
+        }
     }
 }
