@@ -85,7 +85,11 @@ impl Engine {
         a.device = None;
     }
 
-    pub(super) fn disk_json(&self, st: &State, d: &SimDisk) -> Value {
+    /// A disk as the engine writes it. `vms` only with `all_content` (the API model's
+    /// `DiskService.Get.allContent`: "By default the following disk attributes are
+    /// excluded: vms"); the engine's disk listings never carry it
+    /// (`BackendDisksResource` populates nothing).
+    pub(super) fn disk_json(&self, st: &State, d: &SimDisk, all_content: bool) -> Value {
         let vms: Vec<Value> = st
             .vms
             .values()
@@ -119,7 +123,7 @@ impl Engine {
             "propagate_errors": "false",
             "storage_domains": {"storage_domain": [{"href": format!("{API}/storagedomains/{}", d.domain), "id": d.domain}]},
         });
-        if !vms.is_empty() {
+        if all_content && !vms.is_empty() {
             v["vms"] = json!({ "vm": vms });
         }
         v

@@ -128,8 +128,12 @@ pub(super) fn form_value(form: &str, key: &str) -> Option<String> {
 
 /// Whether the engine's search matches `value` with `pattern`: case-insensitively, `*`
 /// standing for any run of characters (the engine searches with SQL's ILIKE).
-pub(super) fn search_matches(pattern: &str, value: &str) -> bool {
-    let (pattern, value) = (pattern.to_lowercase(), value.to_lowercase());
+pub(super) fn search_matches(pattern: &str, value: &str, case_sensitive: bool) -> bool {
+    let (pattern, value) = if case_sensitive {
+        (pattern.to_owned(), value.to_owned())
+    } else {
+        (pattern.to_lowercase(), value.to_lowercase())
+    };
     let parts: Vec<&str> = pattern.split('*').collect();
     if parts.len() == 1 {
         return pattern == value;
@@ -160,4 +164,28 @@ pub(super) fn search_term(search: &str, key: &str) -> Option<String> {
         Some(quoted) => quoted.split('"').next().unwrap_or("").to_owned(),
         None => rest.split_whitespace().next().unwrap_or("").to_owned(),
     })
+}
+
+/// Whether the search backend accepts `search`: its SyntaxChecker has `'` and `;` as
+/// DISALLOWED_CHARS, and a value ending in a backslash escapes its own closing quote.
+pub(super) fn search_is_valid(search: &str) -> bool {
+    if search.contains(['\'', ';']) {
+        return false;
+    }
+    let value = search.split_once('=').map(|(_, v)| v.trim()).unwrap_or("");
+    let value = value.trim_end_matches('"');
+    !value.ends_with('\\')
+}
+
+/// A VM status as the engine's messages spell it (`VMStatus` names: `PoweringUp`, …).
+pub(super) fn vm_status_text(status: &str) -> String {
+    status
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_uppercase().chain(c).collect::<String>())
+                .unwrap_or_default()
+        })
+        .collect()
 }

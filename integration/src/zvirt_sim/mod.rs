@@ -1,21 +1,37 @@
-//! A faithful oVirt engine for the zVirt tests: the subset of `/ovirt-engine/api` and
-//! `/ovirt-engine/sso/oauth/token` the provider uses, with the engine's behaviour as its
-//! REST API reference describes it — JSON (`Accept: application/json`) with numbers and
-//! booleans as strings, an empty collection as `{}`, errors as faults (`{"reason",
-//! "detail"}`) with the engine's status codes (400 validation, 401 without a valid token,
-//! 404 unknown id, 409 a locked object or a conflicting state); SSO tokens that expire;
-//! disks `locked` for a while after create, resize and remove; attachments inactive for a
-//! while before they are `active`. Faults on demand: the HTML error page the engine's
-//! proxy serves while it is down, slow answers, a disk stuck locked, every token expired.
+//! An oVirt engine for the zVirt tests, its behaviour rebuilt from the engine's public
+//! source — ovirt-engine's master branch of 2026-08-19 (4.5.8-SNAPSHOT: its `restapi`
+//! resources and `bll` commands' `validate()`, its search backend) and the API model
+//! ovirt-engine-api-model 4.6.1 — for everything the provider uses, not from what the
+//! provider expects:
+//!
+//! - `GET /disks/{id}` carries `vms` only with `all_content=true` (or `All-Content: true`);
+//!   disk listings and searches never do. `GET /vms?follow=disk_attachments` inlines each
+//!   VM's attachments.
+//! - Search (`alias=`/`name=`, `*` wildcards, case-insensitive unless `case_sensitive=true`,
+//!   `max`): a search with `'` or `;` anywhere, or a value ending in `\`, is one the search
+//!   backend refuses — answered 200 with an empty collection, as the engine does.
+//! - Faults as the engine writes them (`{"reason": "Operation Failed", "detail": "[…]"}`)
+//!   with the status its error type maps to (`ErrorMessageHelper`): detaching from a VM
+//!   that is gone, or a disk that is not attached, is **400**; attaching to a gone VM is
+//!   400; a VM neither Up nor Down cannot have disks detached (409); a disk attached
+//!   elsewhere (409), locked (409) or illegal (400) is not attached; an attached disk is
+//!   removed only when every VM that has it plugged is Down — and then its attachments go
+//!   with it.
+//! - Bean validation on create: an alias of letters, digits and `-_.` up to 255
+//!   characters, a description of at most 500 ASCII-or-letter characters.
+//! - Disks `locked` for a while after create, resize and remove (kept locked past any
+//!   deadline on demand), `illegal` on demand, removals held on demand; SSO tokens that
+//!   expire; attachments inactive for a while before they are `active`. Faults on demand:
+//!   the HTML error page the engine's proxy serves while it is down, slow answers, every
+//!   token expired.
 //!
 //! Attachments are backed by real loop devices linked as
 //! `scsi-0QEMU_QEMU_HARDDISK_<disk-id[:20]>` in a by-id directory the node plugin is
-//! pointed at, so a volume is really formatted and mounted. Plain HTTP on loopback.
+//! pointed at, so a volume is really formatted and mounted. Plain HTTP on loopback, or
+//! HTTPS with its own CA.
 //!
 //! It speaks the engine's XML (its canonical form, what the official SDKs and the Go
 //! clients upstream send) as well as JSON: the official Python SDK drives it in a test.
-//! Search takes `alias=`/`name=` (case-insensitive, `*` wildcards) and `max`; nothing
-//! else of the search language.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -132,6 +148,9 @@ struct State {
     token_ttl: Option<Duration>,
     html: bool,
     slow: Option<Duration>,
+    /// Every search answers an empty collection, as the engine answers a search its
+    /// backend refuses.
+    blind_search: bool,
     stuck_alias: Option<String>,
     /// Calls by `METHOD route` (ids replaced by `{id}`).
     calls: BTreeMap<String, u64>,
@@ -524,6 +543,12 @@ impl Engine {
     /// How many VMs the engine has.
     pub fn vm_count(&self) -> usize {
         self.state.lock().expect("state").vms.len()
+    }
+
+    /// Every search from now on answers nothing (200, an empty collection), as the
+    /// engine answers one its search backend refuses.
+    pub fn set_blind_search(&self, on: bool) {
+        self.state.lock().expect("state").blind_search = on;
     }
 
     /// When the attachment of `disk` to `vm` became (or becomes) active.

@@ -46,6 +46,34 @@ impl Engine {
                 "Cannot add Virtual Disk. Request syntax error: provisioned_size and alias are required",
             );
         };
+        // BaseDisk's bean validation: the alias @Size(max = 255) and @ValidI18NName
+        // (letters, digits, `-_.`), the description @Size(max = 500) and
+        // @ValidDescription (ASCII or letters).
+        if alias.chars().count() > 255 {
+            return fault(400, "size must be between 0 and 255");
+        }
+        if !alias
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return fault(
+                400,
+                "Disk alias name must be formed of alpha-numeric characters or \"-_.\"",
+            );
+        }
+        let description = doc["description"].as_str().unwrap_or("");
+        if description.chars().count() > 500 {
+            return fault(400, "size must be between 0 and 500");
+        }
+        if !description
+            .chars()
+            .all(|c| c.is_ascii() || c.is_alphabetic())
+        {
+            return fault(
+                400,
+                "Disk description must be formed only from alpha-numeric characters and special characters that conform to the standard ASCII character set.",
+            );
+        }
         let Some(domain) = st.domains.iter_mut().find(|d| d.name == domain_name) else {
             return fault(
                 400,
@@ -75,7 +103,7 @@ impl Engine {
         let disk = SimDisk {
             id: id.clone(),
             alias: alias.to_owned(),
-            description: doc["description"].as_str().unwrap_or("").to_owned(),
+            description: description.to_owned(),
             size,
             pending_size: None,
             format: doc["format"].as_str().unwrap_or("cow").to_owned(),
@@ -88,7 +116,7 @@ impl Engine {
             illegal: false,
             removal_held: false,
         };
-        let out = self.disk_json(st, &disk);
+        let out = self.disk_json(st, &disk, false);
         st.disks.insert(id, disk);
         answer(201, out)
     }
@@ -120,7 +148,7 @@ impl Engine {
             sd.available = sd.available.saturating_sub(grow);
         }
         let d = &st.disks[id];
-        answer(200, self.disk_json(st, d))
+        answer(200, self.disk_json(st, d, false))
     }
 
     pub(super) fn remove_disk(&self, st: &mut State, id: &str) -> Answer {
@@ -134,32 +162,63 @@ impl Engine {
                 "Cannot remove Virtual Disk. Related operation is currently in progress. Please try again later.",
             );
         }
-        if attached {
-            return fault(
-                409,
-                "Cannot remove Virtual Disk. Disk is attached to a VM; detach it first.",
-            );
-        }
+        // RemoveDiskCommand.validate: refused while a VM that has it plugged is not Down
+        // (ACTION_TYPE_FAILED_VM_IS_NOT_DOWN, 409); with every such VM Down the engine
+        // removes the disk *and its attachments*.
         d.gone_at = Some(Instant::now() + self.latency.remove);
+        if attached {
+            let running = st.vms.values().any(|vm| {
+                vm.status != "down" && vm.attachments.get(id).is_some_and(|a| a.device.is_some())
+            });
+            if running {
+                if let Some(d) = st.disks.get_mut(id) {
+                    d.gone_at = None;
+                }
+                return fault(
+                    409,
+                    "Cannot remove Virtual Disk. At least one of the VMs is not down.",
+                );
+            }
+            let file = st.disks.get(id).map(|d| d.file.clone());
+            for vm in st.vms.values_mut() {
+                if let Some(mut a) = vm.attachments.remove(id) {
+                    self.unplug(id, &mut a, file.as_deref());
+                }
+            }
+        }
         answer(200, json!({}))
     }
 
     pub(super) fn attach(&self, st: &mut State, vm_id: &str, doc: &Value) -> Answer {
         let disk_id = doc["disk"]["id"].as_str().unwrap_or("").to_owned();
-        if !st.vms.contains_key(vm_id) {
-            return not_found(vm_id);
-        }
+        // AttachDiskToVmCommand.validate, in its order: the disk exists
+        // (ACTION_TYPE_FAILED_DISK_NOT_EXIST, 400), is not illegal (400) nor locked
+        // (ACTION_TYPE_FAILED_DISKS_LOCKED, 409), the VM exists
+        // (ACTION_TYPE_FAILED_VM_NOT_FOUND, 400 — not a 404: the VM is the action's
+        // parameter, not the resource).
         let Some(d) = st.disks.get(&disk_id) else {
             return fault(
                 400,
-                &format!("Cannot attach Virtual Disk. Disk {disk_id} does not exist"),
+                "Cannot attach Virtual Disk. The specified disk does not exist.",
             );
         };
+        if d.illegal {
+            return fault(
+                400,
+                "Cannot attach Virtual Disk. Disk is in an illegal state. Disks in an illegal state can only be deleted.",
+            );
+        }
         if d.unlock_at.is_some() || d.gone_at.is_some() {
             return fault(
                 409,
-                "Cannot attach Virtual Disk. Related operation is currently in progress. Please try again later.",
+                &format!(
+                    "Cannot attach Virtual Disk: The following disks are locked: {}. Please try again in a few minutes.",
+                    d.alias
+                ),
             );
+        }
+        if !st.vms.contains_key(vm_id) {
+            return fault(400, "Cannot attach Virtual Disk. VM is not found.");
         }
         if doc["interface"].as_str().is_none() {
             return fault(
@@ -174,7 +233,7 @@ impl Engine {
         {
             return fault(
                 409,
-                "Cannot attach Virtual Disk. The disk is already attached to another VM and is not shareable.",
+                "Cannot attach Virtual Disk. The disk is not shareable and is already attached to a VM.",
             );
         }
         // A disk's storage domain must be attached to the VM's data center (the engine's

@@ -55,6 +55,12 @@ impl Engine {
         let method = req.method().as_str().to_owned();
         let path = req.uri().path().to_owned();
         let query = req.uri().query().unwrap_or("").to_owned();
+        // `all_content=true`, or the `All-Content: true` header (BackendResource.isPopulate).
+        let all_content_header = req
+            .headers()
+            .get("all-content")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
         let auth = req
             .headers()
             .get(hyper::header::AUTHORIZATION)
@@ -108,6 +114,18 @@ impl Engine {
             _ => serde_json::from_slice(&body).unwrap_or(Value::Null),
         };
         let search = form_value(&query, "search");
+        let all_content = all_content_header
+            || form_value(&query, "all_content").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        // The search backend's SyntaxChecker refuses `'` and `;` anywhere, and a value
+        // ending in a backslash cannot close its quotes; the REST layer then answers the
+        // listing with nothing at all: 200 and an empty collection, not a fault.
+        let search_valid =
+            search.as_deref().is_none_or(search_is_valid) && !(search.is_some() && st.blind_search);
+        // `case_sensitive`: absent is false (AbstractBackendCollectionResource reads it with
+        // missingValue=false, though the API model's documentation says the default is
+        // true), present without a value is true.
+        let case_sensitive = form_value(&query, "case_sensitive")
+            .is_some_and(|v| v.is_empty() || v.eq_ignore_ascii_case("true"));
         // `max` caps a listing (no `max`: everything, as the engine answers).
         let max = form_value(&query, "max")
             .and_then(|m| m.parse::<usize>().ok())
@@ -118,32 +136,59 @@ impl Engine {
                 json!({"product_info": {"name": "oVirt Engine", "vendor": "ovirt.org",
                     "version": {"major": "4", "minor": "5", "build": "4", "revision": "0", "full_version": "4.5.4"}}}),
             ),
+            ("GET", ["disks"]) if !search_valid => collection("disk", Vec::new()),
             ("GET", ["disks"]) => {
                 let wanted = search.as_deref().and_then(|s| search_term(s, "alias"));
                 let list: Vec<Value> = st
                     .disks
                     .values()
-                    .filter(|d| wanted.as_deref().is_none_or(|a| search_matches(a, &d.alias)))
+                    .filter(|d| {
+                        wanted
+                            .as_deref()
+                            .is_none_or(|a| search_matches(a, &d.alias, case_sensitive))
+                    })
                     .take(max)
-                    .map(|d| self.disk_json(&st, d))
+                    .map(|d| self.disk_json(&st, d, false))
                     .collect();
                 collection("disk", list)
             }
             ("POST", ["disks"]) => self.add_disk(&mut st, &doc),
             ("GET", ["disks", id]) => match st.disks.get(*id) {
-                Some(d) => answer(200, self.disk_json(&st, d)),
+                Some(d) => answer(200, self.disk_json(&st, d, all_content)),
                 None => not_found(id),
             },
             ("PUT", ["disks", id]) => self.update_disk(&mut st, id, &doc),
             ("DELETE", ["disks", id]) => self.remove_disk(&mut st, id),
+            ("GET", ["vms"]) if !search_valid => collection("vm", Vec::new()),
             ("GET", ["vms"]) => {
                 let wanted = search.as_deref().and_then(|s| search_term(s, "name"));
                 let list: Vec<Value> = st
                     .vms
                     .values()
-                    .filter(|vm| wanted.as_deref().is_none_or(|n| search_matches(n, &vm.name)))
+                    .filter(|vm| {
+                        wanted
+                            .as_deref()
+                            .is_none_or(|n| search_matches(n, &vm.name, case_sensitive))
+                    })
                     .take(max)
-                    .map(|vm| vm_json(vm, follows(&query, "reported_devices")))
+                    .map(|vm| {
+                        let mut v = vm_json(vm, follows(&query, "reported_devices"));
+                        // `follow` inlines a linked collection (the Follow interface
+                        // every list of the API model extends).
+                        if follows(&query, "disk_attachments") {
+                            let attachments: Vec<Value> = vm
+                                .attachments
+                                .iter()
+                                .map(|(d, a)| Self::attachment_json(vm, d, a))
+                                .collect();
+                            v["disk_attachments"] = if attachments.is_empty() {
+                                json!({})
+                            } else {
+                                json!({ "disk_attachment": attachments })
+                            };
+                        }
+                        v
+                    })
                     .collect();
                 collection("vm", list)
             }
@@ -223,17 +268,36 @@ impl Engine {
                 let vm = &st.vms[*id];
                 answer(200, Self::attachment_json(vm, disk, &vm.attachments[*disk]))
             }
+            // DetachDiskFromVmCommand.validate: the VM must exist (400
+            // ACTION_TYPE_FAILED_VM_NOT_FOUND), be Up or Down (409
+            // ACTION_TYPE_FAILED_VM_STATUS_ILLEGAL), and have the disk (400
+            // ACTION_TYPE_FAILED_CANNOT_DETACH_DISK_IS_NOT_ATTACHED_TO_VM) — never a 404.
             ("DELETE", ["vms", id, "diskattachments", disk]) => {
                 let file = st.disks.get(*disk).map(|d| d.file.clone());
                 let Some(vm) = st.vms.get_mut(*id) else {
-                    return not_found(id);
+                    return fault(400, "Cannot detach Virtual Disk. VM is not found.");
                 };
+                if vm.status != "up" && vm.status != "down" {
+                    return fault(
+                        409,
+                        &format!(
+                            "Cannot detach Virtual Disk because the VM is in {} status.",
+                            vm_status_text(&vm.status)
+                        ),
+                    );
+                }
                 match vm.attachments.remove(*disk) {
                     Some(mut a) => {
                         self.unplug(disk, &mut a, file.as_deref());
                         answer(200, json!({}))
                     }
-                    None => not_found(disk),
+                    None => fault(
+                        400,
+                        &format!(
+                            "Cannot detach Virtual Disk. The specified disk is not attached to the VM {}.",
+                            vm.name
+                        ),
+                    ),
                 }
             }
             ("GET", ["clusters"]) => collection(

@@ -191,10 +191,10 @@ mod tests {
         assert_eq!(root, "disk");
         assert_eq!(back, disk);
         let (root, empty) = from_xml(&to_xml("disks", &json!({}))).unwrap();
-        assert!(super::super::search_matches("PVC*", "pvc-1 = x"));
-        assert!(super::super::search_matches("p*c*x", "pvc-1 = x"));
-        assert!(!super::super::search_matches("pvc", "pvc-1"));
-        assert!(!super::super::search_matches("a*b", "ab-"));
+        assert!(super::super::search_matches("PVC*", "pvc-1 = x", false));
+        assert!(super::super::search_matches("p*c*x", "pvc-1 = x", false));
+        assert!(!super::super::search_matches("pvc", "pvc-1", false));
+        assert!(!super::super::search_matches("a*b", "ab-", false));
         assert_eq!((root.as_str(), empty), ("disks", json!("")));
         assert!(from_xml("{\"not\": \"xml\"}").is_err());
     }
