@@ -102,6 +102,18 @@ async fn main() {
             after_active.push(returned.get().saturating_duration_since(active));
         }
         measure(
+            "list (one disk attached)",
+            Box::pin(async {
+                let listed = disks.list_disks().await.unwrap();
+                assert_eq!(
+                    listed[0].attachments.len(),
+                    1,
+                    "the list says where it is attached"
+                );
+            }),
+        )
+        .await;
+        measure(
             "expand",
             Box::pin(async {
                 disks.expand_disk(&id, 2 << 30).await.unwrap();

@@ -4,6 +4,12 @@
 //! attached with `POST /vms/{vm}/diskattachments` (`virtio_scsi`, active, not bootable),
 //! whose id is the disk's; detached by deleting the attachment, which keeps the disk.
 //!
+//! Where a disk is attached is read as the engine gives it: a disk's `vms` only with
+//! `all_content=true` (the API model excludes it by default, and listings never carry
+//! it), so one disk is read with it and a listing takes the VMs' own attachments
+//! (`GET /vms?follow=disk_attachments`, one call). The engine answers "already gone" with
+//! 400s whose fault says which (a gone VM, a disk not attached): read from the fault.
+//!
 //! The node id is the VM's id. The engine keeps no aliases unique, so creates of one name
 //! are one at a time in this process and a create first looks the alias up. What the
 //! provider needs to know of its disks later (the cluster, the parameters and metadata it
@@ -16,7 +22,7 @@
 //! the region, and a create whose requisite topologies are all in other data centers is
 //! refused before anything is made.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,6 +39,9 @@ use crate::client::{boolean, is_id, members, number, Engine};
 /// StorageClass parameters, as the oVirt CSI driver names them.
 mod attach;
 mod create;
+mod names;
+
+use names::{alias_for, Description};
 
 pub const STORAGE_DOMAIN_PARAMETER: &str = "storageDomainName";
 pub const THIN_PARAMETER: &str = "thinProvisioning";
@@ -60,21 +69,6 @@ impl Default for Waits {
     }
 }
 
-/// What the provider writes into a disk's description.
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
-struct Description {
-    /// `--cluster`: whose disk this is.
-    cluster: String,
-    #[serde(default)]
-    parameters: BTreeMap<String, String>,
-    #[serde(default)]
-    metadata: BTreeMap<String, String>,
-    /// The data center of the disk's storage domain (absent on disks made before the
-    /// provider knew topology: those carry no zone, reachable from every node as before).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    region: String,
-}
-
 pub struct EngineDisks {
     engine: Arc<Engine>,
     cluster: String,
@@ -85,6 +79,10 @@ pub struct EngineDisks {
     /// class's placement (which lists the domains) right before it makes the disk, so
     /// the create records the region without listing them again.
     regions: Mutex<BTreeMap<String, String>>,
+    /// CSI name → id of the disks this process made: a search that answers nothing for
+    /// one of them (the engine answers a search it cannot parse with an empty list) is
+    /// checked by id before "absent" is believed.
+    written: Mutex<HashMap<String, String>>,
 }
 
 impl EngineDisks {
@@ -96,6 +94,7 @@ impl EngineDisks {
             waits,
             creating: NameClaims::default(),
             regions: Mutex::default(),
+            written: Mutex::default(),
         }
     }
 
@@ -126,7 +125,14 @@ impl EngineDisks {
         }
         match self
             .engine
-            .json("disk_get", Method::GET, &format!("/disks/{id}"), None)
+            // `vms` (where the disk is attached) only comes with all_content: the API
+            // model excludes it by default.
+            .json(
+                "disk_get",
+                Method::GET,
+                &format!("/disks/{id}?all_content=true"),
+                None,
+            )
             .await
         {
             Err(CloudError::NotFound { .. }) => Err(CloudError::not_found("disk", id)),
@@ -182,13 +188,13 @@ impl EngineDisks {
             Some("illegal") => DiskCondition::Abnormal("the engine marks the disk illegal".into()),
             _ => DiskCondition::Healthy,
         };
+        let alias = d["alias"]
+            .as_str()
+            .or(d["name"].as_str())
+            .unwrap_or_default();
         Disk {
             id: d["id"].as_str().unwrap_or_default().to_owned(),
-            name: d["alias"]
-                .as_str()
-                .or(d["name"].as_str())
-                .unwrap_or_default()
-                .to_owned(),
+            name: description.name.unwrap_or_else(|| alias.to_owned()),
             size_bytes: number(&d["provisioned_size"]).unwrap_or(0),
             zone: Zone {
                 region: description.region,
@@ -209,24 +215,50 @@ impl EngineDisks {
             .is_some_and(|desc| desc.cluster == self.cluster)
     }
 
-    /// The disks of this cluster with the alias `name`.
+    /// The disks of this cluster made for CSI volume `name`: searched by their alias
+    /// (which the search can always express, see `names`), and — when the search answers
+    /// nothing for a disk this process made — looked up by id, never taken as absent on
+    /// the search's word alone.
     async fn by_alias(&self, name: &str) -> Result<Vec<Value>> {
-        // The search language quotes a value with spaces; a quote inside cannot be
-        // escaped, so such a name is never one of ours (create refuses it).
-        if name.contains('"') {
-            return Ok(Vec::new());
-        }
+        let alias = alias_for(name);
         let query: String = form_urlencoded::Serializer::new(String::new())
-            .append_pair("search", &format!("alias=\"{name}\""))
+            .append_pair("search", &format!("alias=\"{alias}\""))
             .finish();
         let doc = self
             .engine
             .json("disk_search", Method::GET, &format!("/disks?{query}"), None)
             .await?;
-        Ok(members(&doc, "disk")
-            .filter(|d| d["alias"].as_str() == Some(name) && self.ours(d))
+        let found: Vec<Value> = members(&doc, "disk")
+            .filter(|d| d["alias"].as_str() == Some(alias.as_str()) && self.ours(d))
+            .filter(|d| self.to_disk(d).name == name)
             .cloned()
-            .collect())
+            .collect();
+        if !found.is_empty() {
+            return Ok(found);
+        }
+        let known = self.written.lock().expect("written").get(name).cloned();
+        let Some(id) = known else {
+            return Ok(found);
+        };
+        match self.get(&id).await {
+            Ok(d) if self.ours(&d) && self.to_disk(&d).name == name => Ok(vec![d]),
+            Ok(_) => Ok(Vec::new()),
+            Err(CloudError::NotFound { .. }) => {
+                self.written.lock().expect("written").remove(name);
+                Ok(Vec::new())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Remembers that this process made disk `id` for CSI volume `name`.
+    fn wrote(&self, name: &str, id: &str) {
+        let mut written = self.written.lock().expect("written");
+        // Only a bound on memory: what is forgotten is still found by the search.
+        if written.len() >= 4096 {
+            written.clear();
+        }
+        written.insert(name.to_owned(), id.to_owned());
     }
 
     /// The VM `node`, or NotFound (an id that cannot be one included).
@@ -443,9 +475,40 @@ impl Disks for EngineDisks {
             .engine
             .json("disk_list", Method::GET, "/disks", None)
             .await?;
+        // A listing never says where disks are attached (`vms` is excluded, and the
+        // engine populates nothing in a list even with all_content): the VMs' own
+        // attachments say it, all in one call.
+        let vms = self
+            .engine
+            .json("vm_list", Method::GET, "/vms?follow=disk_attachments", None)
+            .await?;
+        let mut attached: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for vm in members(&vms, "vm") {
+            let Some(vm_id) = vm["id"].as_str() else {
+                continue;
+            };
+            for a in members(&vm["disk_attachments"], "disk_attachment") {
+                if let Some(disk) = a["disk"]["id"].as_str().or(a["id"].as_str()) {
+                    attached.entry(disk).or_default().push(vm_id);
+                }
+            }
+        }
         Ok(members(&doc, "disk")
             .filter(|d| self.ours(d))
-            .map(|d| self.to_disk(d))
+            .map(|d| {
+                let mut disk = self.to_disk(d);
+                disk.attachments = attached
+                    .get(disk.id.as_str())
+                    .into_iter()
+                    .flatten()
+                    .map(|vm| Attachment {
+                        node: (*vm).to_owned(),
+                        readonly: false,
+                        publish_context: context(&disk.id),
+                    })
+                    .collect();
+                disk
+            })
             .collect())
     }
 
@@ -469,8 +532,13 @@ impl Disks for EngineDisks {
             .await
         {
             Ok(_) | Err(CloudError::NotFound { .. }) => {}
+            // Attached since it was read (ACTION_TYPE_FAILED_VM_IS_NOT_DOWN): detach first.
+            Err(CloudError::Conflict(why)) if why.contains("VMs is not down") => {
+                return Err(CloudError::FailedPrecondition(why))
+            }
             Err(e) => return Err(e),
         }
+        self.written.lock().expect("written").retain(|_, v| v != id);
         let started = Instant::now();
         loop {
             match self.get(id).await {

@@ -7,7 +7,7 @@ impl EngineDisks {
         if !is_id(node) {
             return Err(CloudError::not_found("vm", node));
         }
-        // The VM is not looked up first: attaching to a gone VM is the engine's 404.
+        // The VM is not looked up first: the engine says when it is gone.
         let d = self.get(id).await?;
         let elsewhere: Vec<&str> = members(&d["vms"], "vm")
             .filter_map(|vm| vm["id"].as_str())
@@ -51,7 +51,19 @@ impl EngineDisks {
                 .await
             {
                 Ok(_) => {}
+                // AttachDiskToVmCommand answers a gone VM with 400
+                // ACTION_TYPE_FAILED_VM_NOT_FOUND, not a 404: read the fault.
                 Err(CloudError::NotFound { .. }) => return Err(CloudError::not_found("vm", node)),
+                Err(CloudError::InvalidArgument(why)) if why.contains("VM is not found") => {
+                    return Err(CloudError::not_found("vm", node))
+                }
+                // Attached elsewhere since it was read, or illegal: no retry changes it.
+                Err(CloudError::Conflict(why)) if why.contains("already attached to a VM") => {
+                    return Err(CloudError::FailedPrecondition(why))
+                }
+                Err(CloudError::InvalidArgument(why)) if why.contains("illegal state") => {
+                    return Err(CloudError::FailedPrecondition(why))
+                }
                 // The disk's storage domain is not in the VM's data center
                 // (ACTION_TYPE_FAILED_STORAGE_POOL_NOT_MATCH): no retry changes that.
                 Err(CloudError::Conflict(why)) if why.contains("Data Center does not contain") => {
@@ -106,6 +118,14 @@ impl EngineDisks {
             .await
         {
             Ok(_) | Err(CloudError::NotFound { .. }) => {}
+            // DetachDiskFromVmCommand answers a gone VM and a disk that is not attached
+            // with 400 (ACTION_TYPE_FAILED_VM_NOT_FOUND,
+            // ACTION_TYPE_FAILED_CANNOT_DETACH_DISK_IS_NOT_ATTACHED_TO_VM): detached.
+            Err(CloudError::InvalidArgument(why))
+                if why.contains("VM is not found") || why.contains("is not attached to the VM") =>
+            {
+                return Ok(())
+            }
             Err(e) => return Err(e),
         }
         let started = Instant::now();

@@ -5,14 +5,6 @@ use super::*;
 impl EngineDisks {
     pub(super) async fn create(&self, spec: DiskSpec) -> Result<Disk> {
         self.validate_parameters(&spec.parameters)?;
-        // The engine's search cannot name such an alias, so a retried create could not
-        // find the disk the first one made and would make another.
-        if spec.name.contains('"') {
-            return Err(CloudError::InvalidArgument(format!(
-                "zvirt: a disk name cannot hold '\"' (the engine's search could not find it again): {:?}",
-                spec.name
-            )));
-        }
         let _slot = self.creating.claim(&spec.name)?;
         if let Some(found) = self.by_alias(&spec.name).await?.into_iter().next() {
             let disk = self.to_disk(&found);
@@ -46,16 +38,28 @@ impl EngineDisks {
         }
         let thin = self.overcommits(&spec.parameters);
         let domain = spec.parameters[STORAGE_DOMAIN_PARAMETER].trim();
-        let description = serde_json::to_string(&Description {
+        // A class naming a domain the engine does not have: the caller's mistake, said
+        // before anything is made (NOT_FOUND is CSI's answer for a missing *source*).
+        let region = match self.region(domain).await? {
+            Some(region) => region,
+            None if self.domains().await?.contains_key(domain) => String::new(),
+            None => {
+                return Err(CloudError::InvalidArgument(format!(
+                    "zvirt: {STORAGE_DOMAIN_PARAMETER} {domain:?} names no data storage domain of the engine"
+                )))
+            }
+        };
+        let alias = alias_for(&spec.name);
+        let description = names::description_text(&Description {
             cluster: self.cluster.clone(),
             parameters: spec.parameters.clone(),
             metadata: spec.metadata.clone(),
-            region: self.region(domain).await?.unwrap_or_default(),
-        })
-        .unwrap_or_default();
+            region,
+            name: (alias != spec.name).then(|| spec.name.clone()),
+        })?;
         let size = spec.size_bytes.div_ceil(MIB) * MIB;
         let body = json!({
-            "alias": spec.name,
+            "alias": alias,
             "description": description,
             "provisioned_size": size.to_string(),
             "format": if thin { "cow" } else { "raw" },
@@ -73,6 +77,7 @@ impl EngineDisks {
                 "zvirt: disk_add answered no disk id: {made}"
             )));
         }
+        self.wrote(&spec.name, &id);
         match self
             .wait(&id, "being made", self.waits.unlocked, |d| {
                 d["status"] == "ok"

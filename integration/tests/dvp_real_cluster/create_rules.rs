@@ -1,0 +1,319 @@
+//! What a create answers for the states the real virtualization controller writes
+//! (quota, a missing StorageClass, Provisioning past a deadline, Terminating), and the
+//! names and attachments the real webhooks and other tools make.
+
+use super::*;
+
+/// A StorageClass the parent does not have: the real controller leaves the disk Pending
+/// with Ready=False `StorageClassIsNotReady` (StorageClassReady=False); the create
+/// answers INVALID_ARGUMENT's error at once and removes the disk.
+#[tokio::test]
+async fn a_missing_parent_storage_class_is_invalid_at_once_and_leaves_nothing() {
+    let _turn = PARENT.lock().await;
+    let Some(world) = World::new("the DVP missing-StorageClass test", "nosc").await else {
+        return;
+    };
+    let disks = world.disks(Duration::from_secs(30));
+    let mut s = spec("pvc-nosc");
+    s.parameters
+        .insert("dvpStorageClass".into(), "no-such-class".into());
+    let started = std::time::Instant::now();
+    match disks.create_disk(s.clone()).await {
+        Err(e @ CloudError::InvalidArgument(_)) => {
+            assert!(e.to_string().contains("no-such-class"), "{e}");
+        }
+        other => panic!("a disk of a missing StorageClass: {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    real::wait_for(
+        "the refused VirtualDisk deleted",
+        Duration::from_secs(10),
+        async || {
+            world
+                .parent
+                .disks()
+                .get_opt("pvc-nosc")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    world.finish().await;
+}
+
+/// A repeated create (external-provisioner's, after its own timeout) answers OK only
+/// for a usable disk: not while it is Provisioning, not while it is Terminating.
+#[tokio::test]
+async fn a_repeated_create_answers_only_a_usable_disk() {
+    let _turn = PARENT.lock().await;
+    let Some(world) = World::new("the DVP repeated-create test", "again").await else {
+        return;
+    };
+    let disks = Arc::new(world.disks(Duration::from_secs(30)));
+    world
+        .sim
+        .faults
+        .held_provisioning
+        .lock()
+        .unwrap()
+        .insert("pvc-slow".into());
+    for attempt in ["first", "repeat"] {
+        match tokio::time::timeout(Duration::from_secs(2), disks.create_disk(spec("pvc-slow")))
+            .await
+        {
+            Err(_) => {}
+            Ok(Err(e)) if e.is_retryable() => {}
+            other => panic!("{attempt} create of a disk still Provisioning: {other:?}"),
+        }
+    }
+    let vd = world
+        .parent
+        .disks()
+        .get("pvc-slow")
+        .await
+        .expect("the disk exists");
+    assert_eq!(
+        vd.status.and_then(|s| s.phase).as_deref(),
+        Some("Provisioning")
+    );
+    world.sim.faults.held_provisioning.lock().unwrap().clear();
+    let made = disks
+        .create_disk(spec("pvc-slow"))
+        .await
+        .expect("once Ready");
+    assert_eq!(made.id, "pvc-slow");
+    // Being deleted (a finalizer holds it): a repeat waits for it to go, then makes it anew.
+    world
+        .sim
+        .faults
+        .held_deletions
+        .lock()
+        .unwrap()
+        .insert("pvc-slow".into());
+    let old_uid = world
+        .parent
+        .disks()
+        .get("pvc-slow")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    world
+        .parent
+        .disks()
+        .delete("pvc-slow", &DeleteParams::default())
+        .await
+        .unwrap();
+    real::wait_for("Terminating", Duration::from_secs(10), async || {
+        let vd = world.parent.disks().get("pvc-slow").await.ok()?;
+        (vd.status?.phase.as_deref() == Some("Terminating")).then_some(())
+    })
+    .await;
+    match tokio::time::timeout(Duration::from_secs(2), disks.create_disk(spec("pvc-slow"))).await {
+        Err(_) => {}
+        Ok(Err(e)) if e.is_retryable() => {}
+        other => panic!("a create of a disk being deleted: {other:?}"),
+    }
+    world.sim.faults.held_deletions.lock().unwrap().clear();
+    let again = disks
+        .create_disk(spec("pvc-slow"))
+        .await
+        .expect("made anew");
+    let new_uid = world
+        .parent
+        .disks()
+        .get(&again.id)
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    assert_ne!(new_uid, old_uid, "a new VirtualDisk, not the deleted one");
+    disks.delete_disk("pvc-slow").await.expect("delete");
+    world.finish().await;
+}
+
+/// An attachment someone else made (no labels of ours) is seen: the volume is published
+/// there, and DeleteVolume refuses to remove the disk under it.
+#[tokio::test]
+async fn an_attachment_made_by_others_is_seen() {
+    let _turn = PARENT.lock().await;
+    let Some(world) = World::new("the DVP foreign-attachment test", "foreign").await else {
+        return;
+    };
+    let disks = world.disks(Duration::from_secs(30));
+    disks
+        .create_disk(spec("pvc-foreign"))
+        .await
+        .expect("create");
+    let v: Vmbda = serde_json::from_value(serde_json::json!({
+        "apiVersion": "virtualization.deckhouse.io/v1alpha2",
+        "kind": "VirtualMachineBlockDeviceAttachment",
+        "metadata": {"name": "by-hand"},
+        "spec": {"virtualMachineName": "vm-worker-1",
+                 "blockDeviceRef": {"kind": "VirtualDisk", "name": "pvc-foreign"}},
+    }))
+    .unwrap();
+    world
+        .vmbdas()
+        .create(&PostParams::default(), &v)
+        .await
+        .expect("VMBDA");
+    let disk = disks.disk("pvc-foreign").await.expect("get");
+    assert_eq!(disk.attachments.len(), 1, "{disk:?}");
+    assert_eq!(disk.attachments[0].node, "vm-worker-1");
+    match disks.delete_disk("pvc-foreign").await {
+        Err(CloudError::FailedPrecondition(m)) => assert!(m.contains("by-hand"), "{m}"),
+        other => panic!("delete of a disk attached by someone else: {other:?}"),
+    }
+    assert!(world
+        .parent
+        .disks()
+        .get_opt("pvc-foreign")
+        .await
+        .unwrap()
+        .is_some());
+    world
+        .vmbdas()
+        .delete("by-hand", &DeleteParams::default())
+        .await
+        .unwrap();
+    real::wait_for("the VMBDA gone", Duration::from_secs(20), async || {
+        world
+            .vmbdas()
+            .get_opt("by-hand")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    disks
+        .delete_disk("pvc-foreign")
+        .await
+        .expect("delete once detached");
+    world.finish().await;
+}
+
+/// A CSI name with a dot: the real admission webhook refuses it as a VirtualDisk name
+/// (played by the simulator's proxy), so the provider maps it to a valid one.
+#[tokio::test]
+async fn a_volume_name_with_a_dot_makes_a_disk_the_webhook_admits() {
+    let _turn = PARENT.lock().await;
+    let Some(world) = World::new("the DVP dotted-name test", "dot").await else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let proxied = world.sim.api_proxy(work.path()).await;
+    let kc = kube::config::Kubeconfig::read_from(&proxied).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let parent = Parent::from_config(
+        config,
+        world.sim.namespace.clone(),
+        Arc::new(ApiMetrics::unregistered()),
+    )
+    .unwrap();
+    // The proxy refuses a dotted VirtualDisk name as the webhook does.
+    let raw: VirtualDisk = serde_json::from_value(serde_json::json!({
+        "apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",
+        "metadata": {"name": "pvc.dotted"},
+        "spec": {"persistentVolumeClaim": {"size": "16Mi"}},
+    }))
+    .unwrap();
+    match parent.disks().create(&PostParams::default(), &raw).await {
+        Err(kube::Error::Api(e)) => assert!(e.message.contains("'.' is forbidden"), "{e:?}"),
+        other => panic!("a dotted VirtualDisk name past the webhook: {other:?}"),
+    }
+    let disks = DvpDisks::new(parent, 64, waits(Duration::from_secs(30)));
+    let made = disks.create_disk(spec("pvc.dotted")).await.expect("create");
+    assert!(
+        made.id.starts_with("csi-") && !made.id.contains('.'),
+        "{made:?}"
+    );
+    assert_eq!(made.name, "pvc.dotted");
+    let again = disks.create_disk(spec("pvc.dotted")).await.expect("repeat");
+    assert_eq!(again.id, made.id);
+    disks.delete_disk(&made.id).await.expect("delete");
+    world.finish().await;
+}
+
+/// Through the real csi binary, as external-provisioner calls it: its CreateVolume times
+/// out (its deadline is shorter than provisioning), and its repeat must not answer OK
+/// while the VirtualDisk is still Provisioning — the PV would bind to a disk that is not
+/// there. Once the parent makes it Ready, the repeat answers it.
+#[tokio::test]
+async fn the_csi_driver_answers_a_repeated_create_only_once_the_disk_is_ready() {
+    use overcast_integration::Csi;
+    let _turn = PARENT.lock().await;
+    let Some(world) = World::new("the csi binary's repeated create on DVP", "csirep").await else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let config = world.cloud_config(work.path());
+    let port = overcast_integration::free_port();
+    let driver = Csi::start(&[
+        &format!("--metrics-address=127.0.0.1:{port}"),
+        "--cloud=dvp",
+        &format!("--cloud-config={}", config.display()),
+    ])
+    .await;
+    let mut c = driver.controller().await;
+    world
+        .sim
+        .faults
+        .held_provisioning
+        .lock()
+        .unwrap()
+        .insert("pvc-csi-slow".into());
+    for attempt in ["first", "repeat"] {
+        let mut req = tonic::Request::new(overcast_integration::create_request(
+            "pvc-csi-slow",
+            32 << 20,
+        ));
+        req.set_timeout(Duration::from_secs(2));
+        match c.create_volume(req).await {
+            Err(s) => assert!(
+                matches!(
+                    s.code(),
+                    tonic::Code::DeadlineExceeded
+                        | tonic::Code::Cancelled
+                        | tonic::Code::Unavailable
+                        | tonic::Code::Aborted
+                ),
+                "{attempt}: {s:?}"
+            ),
+            Ok(r) => {
+                panic!("{attempt} CreateVolume answered OK for a disk still Provisioning: {r:?}")
+            }
+        }
+    }
+    world.sim.faults.held_provisioning.lock().unwrap().clear();
+    let volume = c
+        .create_volume(overcast_integration::create_request(
+            "pvc-csi-slow",
+            32 << 20,
+        ))
+        .await
+        .expect("the repeat once Ready")
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(volume.volume_id, "pvc-csi-slow");
+    let vd = world.parent.disks().get("pvc-csi-slow").await.unwrap();
+    assert_eq!(vd.status.and_then(|s| s.phase).as_deref(), Some("Ready"));
+    c.delete_volume(overcast_api::csi_v1::DeleteVolumeRequest {
+        volume_id: volume.volume_id,
+        ..Default::default()
+    })
+    .await
+    .expect("delete");
+    drop(driver);
+    world.finish().await;
+}
