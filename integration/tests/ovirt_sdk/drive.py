@@ -109,8 +109,12 @@ try:
         assert time.time() < deadline, "attachment never active"
         time.sleep(0.1)
     assert [a.id for a in attachments.list()] == [disk.id]
-    assert [v.id for v in disk_service.get().vms] == [vm.id]
-    step("attachment active")
+    # `vms` only with all_content, as the engine gives it (the provider asks so).
+    assert disk_service.get().vms is None
+    assert [v.id for v in disk_service.get(all_content=True).vms] == [vm.id]
+    listed = system.vms_service().list(follow="disk_attachments")
+    assert [a.disk.id for v in listed if v.id == vm.id for a in v.disk_attachments] == [disk.id]
+    step("attachment active; where it is attached: all_content, and the VMs' attachments")
 
     try:
         disk_service.remove()
@@ -127,6 +131,12 @@ try:
     attachment_service.remove()
     assert attachments.list() == []
     step("detach (the disk stays: %s)" % disk_service.get().status)
+    try:
+        attachment_service.remove()
+        raise AssertionError("a disk that is not attached was detached")
+    except sdk.Error as e:
+        assert e.code == 400, e.code
+        step("detach of a disk that is not attached: fault %s" % e.code)
 
     try:
         system.vms_service().vm_service("6f1c2d3e-4a5b-4c7d-8e9f-0a1b2c3d4e5f").get()
