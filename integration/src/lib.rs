@@ -109,7 +109,22 @@ impl Csi {
         Self::start_full(args, &[], Some(log)).await
     }
 
+    /// Starts it and waits only until its socket answers, not until Probe says ready (a
+    /// test of a cloud that does not answer).
+    pub async fn start_unready(args: &[&str]) -> Self {
+        Self::start_opts(args, &[], None, false).await
+    }
+
     async fn start_full(args: &[&str], env: &[(&str, &str)], log: Option<PathBuf>) -> Self {
+        Self::start_opts(args, env, log, true).await
+    }
+
+    async fn start_opts(
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: Option<PathBuf>,
+        ready: bool,
+    ) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("overcast-it-")
             .tempdir()
@@ -135,7 +150,19 @@ impl Csi {
                 .collect(),
         };
         csi.spawn();
-        csi.wait_ready(Duration::from_secs(20)).await;
+        if ready {
+            csi.wait_ready(Duration::from_secs(20)).await;
+        } else {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while connect(&csi.socket).await.is_err() {
+                assert!(
+                    Instant::now() < deadline,
+                    "csi's socket does not answer after 20 s; log:\n{}",
+                    csi.log_text()
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
         csi
     }
 

@@ -45,6 +45,8 @@ pub const AVAILABILITY_PARAMETER: &str = "availability";
 const GIB: u64 = 1 << 30;
 /// In-use extend.
 const EXTEND_IN_USE: Microversion = Microversion(3, 42);
+/// Cinder's attachments API (`DELETE /attachments/{id}`).
+const ATTACHMENTS: Microversion = Microversion(3, 27);
 /// Attaching a multiattach volume (Nova refuses one at an older microversion, even to a
 /// first server).
 const MULTIATTACH: Microversion = Microversion(2, 60);
@@ -264,7 +266,13 @@ impl CinderDisks {
                 })
             })
             .collect();
-        let condition = if v.status.starts_with("error") {
+        // A volume on its way in or out, failed, or held by an admin is not one a
+        // workload can use.
+        let condition = if v.status.starts_with("error")
+            || matches!(
+                v.status.as_str(),
+                "creating" | "deleting" | "maintenance" | "awaiting-transfer"
+            ) {
             DiskCondition::Abnormal(format!("the volume is {}", v.status))
         } else {
             DiskCondition::Healthy
@@ -488,6 +496,12 @@ impl Disks for CinderDisks {
 
     async fn delete_disk(&self, id: &str) -> Result<()> {
         let v = self.get(id).await?;
+        if v.status == "deleting" {
+            // Cinder is deleting it already (a DELETE whose answer was lost, another
+            // tool's): a second DELETE is refused with a 400 that reads like "in use".
+            // Wait for it to go; a retryable answer when the wait ends first.
+            return self.wait_gone(id).await;
+        }
         if !v.attachments.is_empty() || v.status == "in-use" {
             return Err(CloudError::FailedPrecondition(format!(
                 "volume {id} is attached to {}; detach it first",

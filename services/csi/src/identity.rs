@@ -8,6 +8,9 @@ use tonic::{Request, Response, Status};
 
 use csi::plugin_capability::{service, volume_expansion, Service, Type, VolumeExpansion};
 
+/// How long Probe waits for the cloud before it answers "not ready".
+const PROBE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3);
+
 pub struct IdentityService {
     name: String,
     controller: bool,
@@ -71,10 +74,20 @@ impl csi::identity_server::Identity for IdentityService {
     ) -> Result<Response<csi::ProbeResponse>, Status> {
         let ready = match &self.cloud {
             None => true,
-            Some(cloud) => match cloud.probe().await {
-                Ok(()) => true,
-                Err(e) => {
+            // A cloud that hangs (its identity service paused, a black-holed route)
+            // must not hang the probe: kubelet's and livenessprobe's own deadlines are
+            // a few seconds, and a probe that never answers reads as a dead driver, not
+            // as a cloud that is unreachable.
+            Some(cloud) => match tokio::time::timeout(PROBE_DEADLINE, cloud.probe()).await {
+                Ok(Ok(())) => true,
+                Ok(Err(e)) => {
                     tracing::warn!(error = %e, "probe: the cloud does not answer");
+                    false
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        "probe: the cloud did not answer within {PROBE_DEADLINE:?}: unreachable"
+                    );
                     false
                 }
             },

@@ -68,8 +68,14 @@ impl CinderDisks {
                 match resp.status.as_u16() {
                     200 | 202 => {}
                     404 => return Err(CloudError::not_found("server", node)),
-                    // The volume is in a transition (attaching, detaching): wait below.
-                    409 => {}
+                    // A server whose state forbids the call (ERROR, SHELVED): no retry
+                    // changes it. Else the volume or server is in a transition
+                    // (attaching, detaching, a task under way): wait below.
+                    409 => {
+                        if let Some(refused) = state_refusal(&resp) {
+                            return Err(refused);
+                        }
+                    }
                     _ => return Err(unexpected("server_volume_attach", &resp)),
                 }
             }
@@ -118,14 +124,20 @@ impl CinderDisks {
         match resp.status.as_u16() {
             202 | 204 => {}
             404 => {
-                // Nova says the server (or the attachment) is gone; Cinder may still
-                // hold the attachment of a deleted server. Only a server Nova says is
-                // gone lets us call it detached.
+                // Nova says the server (or the attachment) is gone. A server deleted
+                // while Cinder could not be told (cinder-api down, a crashed compute)
+                // leaves Cinder's attachment behind and the volume `in-use` for good
+                // (cloud-provider-openstack #1056): once Nova says the server is gone,
+                // its attachment is removed through Cinder's own attachments API.
                 if !self.server_exists(node).await? {
-                    return Ok(());
+                    self.remove_stale_attachments(&v, node).await?;
                 }
             }
-            409 => {}
+            409 => {
+                if let Some(refused) = state_refusal(&resp) {
+                    return Err(refused);
+                }
+            }
             _ => return Err(unexpected("server_volume_detach", &resp)),
         }
         let node_owned = node.to_owned();
@@ -135,4 +147,57 @@ impl CinderDisks {
         .await
         .map(|_| ())
     }
+
+    /// Removes Cinder's attachments of volume `v` to `server`, a server Nova says is
+    /// gone (`DELETE /attachments/{id}`, microversion 3.27).
+    async fn remove_stale_attachments(&self, v: &Volume, server: &str) -> Result<()> {
+        let stale: Vec<&str> = v
+            .attachments
+            .iter()
+            .filter(|a| a.server_id.as_deref() == Some(server))
+            .filter_map(|a| a.attachment_id.as_deref())
+            .filter(|a| is_uuid(a))
+            .collect();
+        if stale.is_empty() {
+            return Ok(());
+        }
+        self.os
+            .require(
+                Service::BlockStorage,
+                ATTACHMENTS,
+                "removing the attachment of a deleted server",
+            )
+            .await?;
+        for attachment in stale {
+            let resp = self
+                .os
+                .call(
+                    Service::BlockStorage,
+                    "attachment_delete",
+                    Method::DELETE,
+                    &format!("/attachments/{attachment}"),
+                    None,
+                    Some(ATTACHMENTS),
+                )
+                .await?;
+            match resp.status.as_u16() {
+                200 | 202 | 204 | 404 => {}
+                _ => return Err(unexpected("attachment_delete", &resp)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Nova's 409 for a server whose state forbids the call — "Cannot 'detach_volume'
+/// instance … while it is in vm_state error" (`InstanceInvalidState`) — as the
+/// FAILED_PRECONDITION no retry changes, with Nova's own reason. A 409 naming a
+/// `task_state` (a task under way) or another conflict (the volume busy) is `None`:
+/// waited on.
+fn state_refusal(resp: &overcast_cloud_http::Response) -> Option<CloudError> {
+    let doc: Value = serde_json::from_slice(&resp.body).ok()?;
+    let message = doc["conflictingRequest"]["message"].as_str()?;
+    message
+        .contains("while it is in vm_state")
+        .then(|| CloudError::FailedPrecondition(format!("openstack: Nova refused: {message}")))
 }

@@ -85,11 +85,17 @@ impl CinderDisks {
                 )))
             }
         };
-        if volume.size < gib
-            || volume_type
-                .as_ref()
-                .is_some_and(|t| volume.volume_type.as_ref() != Some(t))
-        {
+        let same_type = match (&volume_type, &volume.volume_type) {
+            (None, _) => true,
+            (Some(asked), Some(have)) if asked == have => true,
+            // Cinder answers a volume's type by name; a class may name it by id, as
+            // cinder-csi-plugin accepts.
+            (Some(asked), Some(have)) if is_uuid(asked) => {
+                self.type_name(asked).await?.as_deref() == Some(have.as_str())
+            }
+            _ => false,
+        };
+        if volume.size < gib || !same_type {
             return Err(CloudError::ParameterMismatch {
                 name: spec.name,
                 reason: format!(
@@ -122,7 +128,7 @@ impl CinderDisks {
 
     /// Waits until volume `id`, being deleted, is gone; `Busy` while it is still there
     /// when the wait ends.
-    async fn wait_gone(&self, id: &str) -> Result<()> {
+    pub(super) async fn wait_gone(&self, id: &str) -> Result<()> {
         match self
             .wait(id, "being deleted", self.waits.deleted, |_| false)
             .await
@@ -151,6 +157,29 @@ impl CinderDisks {
             CloudError::ResourceExhausted(format!("{why} ({left})"))
         } else {
             CloudError::Internal(format!("{why} ({left})"))
+        }
+    }
+
+    /// The name of volume type `id` (`None` when Cinder has no such type).
+    async fn type_name(&self, id: &str) -> Result<Option<String>> {
+        let resp = self
+            .os
+            .call(
+                Service::BlockStorage,
+                "volume_type_get",
+                Method::GET,
+                &format!("/types/{id}"),
+                None,
+                None,
+            )
+            .await?;
+        match resp.status.as_u16() {
+            200 => {
+                let doc: Value = json("volume_type_get", &resp)?;
+                Ok(doc["volume_type"]["name"].as_str().map(str::to_owned))
+            }
+            404 => Ok(None),
+            _ => Err(unexpected("volume_type_get", &resp)),
         }
     }
 }

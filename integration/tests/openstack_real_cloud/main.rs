@@ -22,6 +22,9 @@ const ENV: &str = "OVERCAST_TEST_OPENSTACK_OPENRC";
 /// stops Cinder's API for a while.
 static CLOUD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The real services' unhappy paths: a crashed node, Nova's refusals, types by id.
+mod unhappy;
+
 /// The `export K=V …` lines of the sim's openrc.
 fn openrc() -> Option<BTreeMap<String, String>> {
     let Ok(path) = std::env::var(ENV) else {
