@@ -863,9 +863,20 @@ fn dockerfile(name: &str) -> FinalStage {
         .map(|l| l.to_string())
         .collect::<Vec<_>>()
         .join(" ");
+    // `FROM ${BASE}` is the base its `ARG BASE=…` names by default (what a plain
+    // `docker build` uses; deploy/images/build.sh passes a local one).
+    let mut base = lines[last].split_whitespace().nth(1).unwrap().to_owned();
+    if let Some(arg) = base.strip_prefix("${").and_then(|b| b.strip_suffix('}')) {
+        let prefix = format!("ARG {arg}=");
+        base = lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("{name}: FROM ${{{arg}}} without a default"))
+            .to_owned();
+    }
     let mut f = FinalStage {
         stages: stages.len(),
-        base: lines[last].split_whitespace().nth(1).unwrap().to_owned(),
+        base,
         packages: Vec::new(),
         binaries: Vec::new(),
         user: None,

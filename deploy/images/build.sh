@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Builds the two images without a registry, from this checkout: the release binaries, a
+# base for each made from Debian's packages (mmdebstrap), then Dockerfile.csi and
+# Dockerfile.ccm as they are, through buildah. Each image is saved as an OCI archive.
+#
+#   deploy/images/build.sh OUT_DIR        # as root; OUT_DIR/overcast-{csi,ccm}.tar
+#
+# The images are named localhost/overcast-csi:dev and localhost/overcast-ccm:dev
+# (OVERCAST_IMAGE_TAG sets the tag). What is in each and its size go to stdout.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:?usage: deploy/images/build.sh OUT_DIR}
+tag=${OVERCAST_IMAGE_TAG:-dev}
+mkdir -p "$out"
+export DEBIAN_FRONTEND=noninteractive
+
+need=()
+for tool in mmdebstrap buildah podman; do command -v "$tool" >/dev/null || need+=("$tool"); done
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get install -y -qq --no-install-recommends mmdebstrap buildah podman uidmap >/dev/null
+fi
+
+# `release` for images to ship; `debug` (OVERCAST_IMAGE_PROFILE=debug) reuses what
+# `cargo test` already built, which is how CI builds them within its time.
+profile=${OVERCAST_IMAGE_PROFILE:-release}
+bins=(csi registrar ccm discoverer rbac-proxy)
+echo "== $profile binaries" >&2
+case "$profile" in
+  # --workspace: the features `cargo test --workspace` built with, so nothing rebuilds.
+  release) cargo build --workspace --release --locked "${bins[@]/#/--bin=}" >&2 ;;
+  debug) cargo build --workspace --locked "${bins[@]/#/--bin=}" >&2 ;;
+  *) echo "OVERCAST_IMAGE_PROFILE is release or debug, not $profile" >&2; exit 2 ;;
+esac
+rm -rf dist && mkdir -p dist
+for bin in "${bins[@]}"; do cp "target/$profile/$bin" dist/; done
+
+# The machine's own package sources (deb822 or one-line), so nothing here names a mirror.
+sources=/etc/apt/sources.list.d/debian.sources
+[ -f "$sources" ] || sources=/etc/apt/sources.list
+# Neither documentation nor translations: nothing in the image reads them.
+slim=(--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*'
+      --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*')
+work=$(mktemp -d /tmp/overcast-images.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+echo "== base of the csi image: Debian minbase + e2fsprogs, xfsprogs, util-linux, mount" >&2
+mmdebstrap --quiet --variant=minbase --mode=root "${slim[@]}" \
+  --include=e2fsprogs,xfsprogs,util-linux,mount \
+  --customize-hook='chroot "$1" dpkg-query -W -f "\${Package} \${Version}\n" > "$1/.packages"' \
+  --format=tar bookworm "$work/csi-base.tar" "$sources" >&2
+# The ccm image needs glibc and libgcc alone (TLS is rustls): the packages are only
+# unpacked (no shell, no package manager: what distroless/cc gives), with a root and a
+# `nonroot` (65532) user as distroless has.
+echo "== base of the ccm image: libc6, libgcc-s1, ca-certificates, tzdata, netbase (extracted)" >&2
+mmdebstrap --quiet --variant=extract --mode=root "${slim[@]}" \
+  --include=libc6,libgcc-s1,ca-certificates,tzdata,netbase \
+  --format=tar bookworm "$work/ccm-base.tar" "$sources" >&2
+# (mmdebstrap runs no hooks for `extract`: the users are added to the unpacked tree.)
+root="$work/ccm-root"
+mkdir -p "$root" && tar -xf "$work/ccm-base.tar" -C "$root"
+mkdir -p "$root/etc" "$root/home/nonroot" "$root/tmp"
+printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$root/etc/passwd"
+printf 'root:x:0:\nnonroot:x:65532:\n' > "$root/etc/group"
+chown 65532:65532 "$root/home/nonroot"
+chmod 1777 "$root/tmp"
+printf 'libc6\nlibgcc-s1\nca-certificates\ntzdata\nnetbase\n' > "$root/.packages"
+tar -cf "$work/ccm-base.tar" -C "$root" .
+
+for image in csi ccm; do
+  podman import --quiet "$work/$image-base.tar" "localhost/overcast-$image-base:bookworm" >/dev/null
+  buildah bud --quiet --isolation chroot --layers=false -f "Dockerfile.$image" \
+    --build-arg BINARIES=prebuilt --build-arg "BASE=localhost/overcast-$image-base:bookworm" \
+    -t "localhost/overcast-$image:$tag" . >/dev/null
+  rm -f "$out/overcast-$image.tar"
+  podman save --quiet --format oci-archive -o "$out/overcast-$image.tar" "localhost/overcast-$image:$tag"
+  size=$(podman image inspect --format '{{.Size}}' "localhost/overcast-$image:$tag")
+  tar -xOf "$work/$image-base.tar" ./.packages > "$out/overcast-$image.packages"
+  echo "overcast-$image: localhost/overcast-$image:$tag, $((size / 1024 / 1024)) MiB unpacked, $(($(stat -c %s "$out/overcast-$image.tar") / 1024 / 1024)) MiB archive, $(wc -l < "$out/overcast-$image.packages") Debian packages (listed in $out/overcast-$image.packages)"
+done
