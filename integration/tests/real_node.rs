@@ -324,6 +324,7 @@ spec:
     );
     expand_in_a_running_pod(&node);
     raw_block_device(&node);
+    controller_deleted_mid_provisioning(&node);
 
     // Everything deleted: no loop device, no disk file, no mount left.
     node.kubectl(&["delete", "namespace", NS, "--wait=true", "--timeout=180s"]);
@@ -343,10 +344,7 @@ spec:
         "loop devices left: {:?}",
         local_loops()
     );
-    let disks = std::fs::read_dir("/var/lib/overcast/local/disks")
-        .map(|d| d.count())
-        .unwrap_or(0);
-    assert_eq!(disks, 0, "no disk file left");
+    assert_eq!(disk_files(), 0, "no disk file left");
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(
         !mounts
@@ -486,4 +484,67 @@ spec:
         ],
         |out| out == "raw-bytes",
     );
+}
+
+/// The disk files of the local cloud on this node.
+fn disk_files() -> usize {
+    std::fs::read_dir("/var/lib/overcast/local/disks")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// The csi controller's pod deleted right after a claim is made (while the provisioner
+/// may be provisioning it): the claim still gets one volume once a new controller runs,
+/// and the node holds exactly one disk file per PersistentVolume — nothing leaked.
+fn controller_deleted_mid_provisioning(node: &Node) {
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: again, namespace: {NS}}}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: overcast-local
+  resources: {{requests: {{storage: 32Mi}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: again, namespace: {NS}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: busybox:1.35.0
+    imagePullPolicy: Never
+    command: [sh, -c, "echo again > /data/file && sleep 3600"]
+    volumeMounts: [{{name: data, mountPath: /data}}]
+  volumes:
+  - name: data
+    persistentVolumeClaim: {{claimName: again}}
+"#
+    );
+    let path = std::env::temp_dir().join("overcast-real-node-again.yaml");
+    std::fs::write(&path, manifest).unwrap();
+    node.kubectl(&["apply", "-f", path.to_str().unwrap()]);
+    node.kubectl(&[
+        "-n",
+        "kube-system",
+        "delete",
+        "pod",
+        "-l",
+        "app.kubernetes.io/component=csi-controller",
+        "--wait=false",
+    ]);
+    node.wait_for(
+        "the claim's pod Running after the controller was replaced",
+        Duration::from_secs(240),
+        &["-n", NS, "exec", "again", "--", "cat", "/data/file"],
+        |out| out.trim() == "again",
+    );
+    let pvs = node.kubectl(&["get", "pv", "-o", "name"]).lines().count();
+    let claims = node
+        .kubectl(&["-n", NS, "get", "pvc", "-o", "name"])
+        .lines()
+        .count();
+    assert_eq!(pvs, claims, "one volume a claim");
+    assert_eq!(disk_files(), pvs, "one disk file a volume: nothing leaked");
 }
