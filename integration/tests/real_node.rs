@@ -192,34 +192,19 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
     assert!(csinode.contains("allocatable"), "{csinode}");
 
     let _ = node.try_kubectl(&["create", "namespace", NS]);
-    let manifest = format!(
-        r#"apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: data, namespace: {NS}}}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: overcast-local
-  resources: {{requests: {{storage: 64Mi}}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: writer, namespace: {NS}}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: c
-    image: busybox:1.35.0
-    imagePullPolicy: Never
-    command: [sh, -c, "echo hello-from-a-pod > /data/file && sync && sleep 3600"]
-    volumeMounts: [{{name: data, mountPath: /data}}]
-  volumes:
-  - name: data
-    persistentVolumeClaim: {{claimName: data}}
-"#
+    apply(
+        &node,
+        "writer",
+        &[
+            claim("data", "overcast-local", "64Mi", false),
+            pod(
+                "writer",
+                "data",
+                "echo hello-from-a-pod > /data/file && sync && sleep 3600",
+                false,
+            ),
+        ],
     );
-    let path = std::env::temp_dir().join("overcast-real-node-pvc.yaml");
-    std::fs::write(&path, &manifest).unwrap();
-    node.kubectl(&["apply", "-f", path.to_str().unwrap()]);
     node.wait_for(
         "the pod Running with its volume",
         Duration::from_secs(180),
@@ -242,17 +227,11 @@ spec:
     );
     // The pod goes and comes back: the data is still there.
     node.kubectl(&["-n", NS, "delete", "pod", "writer", "--wait=true"]);
-    let reader = manifest
-        .split("---")
-        .nth(1)
-        .unwrap()
-        .replace("writer", "reader")
-        .replace(
-            "echo hello-from-a-pod > /data/file && sync && sleep 3600",
-            "sleep 3600",
-        );
-    std::fs::write(&path, &reader).unwrap();
-    node.kubectl(&["apply", "-f", path.to_str().unwrap()]);
+    apply(
+        &node,
+        "reader",
+        &[pod("reader", "data", "sleep 3600", false)],
+    );
     node.wait_for(
         "the data survives the pod",
         Duration::from_secs(180),
@@ -357,42 +336,23 @@ spec:
 /// An xfs claim (online ext4 growth needs CAP_SYS_RESOURCE, which these machines
 /// withhold) expanded while its pod runs: the pod sees the new size.
 fn expand_in_a_running_pod(node: &Node) {
-    let manifest = format!(
-        r#"apiVersion: storage.k8s.io/v1
+    let class = r#"apiVersion: storage.k8s.io/v1
 kind: StorageClass
-metadata: {{name: overcast-it-xfs}}
+metadata: {name: overcast-it-xfs}
 provisioner: local.csi.overcast.dev
 volumeBindingMode: WaitForFirstConsumer
 allowVolumeExpansion: true
-parameters: {{csi.storage.k8s.io/fstype: xfs}}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: grows, namespace: {NS}}}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: overcast-it-xfs
-  resources: {{requests: {{storage: 300Mi}}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: grows, namespace: {NS}}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: c
-    image: busybox:1.35.0
-    imagePullPolicy: Never
-    command: [sleep, "3600"]
-    volumeMounts: [{{name: data, mountPath: /data}}]
-  volumes:
-  - name: data
-    persistentVolumeClaim: {{claimName: grows}}
-"#
+parameters: {csi.storage.k8s.io/fstype: xfs}
+"#;
+    apply(
+        node,
+        "grows",
+        &[
+            class.to_owned(),
+            claim("grows", "overcast-it-xfs", "300Mi", false),
+            pod("grows", "grows", "sleep 3600", false),
+        ],
     );
-    let path = std::env::temp_dir().join("overcast-real-node-grow.yaml");
-    std::fs::write(&path, manifest).unwrap();
-    node.kubectl(&["apply", "-f", path.to_str().unwrap()]);
     let size_kib = |out: &str| -> u64 {
         out.lines()
             .last()
@@ -440,35 +400,19 @@ spec:
 
 /// A block-mode claim used as a raw device: what is written at an offset reads back.
 fn raw_block_device(node: &Node) {
-    let manifest = format!(
-        r#"apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: raw, namespace: {NS}}}
-spec:
-  accessModes: [ReadWriteOnce]
-  volumeMode: Block
-  storageClassName: overcast-local
-  resources: {{requests: {{storage: 32Mi}}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: raw, namespace: {NS}}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: c
-    image: busybox:1.35.0
-    imagePullPolicy: Never
-    command: [sh, -c, "echo raw-bytes | dd of=/dev/xvda bs=512 seek=2048 conv=fsync && sleep 3600"]
-    volumeDevices: [{{name: data, devicePath: /dev/xvda}}]
-  volumes:
-  - name: data
-    persistentVolumeClaim: {{claimName: raw}}
-"#
+    apply(
+        node,
+        "raw",
+        &[
+            claim("raw", "overcast-local", "32Mi", true),
+            pod(
+                "raw",
+                "raw",
+                "echo raw-bytes | dd of=/dev/xvda bs=512 seek=2048 conv=fsync && sleep 3600",
+                true,
+            ),
+        ],
     );
-    let path = std::env::temp_dir().join("overcast-real-node-raw.yaml");
-    std::fs::write(&path, manifest).unwrap();
-    node.kubectl(&["apply", "-f", path.to_str().unwrap()]);
     node.wait_for(
         "the raw device reads back what was written",
         Duration::from_secs(180),
@@ -497,34 +441,19 @@ fn disk_files() -> usize {
 /// may be provisioning it): the claim still gets one volume once a new controller runs,
 /// and the node holds exactly one disk file per PersistentVolume — nothing leaked.
 fn controller_deleted_mid_provisioning(node: &Node) {
-    let manifest = format!(
-        r#"apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: again, namespace: {NS}}}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: overcast-local
-  resources: {{requests: {{storage: 32Mi}}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: again, namespace: {NS}}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: c
-    image: busybox:1.35.0
-    imagePullPolicy: Never
-    command: [sh, -c, "echo again > /data/file && sleep 3600"]
-    volumeMounts: [{{name: data, mountPath: /data}}]
-  volumes:
-  - name: data
-    persistentVolumeClaim: {{claimName: again}}
-"#
+    apply(
+        node,
+        "again",
+        &[
+            claim("again", "overcast-local", "32Mi", false),
+            pod(
+                "again",
+                "again",
+                "echo again > /data/file && sleep 3600",
+                false,
+            ),
+        ],
     );
-    let path = std::env::temp_dir().join("overcast-real-node-again.yaml");
-    std::fs::write(&path, manifest).unwrap();
-    node.kubectl(&["apply", "-f", path.to_str().unwrap()]);
     node.kubectl(&[
         "-n",
         "kube-system",
@@ -547,4 +476,53 @@ spec:
         .count();
     assert_eq!(pvs, claims, "one volume a claim");
     assert_eq!(disk_files(), pvs, "one disk file a volume: nothing leaked");
+}
+
+/// A claim of `class` in the test's namespace; `block` for a raw device.
+fn claim(name: &str, class: &str, size: &str, block: bool) -> String {
+    let mode = if block { "\n  volumeMode: Block" } else { "" };
+    format!(
+        r#"apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {name}, namespace: {NS}}}
+spec:
+  accessModes: [ReadWriteOnce]{mode}
+  storageClassName: {class}
+  resources: {{requests: {{storage: {size}}}}}
+"#
+    )
+}
+
+/// A busybox pod running `command` with claim `claim` at `/data` (or, `block`, as the
+/// device `/dev/xvda`).
+fn pod(name: &str, claim: &str, command: &str, block: bool) -> String {
+    let (key, entry) = if block {
+        ("volumeDevices", "devicePath: /dev/xvda")
+    } else {
+        ("volumeMounts", "mountPath: /data")
+    };
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {NS}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: busybox:1.35.0
+    imagePullPolicy: Never
+    command: [sh, -c, "{command}"]
+    {key}: [{{name: data, {entry}}}]
+  volumes:
+  - name: data
+    persistentVolumeClaim: {{claimName: {claim}}}
+"#
+    )
+}
+
+/// Applies `docs` (YAML documents) with kubectl.
+fn apply(node: &Node, what: &str, docs: &[String]) {
+    let path = std::env::temp_dir().join(format!("overcast-real-node-{what}.yaml"));
+    std::fs::write(&path, docs.join("---\n")).unwrap();
+    node.kubectl(&["apply", "-f", path.to_str().unwrap()]);
 }

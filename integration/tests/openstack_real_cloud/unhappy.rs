@@ -19,6 +19,21 @@ fn spec(name: &str, parameters: BTreeMap<String, String>) -> DiskSpec {
     }
 }
 
+/// A server booted and a volume made for a test, both named `overcast-it-<tag>-<pid>`.
+async fn server_and_volume(
+    cloud: &Cloud,
+    tag: &str,
+) -> (String, CinderDisks, overcast_cloud::Disk) {
+    let name = format!("overcast-it-{tag}-{}", std::process::id());
+    let server = cloud.boot(&name).await;
+    let disks = cloud.disks();
+    let disk = disks
+        .create_disk(spec(&name, BTreeMap::new()))
+        .await
+        .expect("create");
+    (server, disks, disk)
+}
+
 /// A controller-only csi on the real services.
 async fn controller(cloud: &Cloud, work: &std::path::Path) -> Csi {
     let conf = cloud_conf(&cloud.env, work);
@@ -69,17 +84,7 @@ async fn a_volume_of_a_server_deleted_behind_cinder_s_back_is_released_by_unpubl
         return;
     };
     cloud.sweep().await;
-    let server = cloud
-        .boot(&format!("overcast-it-crash-{}", std::process::id()))
-        .await;
-    let disks = cloud.disks();
-    let disk = disks
-        .create_disk(spec(
-            &format!("overcast-it-crash-{}", std::process::id()),
-            BTreeMap::new(),
-        ))
-        .await
-        .expect("create");
+    let (server, disks, disk) = server_and_volume(&cloud, "crash").await;
     disks
         .attach_disk(&disk.id, &server, false)
         .await
@@ -120,17 +125,7 @@ async fn a_server_in_error_is_failed_precondition_with_nova_s_reason() {
         return;
     };
     cloud.sweep().await;
-    let server = cloud
-        .boot(&format!("overcast-it-error-{}", std::process::id()))
-        .await;
-    let disks = cloud.disks();
-    let disk = disks
-        .create_disk(spec(
-            &format!("overcast-it-error-{}", std::process::id()),
-            BTreeMap::new(),
-        ))
-        .await
-        .expect("create");
+    let (server, disks, disk) = server_and_volume(&cloud, "error").await;
     let (status, body) = cloud
         .compute(
             "server_reset_state",
