@@ -131,17 +131,46 @@ pub async fn disks(h: &DiskHarness) {
     a_disk_being_deleted_is_not_created(h).await;
 }
 
+/// Says a rule was skipped past the test harness's capture (as `print!` would not), so
+/// every CI log shows it.
+fn say_skipped(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {why}");
+}
+
 /// The states a rule needs, or `None` after saying the rule was skipped.
 fn states<'a>(h: &'a DiskHarness, rule: &str) -> Option<&'a dyn DiskStates> {
     let states = h.states.as_deref();
     if states.is_none() {
-        println!("SKIPPED: conformance rule {rule}: the harness cannot put disks into the cloud's states");
+        say_skipped(&format!(
+            "conformance rule {rule}: the harness cannot put disks into the cloud's states"
+        ));
     }
     states
 }
 
+/// A disk made and put into `state` for `rule`: `None` (said SKIPPED) where the harness
+/// or the cloud has no such state.
+async fn made_in<'a>(
+    h: &'a DiskHarness,
+    rule: &str,
+    name: &str,
+    state: DiskState,
+) -> Option<(&'a dyn DiskStates, DiskSpec, Disk)> {
+    let states = states(h, rule)?;
+    let spec = h.spec(name, h.unit());
+    let disk = h.disks.create_disk(spec.clone()).await.expect("create");
+    if !states.enter(&disk, state).await {
+        no_such_state(h, &disk, rule).await;
+        return None;
+    }
+    Some((states, spec, disk))
+}
+
 async fn no_such_state(h: &DiskHarness, disk: &Disk, rule: &str) {
-    println!("SKIPPED: conformance rule {rule}: this cloud has no such state");
+    say_skipped(&format!(
+        "conformance rule {rule}: this cloud has no such state"
+    ));
     h.cleanup(disk).await;
 }
 
@@ -240,14 +269,9 @@ pub async fn a_create_repeated_while_the_disk_is_being_made_waits_for_it(h: &Dis
 /// failed is left behind.
 pub async fn a_create_repeated_after_the_disk_failed_is_not_ok_and_leaves_nothing(h: &DiskHarness) {
     const RULE: &str = "a create repeated after the disk failed is not OK";
-    let Some(states) = states(h, RULE) else {
+    let Some((states, spec, disk)) = made_in(h, RULE, "failed", DiskState::Failed).await else {
         return;
     };
-    let spec = h.spec("failed", h.unit());
-    let disk = h.disks.create_disk(spec.clone()).await.expect("create");
-    if !states.enter(&disk, DiskState::Failed).await {
-        return no_such_state(h, &disk, RULE).await;
-    }
     match create_within(h, &spec).await {
         Some(Err(_)) => {}
         other => panic!("{RULE}: a repeat after the disk failed answered {other:?}"),
@@ -261,14 +285,9 @@ pub async fn a_create_repeated_after_the_disk_failed_is_not_ok_and_leaves_nothin
 /// go, or answers a retryable code), and once it is gone a retry makes a usable disk.
 pub async fn a_disk_being_deleted_is_not_created(h: &DiskHarness) {
     const RULE: &str = "a disk being deleted is not created";
-    let Some(states) = states(h, RULE) else {
+    let Some((states, spec, disk)) = made_in(h, RULE, "deleting", DiskState::Deleting).await else {
         return;
     };
-    let spec = h.spec("deleting", h.unit());
-    let disk = h.disks.create_disk(spec.clone()).await.expect("create");
-    if !states.enter(&disk, DiskState::Deleting).await {
-        return no_such_state(h, &disk, RULE).await;
-    }
     match create_within(h, &spec).await {
         None => {}
         Some(Err(e)) if e.is_retryable() => {}
