@@ -171,22 +171,42 @@ impl Cloud {
             "name": name, "imageRef": self.env["OSSIM_IMAGE_ID"], "flavorRef": flavor,
             "networks": [{"uuid": self.env["OSSIM_NET_ID"]}],
         }});
-        let (status, made) = self
-            .compute("server_create", Method::POST, "/servers", Some(&body))
-            .await;
-        assert_eq!(status, 202, "{made}");
-        let id = made["server"]["id"].as_str().unwrap().to_owned();
-        for _ in 0..120 {
-            let (_, s) = self
-                .compute("server_get", Method::GET, &format!("/servers/{id}"), None)
+        // The simulator's services keep their databases in SQLite: under load a build can
+        // fail with "database is locked" and the server goes to ERROR. Nothing of ours is
+        // involved in a boot, so such a server is deleted and booted again, twice at most.
+        for attempt in 1..=3 {
+            let (status, made) = self
+                .compute("server_create", Method::POST, "/servers", Some(&body))
                 .await;
-            match s["server"]["status"].as_str() {
-                Some("ACTIVE") => return id,
-                Some("ERROR") => panic!("server {id} went to ERROR: {s}"),
-                _ => tokio::time::sleep(Duration::from_millis(500)).await,
+            assert_eq!(status, 202, "{made}");
+            let id = made["server"]["id"].as_str().unwrap().to_owned();
+            let mut failed = None;
+            for _ in 0..120 {
+                let (_, s) = self
+                    .compute("server_get", Method::GET, &format!("/servers/{id}"), None)
+                    .await;
+                match s["server"]["status"].as_str() {
+                    Some("ACTIVE") => return id,
+                    Some("ERROR") => {
+                        failed = Some(s);
+                        break;
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(500)).await,
+                }
             }
+            let Some(s) = failed else {
+                panic!("server {id} not ACTIVE in 60 s");
+            };
+            if attempt == 3 {
+                panic!("server {id} went to ERROR three times: {s}");
+            }
+            eprintln!(
+                "server {id} went to ERROR (attempt {attempt}), booted again: {}",
+                s["server"]["fault"]
+            );
+            self.delete_server(&id).await;
         }
-        panic!("server {id} not ACTIVE in 60 s");
+        unreachable!("every attempt returns or panics")
     }
 
     async fn delete_server(&self, id: &str) {
