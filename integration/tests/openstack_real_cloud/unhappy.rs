@@ -330,12 +330,28 @@ async fn a_volume_being_deleted_is_waited_for_and_not_reported_healthy() {
             "a delete of a volume being deleted is retryable: {e:?}"
         );
     }
-    c.delete_volume(csi::DeleteVolumeRequest {
-        volume_id: disk.id.clone(),
-        ..Default::default()
-    })
-    .await
-    .expect("OK once Cinder has deleted it");
+    // Retried as external-provisioner retries: the call the deadline cut short may still
+    // be waiting for the deletion in the driver (its volume guard answers ABORTED to a
+    // concurrent call), until Cinder has deleted the volume.
+    let started = std::time::Instant::now();
+    loop {
+        match c
+            .delete_volume(csi::DeleteVolumeRequest {
+                volume_id: disk.id.clone(),
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(_) => break,
+            Err(e)
+                if e.code() == tonic::Code::Aborted
+                    && started.elapsed() < Duration::from_secs(90) =>
+            {
+                tokio::time::sleep(Duration::from_millis(500)).await
+            }
+            Err(e) => panic!("OK once Cinder has deleted it: {e:?}"),
+        }
+    }
     match disks.disk(&disk.id).await {
         Err(CloudError::NotFound { .. }) => {}
         other => panic!("the volume is gone: {other:?}"),
