@@ -125,7 +125,10 @@ fn local_loops() -> Vec<String> {
         .expect("losetup");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|l| l.contains("/var/lib/overcast/local"))
+        // The path as the binding process saw it: a controller pod that was replaced
+        // shows `/disks/vol-…` (its mount of the state directory is gone), so the disk
+        // file's own naming is what is looked for.
+        .filter(|l| l.contains("/disks/vol-"))
         .map(str::to_owned)
         .collect()
 }

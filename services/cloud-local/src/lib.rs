@@ -279,7 +279,7 @@ fn condition(record: &DiskRecord, path: &Path, this_node: &str) -> DiskCondition
         Ok(_) => {}
     }
     for a in record.attachments.iter().filter(|a| a.node == this_node) {
-        if loopdev::backing_file(a.loop_index).as_deref() != Some(path) {
+        if !loopdev::backs(a.loop_index, path) {
             return DiskCondition::Abnormal(format!(
                 "/dev/loop{} no longer backs the disk",
                 a.loop_index
@@ -519,7 +519,7 @@ impl Disks for LocalCloud {
                     current.readonly
                 )));
             }
-            if loopdev::backing_file(current.loop_index).as_deref() == Some(path.as_path()) {
+            if loopdev::backs(current.loop_index, &path) {
                 return Ok(self.to_disk(&record, false).attachments.swap_remove(pos));
             }
             // The device vanished behind our back: attach again below.

@@ -82,6 +82,39 @@ pub fn backing_file(index: u32) -> Option<PathBuf> {
     Some(PathBuf::from(raw))
 }
 
+/// Whether loop device `index` is bound to `file`: its path, or — when the kernel shows
+/// the path through another mount namespace (the device was bound by a process whose
+/// mount of the state directory has gone, e.g. a replaced controller pod: sysfs then
+/// shows `/disks/vol-….img`) — the backing file's device and inode. A path match alone
+/// let such a device go unseen: never detached, its file deleted under it.
+pub fn backs(index: u32, file: &Path) -> bool {
+    let Some(shown) = backing_file(index) else {
+        return false;
+    };
+    if shown == file {
+        return true;
+    }
+    // Only a device showing the same file name can be the same file: the ioctl is asked
+    // of those alone.
+    if shown.file_name().is_none() || shown.file_name() != file.file_name() {
+        return false;
+    }
+    same_inode(index, file).unwrap_or(false)
+}
+
+fn same_inode(index: u32, file: &Path) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(file)?;
+    let device = File::open(device_path(index))?;
+    let mut info = std::mem::MaybeUninit::<LoopInfo64>::zeroed();
+    // SAFETY: LOOP_GET_STATUS64 fills a `struct loop_info64` through the pointer.
+    unsafe { loop_get_status64(device.as_raw_fd(), info.as_mut_ptr()) }.map_err(io::Error::from)?;
+    // SAFETY: zero-initialised, then filled by the kernel; every bit pattern is valid.
+    let info = unsafe { info.assume_init() };
+    // The kernel reports the backing file's device in the same encoding as st_dev.
+    Ok(info.lo_inode == meta.ino() && info.lo_device == meta.dev())
+}
+
 /// Every bound loop device and its backing file.
 ///
 /// `/proc/partitions` lists block devices that have a size, so unbound loop devices
@@ -179,7 +212,7 @@ fn bind(device: &File, backing: &File, readonly: bool, label: &str) -> Result<()
 pub fn devices_backing(file: &Path) -> io::Result<Vec<u32>> {
     Ok(bound_devices()?
         .into_iter()
-        .filter(|(_, f)| f == file)
+        .filter(|(i, f)| f == file || backs(*i, file))
         .map(|(i, _)| i)
         .collect())
 }
@@ -194,7 +227,7 @@ pub fn is_read_only(index: u32) -> io::Result<bool> {
 /// closes: a detach that was refused, or interrupted by a crash, may have left the
 /// kernel's autoclear flag behind, and an adopted device must not vanish under a mount.
 pub fn keep_bound(index: u32, file: &Path) -> io::Result<()> {
-    if backing_file(index).as_deref() != Some(file) {
+    if !backs(index, file) {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
             format!("/dev/loop{index} does not back {}", file.display()),
@@ -233,7 +266,7 @@ fn clear_autoclear(device: &File) -> Result<(), Errno> {
 ///   again, so the device does not vanish later under whoever holds it, and answer
 ///   ResourceBusy. The retry finds it free once that opener has closed.
 pub fn detach(index: u32, file: &Path) -> io::Result<bool> {
-    if backing_file(index).as_deref() != Some(file) {
+    if !backs(index, file) {
         return Ok(false);
     }
     {
@@ -249,7 +282,7 @@ pub fn detach(index: u32, file: &Path) -> io::Result<bool> {
             Err(e) => return Err(e),
         };
         // Device numbers are reused: check again now that the device is ours to hold.
-        if backing_file(index).as_deref() != Some(file) {
+        if !backs(index, file) {
             return Ok(false);
         }
         // SAFETY: LOOP_CLR_FD takes no argument.
@@ -260,11 +293,11 @@ pub fn detach(index: u32, file: &Path) -> io::Result<bool> {
         }
     }
     let deadline = Instant::now() + DETACH_WAIT;
-    while backing_file(index).as_deref() == Some(file) {
+    while backs(index, file) {
         if Instant::now() >= deadline {
             return match open_device(index, false).map(|d| clear_autoclear(&d)) {
                 // Unbound between the last look and now: done after all.
-                _ if backing_file(index).as_deref() != Some(file) => Ok(true),
+                _ if !backs(index, file) => Ok(true),
                 Ok(Ok(())) => Err(in_use(index, "is open in another process")),
                 Ok(Err(e)) => Err(io::Error::other(format!(
                     "/dev/loop{index} is open in another process, and its pending unbind \
@@ -287,7 +320,7 @@ fn in_use(index: u32, why: &str) -> io::Error {
 
 /// Tells loop device `index` (bound to `file`) that its backing file changed size.
 pub fn refresh_capacity(index: u32, file: &Path) -> io::Result<()> {
-    if backing_file(index).as_deref() != Some(file) {
+    if !backs(index, file) {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
             format!("/dev/loop{index} does not back {}", file.display()),
@@ -369,6 +402,47 @@ mod tests {
     fn struct_layouts_match_the_kernel_abi() {
         assert_eq!(std::mem::size_of::<LoopInfo64>(), 232);
         assert_eq!(std::mem::size_of::<LoopConfig>(), 304);
+    }
+
+    /// A device bound through a mount that is gone since (a replaced controller pod's view
+    /// of the state directory) shows a path of that mount's root in sysfs; it is still
+    /// found, checked and detached by the file's own path. (Root: a bind mount and a real
+    /// loop device.)
+    #[test]
+    fn a_device_bound_through_a_gone_mount_is_still_found_by_its_file() {
+        use nix::mount::{mount, umount2, MntFlags, MsFlags};
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let view = dir.path().join("view");
+        std::fs::create_dir_all(state.join("disks")).unwrap();
+        std::fs::create_dir_all(&view).unwrap();
+        let file = state.join("disks/vol-gone-mount.img");
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(1 << 20)
+            .unwrap();
+        mount(
+            Some(&state),
+            &view,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .expect("bind mount");
+        let index = attach(
+            &view.join("disks/vol-gone-mount.img"),
+            false,
+            "overcast-test",
+        )
+        .expect("attach through the mount");
+        umount2(&view, MntFlags::MNT_DETACH).expect("unmount");
+        let shown = backing_file(index).unwrap();
+        let bound = devices_backing(&file).unwrap();
+        let detached = detach(index, &file);
+        assert_ne!(shown, file, "sysfs shows the gone mount's path: {shown:?}");
+        assert_eq!(bound, vec![index], "found by the file's device and inode");
+        assert!(detached.expect("detach"), "detached by the file's path");
+        assert!(devices_backing(&file).unwrap().is_empty());
     }
 
     #[test]
