@@ -21,6 +21,7 @@ pub mod kubelet;
 pub mod kustomize;
 pub mod manifests;
 pub mod real;
+pub mod real_node;
 pub mod zvirt_sim;
 
 pub type IdentityClient = csi::identity_client::IdentityClient<Channel>;

@@ -1,0 +1,169 @@
+//! The suite on the kit's real node (kube-apiserver, controller-manager, scheduler,
+//! containerd and kubelet v1.25), installed the way a user installs it: the images built
+//! here by `deploy/images/build.sh`, imported into the node's containerd, `kubectl apply
+//! -k integration/real-node` (the local overlay with only the images pointed at those
+//! tags and the kit's sidecars). Then a PVC mounted into a running pod by the real
+//! kubelet. `.ci/run`'s real-node step runs it (`-- --ignored`) with `OVERCAST_TEST_NODE`
+//! and `OVERCAST_TEST_IMAGES` set; run so without them, it says it was skipped.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use overcast_integration::real_node::{claim, disk_files, local_loops, pod, Node, Volume, DRIVER};
+
+mod volumes;
+
+const NS: &str = "overcast-it-node";
+
+/// The whole install and a volume's life in pods, in order (one node, one install).
+/// `.ci/run` runs it on the kit's node (`--ignored`); a plain `cargo test` lists it as
+/// ignored, since it needs the node and the images.
+#[test]
+#[ignore = "needs the kit's real node and the images: .ci/run runs it (cargo test --test real_node -- --ignored)"]
+fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
+    let Some(node) = Node::from_env() else {
+        return;
+    };
+    node.install();
+    // kubelet registered the driver through our registrar: the CSINode lists it.
+    let csinode = node.wait_for(
+        "the CSINode lists the driver",
+        Duration::from_secs(60),
+        &[
+            "get",
+            "csinode",
+            "vm",
+            "-o",
+            "jsonpath={.spec.drivers[?(@.name==\"local.csi.overcast.dev\")]}",
+        ],
+        |out| out.contains(DRIVER),
+    );
+    assert!(csinode.contains("topology.kubernetes.io/zone"), "{csinode}");
+    assert!(csinode.contains("allocatable"), "{csinode}");
+
+    let _ = node.try_kubectl(&["create", "namespace", NS]);
+    node.apply(
+        "writer",
+        &[
+            claim(NS, "data", "overcast-local", "64Mi", false),
+            pod(
+                NS,
+                "writer",
+                Volume::Claim("data"),
+                "echo hello-from-a-pod > /data/file && sync && sleep 3600",
+            ),
+        ],
+    );
+    node.wait_for(
+        "the pod Running with its volume",
+        Duration::from_secs(180),
+        &[
+            "-n",
+            NS,
+            "get",
+            "pod",
+            "writer",
+            "-o",
+            "jsonpath={.status.phase}",
+        ],
+        |out| out.trim() == "Running",
+    );
+    node.wait_for(
+        "the pod wrote its file",
+        Duration::from_secs(30),
+        &["-n", NS, "exec", "writer", "--", "cat", "/data/file"],
+        |out| out.trim() == "hello-from-a-pod",
+    );
+    // The pod goes and comes back: the data is still there.
+    node.kubectl(&["-n", NS, "delete", "pod", "writer", "--wait=true"]);
+    node.apply(
+        "reader",
+        &[pod(NS, "reader", Volume::Claim("data"), "sleep 3600")],
+    );
+    node.wait_for(
+        "the data survives the pod",
+        Duration::from_secs(180),
+        &["-n", NS, "exec", "reader", "--", "cat", "/data/file"],
+        |out| out.trim() == "hello-from-a-pod",
+    );
+    assert!(
+        !local_loops().is_empty(),
+        "the volume is a loop device on the node"
+    );
+
+    // kubelet reports the volume's stats, as for any CSI volume it mounts.
+    node.wait_for(
+        "kubelet_volume_stats for the claim",
+        Duration::from_secs(120),
+        &["get", "--raw", "/api/v1/nodes/vm/proxy/metrics"],
+        |out| {
+            out.lines().any(|l| {
+                l.starts_with("kubelet_volume_stats_capacity_bytes")
+                    && l.contains(&format!("namespace=\"{NS}\""))
+                    && l.contains("persistentvolumeclaim=\"data\"")
+            })
+        },
+    );
+    // The node plugin's pod replaced under a mounted volume: the mount survives (the pod
+    // still reads it), and the later unmount works (below).
+    node.kubectl(&[
+        "-n",
+        "kube-system",
+        "delete",
+        "pod",
+        "-l",
+        "app.kubernetes.io/component=csi-node",
+        "--wait=true",
+    ]);
+    node.wait_node_plugin_ready("the node DaemonSet ready again");
+    assert_eq!(
+        node.kubectl(&["-n", NS, "exec", "reader", "--", "cat", "/data/file"])
+            .trim(),
+        "hello-from-a-pod",
+        "the volume stays mounted while the node plugin is replaced"
+    );
+    // kubelet restarted: the pod keeps its volume.
+    let restart = std::env::var("OVERCAST_TEST_KUBELET_RESTART").expect("node-up sets it");
+    let out = Command::new(&restart).output().expect("kubelet restart");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    node.wait_for(
+        "the pod's volume after kubelet's restart",
+        Duration::from_secs(60),
+        &["-n", NS, "exec", "reader", "--", "cat", "/data/file"],
+        |out| out.trim() == "hello-from-a-pod",
+    );
+    volumes::expand_in_a_running_pod(&node);
+    volumes::raw_block_device(&node);
+    volumes::controller_deleted_mid_provisioning(&node);
+
+    // Everything deleted: no loop device, no disk file, no mount left.
+    node.kubectl(&["delete", "namespace", NS, "--wait=true", "--timeout=180s"]);
+    let _ = node.try_kubectl(&["delete", "storageclass", "overcast-it-xfs"]);
+    node.wait_for(
+        "the PV gone",
+        Duration::from_secs(120),
+        &["get", "pv", "-o", "name"],
+        |out| out.trim().is_empty(),
+    );
+    let started = Instant::now();
+    while !local_loops().is_empty() && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        local_loops().is_empty(),
+        "loop devices left: {:?}",
+        local_loops()
+    );
+    assert_eq!(disk_files(), 0, "no disk file left");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts
+            .lines()
+            .any(|l| l.contains(DRIVER) && l.contains("/pv/")),
+        "no volume mount left"
+    );
+}
