@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use overcast_integration::real_node::{claim, disk_files, local_loops, pod, Node, Volume, DRIVER};
 
+mod load_balancer;
 mod volumes;
 
 const NS: &str = "overcast-it-node";
@@ -139,6 +140,7 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
     volumes::expand_in_a_running_pod(&node);
     volumes::raw_block_device(&node);
     volumes::controller_deleted_mid_provisioning(&node);
+    load_balancer::a_load_balancer_service_reaches_its_pod(&node);
 
     // Everything deleted: no loop device, no disk file, no mount left.
     node.kubectl(&["delete", "namespace", NS, "--wait=true", "--timeout=180s"]);

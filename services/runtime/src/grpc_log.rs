@@ -156,8 +156,10 @@ where
                 Err(_) => (tonic::Code::Unknown, Some("transport error".to_owned())),
             };
             let latency_us = elapsed.as_micros() as u64;
-            if code == tonic::Code::Ok {
+            if code == tonic::Code::Ok && !changes_state(&method) {
                 tracing::debug!(%method, code = ?code, latency_us, "rpc");
+            } else if code == tonic::Code::Ok {
+                tracing::info!(%method, code = ?code, latency_us, "rpc");
             } else {
                 tracing::info!(%method, code = ?code, latency_us, message = message.as_deref().unwrap_or(""), "rpc");
             }
@@ -167,6 +169,24 @@ where
             result
         })
     }
+}
+
+/// A call that makes, removes, attaches, mounts or grows something: its success is an
+/// event an operator looks for (and what the real-node benchmark times each stage by),
+/// where probes, capability and stats calls, polled all the time, stay at debug.
+fn changes_state(method: &str) -> bool {
+    let name = method.rsplit('/').next().unwrap_or(method);
+    [
+        "Create",
+        "Delete",
+        "Publish",
+        "Unpublish",
+        "Stage",
+        "Unstage",
+        "Expand",
+    ]
+    .iter()
+    .any(|verb| name.contains(verb))
 }
 
 /// The longest status message sent, in bytes before encoding.
@@ -242,6 +262,36 @@ mod tests {
         );
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("a%2"), "a%2");
+    }
+
+    #[test]
+    fn state_changing_calls_are_told_from_polled_ones() {
+        for m in [
+            "/csi.v1.Controller/CreateVolume",
+            "/csi.v1.Controller/DeleteVolume",
+            "/csi.v1.Controller/ControllerPublishVolume",
+            "/csi.v1.Controller/ControllerUnpublishVolume",
+            "/csi.v1.Controller/ControllerExpandVolume",
+            "/csi.v1.Node/NodeStageVolume",
+            "/csi.v1.Node/NodeUnstageVolume",
+            "/csi.v1.Node/NodePublishVolume",
+            "/csi.v1.Node/NodeUnpublishVolume",
+            "/csi.v1.Node/NodeExpandVolume",
+        ] {
+            assert!(changes_state(m), "{m}");
+        }
+        for m in [
+            "/csi.v1.Identity/Probe",
+            "/csi.v1.Identity/GetPluginInfo",
+            "/csi.v1.Controller/GetCapacity",
+            "/csi.v1.Controller/ListVolumes",
+            "/csi.v1.Controller/ControllerGetCapabilities",
+            "/csi.v1.Node/NodeGetVolumeStats",
+            "/csi.v1.Node/NodeGetInfo",
+            "/pluginregistration.Registration/GetInfo",
+        ] {
+            assert!(!changes_state(m), "{m}");
+        }
     }
 
     #[test]
