@@ -43,9 +43,10 @@ slim=(--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/sha
 work=$(mktemp -d /tmp/overcast-images.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-echo "== base of the csi image: Debian minbase + e2fsprogs, xfsprogs, util-linux, mount" >&2
+echo "== base of the csi image: Debian minbase + e2fsprogs, xfsprogs, util-linux, mount (xfs_scrub and its python3 and ICU taken out)" >&2
 mmdebstrap --quiet --variant=minbase --mode=root "${slim[@]}" \
   --include=e2fsprogs,xfsprogs,util-linux,mount \
+  --customize-hook='chroot "$1" sh -c "$(cat deploy/images/trim-xfsprogs.sh)"' \
   --customize-hook='chroot "$1" dpkg-query -W -f "\${Package} \${Version}\n" > "$1/.packages"' \
   --format=tar bookworm "$work/csi-base.tar" "$sources" >&2
 # The ccm image needs glibc and libgcc alone (TLS is rustls): the packages are only
