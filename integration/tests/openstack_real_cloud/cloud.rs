@@ -1,0 +1,408 @@
+//! The simulator's cloud as the tests use it: its openrc and an operator's cloud.conf,
+//! a connected client, servers booted and deleted, Cinder's in-between states, and
+//! Cinder's API process stopped and started.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::Method;
+use overcast_cloud::conformance::{DiskState, DiskStates};
+use overcast_cloud::Disks;
+use overcast_cloud_http::ApiMetrics;
+use overcast_cloud_openstack::client::Microversion;
+use overcast_cloud_openstack::{CinderDisks, Config, OpenStack, Service, Waits};
+use serde_json::{json, Value};
+
+use super::ENV;
+
+/// The `export K=V …` lines of the sim's openrc.
+pub fn openrc() -> Option<BTreeMap<String, String>> {
+    let Ok(path) = std::env::var(ENV) else {
+        overcast_integration::say_skipped(&format!(
+            "set {ENV} (the openrc of ../shared/sim/openstack/ossim-up.sh) to run the OpenStack provider against real services"
+        ));
+        return None;
+    };
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    Some(
+        text.lines()
+            .filter_map(|l| l.strip_prefix("export "))
+            .flat_map(|l| l.split_whitespace())
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.trim_matches('"').to_owned()))
+            .collect(),
+    )
+}
+
+/// A cloud.conf as an operator writes it for this cloud (OCCM's format).
+pub fn cloud_conf(env: &BTreeMap<String, String>, dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("cloud.conf");
+    std::fs::write(
+        &path,
+        format!(
+            "[Global]\nauth-url = {}\nusername = {}\npassword = {}\nuser-domain-id = {}\n\
+             project-name = {}\nproject-domain-id = {}\nregion = {}\n\
+             [BlockStorage]\nnode-volume-attach-limit = 60\n",
+            env["OS_AUTH_URL"],
+            env["OS_USERNAME"],
+            env["OS_PASSWORD"],
+            env["OS_USER_DOMAIN_ID"],
+            env["OS_PROJECT_NAME"],
+            env["OS_PROJECT_DOMAIN_ID"],
+            env["OS_REGION_NAME"],
+        ),
+    )
+    .unwrap();
+    path
+}
+
+pub struct Cloud {
+    pub os: Arc<OpenStack>,
+    pub env: BTreeMap<String, String>,
+    pub metrics: Arc<ApiMetrics>,
+    pub _dir: tempfile::TempDir,
+}
+
+impl Cloud {
+    pub fn new() -> Option<Self> {
+        let env = openrc()?;
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::load(Some(&cloud_conf(&env, dir.path()))).expect("cloud.conf");
+        let metrics = Arc::new(ApiMetrics::unregistered());
+        let os =
+            overcast_cloud_openstack::connect(&config, Some(Arc::clone(&metrics))).expect("client");
+        Some(Self {
+            os,
+            env,
+            metrics,
+            _dir: dir,
+        })
+    }
+
+    /// Removes what an earlier run's failed test left: its servers and volumes.
+    pub async fn sweep(&self) {
+        let (_, servers) = self
+            .compute(
+                "server_list",
+                Method::GET,
+                "/servers?name=^overcast-it-",
+                None,
+            )
+            .await;
+        for s in servers["servers"].as_array().into_iter().flatten() {
+            if let Some(id) = s["id"].as_str() {
+                self.delete_server(id).await;
+            }
+        }
+        let disks = self.disks();
+        for d in disks.list_disks().await.expect("list") {
+            if d.name.starts_with("overcast-it-") {
+                let _ = disks.delete_disk(&d.id).await;
+            }
+        }
+    }
+
+    pub fn disks(&self) -> CinderDisks {
+        CinderDisks::new(
+            Arc::clone(&self.os),
+            "overcast-it".into(),
+            self.env["OS_REGION_NAME"].clone(),
+            Vec::new(),
+            60,
+            false,
+            Waits {
+                available: Duration::from_secs(60),
+                attached: Duration::from_secs(60),
+                detached: Duration::from_secs(60),
+                extended: Duration::from_secs(60),
+                deleted: Duration::from_secs(60),
+            },
+        )
+    }
+
+    pub async fn compute(
+        &self,
+        name: &'static str,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let resp = self
+            .os
+            .call(
+                Service::Compute,
+                name,
+                method,
+                path,
+                body,
+                Some(Microversion(2, 79)),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let doc = serde_json::from_slice(&resp.body).unwrap_or(Value::Null);
+        (resp.status.as_u16(), doc)
+    }
+
+    /// Boots a server (m1.small, the seeded image and network) and waits until ACTIVE.
+    pub async fn boot(&self, name: &str) -> String {
+        let (_, flavors) = self
+            .compute("flavor_list", Method::GET, "/flavors", None)
+            .await;
+        let flavor = flavors["flavors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "m1.small")
+            .expect("m1.small")["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let body = json!({"server": {
+            "name": name, "imageRef": self.env["OSSIM_IMAGE_ID"], "flavorRef": flavor,
+            "networks": [{"uuid": self.env["OSSIM_NET_ID"]}],
+        }});
+        // The simulator's services keep their databases in SQLite: under load a build can
+        // fail with "database is locked" and the server goes to ERROR. Nothing of ours is
+        // involved in a boot, so such a server is deleted and booted again, twice at most.
+        for attempt in 1..=3 {
+            let (status, made) = self
+                .compute("server_create", Method::POST, "/servers", Some(&body))
+                .await;
+            assert_eq!(status, 202, "{made}");
+            let id = made["server"]["id"].as_str().unwrap().to_owned();
+            let mut failed = None;
+            for _ in 0..120 {
+                let (_, s) = self
+                    .compute("server_get", Method::GET, &format!("/servers/{id}"), None)
+                    .await;
+                match s["server"]["status"].as_str() {
+                    Some("ACTIVE") => return id,
+                    Some("ERROR") => {
+                        failed = Some(s);
+                        break;
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(500)).await,
+                }
+            }
+            let Some(s) = failed else {
+                panic!("server {id} not ACTIVE in 60 s");
+            };
+            if attempt == 3 {
+                panic!("server {id} went to ERROR three times: {s}");
+            }
+            eprintln!(
+                "server {id} went to ERROR (attempt {attempt}), booted again: {}",
+                s["server"]["fault"]
+            );
+            self.delete_server(&id).await;
+        }
+        unreachable!("every attempt returns or panics")
+    }
+
+    pub async fn delete_server(&self, id: &str) {
+        let _ = self
+            .compute(
+                "server_delete",
+                Method::DELETE,
+                &format!("/servers/{id}"),
+                None,
+            )
+            .await;
+        // The simulator's Nova on SQLite can take long under load (a CI run here: over 60 s).
+        for _ in 0..360 {
+            let (status, _) = self
+                .compute("server_get", Method::GET, &format!("/servers/{id}"), None)
+                .await;
+            if status == 404 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        panic!("server {id} not deleted in 180 s");
+    }
+}
+
+/// Cinder's in-between states for the conformance rules, as Cinder itself shows them:
+/// `creating` and `error` put by its admin API (`os-reset_status`, what `cinder
+/// reset-state` sends; Cinder refuses to reset to `deleting`); `deleting` by a real
+/// DELETE while the cinder-volume service is paused (SIGSTOP), so the API has marked the
+/// volume and the deletion waits in the queue until the service goes on (SIGCONT).
+pub struct CinderStates {
+    pub os: Arc<OpenStack>,
+    /// The process group of the cinder-volume service `../shared/sim` started.
+    pub volume_service: nix::unistd::Pid,
+}
+
+impl CinderStates {
+    pub fn new(os: Arc<OpenStack>, env: &BTreeMap<String, String>) -> Self {
+        let pid_file = std::path::Path::new(&env["OSSIM_STATE"]).join("pids/cinder-volume.pid");
+        let pgid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
+            .trim()
+            .parse()
+            .expect("a pid");
+        Self {
+            os,
+            volume_service: nix::unistd::Pid::from_raw(pgid),
+        }
+    }
+
+    pub async fn action(&self, method: Method, path: &str, body: Option<&Value>) -> (u16, String) {
+        let resp = self
+            .os
+            .call(
+                Service::BlockStorage,
+                "volume_admin",
+                method,
+                path,
+                body,
+                None,
+            )
+            .await
+            .expect("a Cinder call");
+        (
+            resp.status.as_u16(),
+            String::from_utf8_lossy(&resp.body).into_owned(),
+        )
+    }
+
+    pub async fn reset(&self, id: &str, status: &str) {
+        let body = json!({"os-reset_status": {"status": status}});
+        let (code, text) = self
+            .action(Method::POST, &format!("/volumes/{id}/action"), Some(&body))
+            .await;
+        assert_eq!(code, 202, "reset {id} to {status}: {text}");
+    }
+
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::killpg(self.volume_service, signal).expect("signal cinder-volume");
+    }
+}
+
+/// A test that fails while the service is paused must not leave it paused for the rest.
+impl Drop for CinderStates {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::killpg(self.volume_service, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+#[async_trait::async_trait]
+impl DiskStates for CinderStates {
+    async fn enter(&self, disk: &overcast_cloud::Disk, state: DiskState) -> bool {
+        match state {
+            DiskState::Creating => self.reset(&disk.id, "creating").await,
+            DiskState::Failed => self.reset(&disk.id, "error").await,
+            DiskState::Deleting => {
+                self.signal(nix::sys::signal::Signal::SIGSTOP);
+                let (code, text) = self
+                    .action(Method::DELETE, &format!("/volumes/{}", disk.id), None)
+                    .await;
+                if code != 202 {
+                    self.signal(nix::sys::signal::Signal::SIGCONT);
+                    panic!("delete {}: {code} {text}", disk.id);
+                }
+            }
+        }
+        true
+    }
+    async fn release(&self, disk: &overcast_cloud::Disk, state: DiskState) {
+        match state {
+            DiskState::Creating => self.reset(&disk.id, "available").await,
+            DiskState::Deleting => self.signal(nix::sys::signal::Signal::SIGCONT),
+            DiskState::Failed => {}
+        }
+    }
+}
+
+/// Cinder's API process, stopped and started again as `ossim-up.sh` started it (its
+/// command line, environment and directory read from /proc), keeping the pid file
+/// `ossim-down.sh` stops it by.
+pub struct CinderApi {
+    pub pid_file: std::path::PathBuf,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: std::path::PathBuf,
+}
+
+impl CinderApi {
+    pub fn find(env: &BTreeMap<String, String>) -> Self {
+        let state = std::path::PathBuf::from(&env["OSSIM_STATE"]);
+        let pid_file = state.join("pids/cinder-api.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .to_owned();
+        let split = |path: String| -> Vec<String> {
+            std::fs::read(path)
+                .unwrap()
+                .split(|b| *b == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        };
+        Self {
+            argv: split(format!("/proc/{pid}/cmdline")),
+            env: split(format!("/proc/{pid}/environ"))
+                .into_iter()
+                .filter_map(|kv| {
+                    kv.split_once('=')
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                })
+                .collect(),
+            cwd: std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap(),
+            pid_file,
+        }
+    }
+
+    pub fn answers() -> bool {
+        std::net::TcpStream::connect("127.0.0.1:8776").is_ok()
+    }
+
+    pub async fn stop(&self) {
+        let pgid: i32 = std::fs::read_to_string(&self.pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pgid),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("stop cinder-api");
+        for _ in 0..100 {
+            if !Self::answers() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("cinder-api still answers 10 s after SIGTERM");
+    }
+
+    pub async fn start(&self) {
+        // `-f`: setsid forks and returns at once; the service leads its own group.
+        let started = std::process::Command::new("setsid")
+            .arg("-f")
+            .arg("sh")
+            .arg("-c")
+            .arg("echo $$ > \"$0\"; exec \"$@\"")
+            .arg(&self.pid_file)
+            .args(&self.argv)
+            .env_clear()
+            .envs(self.env.iter().cloned())
+            .current_dir(&self.cwd)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("start cinder-api");
+        assert!(started.success(), "setsid: {started}");
+        for _ in 0..600 {
+            if Self::answers() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("cinder-api does not answer 60 s after its start");
+    }
+}

@@ -1,0 +1,185 @@
+use super::*;
+
+/// Listing pages through Cinder by marker; with Cinder's API stopped every call — the
+/// provider's, and the real csi binary's RPCs — is a retryable error (never "not found":
+/// nothing is taken as gone, nothing half-done), and once it is back every volume is
+/// there and the retried RPCs do what was asked.
+#[tokio::test]
+async fn listing_pages_and_a_stopped_cinder_is_retryable_and_loses_nothing() {
+    use overcast_cloud::{CloudError, DiskSpec};
+    use overcast_integration::csi_v1 as csi;
+    let _turn = CLOUD.lock().await;
+    let Some(cloud) = Cloud::new() else {
+        return;
+    };
+    cloud.sweep().await;
+    let pid = std::process::id();
+    let disks = cloud.disks().with_page_size(2);
+    let mut made = Vec::new();
+    for i in 0..5 {
+        let d = disks
+            .create_disk(DiskSpec {
+                name: format!("overcast-it-page-{pid}-{i}"),
+                size_bytes: 1 << 30,
+                zone: Zone::default(),
+                parameters: BTreeMap::new(),
+                metadata: BTreeMap::new(),
+                source: None,
+            })
+            .await
+            .expect("create");
+        made.push(d.id);
+    }
+    let before = cloud.metrics.requests("volume_list");
+    let listed: Vec<String> = disks
+        .list_disks()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    assert!(
+        cloud.metrics.requests("volume_list") - before >= 3,
+        "pages of 2"
+    );
+    for id in &made {
+        assert_eq!(listed.iter().filter(|l| *l == id).count(), 1, "{id} once");
+    }
+
+    // Outage: a client with short deadlines, so the test does not wait minutes.
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::load(Some(&cloud_conf(&cloud.env, dir.path()))).unwrap();
+    let mut settings = overcast_cloud_http::HttpSettings::new("openstack");
+    settings.attempt_timeout = Duration::from_secs(2);
+    settings.deadline = Duration::from_secs(6);
+    settings.retry_delay = Duration::from_millis(200);
+    let os = overcast_cloud_openstack::connect_with(&config, settings, None).unwrap();
+    let short = CinderDisks::new(
+        os,
+        "overcast-it".into(),
+        String::new(),
+        Vec::new(),
+        60,
+        false,
+        Waits::default(),
+    );
+    short.probe().await.expect("a session before the outage");
+    // The real csi binary too, as a controller with its default deadlines and retries.
+    let conf = cloud_conf(&cloud.env, dir.path());
+    let driver = overcast_integration::Csi::start(&[
+        "--mode=controller",
+        "--cloud=openstack",
+        &format!("--cloud-config={}", conf.display()),
+        "--cluster=overcast-it",
+    ])
+    .await;
+    let mut c = driver.controller().await;
+    c.list_volumes(csi::ListVolumesRequest::default())
+        .await
+        .expect("the csi lists before the outage");
+    let api = CinderApi::find(&cloud.env);
+    api.stop().await;
+    // Each answer within a minute (the sidecars' own deadlines are shorter still), and
+    // each one a sidecar retries.
+    let outage_name = format!("overcast-it-csi-outage-{pid}");
+    let answers: Vec<(&str, tonic::Code)> = {
+        let within = Duration::from_secs(60);
+        let code = |r: Result<(), tonic::Status>| r.err().map_or(tonic::Code::Ok, |s| s.code());
+        let mut out = Vec::new();
+        let create = overcast_integration::create_request(&outage_name, 1 << 30);
+        let r = tokio::time::timeout(within, c.create_volume(create)).await;
+        out.push(("CreateVolume", code(r.expect("in time").map(|_| ()))));
+        let r = tokio::time::timeout(
+            within,
+            c.delete_volume(overcast_integration::delete_request(&made[2])),
+        )
+        .await;
+        out.push(("DeleteVolume", code(r.expect("in time").map(|_| ()))));
+        let r = tokio::time::timeout(
+            within,
+            c.controller_expand_volume(overcast_integration::expand_request(&made[3], 2 << 30)),
+        )
+        .await;
+        out.push((
+            "ControllerExpandVolume",
+            code(r.expect("in time").map(|_| ())),
+        ));
+        let r =
+            tokio::time::timeout(within, c.list_volumes(csi::ListVolumesRequest::default())).await;
+        out.push(("ListVolumes", code(r.expect("in time").map(|_| ()))));
+        let r =
+            tokio::time::timeout(within, c.get_capacity(csi::GetCapacityRequest::default())).await;
+        out.push(("GetCapacity", code(r.expect("in time").map(|_| ()))));
+        out
+    };
+    let results = [
+        short.disk(&made[0]).await.map(|_| ()),
+        short.list_disks().await.map(|_| ()),
+        short.delete_disk(&made[1]).await,
+        short
+            .create_disk(DiskSpec {
+                name: format!("overcast-it-outage-{pid}"),
+                size_bytes: 1 << 30,
+                zone: Zone::default(),
+                parameters: BTreeMap::new(),
+                metadata: BTreeMap::new(),
+                source: None,
+            })
+            .await
+            .map(|_| ()),
+    ];
+    api.start().await;
+    for r in results {
+        let e = r.expect_err("Cinder is down");
+        assert!(
+            matches!(
+                e,
+                CloudError::Unavailable(_) | CloudError::DeadlineExceeded(_)
+            ),
+            "{e:?}"
+        );
+        assert!(e.is_retryable(), "{e:?}");
+    }
+    for (rpc, code) in answers {
+        assert!(
+            matches!(
+                code,
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+            ),
+            "{rpc} with Cinder down answered {code:?}"
+        );
+    }
+    // Back: everything is there at its size, the csi's retries do what was asked (one
+    // volume of the name), and the provider carries on.
+    let retried = c
+        .create_volume(overcast_integration::create_request(&outage_name, 1 << 30))
+        .await
+        .expect("create, retried")
+        .into_inner()
+        .volume
+        .unwrap();
+    let named: Vec<_> = disks
+        .list_disks()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.name == outage_name || d.name.starts_with("overcast-it-outage-"))
+        .collect();
+    assert_eq!(named.len(), 1, "one volume of the retried name: {named:?}");
+    assert_eq!(
+        disks.disk(&made[3]).await.unwrap().size_bytes,
+        1 << 30,
+        "not grown while Cinder was down"
+    );
+    c.controller_expand_volume(overcast_integration::expand_request(&made[3], 2 << 30))
+        .await
+        .expect("expand, retried");
+    c.delete_volume(overcast_integration::delete_request(&retried.volume_id))
+        .await
+        .expect("delete");
+    drop(driver);
+    for id in &made {
+        disks.disk(id).await.expect("still there");
+        disks.delete_disk(id).await.expect("delete");
+    }
+}
