@@ -387,7 +387,7 @@ fn every_overlay_starts_every_binary_until_credentials_or_the_provider_are_missi
                         err.contains("a cluster (server address) in the parent kubeconfig"),
                         "{what}: {err}"
                     );
-                } else if (cloud == "openstack" && bin == "discoverer")
+                } else if (cloud == "openstack" && (bin == "discoverer" || bin == "ccm"))
                     || (cloud == "zvirt" && bin != "csi")
                 {
                     // Past its cloud's configuration (nothing contacted): next is this

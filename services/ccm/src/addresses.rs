@@ -2,57 +2,10 @@
 //! for: which subnets are internal and which external, which to leave out, and the order
 //! (kubelet and the API server take the first InternalIP).
 
-use std::net::IpAddr;
-use std::str::FromStr;
-
 use overcast_cloud::{AddressType, NodeAddress};
+use std::net::IpAddr;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    net: IpAddr,
-    bits: u8,
-}
-
-impl FromStr for Cidr {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (ip, bits) = s
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?} is not a CIDR"))?;
-        let net: IpAddr = ip.parse().map_err(|e| format!("{s:?}: {e}"))?;
-        let bits: u8 = bits.parse().map_err(|e| format!("{s:?}: {e}"))?;
-        let max = if net.is_ipv4() { 32 } else { 128 };
-        if bits > max {
-            return Err(format!("{s:?}: prefix longer than {max}"));
-        }
-        Ok(Self { net, bits })
-    }
-}
-
-impl Cidr {
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.net, ip) {
-            (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = if self.bits == 0 {
-                    0
-                } else {
-                    u32::MAX << (32 - self.bits)
-                };
-                u32::from(n) & mask == u32::from(a) & mask
-            }
-            (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = if self.bits == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - self.bits)
-                };
-                u128::from(n) & mask == u128::from(a) & mask
-            }
-            _ => false,
-        }
-    }
-}
+pub use overcast_cloud::cidr::Cidr;
 
 #[derive(Debug, Clone, Default)]
 pub struct AddressPolicy {

@@ -54,14 +54,14 @@ const BLOCK_STORAGE_KEYS: &[&str] = &[
     "bs-version",
     "trust-device-path",
 ];
-/// Sections whose keys belong to the CCM half (a later issue); read, not yet checked.
-const LATER_SECTIONS: &[&str] = &[
-    "loadbalancer",
-    "networking",
-    "route",
-    "metadata",
-    "loadbalancerclass",
+const NETWORKING_KEYS: &[&str] = &[
+    "ipv6-support-disabled",
+    "public-network-name",
+    "internal-network-name",
+    "address-sort-order",
 ];
+/// Sections whose keys belong to parts of the CCM not built yet; read, not yet checked.
+const LATER_SECTIONS: &[&str] = &["loadbalancer", "route", "metadata", "loadbalancerclass"];
 
 /// A domain, by id or by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +117,56 @@ impl std::fmt::Debug for Auth {
     }
 }
 
+/// OCCM's `[Networking]`: how a server's addresses become its node's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Networking {
+    /// `ipv6-support-disabled`: IPv6 addresses are left out.
+    pub ipv6_disabled: bool,
+    /// `public-network-name` (repeatable): these networks' addresses are ExternalIPs.
+    pub public_networks: Vec<String>,
+    /// `internal-network-name` (repeatable): only these networks' fixed addresses are
+    /// InternalIPs (all when none is named).
+    pub internal_networks: Vec<String>,
+    /// `address-sort-order`: CIDRs, comma-separated; matching addresses first, in this order.
+    pub address_sort_order: Vec<overcast_cloud::cidr::Cidr>,
+}
+
+impl Networking {
+    fn read(s: &IniSection, path: Option<&Path>) -> Result<Self, ConfigError> {
+        let all = |key: &str| -> Vec<String> {
+            s.values
+                .iter()
+                .filter(|v| v.key.eq_ignore_ascii_case(key))
+                .map(|v| v.value.trim().to_owned())
+                .filter(|v| !v.is_empty())
+                .collect()
+        };
+        let mut order = Vec::new();
+        for item in s.get("address-sort-order").unwrap_or("").split(',') {
+            let item = item.trim();
+            if item.is_empty() {
+                continue;
+            }
+            // OCCM warns and skips an item that is not a CIDR; a typo silently reordering
+            // every node's addresses is worse than a refusal to start.
+            order.push(item.parse::<overcast_cloud::cidr::Cidr>().map_err(|e| {
+                at(
+                    s,
+                    "address-sort-order",
+                    path,
+                    format!("address-sort-order item {item:?} is not a CIDR: {e}"),
+                )
+            })?);
+        }
+        Ok(Self {
+            ipv6_disabled: boolean(s, "ipv6-support-disabled", path)?,
+            public_networks: all("public-network-name"),
+            internal_networks: all("internal-network-name"),
+            address_sort_order: order,
+        })
+    }
+}
+
 /// A complete OpenStack configuration (what this build checks of it).
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -130,6 +180,8 @@ pub struct Config {
     pub node_volume_attach_limit: u32,
     pub rescan_on_resize: bool,
     pub ignore_volume_az: bool,
+    /// `[Networking]`: which of a server's addresses a node gets, and in what order.
+    pub networking: Networking,
     /// `[Section] key (line n)` of every key or section this version does not know.
     pub unknown: Vec<String>,
 }
@@ -232,6 +284,7 @@ impl Config {
         let unknown = unknown_keys(&sections, |name| match name {
             "global" => Some(GLOBAL_KEYS),
             "blockstorage" => Some(BLOCK_STORAGE_KEYS),
+            "networking" => Some(NETWORKING_KEYS),
             name if LATER_SECTIONS.contains(&name) => Some(ANY_KEY),
             _ => None,
         });
@@ -385,9 +438,14 @@ impl Config {
             rescan = boolean(b, "rescan-on-resize", path)?;
             ignore_az = boolean(b, "ignore-volume-az", path)?;
         }
+        let networking = match sections.iter().find(|s| s.name == "networking") {
+            Some(n) => Networking::read(n, path)?,
+            None => Networking::default(),
+        };
         Ok(Self {
             auth_url,
             auth,
+            networking,
             region: get("region"),
             ca_file: get("ca-file").map(std::path::PathBuf::from),
             tls_insecure,

@@ -10,6 +10,7 @@
 pub mod client;
 pub mod config;
 pub mod discovery;
+pub mod instances;
 pub mod keystone;
 pub mod volumes;
 
@@ -18,6 +19,7 @@ use std::sync::Arc;
 pub use client::{OpenStack, Service};
 pub use config::Config;
 pub use discovery::OpenStackDiscovery;
+pub use instances::NovaInstances;
 pub use volumes::{CinderDisks, Waits};
 
 use overcast_cloud::{CloudError, Result};

@@ -5,6 +5,7 @@
 //! A provider implements only the capabilities its cloud has; the services ask for the
 //! capability they need and map the typed [`CloudError`] to their wire codes in one place.
 
+pub mod cidr;
 pub mod claims;
 pub mod config;
 #[cfg(feature = "conformance")]

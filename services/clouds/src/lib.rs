@@ -229,9 +229,9 @@ pub async fn open(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
     }
 }
 
-/// OpenStack: Cinder volumes attached through Nova, for the CSI controller; discovery. Nothing is
-/// contacted here: Keystone is asked for a token by the first call. The ccm half is not
-/// in this build yet (a later issue).
+/// OpenStack: Cinder volumes attached through Nova, for the CSI controller; Nova servers
+/// for the ccm; discovery. Nothing is contacted here: Keystone is asked for a token by
+/// the first call.
 fn open_openstack(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
     use overcast_cloud_openstack::{CinderDisks, Config, Waits};
     let config = Config::load(s.cloud_config.as_deref())?;
@@ -259,10 +259,23 @@ fn open_openstack(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
             disks: Some(Arc::new(connect()?.1)),
             ..Cloud::default()
         }),
-        Role::Ccm => anyhow::bail!(
-            "cloud \"openstack\": its configuration is complete (Keystone at {}); the ccm half (instances, load balancers, routes) is not in this build yet — its CSI driver is",
-            config.auth_url
-        ),
+        // Nodes from Nova. Load balancers (Octavia) and routes (Neutron) are not in this
+        // build yet: the ccm says it skips those controllers.
+        Role::Ccm => {
+            let os = overcast_cloud_openstack::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
+            // OCCM's switch for `openstack://<region>/<id>` providerIDs.
+            let regional = std::env::var("OS_CCM_REGIONAL").is_ok_and(|v| v == "true");
+            Ok(Cloud {
+                name: CloudName::Openstack.as_str(),
+                instances: Some(Arc::new(overcast_cloud_openstack::NovaInstances::new(
+                    os,
+                    config.networking.clone(),
+                    config.region.clone(),
+                    regional,
+                ))),
+                ..Cloud::default()
+            })
+        }
         Role::Discoverer => {
             let (os, disks) = connect()?;
             Ok(Cloud {

@@ -194,3 +194,35 @@ fn what_is_missing_or_wrong_is_named() {
     let e = load("[Global]\nauth-url = \"open\n").unwrap_err();
     assert!(e.to_string().contains("line 2"), "{e}");
 }
+
+/// `[Networking]` as OCCM reads it: network names repeat, the sort order is a comma list
+/// of CIDRs; a sort item that is not a CIDR is refused with its line (OCCM skips it,
+/// reordering every node's addresses without a word).
+#[test]
+fn the_networking_section_is_read_as_occm_reads_it() {
+    let base = "[Global]\nauth-url=https://k/v3\napplication-credential-id=a\napplication-credential-secret=s\n";
+    let c = load(&format!(
+        "{base}[Networking]\npublic-network-name = public\npublic-network-name = ext2\n\
+         internal-network-name = k8s\nipv6-support-disabled = true\n\
+         address-sort-order = 10.0.0.0/8, 192.168.0.0/16\n"
+    ))
+    .unwrap();
+    assert_eq!(c.networking.public_networks, ["public", "ext2"]);
+    assert_eq!(c.networking.internal_networks, ["k8s"]);
+    assert!(c.networking.ipv6_disabled);
+    let order: Vec<String> = c
+        .networking
+        .address_sort_order
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
+    assert_eq!(order, ["10.0.0.0/8", "192.168.0.0/16"]);
+    assert!(c.unknown.is_empty(), "{:?}", c.unknown);
+    let e = load(&format!(
+        "{base}[Networking]\naddress-sort-order = 10.0.0.0/8, nonsense\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("nonsense") && e.contains("line 6"), "{e}");
+    assert_eq!(load(base).unwrap().networking, Networking::default());
+}

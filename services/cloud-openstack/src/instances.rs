@@ -1,0 +1,404 @@
+//! Nova servers as the ccm's instances, as openstack-cloud-controller-manager's
+//! InstancesV2 describes them — providerID `openstack:///<server-id>` (or
+//! `openstack://<region>/<server-id>` with `OS_CCM_REGIONAL=true`), the node matched by
+//! server name until it has one, instance type the flavor's `original_name`, zone the
+//! server's availability zone, `SHUTOFF` shut down, addresses from its ports and its
+//! `addresses` ([`addresses`]) — but for every node at once: one paginated
+//! `/servers/detail` and one paginated port list per sync, where OCCM asks per node
+//! (a server GET, a port list, a flavor GET).
+//!
+//! An answer that cannot be right is an error, never an empty cloud: a page that is not
+//! the JSON asked for (an HTML error page from a proxy), and an empty server list after a
+//! non-empty one (the ccm's own nodes are servers; a wrong project or a broken proxy looks
+//! exactly like that). Either stops the sync; no node is deleted on it.
+
+pub mod addresses;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::Method;
+use overcast_cloud::instances::{Instance, InstanceState, Instances};
+use overcast_cloud::{CloudError, Result, Zone};
+use serde::Deserialize;
+use tokio::sync::Mutex;
+
+use crate::client::{json, Microversion, OpenStack, Service};
+use crate::config::Networking;
+use addresses::{node_addresses, AddressSource, ServerAddress};
+
+/// The providerID scheme, OCCM's.
+pub const PROVIDER: &str = "openstack";
+/// Nova embeds the flavor (with `original_name`) in a server from this microversion.
+const EMBEDDED_FLAVOR: Microversion = Microversion(2, 47);
+/// Nova's and Neutron's default `max_limit`.
+const PAGE: usize = 1000;
+
+#[derive(Debug, Deserialize)]
+struct Server {
+    id: String,
+    name: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    flavor: Flavor,
+    #[serde(default)]
+    addresses: BTreeMap<String, Vec<ServerAddress>>,
+    #[serde(rename = "accessIPv4", default)]
+    access_ipv4: Option<String>,
+    #[serde(rename = "accessIPv6", default)]
+    access_ipv6: Option<String>,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+    #[serde(rename = "OS-EXT-AZ:availability_zone", default)]
+    availability_zone: Option<String>,
+}
+
+/// A server's flavor: embedded (2.47+: `original_name`) or a reference (`id`).
+#[derive(Debug, Default, Deserialize)]
+struct Flavor {
+    #[serde(default)]
+    original_name: Option<String>,
+    #[serde(default)]
+    id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Port {
+    id: String,
+    #[serde(default)]
+    device_id: String,
+    #[serde(default)]
+    device_owner: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    fixed_ips: Vec<FixedIp>,
+    #[serde(default)]
+    created_at: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct FixedIp {
+    ip_address: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Link {
+    rel: String,
+}
+
+pub struct NovaInstances {
+    os: Arc<OpenStack>,
+    networking: Networking,
+    region: Option<String>,
+    /// `OS_CCM_REGIONAL=true`: providerIDs carry the region.
+    regional: bool,
+    page: usize,
+    /// Flavor names by id, for servers listed below microversion 2.47.
+    flavors: Mutex<HashMap<String, String>>,
+    /// How many servers the last successful listing had.
+    last_count: AtomicUsize,
+}
+
+impl NovaInstances {
+    pub fn new(
+        os: Arc<OpenStack>,
+        networking: Networking,
+        region: Option<String>,
+        regional: bool,
+    ) -> Self {
+        Self {
+            os,
+            networking,
+            region,
+            regional,
+            page: PAGE,
+            flavors: Mutex::new(HashMap::new()),
+            last_count: AtomicUsize::new(0),
+        }
+    }
+
+    /// Pages of `page` items (tests make them small to cross page boundaries).
+    pub fn with_page(mut self, page: usize) -> Self {
+        self.page = page.max(1);
+        self
+    }
+
+    pub fn provider_id(&self, server: &str) -> String {
+        match (&self.region, self.regional) {
+            (Some(region), true) => format!("{PROVIDER}://{region}/{server}"),
+            _ => format!("{PROVIDER}:///{server}"),
+        }
+    }
+
+    /// Every item under `key` of a listing, following the `<key>_links` next link with
+    /// the last item's id as marker.
+    async fn list<T: serde::de::DeserializeOwned>(
+        &self,
+        service: Service,
+        name: &'static str,
+        path: &str,
+        key: &str,
+        id: impl Fn(&T) -> &str,
+        microversion: Option<Microversion>,
+    ) -> Result<Vec<T>> {
+        let mut out: Vec<T> = Vec::new();
+        let mut marker: Option<String> = None;
+        let sep = if path.contains('?') { '&' } else { '?' };
+        loop {
+            let mut url = format!("{path}{sep}limit={}", self.page);
+            if let Some(m) = &marker {
+                url.push_str(&format!("&marker={m}"));
+            }
+            let resp = self
+                .os
+                .call(service, name, Method::GET, &url, None, microversion)
+                .await?;
+            if resp.status.as_u16() != 200 {
+                return Err(overcast_cloud_http::status_error("openstack", name, &resp));
+            }
+            let mut doc: serde_json::Map<String, serde_json::Value> = json(name, &resp)?;
+            let items = doc.remove(key).ok_or_else(|| {
+                CloudError::Unavailable(format!("openstack: {name}: the answer has no {key:?}"))
+            })?;
+            let page: Vec<T> = serde_json::from_value(items).map_err(|e| {
+                CloudError::Unavailable(format!("openstack: {name}: an answer we cannot read: {e}"))
+            })?;
+            let links: Vec<Link> = doc
+                .remove(&format!("{key}_links"))
+                .and_then(|l| serde_json::from_value(l).ok())
+                .unwrap_or_default();
+            let next = links.iter().any(|l| l.rel == "next");
+            let last = page.last().map(|t| id(t).to_owned());
+            out.extend(page);
+            match (next, last) {
+                (true, Some(last)) if marker.as_deref() != Some(last.as_str()) => {
+                    marker = Some(last)
+                }
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    async fn instance_type(&self, flavor: &Flavor) -> Result<String> {
+        if let Some(name) = flavor.original_name.as_deref().filter(|n| valid_label(n)) {
+            return Ok(name.to_owned());
+        }
+        let Some(id) = flavor.id.as_deref().or(flavor.original_name.as_deref()) else {
+            return Ok(String::new());
+        };
+        if let Some(name) = self.flavors.lock().await.get(id) {
+            return Ok(name.clone());
+        }
+        let resp = self
+            .os
+            .call(
+                Service::Compute,
+                "flavor_get",
+                Method::GET,
+                &format!("/flavors/{}", urlencoding(id)),
+                None,
+                Some(Microversion(2, 1)),
+            )
+            .await?;
+        let name = match resp.status.as_u16() {
+            200 => {
+                #[derive(Deserialize)]
+                struct One {
+                    flavor: Named,
+                }
+                #[derive(Deserialize)]
+                struct Named {
+                    name: String,
+                }
+                let name = json::<One>("flavor_get", &resp)?.flavor.name;
+                // OCCM: the name when it is a valid label value, else the id.
+                if valid_label(&name) {
+                    name
+                } else {
+                    id.to_owned()
+                }
+            }
+            // A flavor deleted since the server was made: its id is all there is.
+            404 => id.to_owned(),
+            _ => {
+                return Err(overcast_cloud_http::status_error(
+                    "openstack",
+                    "flavor_get",
+                    &resp,
+                ))
+            }
+        };
+        self.flavors
+            .lock()
+            .await
+            .insert(id.to_owned(), name.clone());
+        Ok(name)
+    }
+}
+
+#[async_trait]
+impl Instances for NovaInstances {
+    fn provider_name(&self) -> &'static str {
+        PROVIDER
+    }
+
+    async fn list_instances(&self) -> Result<Vec<Instance>> {
+        let version = match self.os.max_microversion(Service::Compute).await? {
+            Some(v) if v >= EMBEDDED_FLAVOR => EMBEDDED_FLAVOR,
+            _ => Microversion(2, 1),
+        };
+        let servers: Vec<Server> = self
+            .list(
+                Service::Compute,
+                "server_list",
+                "/servers/detail",
+                "servers",
+                |s: &Server| &s.id,
+                Some(version),
+            )
+            .await?;
+        let before = self.last_count.load(Ordering::Relaxed);
+        if servers.is_empty() && before > 0 {
+            return Err(CloudError::Unavailable(format!(
+                "openstack: Nova listed no server where the last listing had {before}: taken as a wrong answer, not as every server gone"
+            )));
+        }
+        let fields = [
+            "id",
+            "device_id",
+            "device_owner",
+            "status",
+            "fixed_ips",
+            "created_at",
+        ]
+        .map(|f| format!("fields={f}"))
+        .join("&");
+        let ports: Vec<Port> = self
+            .list(
+                Service::Network,
+                "port_list",
+                &format!("/v2.0/ports?{fields}"),
+                "ports",
+                |p: &Port| &p.id,
+                None,
+            )
+            .await?;
+        let mut by_server: HashMap<&str, Vec<&Port>> = HashMap::new();
+        for p in &ports {
+            if p.device_owner.starts_with("compute:") && !p.device_id.is_empty() {
+                by_server.entry(p.device_id.as_str()).or_default().push(p);
+            }
+        }
+        // A stable order, so the first InternalIP is the same on every sync: the port
+        // made first (the one the server booted with) first, then by id.
+        for list in by_server.values_mut() {
+            list.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
+        }
+        let mut out = Vec::with_capacity(servers.len());
+        for s in &servers {
+            if s.status == "DELETED" {
+                continue;
+            }
+            let port_ips = by_server
+                .get(s.id.as_str())
+                .into_iter()
+                .flatten()
+                .filter(|p| p.status == "ACTIVE")
+                .flat_map(|p| p.fixed_ips.iter().map(|ip| ip.ip_address.as_str()))
+                .collect();
+            let src = AddressSource {
+                port_ips,
+                access_ipv4: s.access_ipv4.as_deref(),
+                access_ipv6: s.access_ipv6.as_deref(),
+                hostname: s.metadata.get("hostname").map(String::as_str),
+                addresses: Some(&s.addresses),
+            };
+            let zone = s
+                .availability_zone
+                .as_deref()
+                .map(sanitize_label)
+                .filter(|z| !z.is_empty())
+                .map(|zone| Zone {
+                    zone,
+                    region: self.region.clone().unwrap_or_default(),
+                });
+            out.push(Instance {
+                node_name: s.name.clone(),
+                provider_id: self.provider_id(&s.id),
+                instance_type: self.instance_type(&s.flavor).await?,
+                addresses: node_addresses(&src, &self.networking),
+                zone,
+                state: if s.status == "SHUTOFF" {
+                    InstanceState::Shutdown
+                } else {
+                    InstanceState::Running
+                },
+            });
+        }
+        self.last_count.store(servers.len(), Ordering::Relaxed);
+        Ok(out)
+    }
+}
+
+/// Kubernetes' label-value rule: at most 63 characters, alphanumerics with `-_.` inside.
+fn valid_label(v: &str) -> bool {
+    v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && v.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
+        && v.chars().last().is_none_or(|c| c.is_ascii_alphanumeric())
+}
+
+/// OCCM's `util.SanitizeLabel`, for the zone: runs of other characters become `-`, the
+/// ends are trimmed of `-_.`, and it is cut at 63.
+fn sanitize_label(input: &str) -> String {
+    let mut out = String::with_capacity(input.len());
+    let mut in_run = false;
+    for c in input.chars() {
+        if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+            out.push(c);
+            in_run = false;
+        } else if !in_run {
+            out.push('-');
+            in_run = true;
+        }
+    }
+    let trimmed = out.trim_matches(|c| matches!(c, '-' | '_' | '.'));
+    trimmed.chars().take(63).collect()
+}
+
+fn urlencoding(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zones_are_sanitized_as_occm_does() {
+        assert_eq!(sanitize_label("nova"), "nova");
+        assert_eq!(sanitize_label("zone a/b"), "zone-a-b");
+        assert_eq!(sanitize_label("..zone_1.."), "zone_1");
+        assert_eq!(sanitize_label(&"z".repeat(70)).len(), 63);
+    }
+
+    #[test]
+    fn flavor_names_that_are_not_label_values_are_not_used() {
+        assert!(valid_label("m1.small"));
+        assert!(!valid_label("m1 small"));
+        assert!(!valid_label(&"a".repeat(64)));
+        assert!(!valid_label("-a"));
+    }
+}
