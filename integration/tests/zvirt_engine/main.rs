@@ -706,9 +706,12 @@ async fn the_ccm_initializes_nodes_from_vms_and_deletes_only_on_a_certain_answer
             std::fs::read_to_string(&log).unwrap_or_default()
         );
     };
+    // Initialization is two patches (metadata and spec, then status): both are waited for.
     until("worker-0 initialized", &|| {
-        api.get(NODES, "worker-0")
-            .is_some_and(|n| n["spec"]["providerID"] == format!("zvirt://{w0}"))
+        api.get(NODES, "worker-0").is_some_and(|n| {
+            n["spec"]["providerID"] == format!("zvirt://{w0}")
+                && n["status"]["addresses"].is_array()
+        })
     })
     .await;
     let n0 = api.get(NODES, "worker-0").unwrap();
