@@ -146,6 +146,13 @@ impl Cloud {
 
     /// Boots a server (m1.small, the seeded image and network) and waits until ACTIVE.
     pub async fn boot(&self, name: &str) -> String {
+        let net = self.env["OSSIM_NET_ID"].clone();
+        self.boot_on(name, &[net]).await
+    }
+
+    /// Boots a server (m1.small, the seeded image) with a port on each of `networks`, in
+    /// that order, and waits until ACTIVE.
+    pub async fn boot_on(&self, name: &str, networks: &[String]) -> String {
         let (_, flavors) = self
             .compute("flavor_list", Method::GET, "/flavors", None)
             .await;
@@ -160,7 +167,7 @@ impl Cloud {
             .to_owned();
         let body = json!({"server": {
             "name": name, "imageRef": self.env["OSSIM_IMAGE_ID"], "flavorRef": flavor,
-            "networks": [{"uuid": self.env["OSSIM_NET_ID"]}],
+            "networks": networks.iter().map(|n| json!({"uuid": n})).collect::<Vec<_>>(),
         }});
         // The simulator's services keep their databases in SQLite: under load a build can
         // fail with "database is locked" and the server goes to ERROR. Nothing of ours is
@@ -201,25 +208,41 @@ impl Cloud {
     }
 
     pub async fn delete_server(&self, id: &str) {
-        let _ = self
-            .compute(
-                "server_delete",
-                Method::DELETE,
-                &format!("/servers/{id}"),
-                None,
-            )
-            .await;
-        // The simulator's Nova on SQLite can take long under load (a CI run here: over 60 s).
-        for _ in 0..360 {
-            let (status, _) = self
-                .compute("server_get", Method::GET, &format!("/servers/{id}"), None)
+        // The simulator's Nova on SQLite can take long under load (a CI run here: over 60 s),
+        // and a DELETE it took can be lost to "database is locked" (a CI run here: the
+        // server stayed ACTIVE for 180 s). The DELETE is sent again every 10 s while the
+        // server is there, as an operator (or Terraform) would.
+        let mut last = (0, Value::Null);
+        for round in 0..18 {
+            let (status, body) = self
+                .compute(
+                    "server_delete",
+                    Method::DELETE,
+                    &format!("/servers/{id}"),
+                    None,
+                )
                 .await;
             if status == 404 {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            if round > 0 {
+                eprintln!(
+                    "server {id}: DELETE sent again ({status} {body}); it was {}",
+                    last.1
+                );
+            }
+            for _ in 0..20 {
+                let (status, s) = self
+                    .compute("server_get", Method::GET, &format!("/servers/{id}"), None)
+                    .await;
+                if status == 404 {
+                    return;
+                }
+                last = (status, s["server"]["status"].clone());
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
         }
-        panic!("server {id} not deleted in 180 s");
+        panic!("server {id} not deleted in 180 s (last seen: {last:?})");
     }
 }
 
@@ -404,5 +427,32 @@ impl CinderApi {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("cinder-api does not answer 60 s after its start");
+    }
+}
+
+/// The process group of an ossim service (its pid file under `OSSIM_STATE/pids`).
+pub fn service_group(cloud: &Cloud, name: &str) -> nix::unistd::Pid {
+    let path = std::path::Path::new(&cloud.env["OSSIM_STATE"]).join(format!("pids/{name}.pid"));
+    let pgid: i32 = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .parse()
+        .expect("a pid");
+    nix::unistd::Pid::from_raw(pgid)
+}
+
+/// Sends SIGCONT to a paused service on the way out, whatever happened.
+pub struct Paused(nix::unistd::Pid);
+
+impl Paused {
+    pub fn new(group: nix::unistd::Pid) -> Self {
+        nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+        Self(group)
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::killpg(self.0, nix::sys::signal::Signal::SIGCONT);
     }
 }

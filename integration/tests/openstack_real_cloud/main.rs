@@ -23,6 +23,8 @@ static CLOUD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// The real services' unhappy paths: a crashed node, Nova's refusals, types by id.
 mod unhappy;
 
+/// The ccm on Nova and Neutron, with the kit's API server.
+mod ccm;
 /// The cloud as the tests use it: its openrc, a cloud.conf, servers booted and deleted,
 /// Cinder's states and its API process stopped and started.
 mod cloud;

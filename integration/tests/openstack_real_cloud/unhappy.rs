@@ -46,33 +46,6 @@ async fn controller(cloud: &Cloud, work: &std::path::Path) -> Csi {
     .await
 }
 
-/// The process group of an ossim service (its pid file under `OSSIM_STATE/pids`).
-fn service_group(cloud: &Cloud, name: &str) -> nix::unistd::Pid {
-    let path = std::path::Path::new(&cloud.env["OSSIM_STATE"]).join(format!("pids/{name}.pid"));
-    let pgid: i32 = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .trim()
-        .parse()
-        .expect("a pid");
-    nix::unistd::Pid::from_raw(pgid)
-}
-
-/// Sends SIGCONT to a paused service on the way out, whatever happened.
-struct Paused(nix::unistd::Pid);
-
-impl Paused {
-    fn new(group: nix::unistd::Pid) -> Self {
-        nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
-        Self(group)
-    }
-}
-
-impl Drop for Paused {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::killpg(self.0, nix::sys::signal::Signal::SIGCONT);
-    }
-}
-
 /// A server deleted while cinder-api is down: Nova deletes it, Cinder keeps its
 /// attachment, and the volume stays `in-use` (cloud-provider-openstack #1056). The real
 /// csi's unpublish from the gone server removes Cinder's attachment: the volume is

@@ -1,0 +1,446 @@
+//! The real `ccm --cloud openstack` with an operator's cloud.conf against the kit's API
+//! server and the simulator's real Nova and Neutron: Nodes named as servers are
+//! initialized from them (providerID, flavor, zone, region, addresses — a two-NIC server's
+//! first InternalIP the same on every sync), a stopped server's node is tainted and
+//! untainted, a deleted server's NotReady node deleted. Then a Nova that answers wrong —
+//! through a Keystone region whose compute endpoint is a [`FaultyFront`] before the real
+//! Nova: a 503 page, an HTML page, an empty list after a full one — and a Keystone that
+//! hangs delete no node; the same node is deleted once the server is really gone. Needs
+//! `OVERCAST_TEST_KUBECONFIG` (the kit's API server) besides the simulator's openrc.
+
+use std::process::{Command, Stdio};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, PostParams};
+use overcast_integration::faulty_front::{Fault, FaultyFront};
+use overcast_integration::{binary, free_port, say_skipped, KillOnDrop};
+
+use super::*;
+
+const KUBE_ENV: &str = "OVERCAST_TEST_KUBECONFIG";
+const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
+const FAULTY_REGION: &str = "overcast-it-faulty";
+
+fn kubeconfig() -> Option<String> {
+    let k = std::env::var(KUBE_ENV).ok();
+    if k.is_none() {
+        say_skipped(&format!(
+            "set {KUBE_ENV} (a disposable cluster's kubeconfig) besides {ENV} to run the ccm on OpenStack"
+        ));
+    }
+    k
+}
+
+async fn wait<T>(what: &str, limit: u64, f: impl AsyncFnMut() -> Option<T>) -> T {
+    overcast_integration::real::wait_for(what, Duration::from_secs(limit), f).await
+}
+
+/// A Node as a kubelet registering with `--cloud-provider=external` makes it: tainted
+/// uninitialized, no status (NotReady: no Ready condition).
+fn node(name: &str) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "spec": {"taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}]},
+    }))
+    .unwrap()
+}
+
+/// The ccm binary as the openstack overlay runs it, syncing every 2 s.
+fn ccm(kubeconfig: &str, conf: &std::path::Path, lease: &str) -> KillOnDrop {
+    KillOnDrop(
+        Command::new(binary("ccm"))
+            .arg("--cloud=openstack")
+            .arg(format!("--cloud-config={}", conf.display()))
+            .arg(format!("--kubeconfig={kubeconfig}"))
+            .arg("--node-sync-period=2")
+            .arg(format!("--leader-elect-lease-name={lease}"))
+            .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("ccm"),
+    )
+}
+
+/// Neutron's answer to `path` (GET), as the admin.
+async fn network_get(cloud: &Cloud, path: &str) -> Value {
+    let resp = cloud
+        .os
+        .call(Service::Network, "it_get", Method::GET, path, None, None)
+        .await
+        .expect("neutron");
+    serde_json::from_slice(&resp.body).unwrap_or(Value::Null)
+}
+
+/// A network with one subnet, found by name or made.
+async fn network(cloud: &Cloud, name: &str, cidr: &str) -> String {
+    let found = network_get(cloud, &format!("/v2.0/networks?name={name}")).await;
+    if let Some(id) = found["networks"][0]["id"].as_str() {
+        return id.to_owned();
+    }
+    let made = cloud
+        .os
+        .call(
+            Service::Network,
+            "it_network",
+            Method::POST,
+            "/v2.0/networks",
+            Some(&json!({"network": {"name": name}})),
+            None,
+        )
+        .await
+        .expect("network");
+    let made: Value = serde_json::from_slice(&made.body).unwrap();
+    let id = made["network"]["id"]
+        .as_str()
+        .expect("network id")
+        .to_owned();
+    cloud
+        .os
+        .call(
+            Service::Network,
+            "it_subnet",
+            Method::POST,
+            "/v2.0/subnets",
+            Some(
+                &json!({"subnet": {"network_id": id, "ip_version": 4, "cidr": cidr, "name": name}}),
+            ),
+            None,
+        )
+        .await
+        .expect("subnet");
+    id
+}
+
+/// A server's fixed IPs, port by port in the order the ports were made.
+async fn fixed_ips(cloud: &Cloud, server: &str) -> Vec<String> {
+    let ports = network_get(cloud, &format!("/v2.0/ports?device_id={server}")).await;
+    let mut ports: Vec<&Value> = ports["ports"].as_array().expect("ports").iter().collect();
+    ports.sort_by_key(|p| (p["created_at"].as_str(), p["id"].as_str()));
+    ports
+        .iter()
+        .flat_map(|p| p["fixed_ips"].as_array().into_iter().flatten())
+        .filter_map(|ip| ip["ip_address"].as_str().map(str::to_owned))
+        .collect()
+}
+
+async fn server_action(cloud: &Cloud, id: &str, action: &str, status: &str) {
+    let (code, body) = cloud
+        .compute(
+            "it_action",
+            Method::POST,
+            &format!("/servers/{id}/action"),
+            Some(&json!({ action: null })),
+        )
+        .await;
+    assert_eq!(code, 202, "{action}: {body}");
+    for _ in 0..240 {
+        let (_, s) = cloud
+            .compute("server_get", Method::GET, &format!("/servers/{id}"), None)
+            .await;
+        if s["server"]["status"] == status {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("server {id} not {status} after {action}");
+}
+
+fn internal_ips(n: &Node) -> Vec<String> {
+    n.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|a| a.type_ == "InternalIP")
+        .map(|a| a.address.clone())
+        .collect()
+}
+
+fn tainted(n: &Node, key: &str) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == key))
+}
+
+async fn delete_nodes(nodes: &Api<Node>, prefix: &str) {
+    for n in nodes.list(&Default::default()).await.expect("nodes") {
+        let name = n.metadata.name.unwrap_or_default();
+        if name.starts_with(prefix) {
+            let _ = nodes.delete(&name, &DeleteParams::default()).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_ccm_initializes_nodes_from_nova_and_follows_their_servers() {
+    let _turn = CLOUD.lock().await;
+    let Some(cloud) = Cloud::new() else {
+        return;
+    };
+    let Some(kubeconfig) = kubeconfig() else {
+        return;
+    };
+    cloud.sweep().await;
+    let nodes: Api<Node> = Api::all(overcast_integration::real::client(&kubeconfig).await);
+    delete_nodes(&nodes, "overcast-it-os-").await;
+    let net2 = network(&cloud, "overcast-it-net2", "10.77.0.0/24").await;
+    let net1 = cloud.env["OSSIM_NET_ID"].clone();
+    let both = [net1.clone(), net2];
+    let (one, two) = tokio::join!(
+        cloud.boot_on("overcast-it-os-one", std::slice::from_ref(&net1)),
+        cloud.boot_on("overcast-it-os-two", &both),
+    );
+    for name in ["overcast-it-os-one", "overcast-it-os-two"] {
+        nodes
+            .create(&PostParams::default(), &node(name))
+            .await
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let conf = cloud_conf(&cloud.env, dir.path());
+    let _ccm = ccm(&kubeconfig, &conf, "overcast-it-os-ccm");
+
+    let got = wait("both nodes initialized", 60, async || {
+        let a = nodes.get("overcast-it-os-one").await.ok()?;
+        let b = nodes.get("overcast-it-os-two").await.ok()?;
+        let done = |n: &Node| !tainted(n, "node.cloudprovider.kubernetes.io/uninitialized");
+        (done(&a) && done(&b)).then_some((a, b))
+    })
+    .await;
+    for (n, id) in [(&got.0, &one), (&got.1, &two)] {
+        assert_eq!(
+            n.spec.as_ref().unwrap().provider_id.as_deref(),
+            Some(format!("openstack:///{id}").as_str())
+        );
+        let labels = n.metadata.labels.as_ref().expect("labels");
+        assert_eq!(labels["node.kubernetes.io/instance-type"], "m1.small");
+        assert_eq!(labels["topology.kubernetes.io/zone"], "nova");
+        assert_eq!(
+            labels["topology.kubernetes.io/region"],
+            cloud.env["OS_REGION_NAME"]
+        );
+    }
+    assert_eq!(internal_ips(&got.0), fixed_ips(&cloud, &one).await);
+    let two_ips = fixed_ips(&cloud, &two).await;
+    assert_eq!(two_ips.len(), 2, "two NICs: {two_ips:?}");
+    assert!(two_ips[1].starts_with("10.77.0."), "{two_ips:?}");
+    assert_eq!(
+        internal_ips(&got.1),
+        two_ips,
+        "the boot NIC's address first"
+    );
+    // Several syncs later the two-NIC node's first InternalIP is still the same.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let later = nodes.get("overcast-it-os-two").await.unwrap();
+    assert_eq!(internal_ips(&later), two_ips, "stable across syncs");
+
+    // Stopped: the NotReady node is tainted shut down; started: the taint goes.
+    server_action(&cloud, &one, "os-stop", "SHUTOFF").await;
+    wait("the shutdown taint", 60, async || {
+        tainted(&nodes.get("overcast-it-os-one").await.ok()?, SHUTDOWN_TAINT).then_some(())
+    })
+    .await;
+    server_action(&cloud, &one, "os-start", "ACTIVE").await;
+    wait("the shutdown taint removed", 60, async || {
+        (!tainted(&nodes.get("overcast-it-os-one").await.ok()?, SHUTDOWN_TAINT)).then_some(())
+    })
+    .await;
+
+    // Deleted: its NotReady node goes.
+    cloud.delete_server(&two).await;
+    wait("the node of the deleted server deleted", 60, async || {
+        nodes
+            .get_opt("overcast-it-os-two")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(nodes.get_opt("overcast-it-os-one").await.unwrap().is_some());
+    delete_nodes(&nodes, "overcast-it-os-").await;
+    cloud.delete_server(&one).await;
+}
+
+/// Keystone's admin API, by curl (the tests' own calls, not the provider's).
+struct Keystone {
+    url: String,
+    token: String,
+}
+
+impl Keystone {
+    async fn new(cloud: &Cloud) -> Self {
+        let session = cloud.os.session().await.expect("token");
+        Self {
+            url: cloud.env["OS_AUTH_URL"].trim_end_matches('/').to_owned(),
+            token: session.token().to_str().unwrap().to_owned(),
+        }
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "-X", method, "-H"])
+            .arg(format!("X-Auth-Token: {}", self.token))
+            .args(["-H", "Content-Type: application/json"])
+            .arg(format!("{}{path}", self.url));
+        if let Some(b) = body {
+            cmd.args(["-d", &b.to_string()]);
+        }
+        let out = cmd.output().expect("curl");
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    }
+
+    /// The public URL of `kind` in the simulator's own region.
+    fn endpoint(&self, kind: &str, region: &str) -> (String, String) {
+        let svc = self.call("GET", &format!("/services?type={kind}"), None);
+        let id = svc["services"][0]["id"].as_str().expect(kind).to_owned();
+        let eps = self.call(
+            "GET",
+            &format!("/endpoints?service_id={id}&interface=public&region_id={region}"),
+            None,
+        );
+        let url = eps["endpoints"][0]["url"].as_str().expect("url").to_owned();
+        (id, url)
+    }
+
+    /// Removes the test region and its endpoints (an earlier run's too).
+    fn drop_region(&self) {
+        let eps = self.call(
+            "GET",
+            &format!("/endpoints?region_id={FAULTY_REGION}"),
+            None,
+        );
+        for e in eps["endpoints"].as_array().into_iter().flatten() {
+            if let Some(id) = e["id"].as_str() {
+                self.call("DELETE", &format!("/endpoints/{id}"), None);
+            }
+        }
+        self.call("DELETE", &format!("/regions/{FAULTY_REGION}"), None);
+    }
+
+    /// A region whose compute endpoint is `front` (in front of the real Nova) and whose
+    /// network endpoint is the real Neutron.
+    fn faulty_region(&self, home: &str, front: &FaultyFront) {
+        self.drop_region();
+        self.call(
+            "POST",
+            "/regions",
+            Some(json!({"region": {"id": FAULTY_REGION}})),
+        );
+        let (compute, nova) = self.endpoint("compute", home);
+        let (network, neutron) = self.endpoint("network", home);
+        let nova: http::Uri = nova.parse().unwrap();
+        let via_front = format!(
+            "http://{}{}",
+            front.addr,
+            nova.path_and_query().map(|p| p.as_str()).unwrap_or("")
+        );
+        for (service, url) in [(compute, via_front), (network, neutron)] {
+            self.call(
+                "POST",
+                "/endpoints",
+                Some(json!({"endpoint": {"service_id": service, "interface": "public", "region_id": FAULTY_REGION, "url": url}})),
+            );
+        }
+    }
+}
+
+/// Nova's answers made wrong in front of it, and Keystone hanging: no node is deleted on
+/// any of them — not even the one node of a cluster whose server list came back empty
+/// (the deletion guard lets a one-node cluster lose its node; the provider refuses an
+/// empty list after a full one). Then the server really deleted: the node goes, so the
+/// same node could have been deleted all along.
+#[tokio::test]
+async fn a_wrong_or_missing_answer_from_nova_or_keystone_deletes_no_node() {
+    let _turn = CLOUD.lock().await;
+    let Some(cloud) = Cloud::new() else {
+        return;
+    };
+    let Some(kubeconfig) = kubeconfig() else {
+        return;
+    };
+    cloud.sweep().await;
+    let nodes: Api<Node> = Api::all(overcast_integration::real::client(&kubeconfig).await);
+    delete_nodes(&nodes, "overcast-it-os-").await;
+    let lone = cloud.boot("overcast-it-os-lone").await;
+    nodes
+        .create(&PostParams::default(), &node("overcast-it-os-lone"))
+        .await
+        .unwrap();
+
+    let keystone = Keystone::new(&cloud).await;
+    let (_, nova_url) = keystone.endpoint("compute", &cloud.env["OS_REGION_NAME"]);
+    let nova: http::Uri = nova_url.parse().unwrap();
+    let upstream = format!("{}:{}", nova.host().unwrap(), nova.port_u16().unwrap_or(80))
+        .parse()
+        .expect("Nova's address");
+    let front = FaultyFront::start(upstream).await;
+    keystone.faulty_region(&cloud.env["OS_REGION_NAME"], &front);
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("cloud.conf");
+    let home = std::fs::read_to_string(cloud_conf(&cloud.env, dir.path())).unwrap();
+    std::fs::write(
+        &conf,
+        home.replace(
+            &format!("region = {}", cloud.env["OS_REGION_NAME"]),
+            &format!("region = {FAULTY_REGION}"),
+        ),
+    )
+    .unwrap();
+    let exists = async || {
+        nodes
+            .get_opt("overcast-it-os-lone")
+            .await
+            .unwrap()
+            .is_some()
+    };
+
+    let mut ccm_proc = ccm(&kubeconfig, &conf, "overcast-it-os-faulty");
+    wait("the node initialized through the front", 60, async || {
+        let n = nodes.get("overcast-it-os-lone").await.ok()?;
+        (n.spec?.provider_id? == format!("openstack:///{lone}")).then_some(())
+    })
+    .await;
+    for (what, fault) in [
+        ("an empty server list", Fault::json(json!({"servers": []}))),
+        ("a 503 page", Fault::unavailable()),
+        ("an HTML page with 200", Fault::html_page()),
+    ] {
+        let before = front.faulted();
+        front.set(fault);
+        // Three syncs' worth, each of which met the fault.
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        assert!(front.faulted() > before, "{what}: the ccm asked Nova");
+        assert!(exists().await, "{what}: the node is still there");
+    }
+    front.set(Fault::Pass);
+
+    // Keystone hangs (paused) under a new ccm, which holds no token yet (a lease of its
+    // own: the first ccm's, never released by a kill, would keep it from leading).
+    drop(ccm_proc);
+    {
+        let _paused = Paused::new(service_group(&cloud, "keystone"));
+        ccm_proc = ccm(&kubeconfig, &conf, "overcast-it-os-faulty-2");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(exists().await, "Keystone hanging: the node is still there");
+    }
+
+    // The server really gone: the same node is deleted.
+    cloud.delete_server(&lone).await;
+    wait(
+        "the node deleted once its server is gone",
+        120,
+        async || {
+            nodes
+                .get_opt("overcast-it-os-lone")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    drop(ccm_proc);
+    keystone.drop_region();
+}
