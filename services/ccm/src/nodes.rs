@@ -394,14 +394,20 @@ impl NodeSync<'_> {
 
     async fn initialize(&self, node: &Node, instance: &Instance) -> Result<()> {
         let name = node.name_any();
+        // As the upstream cloud-node controller: an empty value (a cloud without regions,
+        // a flavor name that is no label value) is no label at all.
         let mut labels = BTreeMap::new();
-        labels.insert(INSTANCE_TYPE, instance.instance_type.clone());
-        labels.insert(BETA_INSTANCE_TYPE, instance.instance_type.clone());
+        let mut put = |keys: [&'static str; 2], value: &str| {
+            if !value.is_empty() {
+                for k in keys {
+                    labels.insert(k, value.to_owned());
+                }
+            }
+        };
+        put([INSTANCE_TYPE, BETA_INSTANCE_TYPE], &instance.instance_type);
         if let Some(z) = &instance.zone {
-            labels.insert(ZONE, z.zone.clone());
-            labels.insert(BETA_ZONE, z.zone.clone());
-            labels.insert(REGION, z.region.clone());
-            labels.insert(BETA_REGION, z.region.clone());
+            put([ZONE, BETA_ZONE], &z.zone);
+            put([REGION, BETA_REGION], &z.region);
         }
         let remaining: Vec<Taint> = taints(node)
             .into_iter()

@@ -187,7 +187,9 @@ impl NovaInstances {
         if let Some(name) = flavor.original_name.as_deref().filter(|n| valid_label(n)) {
             return Ok(name.to_owned());
         }
-        let Some(id) = flavor.id.as_deref().or(flavor.original_name.as_deref()) else {
+        // Embedded flavors (2.47+) carry no id: a name that is no label value leaves the
+        // node without an instance type (OCCM fails the node's metadata instead).
+        let Some(id) = flavor.id.as_deref() else {
             return Ok(String::new());
         };
         if let Some(name) = self.flavors.lock().await.get(id) {
@@ -218,12 +220,16 @@ impl NovaInstances {
                 // OCCM: the name when it is a valid label value, else the id.
                 if valid_label(&name) {
                     name
-                } else {
+                } else if valid_label(id) {
                     id.to_owned()
+                } else {
+                    String::new()
                 }
             }
-            // A flavor deleted since the server was made: its id is all there is.
-            404 => id.to_owned(),
+            // A flavor deleted since the server was made: its id is all there is (when it
+            // can be a label value).
+            404 if valid_label(id) => id.to_owned(),
+            404 => String::new(),
             _ => {
                 return Err(overcast_cloud_http::status_error(
                     "openstack",

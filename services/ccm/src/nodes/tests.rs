@@ -157,6 +157,32 @@ async fn an_uninitialized_node_gets_its_identity_and_loses_the_taint() {
     assert_eq!(cloud.calls.load(Ordering::SeqCst), 1);
 }
 
+/// An empty instance type or region (a cloud without regions, a flavor whose name is no
+/// label value) writes no label, as the upstream cloud-node controller.
+#[tokio::test]
+async fn empty_identity_values_are_no_labels() {
+    let mut i = instance("n1", InstanceState::Running);
+    i.instance_type = String::new();
+    i.zone = Some(Zone {
+        region: String::new(),
+        zone: "z1".into(),
+    });
+    let cloud = FakeCloud::with(vec![i]);
+    let n = node("n1", &[UNINITIALIZED_TAINT], true, None);
+    let calls = vec![
+        Call::new("PATCH", "/api/v1/nodes/n1", node_json("n1")).checking(|b| {
+            assert_eq!(
+                b["metadata"]["labels"],
+                json!({ZONE: "z1", "failure-domain.beta.kubernetes.io/zone": "z1"})
+            );
+        }),
+        Call::new("PATCH", "/api/v1/nodes/n1/status", node_json("n1")),
+    ];
+    let (report, served) = run(&cloud, vec![n], calls, ALL).await;
+    assert_eq!(report.unwrap().initialized, 1);
+    assert_eq!(served, 2);
+}
+
 #[tokio::test]
 async fn a_cloud_error_touches_no_node() {
     let cloud = FakeCloud::with(vec![]);
