@@ -132,25 +132,9 @@ async fn main() {
         );
         return;
     };
-    let env: BTreeMap<String, String> = std::fs::read_to_string(&openrc)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.strip_prefix("export "))
-        .flat_map(|l| l.split_whitespace())
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.trim_matches('"').to_owned()))
-        .collect();
+    let env = overcast_integration::ossim::openrc(&openrc);
     let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("cloud.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "[Global]\nauth-url={}\nusername={}\npassword={}\nuser-domain-id={}\nproject-name={}\nproject-domain-id={}\nregion={}\n",
-            env["OS_AUTH_URL"], env["OS_USERNAME"], env["OS_PASSWORD"], env["OS_USER_DOMAIN_ID"],
-            env["OS_PROJECT_NAME"], env["OS_PROJECT_DOMAIN_ID"], env["OS_REGION_NAME"]
-        ),
-    )
-    .unwrap();
+    let conf = overcast_integration::ossim::cloud_conf(&env, dir.path());
     let config = Config::load(Some(&conf)).unwrap();
     let metrics = Arc::new(ApiMetrics::unregistered());
     let os = overcast_cloud_openstack::connect(&config, Some(Arc::clone(&metrics))).unwrap();

@@ -155,6 +155,21 @@ fn claim_json(name: &str) -> PersistentVolumeClaim {
     .unwrap()
 }
 
+/// A claim and a pod that mounts it, both named `name`.
+async fn claim_and_pod(claims: &Api<PersistentVolumeClaim>, pods: &Api<Pod>, name: &str) {
+    let pp = PostParams::default();
+    claims.create(&pp, &claim_json(name)).await.unwrap();
+    pods.create(
+        &pp,
+        &pod_json(
+            name,
+            json!({"name": "data", "persistentVolumeClaim": {"claimName": name}}),
+        ),
+    )
+    .await
+    .unwrap();
+}
+
 fn since(a: SystemTime, b: SystemTime) -> Duration {
     b.duration_since(a).unwrap_or_default()
 }
@@ -286,16 +301,7 @@ async fn main() {
     for i in 0..rounds {
         let name = format!("vol-{i}");
         let t0 = SystemTime::now();
-        claims.create(&pp, &claim_json(&name)).await.unwrap();
-        pods.create(
-            &pp,
-            &pod_json(
-                &name,
-                json!({"name": "data", "persistentVolumeClaim": {"claimName": name}}),
-            ),
-        )
-        .await
-        .unwrap();
+        claim_and_pod(&claims, &pods, &name).await;
         let running = seen_at(&seen, &format!("pod-running/{name}"), limit).await;
         let bound = seen_at(&seen, &format!("pvc-bound/{name}"), limit).await;
         let pv = pv_of(&seen, &name).expect("the claim's PV once Bound");
@@ -328,16 +334,7 @@ async fn main() {
     let idle_kib = node_plugin_rss_kib();
     for i in 0..rounds {
         let name = format!("many-{i}");
-        claims.create(&pp, &claim_json(&name)).await.unwrap();
-        pods.create(
-            &pp,
-            &pod_json(
-                &name,
-                json!({"name": "data", "persistentVolumeClaim": {"claimName": name}}),
-            ),
-        )
-        .await
-        .unwrap();
+        claim_and_pod(&claims, &pods, &name).await;
     }
     for i in 0..rounds {
         seen_at(

@@ -21,6 +21,7 @@ pub mod faulty_front;
 pub mod kubelet;
 pub mod kustomize;
 pub mod manifests;
+pub mod ossim;
 pub mod real;
 pub mod real_node;
 pub mod zvirt_sim;

@@ -172,18 +172,23 @@ async fn delete_nodes(nodes: &Api<Node>, prefix: &str) {
     }
 }
 
-#[tokio::test]
-async fn the_ccm_initializes_nodes_from_nova_and_follows_their_servers() {
-    let _turn = CLOUD.lock().await;
-    let Some(cloud) = Cloud::new() else {
-        return;
-    };
-    let Some(kubeconfig) = kubeconfig() else {
-        return;
-    };
+/// The cloud and the cluster, what an earlier run left of ours removed from both; `None`
+/// (said SKIPPED) without either.
+async fn setup() -> Option<(Cloud, String, Api<Node>)> {
+    let cloud = Cloud::new()?;
+    let kubeconfig = kubeconfig()?;
     cloud.sweep().await;
     let nodes: Api<Node> = Api::all(overcast_integration::real::client(&kubeconfig).await);
     delete_nodes(&nodes, "overcast-it-os-").await;
+    Some((cloud, kubeconfig, nodes))
+}
+
+#[tokio::test]
+async fn the_ccm_initializes_nodes_from_nova_and_follows_their_servers() {
+    let _turn = CLOUD.lock().await;
+    let Some((cloud, kubeconfig, nodes)) = setup().await else {
+        return;
+    };
     let net2 = network(&cloud, "overcast-it-net2", "10.77.0.0/24").await;
     let net1 = cloud.env["OSSIM_NET_ID"].clone();
     let both = [net1.clone(), net2];
@@ -354,15 +359,9 @@ impl Keystone {
 #[tokio::test]
 async fn a_wrong_or_missing_answer_from_nova_or_keystone_deletes_no_node() {
     let _turn = CLOUD.lock().await;
-    let Some(cloud) = Cloud::new() else {
+    let Some((cloud, kubeconfig, nodes)) = setup().await else {
         return;
     };
-    let Some(kubeconfig) = kubeconfig() else {
-        return;
-    };
-    cloud.sweep().await;
-    let nodes: Api<Node> = Api::all(overcast_integration::real::client(&kubeconfig).await);
-    delete_nodes(&nodes, "overcast-it-os-").await;
     let lone = cloud.boot("overcast-it-os-lone").await;
     nodes
         .create(&PostParams::default(), &node("overcast-it-os-lone"))

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use super::ENV;
 
-/// The `export K=V …` lines of the sim's openrc.
+/// The sim's openrc, from the path `ENV` names; `None` (said SKIPPED) without it.
 pub fn openrc() -> Option<BTreeMap<String, String>> {
     let Ok(path) = std::env::var(ENV) else {
         overcast_integration::say_skipped(&format!(
@@ -24,38 +24,10 @@ pub fn openrc() -> Option<BTreeMap<String, String>> {
         ));
         return None;
     };
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    Some(
-        text.lines()
-            .filter_map(|l| l.strip_prefix("export "))
-            .flat_map(|l| l.split_whitespace())
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.trim_matches('"').to_owned()))
-            .collect(),
-    )
+    Some(overcast_integration::ossim::openrc(&path))
 }
 
-/// A cloud.conf as an operator writes it for this cloud (OCCM's format).
-pub fn cloud_conf(env: &BTreeMap<String, String>, dir: &std::path::Path) -> std::path::PathBuf {
-    let path = dir.join("cloud.conf");
-    std::fs::write(
-        &path,
-        format!(
-            "[Global]\nauth-url = {}\nusername = {}\npassword = {}\nuser-domain-id = {}\n\
-             project-name = {}\nproject-domain-id = {}\nregion = {}\n\
-             [BlockStorage]\nnode-volume-attach-limit = 60\n",
-            env["OS_AUTH_URL"],
-            env["OS_USERNAME"],
-            env["OS_PASSWORD"],
-            env["OS_USER_DOMAIN_ID"],
-            env["OS_PROJECT_NAME"],
-            env["OS_PROJECT_DOMAIN_ID"],
-            env["OS_REGION_NAME"],
-        ),
-    )
-    .unwrap();
-    path
-}
+pub use overcast_integration::ossim::cloud_conf;
 
 pub struct Cloud {
     pub os: Arc<OpenStack>,
