@@ -45,7 +45,7 @@ struct Server {
     #[serde(default)]
     flavor: Flavor,
     #[serde(default)]
-    addresses: BTreeMap<String, Vec<ServerAddress>>,
+    addresses: OrderedAddresses,
     #[serde(rename = "accessIPv4", default)]
     access_ipv4: Option<String>,
     #[serde(rename = "accessIPv6", default)]
@@ -78,11 +78,90 @@ struct Port {
     fixed_ips: Vec<FixedIp>,
     #[serde(default)]
     created_at: Option<String>,
+    #[serde(default)]
+    mac_address: String,
 }
 
 #[derive(Debug, Deserialize)]
 struct FixedIp {
     ip_address: String,
+}
+
+/// A server's `addresses` in the order Nova wrote them, which is its VIFs' order: Nova
+/// builds the map from the instance's network info one VIF after another and keeps that
+/// order (`nova/api/openstack/common.py`, `get_networks_for_instance_from_nw_info`, an
+/// OrderedDict), each address carrying its VIF's MAC. A map type would lose it.
+#[derive(Debug, Default)]
+struct OrderedAddresses(Vec<(String, Vec<ServerAddress>)>);
+
+impl<'de> Deserialize<'de> for OrderedAddresses {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = OrderedAddresses;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of network names to addresses")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    out.push(entry);
+                }
+                Ok(OrderedAddresses(out))
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+                Ok(OrderedAddresses::default())
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+impl OrderedAddresses {
+    /// The VIFs' MACs, first NIC first.
+    fn macs(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for mac in self
+            .0
+            .iter()
+            .flat_map(|(_, l)| l)
+            .filter_map(|a| a.mac.as_deref())
+        {
+            if !out.contains(&mac) {
+                out.push(mac);
+            }
+        }
+        out
+    }
+}
+
+/// A server's ports in its NICs' order (the order Nova lists their MACs), so the first
+/// InternalIP is the boot NIC's and the same on every sync; ports Nova does not show yet
+/// after them, by creation time and id (Neutron's timestamps have whole seconds: the
+/// ports of one boot often tie).
+fn in_nic_order(ports: &mut [&Port], addresses: &OrderedAddresses) {
+    let macs = addresses.macs();
+    ports.sort_by_key(|p| {
+        (
+            macs.iter()
+                .position(|m| m.eq_ignore_ascii_case(&p.mac_address))
+                .unwrap_or(usize::MAX),
+            p.created_at.clone(),
+            p.id.clone(),
+        )
+    });
+}
+
+/// One page of a listing: Nova's servers or Neutron's ports, and the links to the next.
+#[derive(Debug, Deserialize)]
+struct Page<T> {
+    #[serde(alias = "servers", alias = "ports")]
+    items: Option<Vec<T>>,
+    #[serde(alias = "servers_links", alias = "ports_links", default)]
+    links: Vec<Link>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -160,17 +239,12 @@ impl NovaInstances {
             if resp.status.as_u16() != 200 {
                 return Err(overcast_cloud_http::status_error("openstack", name, &resp));
             }
-            let mut doc: serde_json::Map<String, serde_json::Value> = json(name, &resp)?;
-            let items = doc.remove(key).ok_or_else(|| {
+            // Straight from the bytes: a `serde_json::Value` on the way would sort the
+            // keys of every object, and a server's `addresses` keeps its NICs' order.
+            let Page { items, links } = json::<Page<T>>(name, &resp)?;
+            let page = items.ok_or_else(|| {
                 CloudError::Unavailable(format!("openstack: {name}: the answer has no {key:?}"))
             })?;
-            let page: Vec<T> = serde_json::from_value(items).map_err(|e| {
-                CloudError::Unavailable(format!("openstack: {name}: an answer we cannot read: {e}"))
-            })?;
-            let links: Vec<Link> = doc
-                .remove(&format!("{key}_links"))
-                .and_then(|l| serde_json::from_value(l).ok())
-                .unwrap_or_default();
             let next = links.iter().any(|l| l.rel == "next");
             let last = page.last().map(|t| id(t).to_owned());
             out.extend(page);
@@ -280,6 +354,7 @@ impl Instances for NovaInstances {
             "status",
             "fixed_ips",
             "created_at",
+            "mac_address",
         ]
         .map(|f| format!("fields={f}"))
         .join("&");
@@ -299,29 +374,26 @@ impl Instances for NovaInstances {
                 by_server.entry(p.device_id.as_str()).or_default().push(p);
             }
         }
-        // A stable order, so the first InternalIP is the same on every sync: the port
-        // made first (the one the server booted with) first, then by id.
-        for list in by_server.values_mut() {
-            list.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
-        }
         let mut out = Vec::with_capacity(servers.len());
         for s in &servers {
             if s.status == "DELETED" {
                 continue;
             }
-            let port_ips = by_server
-                .get(s.id.as_str())
-                .into_iter()
-                .flatten()
+            let mut ports = by_server.remove(s.id.as_str()).unwrap_or_default();
+            in_nic_order(&mut ports, &s.addresses);
+            let port_ips = ports
+                .iter()
                 .filter(|p| p.status == "ACTIVE")
                 .flat_map(|p| p.fixed_ips.iter().map(|ip| ip.ip_address.as_str()))
                 .collect();
+            let by_name: BTreeMap<String, Vec<ServerAddress>> =
+                s.addresses.0.iter().cloned().collect();
             let src = AddressSource {
                 port_ips,
                 access_ipv4: s.access_ipv4.as_deref(),
                 access_ipv6: s.access_ipv6.as_deref(),
                 hostname: s.metadata.get("hostname").map(String::as_str),
-                addresses: Some(&s.addresses),
+                addresses: Some(&by_name),
             };
             let zone = s
                 .availability_zone
@@ -391,6 +463,42 @@ fn urlencoding(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Nova lists a server's networks in its NICs' order (not by name); ports made in the
+    /// same second come back from Neutron in any order: the NIC order wins.
+    #[test]
+    fn ports_follow_the_order_nova_lists_the_nics_in() {
+        // From the text, as from Nova (a `serde_json::Value` would sort the keys).
+        let server: Server = serde_json::from_str(
+            r#"{"id": "s", "name": "n", "addresses": {
+                "zeta": [{"addr": "10.9.0.5", "OS-EXT-IPS:type": "fixed", "OS-EXT-IPS-MAC:mac_addr": "fa:16:3e:00:00:01"}],
+                "alpha": [{"addr": "10.1.0.5", "OS-EXT-IPS:type": "fixed", "OS-EXT-IPS-MAC:mac_addr": "fa:16:3e:00:00:02"}]
+            }}"#,
+        )
+        .unwrap();
+        let port = |id: &str, mac: &str, ip: &str| Port {
+            id: id.into(),
+            device_id: "s".into(),
+            device_owner: "compute:nova".into(),
+            status: "ACTIVE".into(),
+            fixed_ips: vec![FixedIp {
+                ip_address: ip.into(),
+            }],
+            created_at: Some("2026-11-24T22:00:00Z".into()),
+            mac_address: mac.into(),
+        };
+        let (a, b, c) = (
+            port("a", "FA:16:3E:00:00:02", "10.1.0.5"),
+            port("b", "fa:16:3e:00:00:01", "10.9.0.5"),
+            port("0-not-in-nova-yet", "fa:16:3e:00:00:03", "10.2.0.5"),
+        );
+        let mut ports = vec![&c, &a, &b];
+        in_nic_order(&mut ports, &server.addresses);
+        let ids: Vec<&str> = ports.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(ids, ["b", "a", "0-not-in-nova-yet"]);
+        let names: Vec<&str> = server.addresses.0.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["zeta", "alpha"], "the order as sent");
+    }
 
     #[test]
     fn zones_are_sanitized_as_occm_does() {

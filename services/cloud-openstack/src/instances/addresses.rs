@@ -24,6 +24,9 @@ pub struct ServerAddress {
     /// `fixed` or `floating`.
     #[serde(rename = "OS-EXT-IPS:type", default)]
     pub kind: Option<String>,
+    /// The MAC of the VIF it is on.
+    #[serde(rename = "OS-EXT-IPS-MAC:mac_addr", default)]
+    pub mac: Option<String>,
 }
 
 /// What of a server its addresses come from.
@@ -148,6 +151,7 @@ mod tests {
                         .map(|(addr, kind)| ServerAddress {
                             addr: addr.to_string(),
                             kind: Some(kind.to_string()),
+                            mac: None,
                         })
                         .collect(),
                 )
@@ -177,6 +181,7 @@ mod tests {
         let untyped = |a: &str| ServerAddress {
             addr: a.into(),
             kind: None,
+            mac: None,
         };
         addrs.get_mut("private").unwrap().push(untyped("10.0.0.31"));
         addrs.get_mut("public").unwrap().extend([
