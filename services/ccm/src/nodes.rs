@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress as K8sAddress, Taint};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Resource, ResourceExt};
-use overcast_cloud::instances::find;
+use overcast_cloud::instances::{ambiguous, find};
 use overcast_cloud::{Instance, InstanceState, Instances};
 use serde_json::json;
 
@@ -292,7 +292,10 @@ impl NodeSync<'_> {
             .collect();
         let missing: Vec<&&Node> = ours
             .iter()
-            .filter(|n| find(instances, &n.name_any(), provider_id(n)).is_none())
+            .filter(|n| {
+                find(instances, &n.name_any(), provider_id(n)).is_none()
+                    && !ambiguous(instances, &n.name_any(), provider_id(n))
+            })
             .collect();
         let gone = missing.iter().filter(|n| !ready(n)).count();
         match self
@@ -358,6 +361,10 @@ impl NodeSync<'_> {
         may_delete: bool,
     ) -> Result<Vec<Outcome>> {
         let name = node.name_any();
+        if ambiguous(instances, &name, provider_id(node)) {
+            tracing::warn!(node = %name, "several instances carry this node's name: not initialized, not deleted, until it has a providerID or the others are renamed");
+            return Ok(vec![Outcome::WaitingForInstance]);
+        }
         let instance = find(instances, &name, provider_id(node));
         if has_taint(node, UNINITIALIZED_TAINT) {
             if !self.parts.initialize {

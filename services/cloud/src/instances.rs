@@ -72,7 +72,8 @@ pub trait Instances: Send + Sync + 'static {
     async fn list_instances(&self) -> Result<Vec<Instance>>;
 }
 
-/// Finds the instance of a node: by providerID when the node has one, else by name.
+/// Finds the instance of a node: by providerID when the node has one, else by name —
+/// never one of several of that name (OCCM refuses those too): see [`ambiguous`].
 pub fn find<'a>(
     instances: &'a [Instance],
     node_name: &str,
@@ -80,6 +81,19 @@ pub fn find<'a>(
 ) -> Option<&'a Instance> {
     match provider_id.filter(|p| !p.is_empty()) {
         Some(pid) => instances.iter().find(|i| i.provider_id == pid),
+        None if ambiguous(instances, node_name, provider_id) => None,
         None => instances.iter().find(|i| i.node_name == node_name),
     }
+}
+
+/// Whether a node without a providerID shares its name with several instances (a
+/// leftover server of the same name): no identity can be given to it, and none is
+/// gone either — it is neither initialized nor deleted until a person tells them apart.
+pub fn ambiguous(instances: &[Instance], node_name: &str, provider_id: Option<&str>) -> bool {
+    provider_id.is_none_or(str::is_empty)
+        && instances
+            .iter()
+            .filter(|i| i.node_name == node_name)
+            .count()
+            > 1
 }

@@ -183,6 +183,23 @@ async fn empty_identity_values_are_no_labels() {
     assert_eq!(served, 2);
 }
 
+/// Two instances of one name (a leftover server): the node without a providerID gets
+/// neither identity, and is not deleted either — not even NotReady.
+#[tokio::test]
+async fn a_name_two_instances_carry_is_neither_initialized_nor_deleted() {
+    let mut other = instance("n1", InstanceState::Running);
+    other.provider_id = "fake://n1-leftover".into();
+    let cloud = FakeCloud::with(vec![instance("n1", InstanceState::Running), other]);
+    let nodes = vec![
+        node("n1", &[UNINITIALIZED_TAINT], true, None),
+        node("n1", &[], false, None),
+    ];
+    let (report, served) = run(&cloud, nodes, vec![], ALL).await;
+    let report = report.unwrap();
+    assert_eq!(report.initialized, 0);
+    assert_eq!(served, 0, "no patch, no deletion");
+}
+
 #[tokio::test]
 async fn a_cloud_error_touches_no_node() {
     let cloud = FakeCloud::with(vec![]);
