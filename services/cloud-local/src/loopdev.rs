@@ -88,9 +88,11 @@ pub fn backing_file(index: u32) -> Option<PathBuf> {
 /// shows `/disks/vol-….img`) — the backing file's device and inode. A path match alone
 /// let such a device go unseen: never detached, its file deleted under it.
 pub fn backs(index: u32, file: &Path) -> bool {
-    let Some(shown) = backing_file(index) else {
-        return false;
-    };
+    backing_file(index).is_some_and(|shown| shows(index, &shown, file))
+}
+
+/// [`backs`], for a device whose backing path sysfs has already shown as `shown`.
+fn shows(index: u32, shown: &Path, file: &Path) -> bool {
     if shown == file {
         return true;
     }
@@ -212,7 +214,7 @@ fn bind(device: &File, backing: &File, readonly: bool, label: &str) -> Result<()
 pub fn devices_backing(file: &Path) -> io::Result<Vec<u32>> {
     Ok(bound_devices()?
         .into_iter()
-        .filter(|(i, f)| f == file || backs(*i, file))
+        .filter(|(i, f)| shows(*i, f, file))
         .map(|(i, _)| i)
         .collect())
 }

@@ -144,7 +144,7 @@ impl OrderedAddresses {
 /// ports of one boot often tie).
 fn in_nic_order(ports: &mut [&Port], addresses: &OrderedAddresses) {
     let macs = addresses.macs();
-    ports.sort_by_key(|p| {
+    ports.sort_by_cached_key(|p| {
         (
             macs.iter()
                 .position(|m| m.eq_ignore_ascii_case(&p.mac_address))
@@ -175,7 +175,6 @@ pub struct NovaInstances {
     region: Option<String>,
     /// `OS_CCM_REGIONAL=true`: providerIDs carry the region.
     regional: bool,
-    page: usize,
     /// Flavor names by id, for servers listed below microversion 2.47.
     flavors: Mutex<HashMap<String, String>>,
     /// How many servers the last successful listing had.
@@ -194,16 +193,9 @@ impl NovaInstances {
             networking,
             region,
             regional,
-            page: PAGE,
             flavors: Mutex::new(HashMap::new()),
             last_count: AtomicUsize::new(0),
         }
-    }
-
-    /// Pages of `page` items (tests make them small to cross page boundaries).
-    pub fn with_page(mut self, page: usize) -> Self {
-        self.page = page.max(1);
-        self
     }
 
     pub fn provider_id(&self, server: &str) -> String {
@@ -228,9 +220,9 @@ impl NovaInstances {
         let mut marker: Option<String> = None;
         let sep = if path.contains('?') { '&' } else { '?' };
         loop {
-            let mut url = format!("{path}{sep}limit={}", self.page);
+            let mut url = format!("{path}{sep}limit={PAGE}");
             if let Some(m) = &marker {
-                url.push_str(&format!("&marker={m}"));
+                url.push_str(&format!("&marker={}", crate::volumes::encode(m)));
             }
             let resp = self
                 .os
@@ -275,7 +267,7 @@ impl NovaInstances {
                 Service::Compute,
                 "flavor_get",
                 Method::GET,
-                &format!("/flavors/{}", urlencoding(id)),
+                &format!("/flavors/{}", crate::volumes::encode(id)),
                 None,
                 Some(Microversion(2, 1)),
             )
@@ -447,17 +439,6 @@ fn sanitize_label(input: &str) -> String {
     }
     let trimmed = out.trim_matches(|c| matches!(c, '-' | '_' | '.'));
     trimmed.chars().take(63).collect()
-}
-
-fn urlencoding(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -383,8 +383,8 @@ pub fn is_uuid(s: &str) -> bool {
             || (s.len() == 36 && [8, 13, 18, 23].iter().all(|i| &s[*i..*i + 1] == "-")))
 }
 
-/// Percent-encodes a query value.
-fn encode(s: &str) -> String {
+/// Percent-encodes a query value or a path segment.
+pub(crate) fn encode(s: &str) -> String {
     let mut out = String::new();
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
