@@ -15,7 +15,7 @@ use kube::runtime::reflector;
 use kube::Api;
 use overcast_ccm::metrics::Metrics;
 use overcast_ccm::services::{self, ServiceSync};
-use overcast_cloud::{LoadBalancerSpec, LoadBalancerStatus, LoadBalancers};
+use overcast_cloud::{LoadBalancerRef, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers};
 use overcast_integration::real::{client, wait_for};
 use overcast_integration::say_skipped;
 use serde_json::json;
@@ -37,7 +37,7 @@ struct SlowLbs {
 impl LoadBalancers for SlowLbs {
     async fn get_load_balancer(
         &self,
-        _: &str,
+        _: &LoadBalancerRef,
     ) -> overcast_cloud::Result<Option<LoadBalancerStatus>> {
         Ok(None)
     }
@@ -50,13 +50,13 @@ impl LoadBalancers for SlowLbs {
         tokio::time::sleep(DELAY).await;
         self.running.fetch_sub(1, Ordering::SeqCst);
         self.ensured.fetch_add(1, Ordering::SeqCst);
-        let n = spec.service.bytes().map(u32::from).sum::<u32>() % 250;
+        let n = spec.service.name.bytes().map(u32::from).sum::<u32>() % 250;
         Ok(LoadBalancerStatus {
             ingress_ips: vec![format!("127.243.0.{}", n + 1)],
-            ingress_hostnames: vec![],
+            ..LoadBalancerStatus::default()
         })
     }
-    async fn delete_load_balancer(&self, _: &str) -> overcast_cloud::Result<()> {
+    async fn delete_load_balancer(&self, _: &LoadBalancerRef) -> overcast_cloud::Result<()> {
         Ok(())
     }
 }

@@ -1166,7 +1166,9 @@ async fn the_ccm_balances_through_a_parent_service_that_follows_the_endpoints() 
 /// (without the optional ClusterRole: instances then carry no zone, and say so once).
 #[tokio::test]
 async fn the_parent_rbac_manifest_is_all_the_provider_needs() {
-    use overcast_cloud::{Backend, Instances, LbPort, LoadBalancerSpec, LoadBalancers, Protocol};
+    use overcast_cloud::{
+        Backend, Instances, LbPort, LoadBalancerSpec, LoadBalancers, Protocol, ServiceRef,
+    };
     use overcast_cloud_dvp::DvpLoadBalancers;
     let _turn = PARENT.lock().await;
     let Some(world) = World::new("the DVP parent RBAC test", "rbac").await else {
@@ -1228,7 +1230,11 @@ async fn the_parent_rbac_manifest_is_all_the_provider_needs() {
     let lbs = DvpLoadBalancers::new(parent, Duration::from_secs(30));
     let spec = LoadBalancerSpec {
         name: "a0123456789abcdef0123456789abcde".into(),
-        service: "default/web".into(),
+        service: ServiceRef {
+            namespace: "default".into(),
+            name: "web".into(),
+            uid: "01234567-89ab-cdef-0123-456789abcdef".into(),
+        },
         ports: vec![LbPort {
             name: "http".into(),
             protocol: Protocol::Tcp,
@@ -1238,18 +1244,16 @@ async fn the_parent_rbac_manifest_is_all_the_provider_needs() {
         backends: vec![Backend {
             node: "worker-1".into(),
             address: "10.66.0.11".into(),
+            labels: BTreeMap::new(),
         }],
-        requested_ip: None,
-        local_traffic: false,
-        annotations: BTreeMap::new(),
-        class: None,
+        ..LoadBalancerSpec::default()
     };
     let status = lbs
         .ensure_load_balancer(&spec)
         .await
         .expect("ensure as the tenant");
     assert!(!status.ingress_ips.is_empty());
-    lbs.delete_load_balancer(&spec.name)
+    lbs.delete_load_balancer(&spec.reference())
         .await
         .expect("delete as the tenant");
     world.finish().await;

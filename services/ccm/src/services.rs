@@ -19,7 +19,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use overcast_cloud::{
-    Backend, LbPort, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers, Protocol,
+    Backend, LbPort, LoadBalancerRef, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers,
+    Protocol, ServiceRef,
 };
 use serde_json::json;
 use tokio::time::Instant;
@@ -88,6 +89,23 @@ pub fn balancer_name(svc: &Service) -> String {
     format!("a{uid}").chars().take(32).collect()
 }
 
+pub fn service_ref(svc: &Service) -> ServiceRef {
+    ServiceRef {
+        namespace: svc.namespace().unwrap_or_default(),
+        name: svc.name_any(),
+        uid: svc.uid().unwrap_or_default(),
+    }
+}
+
+/// What names the Service's balancer, also when its spec cannot be read.
+pub fn balancer_ref(svc: &Service) -> LoadBalancerRef {
+    LoadBalancerRef {
+        name: balancer_name(svc),
+        service: service_ref(svc),
+        annotations: svc.annotations().clone(),
+    }
+}
+
 /// Nodes traffic may go to: Ready, not excluded, not leaving; by their first InternalIP.
 pub fn backends(nodes: &[Arc<Node>]) -> Vec<Backend> {
     let mut out: Vec<Backend> = nodes
@@ -109,6 +127,7 @@ pub fn backends(nodes: &[Arc<Node>]) -> Vec<Backend> {
             Some(Backend {
                 node: n.name_any(),
                 address,
+                labels: n.labels().clone(),
             })
         })
         .collect();
@@ -237,7 +256,7 @@ impl ServiceSync {
         let current = serde_json::to_value(current).unwrap_or_default();
         let unchanged = lock(&self.ensured).get(&key).and_then(|e| {
             let fresh = e.at.elapsed() < self.resync;
-            (fresh && e.spec == spec && current == ingress(&e.status))
+            (fresh && e.spec == spec && same_ingress(&current, &ingress(&e.status)))
                 .then(|| self.resync.saturating_sub(e.at.elapsed()))
         });
         if let Some(left) = unchanged {
@@ -258,8 +277,23 @@ impl ServiceSync {
                 return Err(e.into());
             }
         };
+        let missing: serde_json::Map<String, serde_json::Value> = status
+            .annotations
+            .iter()
+            .filter(|(k, v)| svc.annotations().get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
+        if !missing.is_empty() {
+            let patch = json!({"metadata": {"annotations": missing}});
+            api.patch(
+                &svc.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        }
         let wanted = ingress(&status);
-        if current != wanted {
+        if !same_ingress(&current, &wanted) {
             let patch = json!({"status": {"loadBalancer": {"ingress": wanted}}});
             api.patch_status(
                 &svc.name_any(),
@@ -276,6 +310,8 @@ impl ServiceSync {
         if spec.requested_ip.is_none() {
             spec.requested_ip = status.ingress_ips.first().cloned();
         }
+        // Nor are the annotations the cloud asked us to record.
+        spec.annotations.extend(status.annotations.clone());
         lock(&self.ensured).insert(
             key,
             Ensured {
@@ -307,7 +343,7 @@ impl ServiceSync {
 
     async fn tear_down(&self, api: &Api<Service>, svc: &Service) -> Result<()> {
         self.metrics.cloud_call("delete_load_balancer");
-        self.cloud.delete_load_balancer(&balancer_name(svc)).await?;
+        self.cloud.delete_load_balancer(&balancer_ref(svc)).await?;
         lock(&self.ensured).remove(&service_key(svc));
         self.event(
             svc,
@@ -344,6 +380,7 @@ impl ServiceSync {
             let protocol = match p.protocol.as_deref().unwrap_or("TCP") {
                 "TCP" => Protocol::Tcp,
                 "UDP" => Protocol::Udp,
+                "SCTP" => Protocol::Sctp,
                 other => {
                     return Err(Error::Invalid(format!(
                         "protocol {other} is not supported by this cloud's balancers"
@@ -370,18 +407,22 @@ impl ServiceSync {
             .and_then(|l| l.ingress.as_ref())
             .and_then(|i| i.first())
             .and_then(|i| i.ip.clone());
+        let load_balancer_ip = spec.load_balancer_ip.clone().filter(|s| !s.is_empty());
         Ok(LoadBalancerSpec {
             name: balancer_name(svc),
-            service: format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any()),
+            service: service_ref(svc),
             ports,
             backends: Vec::new(),
             // Keep the address a restart found, or the one the user asked for.
-            requested_ip: spec
-                .load_balancer_ip
-                .clone()
-                .filter(|s| !s.is_empty())
-                .or(existing_ip),
+            requested_ip: load_balancer_ip.clone().or(existing_ip),
+            load_balancer_ip,
             local_traffic: spec.external_traffic_policy.as_deref() == Some("Local"),
+            health_check_node_port: spec
+                .health_check_node_port
+                .and_then(|p| u16::try_from(p).ok())
+                .filter(|p| *p > 0),
+            client_ip_affinity: spec.session_affinity.as_deref() == Some("ClientIP"),
+            source_ranges: spec.load_balancer_source_ranges.clone().unwrap_or_default(),
             annotations: svc.annotations().clone(),
             class: spec.load_balancer_class.clone(),
         })
@@ -409,12 +450,40 @@ mod tests;
 
 /// `status.loadBalancer.ingress` for a cloud's answer.
 fn ingress(status: &LoadBalancerStatus) -> serde_json::Value {
-    let ips = status.ingress_ips.iter().map(|ip| json!({"ip": ip}));
+    let ips = status.ingress_ips.iter().map(|ip| {
+        if status.proxy_ip_mode {
+            json!({"ip": ip, "ipMode": "Proxy"})
+        } else {
+            json!({"ip": ip})
+        }
+    });
     let names = status
         .ingress_hostnames
         .iter()
         .map(|h| json!({"hostname": h}));
     serde_json::Value::Array(ips.chain(names).collect())
+}
+
+/// Whether the Service's ingress already says what the cloud answered: the same
+/// addresses and names, and the same `ipMode` where the API server keeps that field
+/// (1.29+ fills it in; an older one drops it, and a comparison with it would patch on
+/// every pass).
+fn same_ingress(current: &serde_json::Value, wanted: &serde_json::Value) -> bool {
+    let entries = |v: &serde_json::Value| v.as_array().cloned().unwrap_or_default();
+    let (have, want) = (entries(current), entries(wanted));
+    let modes_kept = have.iter().any(|e| e.get("ipMode").is_some());
+    have.len() == want.len()
+        && have.iter().zip(&want).all(|(h, w)| {
+            let mode = |e: &serde_json::Value, ip: bool| match e.get("ipMode") {
+                Some(m) => m.clone(),
+                // The API server's default for an entry with an ip.
+                None if ip => json!("VIP"),
+                None => serde_json::Value::Null,
+            };
+            h.get("ip") == w.get("ip")
+                && h.get("hostname") == w.get("hostname")
+                && (!modes_kept || mode(h, h.get("ip").is_some()) == mode(w, w.get("ip").is_some()))
+        })
 }
 
 /// Removes our finalizer from a Service that is not being deleted (it stopped being a

@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use overcast_cloud::{
-    CloudError, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers, Protocol, Result,
+    CloudError, LoadBalancerRef, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers, Result,
 };
 use serde_json::json;
 
@@ -97,14 +97,14 @@ impl DvpLoadBalancers {
     }
 
     fn desired(&self, spec: &LoadBalancerSpec, key: &str) -> Service {
-        let (namespace, name) = spec.service.split_once('/').unwrap_or(("", &spec.service));
+        let (namespace, name) = (&spec.service.namespace, &spec.service.name);
         let ports: Vec<serde_json::Value> = spec
             .ports
             .iter()
             .map(|p| {
                 json!({
                     "name": p.name, "port": p.port, "targetPort": p.node_port,
-                    "protocol": match p.protocol { Protocol::Tcp => "TCP", Protocol::Udp => "UDP" },
+                    "protocol": p.protocol.as_str(),
                 })
             })
             .collect();
@@ -179,6 +179,7 @@ fn status_of(svc: &Service) -> LoadBalancerStatus {
     LoadBalancerStatus {
         ingress_ips: ingress.iter().filter_map(|i| i.ip.clone()).collect(),
         ingress_hostnames: ingress.iter().filter_map(|i| i.hostname.clone()).collect(),
+        ..LoadBalancerStatus::default()
     }
 }
 
@@ -194,7 +195,8 @@ fn is_ours(svc: &Service) -> bool {
 
 #[async_trait]
 impl LoadBalancers for DvpLoadBalancers {
-    async fn get_load_balancer(&self, name: &str) -> Result<Option<LoadBalancerStatus>> {
+    async fn get_load_balancer(&self, lb: &LoadBalancerRef) -> Result<Option<LoadBalancerStatus>> {
+        let name = lb.name.as_str();
         if !crate::disks::is_name(name) {
             return Ok(None);
         }
@@ -305,7 +307,8 @@ impl LoadBalancers for DvpLoadBalancers {
         }
     }
 
-    async fn delete_load_balancer(&self, name: &str) -> Result<()> {
+    async fn delete_load_balancer(&self, lb: &LoadBalancerRef) -> Result<()> {
+        let name = lb.name.as_str();
         if !crate::disks::is_name(name) {
             return Ok(());
         }

@@ -15,7 +15,7 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
 use overcast_cloud::load_balancers::{
-    Backend, LbPort, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers, Protocol,
+    Backend, LbPort, LoadBalancerRef, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers, Protocol,
 };
 use overcast_cloud::{CloudError, Result};
 
@@ -96,23 +96,29 @@ impl LocalLoadBalancers {
     fn status(ip: Ipv4Addr) -> LoadBalancerStatus {
         LoadBalancerStatus {
             ingress_ips: vec![ip.to_string()],
-            ingress_hostnames: vec![],
+            ..LoadBalancerStatus::default()
         }
     }
 }
 
 #[async_trait]
 impl LoadBalancers for LocalLoadBalancers {
-    async fn get_load_balancer(&self, name: &str) -> Result<Option<LoadBalancerStatus>> {
+    async fn get_load_balancer(&self, lb: &LoadBalancerRef) -> Result<Option<LoadBalancerStatus>> {
         Ok(self
             .balancers
             .lock()
             .await
-            .get(name)
+            .get(&lb.name)
             .map(|b| Self::status(b.ip)))
     }
 
     async fn ensure_load_balancer(&self, spec: &LoadBalancerSpec) -> Result<LoadBalancerStatus> {
+        if let Some(p) = spec.ports.iter().find(|p| p.protocol == Protocol::Sctp) {
+            return Err(CloudError::InvalidArgument(format!(
+                "port {}: the local cloud's balancers carry TCP and UDP, not SCTP",
+                p.port
+            )));
+        }
         let mut balancers = self.balancers.lock().await;
         if let Some(b) = balancers.get_mut(&spec.name) {
             *b.backends.write().unwrap_or_else(|p| p.into_inner()) = spec.backends.clone();
@@ -163,9 +169,9 @@ impl LoadBalancers for LocalLoadBalancers {
         Ok(Self::status(ip))
     }
 
-    async fn delete_load_balancer(&self, name: &str) -> Result<()> {
-        if self.balancers.lock().await.remove(name).is_some() {
-            tracing::info!(balancer = %name, "load balancer removed");
+    async fn delete_load_balancer(&self, lb: &LoadBalancerRef) -> Result<()> {
+        if self.balancers.lock().await.remove(&lb.name).is_some() {
+            tracing::info!(balancer = %lb.name, service = %lb.service, "load balancer removed");
         }
         Ok(())
     }
@@ -198,6 +204,8 @@ async fn listen(
                     Arc::clone(&next),
                 ))
             }),
+            // Refused in ensure_load_balancer, before anything is bound.
+            Protocol::Sctp => Err(std::io::Error::from(std::io::ErrorKind::Unsupported)),
         };
         match bound {
             Ok(task) => tasks.push(task),

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use overcast_cloud::{Backend, LbPort, LoadBalancerSpec, LoadBalancers, Protocol};
+use overcast_cloud::{Backend, LbPort, LoadBalancerSpec, LoadBalancers, Protocol, ServiceRef};
 use overcast_cloud_local::lb::{LocalLoadBalancers, Pool};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -75,10 +75,15 @@ async fn tcp_and_udp_reach_the_current_backends_node_ports() {
     let backend = |n: &str, a: &str| Backend {
         node: n.into(),
         address: a.into(),
+        labels: Default::default(),
     };
     let mut spec = LoadBalancerSpec {
         name: "a0000000-svc".into(),
-        service: "default/echo".into(),
+        service: ServiceRef {
+            namespace: "default".into(),
+            name: "echo".into(),
+            uid: "a0000000-0000-0000-0000-000000000000".into(),
+        },
         ports: vec![
             LbPort {
                 name: "tcp".into(),
@@ -97,10 +102,7 @@ async fn tcp_and_udp_reach_the_current_backends_node_ports() {
             backend("node-a", "127.0.0.1"),
             backend("node-b", "127.0.0.2"),
         ],
-        requested_ip: None,
-        local_traffic: false,
-        annotations: Default::default(),
-        class: None,
+        ..LoadBalancerSpec::default()
     };
     let status = lbs.ensure_load_balancer(&spec).await.unwrap();
     assert_eq!(status.ingress_ips, vec!["127.241.0.1".to_owned()]);
@@ -139,8 +141,8 @@ async fn tcp_and_udp_reach_the_current_backends_node_ports() {
     };
     let ports_taken = lbs.ensure_load_balancer(&other).await.unwrap();
     assert_eq!(ports_taken.ingress_ips, vec!["127.241.0.2".to_owned()]);
-    lbs.delete_load_balancer(&spec.name).await.unwrap();
-    lbs.delete_load_balancer(&spec.name)
+    lbs.delete_load_balancer(&spec.reference()).await.unwrap();
+    lbs.delete_load_balancer(&spec.reference())
         .await
         .expect("deleting twice is fine");
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -148,7 +150,11 @@ async fn tcp_and_udp_reach_the_current_backends_node_ports() {
         tcp_ask(tcp, "gone").await.is_err(),
         "a deleted balancer no longer listens"
     );
-    assert!(lbs.get_load_balancer(&spec.name).await.unwrap().is_none());
+    assert!(lbs
+        .get_load_balancer(&spec.reference())
+        .await
+        .unwrap()
+        .is_none());
     let requested = LoadBalancerSpec {
         name: "c".into(),
         requested_ip: Some("127.241.0.2".into()),

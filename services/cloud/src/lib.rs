@@ -27,7 +27,8 @@ pub use disks::{Attachment, Disk, DiskCondition, DiskSpec, Disks, Zone};
 pub use error::{CloudError, Result};
 pub use instances::{AddressType, Instance, InstanceState, Instances, NodeAddress};
 pub use load_balancers::{
-    Backend, LbPort, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers, Protocol, Route, Routes,
+    Backend, LbPort, LoadBalancerRef, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers,
+    Protocol, Route, Routes, ServiceRef,
 };
 pub use name::CloudName;
 pub use publish::PublishContext;

@@ -5,7 +5,9 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::Client;
-use overcast_cloud::{CloudError, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers};
+use overcast_cloud::{
+    CloudError, LoadBalancerRef, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers,
+};
 use serde_json::{json, Value};
 
 use super::*;
@@ -22,7 +24,7 @@ struct FakeLbs {
 impl LoadBalancers for FakeLbs {
     async fn get_load_balancer(
         &self,
-        _: &str,
+        _: &LoadBalancerRef,
     ) -> overcast_cloud::Result<Option<LoadBalancerStatus>> {
         Ok(None)
     }
@@ -36,11 +38,11 @@ impl LoadBalancers for FakeLbs {
         self.ensured.lock().unwrap().push(spec.clone());
         Ok(LoadBalancerStatus {
             ingress_ips: vec!["127.240.0.1".into()],
-            ingress_hostnames: vec![],
+            ..LoadBalancerStatus::default()
         })
     }
-    async fn delete_load_balancer(&self, name: &str) -> overcast_cloud::Result<()> {
-        self.deleted.lock().unwrap().push(name.into());
+    async fn delete_load_balancer(&self, lb: &LoadBalancerRef) -> overcast_cloud::Result<()> {
+        self.deleted.lock().unwrap().push(lb.name.clone());
         Ok(())
     }
 }
@@ -206,7 +208,8 @@ async fn a_new_load_balancer_service_gets_the_finalizer_first_then_balancer_ingr
     assert_eq!(served, 2);
     let ensured = lbs.ensured.lock().unwrap();
     assert_eq!(ensured[0].name, "a0a1b2c3d4e5f6789abcdef012345678");
-    assert_eq!(ensured[0].service, "shop/web");
+    assert_eq!(ensured[0].service.to_string(), "shop/web");
+    assert_eq!(ensured[0].service.uid, UID);
     assert_eq!(ensured[0].ports.len(), 2);
     assert_eq!(ensured[0].ports[1].protocol, Protocol::Udp);
     assert_eq!(ensured[0].ports[1].node_port, 30053);
