@@ -8,8 +8,10 @@ use overcast_cloud::config::{read_ini, unknown_keys, IniSection, ANY_KEY};
 use overcast_cloud::ConfigError;
 
 mod clouds_yaml;
+mod load_balancer;
 
 use clouds_yaml::clouds_values;
+pub use load_balancer::{parse_go_duration, LbClass, LoadBalancerOpts};
 
 const CLOUD: &str = "openstack";
 
@@ -61,7 +63,49 @@ const NETWORKING_KEYS: &[&str] = &[
     "address-sort-order",
 ];
 /// Sections whose keys belong to parts of the CCM not built yet; read, not yet checked.
-const LATER_SECTIONS: &[&str] = &["loadbalancer", "route", "metadata", "loadbalancerclass"];
+const LOAD_BALANCER_KEYS: &[&str] = &[
+    // Older OCCMs' switch (Octavia is the only choice now); accepted and ignored.
+    "use-octavia",
+    "enabled",
+    "lb-version",
+    "subnet-id",
+    "member-subnet-id",
+    "network-id",
+    "floating-network-id",
+    "floating-subnet-id",
+    "floating-subnet",
+    "floating-subnet-tags",
+    "lb-method",
+    "lb-provider",
+    "create-monitor",
+    "monitor-delay",
+    "monitor-timeout",
+    "monitor-max-retries",
+    "monitor-max-retries-down",
+    "manage-security-groups",
+    "internal-lb",
+    "node-selector",
+    "cascade-delete",
+    "flavor-id",
+    "availability-zone",
+    "enable-ingress-hostname",
+    "ingress-hostname-suffix",
+    "max-shared-lb",
+    "container-store",
+    "default-tls-container-ref",
+    "provider-requires-serial-api-calls",
+];
+const LB_CLASS_KEYS: &[&str] = &[
+    "floating-network-id",
+    "floating-subnet-id",
+    "floating-subnet",
+    "floating-subnet-tags",
+    "network-id",
+    "subnet-id",
+    "member-subnet-id",
+];
+const ROUTE_KEYS: &[&str] = &["router-id"];
+const LATER_SECTIONS: &[&str] = &["metadata"];
 
 /// A domain, by id or by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,6 +226,10 @@ pub struct Config {
     pub ignore_volume_az: bool,
     /// `[Networking]`: which of a server's addresses a node gets, and in what order.
     pub networking: Networking,
+    /// `[LoadBalancer]` and its `[LoadBalancerClass "…"]`es.
+    pub load_balancer: LoadBalancerOpts,
+    /// `[Route] router-id`.
+    pub router_id: Option<String>,
     /// `[Section] key (line n)` of every key or section this version does not know.
     pub unknown: Vec<String>,
 }
@@ -285,6 +333,9 @@ impl Config {
             "global" => Some(GLOBAL_KEYS),
             "blockstorage" => Some(BLOCK_STORAGE_KEYS),
             "networking" => Some(NETWORKING_KEYS),
+            "loadbalancer" => Some(LOAD_BALANCER_KEYS),
+            "loadbalancerclass" => Some(LB_CLASS_KEYS),
+            "route" => Some(ROUTE_KEYS),
             name if LATER_SECTIONS.contains(&name) => Some(ANY_KEY),
             _ => None,
         });
@@ -446,6 +497,8 @@ impl Config {
             auth_url,
             auth,
             networking,
+            load_balancer: LoadBalancerOpts::read(&sections, path)?,
+            router_id: load_balancer::router_id(&sections),
             region: get("region"),
             ca_file: get("ca-file").map(std::path::PathBuf::from),
             tls_insecure,

@@ -1,17 +1,18 @@
 //! The OpenStack provider (Keystone, Nova, Cinder, Neutron, Octavia).
 //!
-//! Built so far: its configuration — OCCM's `cloud.conf`, read unchanged ([`config`]);
-//! the Keystone session (password and application-credential tokens, cached and renewed,
-//! endpoints from the catalog: [`keystone`]); calls to the services with microversions
-//! negotiated ([`client`]); Cinder volumes attached through Nova ([`volumes`]). Not yet
-//! wired into the registry (the binaries still stop after the configuration check),
-//! nor discovery, `clouds.yaml`, or the CCM half (issue 17, continued).
+//! Its configuration — OCCM's `cloud.conf` (or `clouds.yaml`), read unchanged
+//! ([`config`]); the Keystone session (password and application-credential tokens,
+//! cached and renewed, endpoints from the catalog: [`keystone`]); calls to the services
+//! with microversions negotiated ([`client`]); Cinder volumes attached through Nova
+//! ([`volumes`]); discovery ([`discovery`]); the ccm's nodes from Nova ([`instances`])
+//! and load balancers on Octavia ([`octavia`]).
 
 pub mod client;
 pub mod config;
 pub mod discovery;
 pub mod instances;
 pub mod keystone;
+pub mod octavia;
 pub mod volumes;
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ pub use client::{OpenStack, Service};
 pub use config::Config;
 pub use discovery::OpenStackDiscovery;
 pub use instances::NovaInstances;
+pub use octavia::OctaviaLoadBalancers;
 pub use volumes::{CinderDisks, Waits};
 
 use overcast_cloud::{CloudError, Result};

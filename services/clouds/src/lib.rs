@@ -259,12 +259,20 @@ fn open_openstack(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
             disks: Some(Arc::new(connect()?.1)),
             ..Cloud::default()
         }),
-        // Nodes from Nova. Load balancers (Octavia) and routes (Neutron) are not in this
-        // build yet: the ccm says it skips those controllers.
+        // Nodes from Nova, load balancers on Octavia (unless `[LoadBalancer] enabled =
+        // false`). Routes (Neutron) are not in this build yet: the ccm says it skips them.
         Role::Ccm => {
             let os = overcast_cloud_openstack::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
             // OCCM's switch for `openstack://<region>/<id>` providerIDs.
             let regional = std::env::var("OS_CCM_REGIONAL").is_ok_and(|v| v == "true");
+            let load_balancers: Option<Arc<dyn overcast_cloud::LoadBalancers>> =
+                config.load_balancer.enabled.then(|| {
+                    Arc::new(overcast_cloud_openstack::OctaviaLoadBalancers::new(
+                        Arc::clone(&os),
+                        config.load_balancer.clone(),
+                        s.cluster.clone(),
+                    )) as _
+                });
             Ok(Cloud {
                 name: CloudName::Openstack.as_str(),
                 instances: Some(Arc::new(overcast_cloud_openstack::NovaInstances::new(
@@ -273,6 +281,7 @@ fn open_openstack(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
                     config.region.clone(),
                     regional,
                 ))),
+                load_balancers,
                 ..Cloud::default()
             })
         }

@@ -1,0 +1,379 @@
+//! Services of type LoadBalancer on Octavia, as openstack-cloud-controller-manager makes
+//! them — so a cluster moving from OCCM adopts its load balancers instead of making
+//! second ones: the load balancer `kube_service_<cluster>_<namespace>_<name>` (or the
+//! legacy `a<uid>`, or the one `loadbalancer.openstack.org/load-balancer-id` names),
+//! tagged with that name; a listener `listener_<i>_<lb>` per Service port, its pool
+//! `pool_<i>_<lb>` of the nodes' InternalIPs and NodePorts, `monitor_<i>_<lb>` when asked;
+//! a floating IP described "Floating IP for Kubernetes external service …" on its VIP port.
+//!
+//! A new load balancer is made in one call, fully populated, then awaited `ACTIVE`; an
+//! existing one is read (its listeners, pools, each pool's members) and only what
+//! differs is changed, one call at a time, each awaited, as Octavia requires. Deletion
+//! cascades. A load balancer this Service does not own (adopted by id and named for
+//! another) keeps everything but this Service's tagged listeners.
+
+mod address;
+pub mod api;
+mod bodies;
+pub mod conf;
+pub mod neutron;
+mod sync;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::Method;
+use overcast_cloud::{
+    Backend, CloudError, LoadBalancerRef, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers,
+    Result, ServiceRef,
+};
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+use crate::client::OpenStack;
+use crate::config::LoadBalancerOpts;
+use crate::volumes::encode;
+use api::{LoadBalancer, Octavia, Waits};
+use conf::{Features, ServiceConf, FIP_DESCRIPTION, LOAD_BALANCER_ID};
+
+/// OCCM's names are cut to Octavia's 255 characters (`Sprintf255`).
+pub(crate) fn cut255(s: String) -> String {
+    if s.len() <= 255 {
+        return s;
+    }
+    let mut end = 255;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+/// `kube_service_<cluster>_<namespace>_<name>`: OCCM's load-balancer name.
+pub fn load_balancer_name(cluster: &str, service: &ServiceRef) -> String {
+    cut255(format!(
+        "kube_service_{cluster}_{}_{}",
+        service.namespace, service.name
+    ))
+}
+
+const SERVICE_PREFIX: &str = "kube_service_";
+
+pub struct OctaviaLoadBalancers {
+    api: Octavia,
+    opts: LoadBalancerOpts,
+    cluster: String,
+    features: OnceCell<Features>,
+}
+
+impl OctaviaLoadBalancers {
+    pub fn new(os: Arc<OpenStack>, opts: LoadBalancerOpts, cluster: String) -> Self {
+        if opts.manage_security_groups {
+            tracing::warn!("[LoadBalancer] manage-security-groups is not in this build: no security groups are made for the members");
+        }
+        Self {
+            api: Octavia {
+                os,
+                waits: Waits::default(),
+            },
+            opts,
+            cluster,
+            features: OnceCell::new(),
+        }
+    }
+
+    pub fn with_waits(mut self, waits: Waits) -> Self {
+        self.api.waits = waits;
+        self
+    }
+
+    async fn features(&self) -> Result<Features> {
+        self.features
+            .get_or_try_init(|| async {
+                let version = self.api.version().await?;
+                tracing::info!(?version, provider = %self.opts.lb_provider, "Octavia API version");
+                Ok(Features::of(version, &self.opts.lb_provider))
+            })
+            .await
+            .copied()
+    }
+
+    fn os(&self) -> &OpenStack {
+        &self.api.os
+    }
+
+    /// The Service's load balancer: the one its annotation names, else by OCCM's name,
+    /// else by the legacy name; one being deleted does not count.
+    async fn find(
+        &self,
+        lb: &LoadBalancerRef,
+        lb_id: Option<&str>,
+    ) -> Result<Option<LoadBalancer>> {
+        if let Some(id) = lb_id {
+            return match self.api.load_balancer(id).await? {
+                Some(found) => Ok(Some(found)),
+                None => Err(CloudError::NotFound {
+                    kind: "load balancer",
+                    id: format!(
+                        "{id} (named by {LOAD_BALANCER_ID} on {}; remove the annotation to have one made)",
+                        lb.service
+                    ),
+                }),
+            };
+        }
+        let name = load_balancer_name(&self.cluster, &lb.service);
+        for candidate in [name.as_str(), lb.name.as_str()] {
+            let live: Vec<LoadBalancer> = self
+                .api
+                .load_balancers_named(candidate)
+                .await?
+                .into_iter()
+                .filter(|l| !matches!(l.provisioning_status.as_str(), "DELETED" | "PENDING_DELETE"))
+                .collect();
+            match live.len() {
+                0 => continue,
+                1 => return Ok(live.into_iter().next()),
+                n => {
+                    return Err(CloudError::FailedPrecondition(format!(
+                        "openstack: {n} load balancers are named {candidate}; delete the extra ones"
+                    )))
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Waits out a `PENDING_*` load balancer; `ERROR` is an error.
+    async fn settled(&self, lb: LoadBalancer) -> Result<LoadBalancer> {
+        match lb.provisioning_status.as_str() {
+            "ACTIVE" => Ok(lb),
+            "ERROR" => Err(CloudError::Unavailable(format!(
+                "openstack: load balancer {} is in ERROR; see Octavia's logs",
+                lb.id
+            ))),
+            _ => self.api.wait_active(&lb.id).await,
+        }
+    }
+}
+
+fn selected(selector: &BTreeMap<String, String>, b: &Backend) -> bool {
+    selector.iter().all(|(k, v)| match b.labels.get(k) {
+        Some(have) => v.is_empty() || have == v,
+        None => false,
+    })
+}
+
+#[async_trait]
+impl LoadBalancers for OctaviaLoadBalancers {
+    async fn get_load_balancer(&self, r: &LoadBalancerRef) -> Result<Option<LoadBalancerStatus>> {
+        let id = r
+            .annotations
+            .get(LOAD_BALANCER_ID)
+            .filter(|s| !s.is_empty());
+        let lb = match self.find(r, id.map(String::as_str)).await {
+            Err(CloudError::NotFound { .. }) => return Ok(None),
+            other => other?,
+        };
+        let Some(lb) = lb else { return Ok(None) };
+        let fip = if lb.vip_port_id.is_empty() {
+            None
+        } else {
+            neutron::floating_ip_of_port(self.os(), &lb.vip_port_id).await?
+        };
+        Ok(Some(LoadBalancerStatus {
+            ingress_ips: vec![fip.map(|f| f.floating_ip_address).unwrap_or(lb.vip_address)],
+            ..LoadBalancerStatus::default()
+        }))
+    }
+
+    async fn ensure_load_balancer(&self, spec: &LoadBalancerSpec) -> Result<LoadBalancerStatus> {
+        if !self.opts.enabled {
+            return Err(CloudError::FailedPrecondition(
+                "openstack: [LoadBalancer] enabled = false: this cloud makes no load balancers"
+                    .into(),
+            ));
+        }
+        let f = self.features().await?;
+        let c = ServiceConf::read(spec, &self.opts, f)?;
+        let name = load_balancer_name(&self.cluster, &spec.service);
+        let nodes: Vec<&Backend> = spec
+            .backends
+            .iter()
+            .filter(|b| selected(&c.node_selector, b))
+            .collect();
+        let found = self.find(&spec.reference(), c.lb_id.as_deref()).await?;
+        let (lb, owner, created) = match found {
+            Some(lb) => {
+                let owner = lb.name == name || lb.name == spec.name;
+                (self.settled(lb).await?, owner, false)
+            }
+            None => (self.create(spec, &c, f, &name, &nodes).await?, true, true),
+        };
+        if !owner {
+            if !f.tags {
+                return Err(CloudError::FailedPrecondition(format!(
+                    "{}: a shared load balancer needs Octavia's tags (API 2.5+)",
+                    spec.service
+                )));
+            }
+            let shared = lb
+                .tags
+                .iter()
+                .filter(|t| t.starts_with(SERVICE_PREFIX))
+                .count();
+            if !lb.tags.contains(&name) && shared + 1 > self.opts.max_shared_lb as usize {
+                return Err(CloudError::FailedPrecondition(format!(
+                    "{}: load balancer {} is already shared with {shared} Services ([LoadBalancer] max-shared-lb)",
+                    spec.service, lb.id
+                )));
+            }
+            if c.internal {
+                return Err(CloudError::FailedPrecondition(format!(
+                    "{}: an internal Service cannot share a load balancer",
+                    spec.service
+                )));
+            }
+        }
+        if !created {
+            self.sync(&lb, spec, &c, f, &name, owner, &nodes).await?;
+        }
+        let address = if lb.vip_address.contains(':') {
+            // IPv6 load balancers take no floating IP.
+            lb.vip_address.clone()
+        } else {
+            self.ensure_floating_ip(&lb, spec, &c, owner).await?
+        };
+        if f.tags && !lb.tags.contains(&name) {
+            let mut tags = lb.tags.clone();
+            tags.push(name.clone());
+            self.api
+                .mutate(
+                    &lb.id,
+                    "loadbalancer_update",
+                    Method::PUT,
+                    &format!("/v2/lbaas/loadbalancers/{}", encode(&lb.id)),
+                    Some(json!({"loadbalancer": {"tags": tags}})),
+                )
+                .await?;
+        }
+        Ok(self.status(&c, &lb, &address))
+    }
+
+    async fn delete_load_balancer(&self, r: &LoadBalancerRef) -> Result<()> {
+        let id = r
+            .annotations
+            .get(LOAD_BALANCER_ID)
+            .filter(|s| !s.is_empty());
+        let lb = match self.find(r, id.map(String::as_str)).await {
+            Err(CloudError::NotFound { .. }) => return Ok(()),
+            other => other?,
+        };
+        let Some(lb) = lb else { return Ok(()) };
+        if !matches!(lb.provisioning_status.as_str(), "ACTIVE" | "ERROR") {
+            return Err(CloudError::Unavailable(format!(
+                "openstack: load balancer {} is {}; its deletion is retried",
+                lb.id, lb.provisioning_status
+            )));
+        }
+        let name = load_balancer_name(&self.cluster, &r.service);
+        let ours = lb.name.starts_with(SERVICE_PREFIX) || lb.name == r.name;
+        let shared = lb
+            .tags
+            .iter()
+            .any(|t| t != &name && t.starts_with(SERVICE_PREFIX));
+        let delete_lb = ours && !shared;
+        let keep_fip = r
+            .annotations
+            .get(conf::KEEP_FLOATING_IP)
+            .map(String::as_str)
+            == Some("true");
+        if delete_lb && !keep_fip && !lb.vip_port_id.is_empty() {
+            if let Some(fip) = neutron::floating_ip_of_port(self.os(), &lb.vip_port_id).await? {
+                if fip.description.contains(FIP_DESCRIPTION) {
+                    tracing::info!(service = %r.service, address = %fip.floating_ip_address, "deleting floating IP");
+                    neutron::delete_floating_ip(self.os(), &fip.id).await?;
+                }
+            }
+        }
+        if delete_lb && self.opts.cascade_delete {
+            tracing::info!(service = %r.service, load_balancer = %lb.id, "deleting load balancer");
+            return self.api.delete_load_balancer(&lb.id, true).await;
+        }
+        let listeners = self.api.listeners(&lb.id).await?;
+        let pools = self.api.pools(&lb.id).await?;
+        for l in listeners
+            .iter()
+            .filter(|l| delete_lb || l.tags.iter().any(|t| t == &name))
+        {
+            for pool in pools
+                .iter()
+                .filter(|p| p.listeners.iter().any(|x| x.id == l.id))
+            {
+                if let Some(m) = &pool.healthmonitor_id {
+                    self.api
+                        .delete_child(
+                            &lb.id,
+                            "healthmonitor_delete",
+                            &format!("/v2/lbaas/healthmonitors/{}", encode(m)),
+                        )
+                        .await?;
+                }
+            }
+            self.delete_listener(&lb.id, &l.id, &pools).await?;
+        }
+        if delete_lb {
+            return self.api.delete_load_balancer(&lb.id, false).await;
+        }
+        if lb.tags.contains(&name) {
+            let tags: Vec<&String> = lb.tags.iter().filter(|t| *t != &name).collect();
+            self.api
+                .mutate(
+                    &lb.id,
+                    "loadbalancer_update",
+                    Method::PUT,
+                    &format!("/v2/lbaas/loadbalancers/{}", encode(&lb.id)),
+                    Some(json!({"loadbalancer": {"tags": tags}})),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_occms() {
+        let svc = ServiceRef {
+            namespace: "shop".into(),
+            name: "web".into(),
+            uid: String::new(),
+        };
+        assert_eq!(
+            load_balancer_name("kubernetes", &svc),
+            "kube_service_kubernetes_shop_web"
+        );
+        let long = ServiceRef {
+            namespace: "n".repeat(63),
+            name: "s".repeat(253),
+            uid: String::new(),
+        };
+        assert_eq!(load_balancer_name("c", &long).len(), 255);
+    }
+
+    #[test]
+    fn node_selectors_match_labels() {
+        let b = Backend {
+            node: "n1".into(),
+            address: "10.0.0.1".into(),
+            labels: BTreeMap::from([("role".into(), "edge".into())]),
+        };
+        assert!(selected(&BTreeMap::new(), &b));
+        assert!(selected(&conf::selector("role=edge"), &b));
+        assert!(selected(&conf::selector("role"), &b));
+        assert!(!selected(&conf::selector("role=core"), &b));
+        assert!(!selected(&conf::selector("zone"), &b));
+    }
+}
