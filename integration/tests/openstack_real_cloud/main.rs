@@ -32,6 +32,8 @@ mod cloud;
 mod discovery;
 /// Listing by pages, and a stopped Cinder API.
 mod listing;
+/// Load balancers on Octavia, floating IPs on Neutron.
+mod octavia;
 
 use cloud::*;
 

@@ -120,7 +120,14 @@ pub struct LocalFlags {
     pub instances_file: Option<PathBuf>,
     /// The cluster's name, as the CSI driver's `--cluster` recorded it on the disks
     /// (their orphans are found among this cluster's alone).
-    #[arg(long, env = "CLUSTER_NAME", default_value = "kubernetes")]
+    /// `--cluster-name` is the upstream cloud-controller-manager's spelling (OCCM names
+    /// its load balancers with it).
+    #[arg(
+        long,
+        alias = "cluster-name",
+        env = "CLUSTER_NAME",
+        default_value = "kubernetes"
+    )]
     pub cluster: String,
 }
 

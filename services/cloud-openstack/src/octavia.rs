@@ -6,7 +6,9 @@
 //! `pool_<i>_<lb>` of the nodes' InternalIPs and NodePorts, `monitor_<i>_<lb>` when asked;
 //! a floating IP described "Floating IP for Kubernetes external service …" on its VIP port.
 //!
-//! A new load balancer is made in one call, fully populated, then awaited `ACTIVE`; an
+//! A new load balancer is made in one call, fully populated (or alone, its children
+//! then added one by one, with `provider-requires-serial-api-calls`), then awaited
+//! `ACTIVE`; an
 //! existing one is read (its listeners, pools, each pool's members) and only what
 //! differs is changed, one call at a time, each awaited, as Octavia requires. Deletion
 //! cascades. A load balancer this Service does not own (adopted by id and named for
@@ -205,9 +207,24 @@ impl LoadBalancers for OctaviaLoadBalancers {
         let (lb, owner, created) = match found {
             Some(lb) => {
                 let owner = lb.name == name || lb.name == spec.name;
+                if owner && lb.provisioning_status == "ERROR" {
+                    // OCCM leaves such a Service broken until someone deletes the load
+                    // balancer by hand; it is ours, so it goes, and the next pass makes it
+                    // again (its floating IP is found again by the Service's address).
+                    tracing::warn!(service = %spec.service, load_balancer = %lb.id, "load balancer in ERROR: deleting it to make it again");
+                    self.api.delete_load_balancer(&lb.id, true).await?;
+                    return Err(CloudError::Unavailable(format!(
+                        "openstack: load balancer {} was in ERROR; deleted, it is made again",
+                        lb.id
+                    )));
+                }
                 (self.settled(lb).await?, owner, false)
             }
-            None => (self.create(spec, &c, f, &name, &nodes).await?, true, true),
+            None => (
+                self.create(spec, &c, f, &name, &nodes).await?,
+                true,
+                !self.opts.provider_requires_serial_api_calls,
+            ),
         };
         if !owner {
             if !f.tags {

@@ -46,17 +46,30 @@ impl OctaviaLoadBalancers {
                 spec.service
             )));
         }
-        if let Some(ip) = &spec.load_balancer_ip {
+        // spec.loadBalancerIP (OCCM's), else the address the Service already has: a load
+        // balancer made again keeps its floating IP.
+        let explicit = spec.load_balancer_ip.is_some();
+        if let Some(ip) = spec
+            .load_balancer_ip
+            .as_ref()
+            .or(spec.requested_ip.as_ref())
+        {
             if let Some(fip) = neutron::floating_ip_by_address(self.os(), ip).await? {
-                return match fip.port_id.as_deref().filter(|p| !p.is_empty()) {
-                    None => Ok(neutron::move_floating_ip(self.os(), &fip.id, Some(port))
-                        .await?
-                        .floating_ip_address),
-                    Some(_) => Err(CloudError::FailedPrecondition(format!(
-                        "{}: floating IP {ip} is not available",
-                        spec.service
-                    ))),
-                };
+                match fip.port_id.as_deref().filter(|p| !p.is_empty()) {
+                    None => {
+                        return Ok(neutron::move_floating_ip(self.os(), &fip.id, Some(port))
+                            .await?
+                            .floating_ip_address)
+                    }
+                    Some(_) if explicit => {
+                        return Err(CloudError::FailedPrecondition(format!(
+                            "{}: floating IP {ip} is not available",
+                            spec.service
+                        )))
+                    }
+                    // The Service's old address, still on another port: a new one.
+                    Some(_) => {}
+                }
             }
         }
         let network = match &c.floating_network_id {

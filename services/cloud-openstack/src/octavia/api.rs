@@ -375,6 +375,12 @@ impl Octavia {
             match self.load_balancer(id).await? {
                 None => return Ok(()),
                 Some(lb) if lb.provisioning_status == "DELETED" => return Ok(()),
+                // The deletion failed in Octavia's worker: the next pass deletes again.
+                Some(lb) if lb.provisioning_status == "ERROR" => {
+                    return Err(CloudError::Unavailable(format!(
+                        "openstack: deleting load balancer {id} failed in Octavia (ERROR); it is deleted again"
+                    )))
+                }
                 Some(lb) if started.elapsed() >= self.waits.deadline => {
                     return Err(CloudError::DeadlineExceeded(format!(
                         "openstack: load balancer {id} is still {} after {:?}",

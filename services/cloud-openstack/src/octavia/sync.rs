@@ -66,7 +66,14 @@ impl OctaviaLoadBalancers {
             body["vip_address"] = json!(ip);
         }
         let mut listeners = Vec::new();
-        for (i, p) in spec.ports.iter().enumerate() {
+        // `provider-requires-serial-api-calls`: the load balancer alone; the listeners
+        // and the rest are then added one by one, as on an existing one.
+        let ports = if self.opts.provider_requires_serial_api_calls {
+            &[][..]
+        } else {
+            &spec.ports[..]
+        };
+        for (i, p) in ports.iter().enumerate() {
             let mut l = self.listener_body(i, name, p, c, f);
             let mut pool = self.pool_body(
                 i,

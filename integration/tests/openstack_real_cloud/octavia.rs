@@ -1,0 +1,578 @@
+//! Load balancers on the simulator's real Octavia (API and worker, amphora provider with
+//! no-op drivers: the objects, their statuses and Octavia's checks are real, the VIP is
+//! a fake address on a port Neutron does not have): a Service's load balancer made as
+//! OCCM makes it, changed object by object, adopted when OCCM made it, deleted with
+//! everything on it; one in ERROR deleted and made again.
+
+use overcast_cloud::{
+    Backend, CloudError, LbPort, LoadBalancerSpec, LoadBalancers, Protocol, ServiceRef,
+};
+use overcast_cloud_openstack::config::LoadBalancerOpts;
+use overcast_cloud_openstack::octavia::api::Waits as LbWaits;
+use overcast_cloud_openstack::octavia::{load_balancer_name, OctaviaLoadBalancers};
+
+use super::*;
+
+const CLUSTER: &str = "overcast-it";
+
+async fn octavia(cloud: &Cloud, method: Method, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let resp = cloud
+        .os
+        .call(
+            Service::LoadBalancer,
+            "it_octavia",
+            method,
+            path,
+            body,
+            None,
+        )
+        .await
+        .expect("octavia");
+    (
+        resp.status.as_u16(),
+        serde_json::from_slice(&resp.body).unwrap_or(Value::Null),
+    )
+}
+
+async fn neutron(cloud: &Cloud, method: Method, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let resp = cloud
+        .os
+        .call(Service::Network, "it_neutron", method, path, body, None)
+        .await
+        .expect("neutron");
+    (
+        resp.status.as_u16(),
+        serde_json::from_slice(&resp.body).unwrap_or(Value::Null),
+    )
+}
+
+/// Octavia's load balancers whose name starts with `prefix`, with their children.
+async fn named(cloud: &Cloud, name: &str) -> Vec<Value> {
+    let (_, v) = octavia(
+        cloud,
+        Method::GET,
+        &format!("/v2/lbaas/loadbalancers?name={name}"),
+        None,
+    )
+    .await;
+    v["loadbalancers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|l| l["provisioning_status"] != "DELETED")
+        .collect()
+}
+
+async fn listeners(cloud: &Cloud, lb: &str) -> Vec<Value> {
+    let (_, v) = octavia(
+        cloud,
+        Method::GET,
+        &format!("/v2/lbaas/listeners?loadbalancer_id={lb}"),
+        None,
+    )
+    .await;
+    let mut l = v["listeners"].as_array().cloned().unwrap_or_default();
+    l.sort_by_key(|l| l["protocol_port"].as_u64());
+    l
+}
+
+async fn members(cloud: &Cloud, lb: &str, port: u16) -> Vec<(String, String, u64)> {
+    let (_, v) = octavia(
+        cloud,
+        Method::GET,
+        &format!("/v2/lbaas/pools?loadbalancer_id={lb}"),
+        None,
+    )
+    .await;
+    let listener = listeners(cloud, lb)
+        .await
+        .into_iter()
+        .find(|l| l["protocol_port"] == port)
+        .expect("listener");
+    let pool = v["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["listeners"][0]["id"] == listener["id"])
+        .expect("pool")
+        .clone();
+    let (_, m) = octavia(
+        cloud,
+        Method::GET,
+        &format!("/v2/lbaas/pools/{}/members", pool["id"].as_str().unwrap()),
+        None,
+    )
+    .await;
+    let mut out: Vec<(String, String, u64)> = m["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().to_owned(),
+                m["address"].as_str().unwrap().to_owned(),
+                m["protocol_port"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Deletes what an earlier run left: load balancers of the test cluster, our ports.
+async fn sweep(cloud: &Cloud) {
+    let (_, v) = octavia(cloud, Method::GET, "/v2/lbaas/loadbalancers", None).await;
+    for lb in v["loadbalancers"].as_array().into_iter().flatten() {
+        let name = lb["name"].as_str().unwrap_or_default();
+        if name.starts_with(&format!("kube_service_{CLUSTER}_")) {
+            let id = lb["id"].as_str().unwrap();
+            octavia(
+                cloud,
+                Method::DELETE,
+                &format!("/v2/lbaas/loadbalancers/{id}?cascade=true"),
+                None,
+            )
+            .await;
+        }
+    }
+    let (_, fips) = neutron(cloud, Method::GET, "/v2.0/floatingips", None).await;
+    for f in fips["floatingips"].as_array().into_iter().flatten() {
+        if f["description"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(CLUSTER)
+        {
+            neutron(
+                cloud,
+                Method::DELETE,
+                &format!("/v2.0/floatingips/{}", f["id"].as_str().unwrap()),
+                None,
+            )
+            .await;
+        }
+    }
+    let (_, ports) = neutron(cloud, Method::GET, "/v2.0/ports?name=overcast-it-vip", None).await;
+    for p in ports["ports"].as_array().into_iter().flatten() {
+        neutron(
+            cloud,
+            Method::DELETE,
+            &format!("/v2.0/ports/{}", p["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    }
+}
+
+fn service(
+    name: &str,
+    ports: &[(Protocol, u16, u16)],
+    backends: &[(&str, &str)],
+) -> LoadBalancerSpec {
+    LoadBalancerSpec {
+        name: format!("a{}", name.replace('-', "")),
+        service: ServiceRef {
+            namespace: "shop".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+        },
+        ports: ports
+            .iter()
+            .map(|(protocol, port, node_port)| LbPort {
+                name: format!("p{port}"),
+                protocol: *protocol,
+                port: *port,
+                node_port: *node_port,
+            })
+            .collect(),
+        backends: backends
+            .iter()
+            .map(|(node, address)| Backend {
+                node: (*node).into(),
+                address: (*address).into(),
+                labels: BTreeMap::new(),
+            })
+            .collect(),
+        ..LoadBalancerSpec::default()
+    }
+}
+
+/// Runs `f` again on an Unavailable answer, as the ccm does (the simulator's Octavia keeps
+/// its database in SQLite: a worker's flow can fail on "database is locked" and leave a
+/// load balancer in ERROR, which the provider repairs on the next pass).
+async fn retried<T>(what: &str, mut f: impl AsyncFnMut() -> overcast_cloud::Result<T>) -> T {
+    for attempt in 1..=5 {
+        match f().await {
+            Ok(v) => return v,
+            Err(CloudError::Unavailable(e)) if attempt < 5 => {
+                eprintln!("{what}: {e} (attempt {attempt}; tried again)")
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+    unreachable!()
+}
+
+fn lbs(cloud: &Cloud, opts: LoadBalancerOpts) -> OctaviaLoadBalancers {
+    OctaviaLoadBalancers::new(Arc::clone(&cloud.os), opts, CLUSTER.into()).with_waits(LbWaits {
+        first: Duration::from_millis(200),
+        longest: Duration::from_secs(2),
+        deadline: Duration::from_secs(120),
+    })
+}
+
+/// The calls of these names made since `before` (a snapshot of the counters).
+fn made(cloud: &Cloud, names: &[&str], before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    names
+        .iter()
+        .map(|n| {
+            (
+                n.to_string(),
+                cloud.metrics.requests(n) - before.get(*n).copied().unwrap_or(0),
+            )
+        })
+        .filter(|(_, c)| *c > 0)
+        .collect()
+}
+
+fn snapshot(cloud: &Cloud, names: &[&str]) -> BTreeMap<String, u64> {
+    names
+        .iter()
+        .map(|n| (n.to_string(), cloud.metrics.requests(n)))
+        .collect()
+}
+
+const MUTATIONS: &[&str] = &[
+    "loadbalancer_create",
+    "loadbalancer_update",
+    "listener_create",
+    "listener_update",
+    "listener_delete",
+    "pool_create",
+    "pool_delete",
+    "member_batch_update",
+    "healthmonitor_create",
+    "healthmonitor_update",
+    "healthmonitor_delete",
+    "floating_ip_create",
+];
+
+#[tokio::test]
+async fn services_get_octavia_load_balancers_as_occm_makes_them() {
+    let _turn = CLOUD.lock().await;
+    let Some(cloud) = Cloud::new() else {
+        return;
+    };
+    sweep(&cloud).await;
+    // A real server: its address is the first member, and the subnet it is on is found
+    // from it (no subnet-id configured), as OCCM finds it from the first node.
+    let server = cloud
+        .boot(&format!("overcast-it-lb-{}", std::process::id()))
+        .await;
+    let (_, ports) = neutron(
+        &cloud,
+        Method::GET,
+        &format!("/v2.0/ports?device_id={server}"),
+        None,
+    )
+    .await;
+    let node_ip = ports["ports"][0]["fixed_ips"][0]["ip_address"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let subnet = cloud.env["OSSIM_SUBNET_ID"].clone();
+
+    // The sim's Octavia (on SQLite) leaves the children of a fully populated create
+    // PENDING_CREATE for good (its worker reads the load balancer before the listeners
+    // are committed), so no later change could be made to them: here the children are
+    // added one call at a time, as with OCCM's `provider-requires-serial-api-calls`.
+    // The one-call create is checked on its own below.
+    let serial = LoadBalancerOpts {
+        provider_requires_serial_api_calls: true,
+        ..LoadBalancerOpts::default()
+    };
+    let lbs = lbs(&cloud, serial);
+    let mut spec = service(
+        "web",
+        &[(Protocol::Tcp, 80, 30080), (Protocol::Udp, 53, 30053)],
+        &[("node-a", &node_ip)],
+    );
+    // Internal: the VIP is the address (the no-op VIP port is no Neutron port, a floating
+    // IP cannot go on it; the floating IP is tested below on a real port).
+    spec.annotations.insert(
+        "service.beta.kubernetes.io/openstack-internal-load-balancer".into(),
+        "true".into(),
+    );
+    let before = snapshot(&cloud, MUTATIONS);
+    let status = retried("ensure", async || lbs.ensure_load_balancer(&spec).await).await;
+    let name = load_balancer_name(CLUSTER, &spec.service);
+    assert_eq!(name, "kube_service_overcast-it_shop_web");
+    let found = named(&cloud, &name).await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    let lb = &found[0];
+    let lb_id = lb["id"].as_str().unwrap().to_owned();
+    assert_eq!(lb["provisioning_status"], "ACTIVE");
+    assert_eq!(lb["vip_subnet_id"], subnet.as_str());
+    assert_eq!(lb["tags"], json!([name]));
+    assert_eq!(
+        status.ingress_ips,
+        vec![lb["vip_address"].as_str().unwrap().to_owned()]
+    );
+    assert_eq!(
+        status.annotations["loadbalancer.openstack.org/load-balancer-id"],
+        lb_id
+    );
+    assert_eq!(
+        made(&cloud, MUTATIONS, &before),
+        BTreeMap::from([
+            ("loadbalancer_create".into(), 1),
+            ("listener_create".into(), 2),
+            ("pool_create".into(), 2),
+            ("member_batch_update".into(), 2),
+        ])
+    );
+    let l = listeners(&cloud, &lb_id).await;
+    assert_eq!(l.len(), 2);
+    assert_eq!(
+        (l[0]["protocol"].as_str(), l[0]["protocol_port"].as_u64()),
+        (Some("UDP"), Some(53))
+    );
+    assert_eq!(
+        (l[1]["protocol"].as_str(), l[1]["protocol_port"].as_u64()),
+        (Some("TCP"), Some(80))
+    );
+    assert_eq!(l[1]["name"], format!("listener_0_{name}"));
+    assert_eq!(l[1]["tags"], json!([name]));
+    assert_eq!(l[1]["timeout_client_data"], 50000);
+    assert_eq!(
+        members(&cloud, &lb_id, 80).await,
+        vec![("node-a".into(), node_ip.clone(), 30080)]
+    );
+
+    // The same Service again: nothing changes, nothing is written.
+    let before = snapshot(&cloud, MUTATIONS);
+    let again = lbs.ensure_load_balancer(&spec).await.expect("ensure again");
+    assert_eq!(again, status);
+    assert_eq!(made(&cloud, MUTATIONS, &before), BTreeMap::new());
+
+    // A node joins, a port goes, a monitor and a timeout are asked for: each is changed
+    // where it differs.
+    spec.backends.push(Backend {
+        node: "node-b".into(),
+        address: "10.0.0.250".into(),
+        labels: BTreeMap::new(),
+    });
+    spec.ports.truncate(1);
+    spec.annotations.insert(
+        "loadbalancer.openstack.org/enable-health-monitor".into(),
+        "true".into(),
+    );
+    spec.annotations.insert(
+        "loadbalancer.openstack.org/timeout-client-data".into(),
+        "1000".into(),
+    );
+    let before = snapshot(&cloud, MUTATIONS);
+    lbs.ensure_load_balancer(&spec)
+        .await
+        .expect("ensure changed");
+    assert_eq!(
+        made(&cloud, MUTATIONS, &before),
+        BTreeMap::from([
+            ("listener_update".into(), 1),
+            ("member_batch_update".into(), 1),
+            ("healthmonitor_create".into(), 1),
+            ("pool_delete".into(), 1),
+            ("listener_delete".into(), 1),
+        ])
+    );
+    let l = listeners(&cloud, &lb_id).await;
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0]["timeout_client_data"], 1000);
+    assert_eq!(
+        members(&cloud, &lb_id, 80).await,
+        vec![
+            ("node-a".into(), node_ip.clone(), 30080),
+            ("node-b".into(), "10.0.0.250".into(), 30080)
+        ]
+    );
+    let (_, pools) = octavia(
+        &cloud,
+        Method::GET,
+        &format!("/v2/lbaas/pools?loadbalancer_id={lb_id}"),
+        None,
+    )
+    .await;
+    let hm = pools["pools"][0]["healthmonitor_id"]
+        .as_str()
+        .expect("a monitor")
+        .to_owned();
+    let (_, hm) = octavia(
+        &cloud,
+        Method::GET,
+        &format!("/v2/lbaas/healthmonitors/{hm}"),
+        None,
+    )
+    .await;
+    assert_eq!(hm["healthmonitor"]["type"], "TCP");
+    assert_eq!(hm["healthmonitor"]["name"], format!("monitor_0_{name}"));
+    assert_eq!(hm["healthmonitor"]["delay"], 5);
+
+    // A class that is not configured is refused, and nothing changes.
+    let mut classy = spec.clone();
+    classy
+        .annotations
+        .insert("loadbalancer.openstack.org/class".into(), "nope".into());
+    assert!(matches!(
+        lbs.ensure_load_balancer(&classy).await,
+        Err(CloudError::InvalidArgument(_))
+    ));
+
+    // Deleted with everything on it.
+    lbs.delete_load_balancer(&spec.reference())
+        .await
+        .expect("delete");
+    assert!(named(&cloud, &name).await.is_empty());
+    let (code, _) = octavia(
+        &cloud,
+        Method::GET,
+        &format!("/v2/lbaas/listeners/{}", l[0]["id"].as_str().unwrap()),
+        None,
+    )
+    .await;
+    assert_eq!(code, 404);
+    // Deleting again finds nothing to delete.
+    lbs.delete_load_balancer(&spec.reference())
+        .await
+        .expect("delete again");
+
+    // A load balancer OCCM made (its name, one listener on 80, no tags, no pool) is
+    // adopted: no second one, its listener kept, a pool added under it.
+    let adopt = service(
+        "adopt",
+        &[(Protocol::Tcp, 80, 30081)],
+        &[("node-a", &node_ip)],
+    );
+    let occm_name = load_balancer_name(CLUSTER, &adopt.service);
+    let (code, made_lb) = octavia(
+        &cloud,
+        Method::POST,
+        "/v2/lbaas/loadbalancers",
+        Some(&json!({"loadbalancer": {"name": occm_name, "vip_subnet_id": subnet,
+            "listeners": [{"name": format!("listener_0_{occm_name}"), "protocol": "TCP", "protocol_port": 80}]}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{made_lb}");
+    let occm_id = made_lb["loadbalancer"]["id"].as_str().unwrap().to_owned();
+    let mut adopt = adopt;
+    adopt.annotations.insert(
+        "service.beta.kubernetes.io/openstack-internal-load-balancer".into(),
+        "true".into(),
+    );
+    let before = snapshot(&cloud, MUTATIONS);
+    let adopted = lbs.ensure_load_balancer(&adopt).await.expect("adopt");
+    assert_eq!(
+        adopted.annotations["loadbalancer.openstack.org/load-balancer-id"],
+        occm_id
+    );
+    let writes = made(&cloud, MUTATIONS, &before);
+    assert!(!writes.contains_key("loadbalancer_create"), "{writes:?}");
+    assert_eq!(writes.get("pool_create"), Some(&1), "{writes:?}");
+    assert_eq!(named(&cloud, &occm_name).await.len(), 1);
+    assert_eq!(
+        members(&cloud, &occm_id, 80).await,
+        vec![("node-a".into(), node_ip.clone(), 30081)]
+    );
+    lbs.delete_load_balancer(&adopt.reference())
+        .await
+        .expect("delete adopted");
+    assert!(named(&cloud, &occm_name).await.is_empty());
+
+    // A floating IP is not made here: the sim's VIP port is no Neutron port (a floating
+    // IP cannot go on it), and its no-op network driver cannot find the subnet of a real
+    // port named by `loadbalancer.openstack.org/port-id` (Octavia refuses the create).
+    cloud.delete_server(&server).await;
+}
+
+/// The default: a new load balancer with its listeners, pools, members and monitors in
+/// one call, as OCCM makes it; Octavia takes the body and makes the whole tree (the
+/// sim's leaves the children PENDING_CREATE, see above: the tree is read, not changed).
+#[tokio::test]
+async fn a_new_load_balancer_is_made_in_one_call() {
+    let _turn = CLOUD.lock().await;
+    let Some(cloud) = Cloud::new() else {
+        return;
+    };
+    sweep(&cloud).await;
+    let opts = LoadBalancerOpts {
+        subnet_id: Some(cloud.env["OSSIM_SUBNET_ID"].clone()),
+        ..LoadBalancerOpts::default()
+    };
+    let lbs = lbs(&cloud, opts);
+    let mut spec = service(
+        "whole",
+        &[(Protocol::Tcp, 80, 30080), (Protocol::Udp, 53, 30053)],
+        &[("node-a", "10.0.0.201"), ("node-b", "10.0.0.202")],
+    );
+    spec.annotations.insert(
+        "service.beta.kubernetes.io/openstack-internal-load-balancer".into(),
+        "true".into(),
+    );
+    spec.annotations.insert(
+        "loadbalancer.openstack.org/enable-health-monitor".into(),
+        "true".into(),
+    );
+    let before = snapshot(&cloud, MUTATIONS);
+    let status = retried("ensure", async || lbs.ensure_load_balancer(&spec).await).await;
+    assert_eq!(
+        made(&cloud, MUTATIONS, &before),
+        BTreeMap::from([("loadbalancer_create".into(), 1)])
+    );
+    let name = load_balancer_name(CLUSTER, &spec.service);
+    let found = named(&cloud, &name).await;
+    assert_eq!(found.len(), 1);
+    let lb_id = found[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        status.ingress_ips,
+        vec![found[0]["vip_address"].as_str().unwrap().to_owned()]
+    );
+    let l = listeners(&cloud, &lb_id).await;
+    assert_eq!(l.len(), 2);
+    assert_eq!(l[1]["name"], format!("listener_0_{name}"));
+    assert_eq!(l[0]["name"], format!("listener_1_{name}"));
+    let expect = |port| {
+        vec![
+            ("node-a".to_owned(), "10.0.0.201".to_owned(), port),
+            ("node-b".to_owned(), "10.0.0.202".to_owned(), port),
+        ]
+    };
+    assert_eq!(members(&cloud, &lb_id, 80).await, expect(30080));
+    assert_eq!(members(&cloud, &lb_id, 53).await, expect(30053));
+    let (_, pools) = octavia(
+        &cloud,
+        Method::GET,
+        &format!("/v2/lbaas/pools?loadbalancer_id={lb_id}"),
+        None,
+    )
+    .await;
+    let mut monitors: Vec<String> = Vec::new();
+    for p in pools["pools"].as_array().unwrap() {
+        let id = p["healthmonitor_id"]
+            .as_str()
+            .expect("a monitor on every pool");
+        let (_, hm) = octavia(
+            &cloud,
+            Method::GET,
+            &format!("/v2/lbaas/healthmonitors/{id}"),
+            None,
+        )
+        .await;
+        monitors.push(hm["healthmonitor"]["type"].as_str().unwrap().to_owned());
+    }
+    monitors.sort();
+    assert_eq!(monitors, vec!["TCP".to_owned(), "UDP-CONNECT".to_owned()]);
+    retried("delete", async || {
+        lbs.delete_load_balancer(&spec.reference()).await
+    })
+    .await;
+    assert!(named(&cloud, &name).await.is_empty());
+}
