@@ -169,6 +169,25 @@ impl OpenStack {
         .await
     }
 
+    /// [`OpenStack::call`] whose status must be one of `ok`; any other is the error its
+    /// status and body say (`overcast_cloud_http::status_error`).
+    pub async fn expect(
+        &self,
+        service: Service,
+        name: &'static str,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        ok: &[u16],
+    ) -> Result<Response> {
+        let resp = self.call(service, name, method, path, body, None).await?;
+        if ok.contains(&resp.status.as_u16()) {
+            Ok(resp)
+        } else {
+            Err(overcast_cloud_http::status_error("openstack", name, &resp))
+        }
+    }
+
     async fn raw(
         &self,
         service: Service,
@@ -247,6 +266,22 @@ fn version_root(endpoint: &str) -> String {
 /// Reads a JSON answer of the expected type.
 pub fn json<T: serde::de::DeserializeOwned>(name: &str, resp: &Response) -> Result<T> {
     serde_json::from_slice(&resp.body).map_err(|e| {
+        CloudError::Unavailable(format!("openstack: {name}: an answer we cannot read: {e}"))
+    })
+}
+
+/// The value under `key` of a JSON answer (`{"listeners": [...]}`, `{"floatingip": {...}}`),
+/// read as `T`; an answer without it is one we cannot use.
+pub fn json_at<T: serde::de::DeserializeOwned>(
+    name: &str,
+    resp: &Response,
+    key: &str,
+) -> Result<T> {
+    let mut doc: Value = json(name, resp)?;
+    let item = doc.get_mut(key).map(Value::take).ok_or_else(|| {
+        CloudError::Unavailable(format!("openstack: {name}: the answer has no {key:?}"))
+    })?;
+    serde_json::from_value(item).map_err(|e| {
         CloudError::Unavailable(format!("openstack: {name}: an answer we cannot read: {e}"))
     })
 }

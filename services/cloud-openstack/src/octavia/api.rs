@@ -11,7 +11,7 @@ use overcast_cloud::{CloudError, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::client::{json, OpenStack, Service};
+use crate::client::{json, json_at, OpenStack, Service};
 use crate::volumes::encode;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -132,15 +132,9 @@ impl Octavia {
         body: Option<&Value>,
         ok: &[u16],
     ) -> Result<overcast_cloud_http::Response> {
-        let resp = self
-            .os
-            .call(Service::LoadBalancer, name, method, path, body, None)
-            .await?;
-        if ok.contains(&resp.status.as_u16()) {
-            Ok(resp)
-        } else {
-            Err(overcast_cloud_http::status_error("openstack", name, &resp))
-        }
+        self.os
+            .expect(Service::LoadBalancer, name, method, path, body, ok)
+            .await
     }
 
     async fn get_list<T: serde::de::DeserializeOwned>(
@@ -150,15 +144,10 @@ impl Octavia {
         key: &str,
     ) -> Result<Vec<T>> {
         let resp = self.send(name, Method::GET, path, None, &[200]).await?;
-        let mut v: Value = json(name, &resp)?;
-        let items = v.get_mut(key).map(Value::take).ok_or_else(|| {
-            CloudError::Unavailable(format!("openstack: {name}: the answer has no {key:?}"))
-        })?;
-        serde_json::from_value(items).map_err(|e| {
-            CloudError::Unavailable(format!("openstack: {name}: an answer we cannot read: {e}"))
-        })
+        json_at(name, &resp, key)
     }
 
+    /// One object, `None` when Octavia answers 404.
     async fn get_one<T: serde::de::DeserializeOwned>(
         &self,
         name: &'static str,
@@ -171,13 +160,7 @@ impl Octavia {
         if resp.status.as_u16() == 404 {
             return Ok(None);
         }
-        let mut v: Value = json(name, &resp)?;
-        let item = v.get_mut(key).map(Value::take).ok_or_else(|| {
-            CloudError::Unavailable(format!("openstack: {name}: the answer has no {key:?}"))
-        })?;
-        serde_json::from_value(item).map(Some).map_err(|e| {
-            CloudError::Unavailable(format!("openstack: {name}: an answer we cannot read: {e}"))
-        })
+        json_at(name, &resp, key).map(Some)
     }
 
     /// The API version the service speaks (`v2.26` → (2, 26)): the newest of its version
@@ -274,11 +257,7 @@ impl Octavia {
                 &[201],
             )
             .await?;
-        #[derive(Deserialize)]
-        struct One {
-            loadbalancer: LoadBalancer,
-        }
-        let made = json::<One>("loadbalancer_create", &resp)?.loadbalancer;
+        let made: LoadBalancer = json_at("loadbalancer_create", &resp, "loadbalancer")?;
         self.wait_active(&made.id).await
     }
 

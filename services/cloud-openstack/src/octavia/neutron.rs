@@ -7,7 +7,7 @@ use overcast_cloud::{CloudError, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::client::{json, OpenStack, Service};
+use crate::client::{json_at, OpenStack, Service};
 use crate::volumes::encode;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -20,38 +20,16 @@ pub struct FloatingIp {
     pub description: String,
 }
 
-async fn send(
-    os: &OpenStack,
-    name: &'static str,
-    method: Method,
-    path: &str,
-    body: Option<&Value>,
-    ok: &[u16],
-) -> Result<overcast_cloud_http::Response> {
-    let resp = os
-        .call(Service::Network, name, method, path, body, None)
-        .await?;
-    if ok.contains(&resp.status.as_u16()) {
-        Ok(resp)
-    } else {
-        Err(overcast_cloud_http::status_error("openstack", name, &resp))
-    }
-}
-
 async fn list<T: serde::de::DeserializeOwned>(
     os: &OpenStack,
     name: &'static str,
     path: &str,
     key: &str,
 ) -> Result<Vec<T>> {
-    let resp = send(os, name, Method::GET, path, None, &[200]).await?;
-    let mut v: Value = json(name, &resp)?;
-    let items = v.get_mut(key).map(Value::take).ok_or_else(|| {
-        CloudError::Unavailable(format!("openstack: {name}: the answer has no {key:?}"))
-    })?;
-    serde_json::from_value(items).map_err(|e| {
-        CloudError::Unavailable(format!("openstack: {name}: an answer we cannot read: {e}"))
-    })
+    let resp = os
+        .expect(Service::Network, name, Method::GET, path, None, &[200])
+        .await?;
+    json_at(name, &resp, key)
 }
 
 pub async fn floating_ip_of_port(os: &OpenStack, port: &str) -> Result<Option<FloatingIp>> {
@@ -79,43 +57,37 @@ pub async fn floating_ip_by_address(os: &OpenStack, address: &str) -> Result<Opt
 }
 
 pub async fn create_floating_ip(os: &OpenStack, body: Value) -> Result<FloatingIp> {
-    let resp = send(
-        os,
-        "floating_ip_create",
-        Method::POST,
-        "/v2.0/floatingips",
-        Some(&json!({ "floatingip": body })),
-        &[201],
-    )
-    .await?;
-    #[derive(Deserialize)]
-    struct One {
-        floatingip: FloatingIp,
-    }
-    Ok(json::<One>("floating_ip_create", &resp)?.floatingip)
+    let resp = os
+        .expect(
+            Service::Network,
+            "floating_ip_create",
+            Method::POST,
+            "/v2.0/floatingips",
+            Some(&json!({ "floatingip": body })),
+            &[201],
+        )
+        .await?;
+    json_at("floating_ip_create", &resp, "floatingip")
 }
 
 /// Points a floating IP at a port, or at none.
 pub async fn move_floating_ip(os: &OpenStack, id: &str, port: Option<&str>) -> Result<FloatingIp> {
-    let resp = send(
-        os,
-        "floating_ip_update",
-        Method::PUT,
-        &format!("/v2.0/floatingips/{}", encode(id)),
-        Some(&json!({"floatingip": {"port_id": port}})),
-        &[200],
-    )
-    .await?;
-    #[derive(Deserialize)]
-    struct One {
-        floatingip: FloatingIp,
-    }
-    Ok(json::<One>("floating_ip_update", &resp)?.floatingip)
+    let resp = os
+        .expect(
+            Service::Network,
+            "floating_ip_update",
+            Method::PUT,
+            &format!("/v2.0/floatingips/{}", encode(id)),
+            Some(&json!({"floatingip": {"port_id": port}})),
+            &[200],
+        )
+        .await?;
+    json_at("floating_ip_update", &resp, "floatingip")
 }
 
 pub async fn delete_floating_ip(os: &OpenStack, id: &str) -> Result<()> {
-    send(
-        os,
+    os.expect(
+        Service::Network,
         "floating_ip_delete",
         Method::DELETE,
         &format!("/v2.0/floatingips/{}", encode(id)),
