@@ -221,6 +221,27 @@ fn lbs(cloud: &Cloud, opts: LoadBalancerOpts) -> OctaviaLoadBalancers {
     })
 }
 
+/// Waits until the load balancer `id` is ACTIVE (one made here by hand, as OCCM would).
+async fn lbs_wait(cloud: &Cloud, id: &str) -> overcast_cloud::Result<()> {
+    for _ in 0..240 {
+        let (_, v) = octavia(
+            cloud,
+            Method::GET,
+            &format!("/v2/lbaas/loadbalancers/{id}"),
+            None,
+        )
+        .await;
+        match v["loadbalancer"]["provisioning_status"].as_str() {
+            Some("ACTIVE") => return Ok(()),
+            Some("ERROR") => return Err(CloudError::Unavailable(format!("{id} went into ERROR"))),
+            _ => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+    Err(CloudError::DeadlineExceeded(format!(
+        "{id} not ACTIVE in 60 s"
+    )))
+}
+
 /// The calls of these names made since `before` (a snapshot of the counters).
 fn made(cloud: &Cloud, names: &[&str], before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
     names
@@ -463,6 +484,37 @@ async fn services_get_octavia_load_balancers_as_occm_makes_them() {
     .await;
     assert_eq!(code, 201, "{made_lb}");
     let occm_id = made_lb["loadbalancer"]["id"].as_str().unwrap().to_owned();
+    retried("settle", async || lbs_wait(&cloud, &occm_id).await).await;
+
+    // Another Service names that load balancer by load-balancer-id: it shares it (its own
+    // listener is added; a shared one gets no floating IP of its own, so the pass ends in
+    // that refusal), and its deletion takes its listener and leaves the load balancer.
+    let mut other = service(
+        "other",
+        &[(Protocol::Tcp, 8080, 30082)],
+        &[("node-a", &node_ip)],
+    );
+    other.annotations.insert(
+        "loadbalancer.openstack.org/load-balancer-id".into(),
+        occm_id.clone(),
+    );
+    match lbs.ensure_load_balancer(&other).await {
+        Err(CloudError::FailedPrecondition(e)) => assert!(e.contains("shared"), "{e}"),
+        other => panic!("a shared external Service without a floating IP: {other:?}"),
+    }
+    assert_eq!(listeners(&cloud, &occm_id).await.len(), 2);
+    retried("delete the sharer", async || {
+        lbs.delete_load_balancer(&other.reference()).await
+    })
+    .await;
+    assert_eq!(
+        named(&cloud, &occm_name).await.len(),
+        1,
+        "the owner's load balancer stays"
+    );
+    let left = listeners(&cloud, &occm_id).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0]["protocol_port"], 80);
     let mut adopt = adopt;
     adopt.annotations.insert(
         "service.beta.kubernetes.io/openstack-internal-load-balancer".into(),

@@ -61,6 +61,17 @@ pub fn load_balancer_name(cluster: &str, service: &ServiceRef) -> String {
 
 const SERVICE_PREFIX: &str = "kube_service_";
 
+/// Whether a load balancer named `lb_name` is this Service's own: OCCM's name for it
+/// (under any cluster name — OCCM renames those after a cluster rename), or the legacy
+/// `a<uid>` name. Not merely any `kube_service_` one: a Service that names another's load
+/// balancer by `load-balancer-id` shares it, and its deletion must not take it along.
+fn owns(lb_name: &str, cluster: &str, service: &ServiceRef, legacy: &str) -> bool {
+    lb_name == legacy
+        || lb_name == load_balancer_name(cluster, service)
+        || (lb_name.starts_with(SERVICE_PREFIX)
+            && lb_name.ends_with(&format!("_{}_{}", service.namespace, service.name)))
+}
+
 pub struct OctaviaLoadBalancers {
     api: Octavia,
     opts: LoadBalancerOpts,
@@ -145,6 +156,20 @@ impl OctaviaLoadBalancers {
         Ok(None)
     }
 
+    /// The Service's load balancer if there is one: a `load-balancer-id` naming one that
+    /// is gone (or `DELETED`) is none.
+    async fn existing(&self, r: &LoadBalancerRef) -> Result<Option<LoadBalancer>> {
+        let id = r
+            .annotations
+            .get(LOAD_BALANCER_ID)
+            .filter(|s| !s.is_empty());
+        match self.find(r, id.map(String::as_str)).await {
+            Err(CloudError::NotFound { .. }) => Ok(None),
+            Ok(Some(lb)) if lb.provisioning_status == "DELETED" => Ok(None),
+            other => other,
+        }
+    }
+
     /// Waits out a `PENDING_*` load balancer; `ERROR` is an error.
     async fn settled(&self, lb: LoadBalancer) -> Result<LoadBalancer> {
         match lb.provisioning_status.as_str() {
@@ -168,15 +193,9 @@ fn selected(selector: &BTreeMap<String, String>, b: &Backend) -> bool {
 #[async_trait]
 impl LoadBalancers for OctaviaLoadBalancers {
     async fn get_load_balancer(&self, r: &LoadBalancerRef) -> Result<Option<LoadBalancerStatus>> {
-        let id = r
-            .annotations
-            .get(LOAD_BALANCER_ID)
-            .filter(|s| !s.is_empty());
-        let lb = match self.find(r, id.map(String::as_str)).await {
-            Err(CloudError::NotFound { .. }) => return Ok(None),
-            other => other?,
+        let Some(lb) = self.existing(r).await? else {
+            return Ok(None);
         };
-        let Some(lb) = lb else { return Ok(None) };
         let fip = if lb.vip_port_id.is_empty() {
             None
         } else {
@@ -206,7 +225,7 @@ impl LoadBalancers for OctaviaLoadBalancers {
         let found = self.find(&spec.reference(), c.lb_id.as_deref()).await?;
         let (lb, owner, created) = match found {
             Some(lb) => {
-                let owner = lb.name == name || lb.name == spec.name;
+                let owner = owns(&lb.name, &self.cluster, &spec.service, &spec.name);
                 if owner && lb.provisioning_status == "ERROR" {
                     // OCCM leaves such a Service broken until someone deletes the load
                     // balancer by hand; it is ours, so it goes, and the next pass makes it
@@ -277,15 +296,9 @@ impl LoadBalancers for OctaviaLoadBalancers {
     }
 
     async fn delete_load_balancer(&self, r: &LoadBalancerRef) -> Result<()> {
-        let id = r
-            .annotations
-            .get(LOAD_BALANCER_ID)
-            .filter(|s| !s.is_empty());
-        let lb = match self.find(r, id.map(String::as_str)).await {
-            Err(CloudError::NotFound { .. }) => return Ok(()),
-            other => other?,
+        let Some(lb) = self.existing(r).await? else {
+            return Ok(());
         };
-        let Some(lb) = lb else { return Ok(()) };
         if !matches!(lb.provisioning_status.as_str(), "ACTIVE" | "ERROR") {
             return Err(CloudError::Unavailable(format!(
                 "openstack: load balancer {} is {}; its deletion is retried",
@@ -293,7 +306,7 @@ impl LoadBalancers for OctaviaLoadBalancers {
             )));
         }
         let name = load_balancer_name(&self.cluster, &r.service);
-        let ours = lb.name.starts_with(SERVICE_PREFIX) || lb.name == r.name;
+        let ours = owns(&lb.name, &self.cluster, &r.service, &r.name);
         let shared = lb
             .tags
             .iter()
@@ -378,6 +391,23 @@ mod tests {
             uid: String::new(),
         };
         assert_eq!(load_balancer_name("c", &long).len(), 255);
+    }
+
+    #[test]
+    fn a_service_owns_only_its_own_load_balancer() {
+        let web = ServiceRef {
+            namespace: "shop".into(),
+            name: "web".into(),
+            uid: String::new(),
+        };
+        assert!(owns("kube_service_c1_shop_web", "c1", &web, "a0123"));
+        // Made by OCCM under the cluster's earlier name.
+        assert!(owns("kube_service_old_shop_web", "c1", &web, "a0123"));
+        assert!(owns("a0123", "c1", &web, "a0123"));
+        // Another Service's, named by this one's load-balancer-id annotation.
+        assert!(!owns("kube_service_c1_shop_api", "c1", &web, "a0123"));
+        assert!(!owns("kube_service_c1_shop_web2", "c1", &web, "a0123"));
+        assert!(!owns("shared-by-hand", "c1", &web, "a0123"));
     }
 
     #[test]
