@@ -30,6 +30,8 @@ mod ccm;
 mod cloud;
 /// Discovery of what the services hold.
 mod discovery;
+/// What the load-balancer tests share.
+mod lb_help;
 /// Listing by pages, and a stopped Cinder API.
 mod listing;
 /// Load balancers on Octavia, floating IPs on Neutron.
