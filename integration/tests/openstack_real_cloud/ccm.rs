@@ -21,7 +21,7 @@ const KUBE_ENV: &str = "OVERCAST_TEST_KUBECONFIG";
 const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
 const FAULTY_REGION: &str = "overcast-it-faulty";
 
-fn kubeconfig() -> Option<String> {
+pub fn kubeconfig() -> Option<String> {
     let k = std::env::var(KUBE_ENV).ok();
     if k.is_none() {
         say_skipped(&format!(
@@ -31,7 +31,7 @@ fn kubeconfig() -> Option<String> {
     k
 }
 
-async fn wait<T>(what: &str, limit: u64, f: impl AsyncFnMut() -> Option<T>) -> T {
+pub async fn wait<T>(what: &str, limit: u64, f: impl AsyncFnMut() -> Option<T>) -> T {
     overcast_integration::real::wait_for(what, Duration::from_secs(limit), f).await
 }
 

@@ -25,6 +25,8 @@ mod unhappy;
 
 /// The ccm on Nova and Neutron, with the kit's API server.
 mod ccm;
+/// The ccm's load balancers on Octavia, with the kit's API server.
+mod ccm_lb;
 /// The cloud as the tests use it: its openrc, a cloud.conf, servers booted and deleted,
 /// Cinder's states and its API process stopped and started.
 mod cloud;
