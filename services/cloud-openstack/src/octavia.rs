@@ -271,7 +271,15 @@ impl LoadBalancers for OctaviaLoadBalancers {
             }
         }
         if !created {
-            self.sync(&lb, spec, &c, f, &name, owner, &nodes).await?;
+            let pass = sync::Pass {
+                lb: &lb,
+                spec,
+                c: &c,
+                f,
+                name: &name,
+                nodes: &nodes,
+            };
+            self.sync(pass, owner).await?;
         }
         let address = if lb.vip_address.contains(':') {
             // IPv6 load balancers take no floating IP.

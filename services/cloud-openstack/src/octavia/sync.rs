@@ -12,6 +12,18 @@ use super::conf::{Features, ServiceConf};
 use super::{neutron, OctaviaLoadBalancers};
 use crate::volumes::encode;
 
+/// What a pass over one Service's existing load balancer works from.
+#[derive(Clone, Copy)]
+pub(super) struct Pass<'a> {
+    pub lb: &'a LoadBalancer,
+    pub spec: &'a LoadBalancerSpec,
+    pub c: &'a ServiceConf,
+    pub f: Features,
+    /// The load balancer's name for this Service (its listeners' tag).
+    pub name: &'a str,
+    pub nodes: &'a [&'a Backend],
+}
+
 impl OctaviaLoadBalancers {
     /// Makes the load balancer with everything on it, in one call.
     pub(super) async fn create(
@@ -96,17 +108,15 @@ impl OctaviaLoadBalancers {
 
     /// Brings an existing load balancer's listeners, pools, members and monitors to
     /// what the Service asks, changing only what differs.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn sync(
-        &self,
-        lb: &LoadBalancer,
-        spec: &LoadBalancerSpec,
-        c: &ServiceConf,
-        f: Features,
-        name: &str,
-        owner: bool,
-        nodes: &[&Backend],
-    ) -> Result<()> {
+    pub(super) async fn sync(&self, pass: Pass<'_>, owner: bool) -> Result<()> {
+        let Pass {
+            lb,
+            spec,
+            c,
+            f,
+            name,
+            ..
+        } = pass;
         let listeners = self.api.listeners(&lb.id).await?;
         let pools = self.api.pools(&lb.id).await?;
         let mine = |tags: &[String]| tags.iter().any(|t| t == name) || (owner && tags.is_empty());
@@ -226,17 +236,11 @@ impl OctaviaLoadBalancers {
             };
             kept.insert(listener_id.clone());
             self.sync_pool(
-                lb,
-                spec,
-                c,
-                f,
-                name,
-                i,
-                p,
+                pass,
+                (i, p),
                 &listener_id,
                 &protocol,
                 &pools,
-                nodes,
                 member_subnet.as_deref(),
             )
             .await?;
@@ -251,22 +255,24 @@ impl OctaviaLoadBalancers {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The pool of listener `listener` for Service port `i`, its members, its monitor.
     pub(super) async fn sync_pool(
         &self,
-        lb: &LoadBalancer,
-        spec: &LoadBalancerSpec,
-        c: &ServiceConf,
-        f: Features,
-        name: &str,
-        i: usize,
-        p: &LbPort,
+        pass: Pass<'_>,
+        (i, p): (usize, &LbPort),
         listener: &str,
         listener_protocol: &str,
         pools: &[Pool],
-        nodes: &[&Backend],
         member_subnet: Option<&str>,
     ) -> Result<()> {
+        let Pass {
+            lb,
+            spec,
+            c,
+            name,
+            nodes,
+            ..
+        } = pass;
         let want_protocol = c.pool_protocol(listener_protocol);
         let mut pool = pools
             .iter()
@@ -355,22 +361,18 @@ impl OctaviaLoadBalancers {
                 )
                 .await?;
         }
-        self.sync_monitor(lb, c, f, name, i, p, &pool_id, monitor_id.as_deref())
+        self.sync_monitor(pass, (i, p), &pool_id, monitor_id.as_deref())
             .await
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn sync_monitor(
         &self,
-        lb: &LoadBalancer,
-        c: &ServiceConf,
-        f: Features,
-        name: &str,
-        i: usize,
-        p: &LbPort,
+        pass: Pass<'_>,
+        (i, p): (usize, &LbPort),
         pool: &str,
         monitor: Option<&str>,
     ) -> Result<()> {
+        let Pass { lb, c, f, name, .. } = pass;
         let want = self.monitor_body(i, name, p, c, f);
         let create = |mut body: Value| async move {
             body["pool_id"] = json!(pool);
