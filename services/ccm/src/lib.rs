@@ -10,6 +10,7 @@ pub mod leader;
 pub mod metrics;
 pub mod nodes;
 pub mod retry;
+pub mod routes;
 pub mod services;
 #[cfg(test)]
 pub mod testing;

@@ -19,6 +19,7 @@ use overcast_ccm::metrics::Metrics;
 use overcast_ccm::nodes::guard::DeletionGuard;
 use overcast_ccm::nodes::{NodeSync, Parts, Wake, WatchTriage};
 use overcast_ccm::retry::Backoff;
+use overcast_ccm::routes::RouteSync;
 use overcast_ccm::services::{self, ServiceSync};
 use overcast_ccm::MANAGER;
 use overcast_cloud::{Cloud, CloudName};
@@ -102,6 +103,19 @@ struct Options {
     /// balancer hold every other Service).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
     concurrent_service_syncs: u16,
+    /// Pod networks, comma-separated: the route controller makes and deletes routes in
+    /// these only (the upstream flag).
+    #[arg(long, value_delimiter = ',')]
+    cluster_cidr: Vec<Cidr>,
+    /// Nodes get pod CIDRs (the upstream flag): the route controller runs only with it.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    allocate_node_cidrs: bool,
+    /// The upstream switch for the route controller (on by default, as upstream).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    configure_cloud_routes: bool,
+    /// Routes are reconciled this often (upstream's 10 s).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    route_reconciliation_period: Duration,
     /// Serve /metrics and /healthz here.
     #[arg(long, default_value = "0.0.0.0:10258")]
     metrics_address: std::net::SocketAddr,
@@ -215,16 +229,24 @@ async fn main() -> anyhow::Result<()> {
             false
         }
     };
-    match (&cloud.routes, o.runs("route")) {
-        (Some(_), true) => {
-            tracing::warn!("route controller: routes are not implemented for any cloud yet")
+    let routes = match (&cloud.routes, o.runs("route")) {
+        (Some(_), true) if !(o.allocate_node_cidrs && o.configure_cloud_routes) => {
+            tracing::info!("route controller not started: it needs --allocate-node-cidrs=true and --configure-cloud-routes=true");
+            false
         }
-        (None, true) => tracing::info!(
-            cloud = cloud.name,
-            "route controller not started: the cloud has no routes"
-        ),
-        _ => {}
-    }
+        (Some(_), true) if o.cluster_cidr.is_empty() => {
+            anyhow::bail!("the route controller needs --cluster-cidr (the pod networks whose routes it manages)")
+        }
+        (Some(_), true) => true,
+        (None, true) => {
+            tracing::info!(
+                cloud = cloud.name,
+                "route controller not started: the cloud has no routes (OpenStack: [Route] router-id)"
+            );
+            false
+        }
+        _ => false,
+    };
 
     let controllers = Controllers {
         recorder: Recorder::new(
@@ -238,6 +260,7 @@ async fn main() -> anyhow::Result<()> {
         nodes_api,
         nodes,
         services,
+        routes,
         node_changed,
         svc_changed,
         policy: Arc::new(AddressPolicy {
@@ -330,6 +353,7 @@ struct Controllers {
     nodes: reflector::Store<Node>,
     /// Whether the service controller runs.
     services: bool,
+    routes: bool,
     node_changed: Arc<Notify>,
     svc_changed: Arc<Notify>,
     policy: Arc<AddressPolicy>,
@@ -394,6 +418,30 @@ impl Controllers {
             _ => tracing::info!("node controllers not chosen"),
         }
 
+        if let (Some(cloud), true) = (&self.cloud.routes, self.routes) {
+            let sync = RouteSync {
+                api: self.nodes_api.clone(),
+                cloud: Arc::clone(cloud),
+                cluster_cidrs: o.cluster_cidr.clone(),
+                metrics: Arc::clone(&self.metrics),
+            };
+            let (nodes, period) = (self.nodes.clone(), o.route_reconciliation_period);
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    // The ready cache (waited for before any controller starts): an empty
+                    // one means no nodes, not an unanswered list.
+                    let snapshot = nodes.state();
+                    let started = std::time::Instant::now();
+                    let result = sync.run(&snapshot).await;
+                    sync.metrics.reconciled("route", started.elapsed().as_secs_f64(), result.as_ref().err());
+                    match result {
+                        Ok(report) => tracing::debug!(?report, "route sync"),
+                        Err(e) => tracing::warn!(error = %e, "route sync failed; nothing was deleted; retried next period"),
+                    }
+                    tokio::time::sleep(period).await;
+                }
+            }));
+        }
         if let (Some(lbs), true) = (&self.cloud.load_balancers, self.services) {
             let mut sync = ServiceSync::new(
                 self.client.clone(),

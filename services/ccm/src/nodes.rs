@@ -141,20 +141,22 @@ pub fn slim(node: &mut Node) {
     node.metadata.managed_fields = None;
     node.metadata.annotations = None;
     if let Some(status) = node.status.take() {
-        let ready = status
+        // Ready for the controllers here, NetworkUnavailable for the route controller
+        // (which writes it only when it changes).
+        let kept: Vec<_> = status
             .conditions
             .into_iter()
             .flatten()
-            .find(|c| c.type_ == "Ready");
+            .filter(|c| c.type_ == "Ready" || c.type_ == crate::routes::CONDITION)
+            .map(|c| k8s_openapi::api::core::v1::NodeCondition {
+                type_: c.type_,
+                status: c.status,
+                ..Default::default()
+            })
+            .collect();
         node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
             addresses: status.addresses,
-            conditions: ready.map(|c| {
-                vec![k8s_openapi::api::core::v1::NodeCondition {
-                    type_: c.type_,
-                    status: c.status,
-                    ..Default::default()
-                }]
-            }),
+            conditions: (!kept.is_empty()).then_some(kept),
             ..Default::default()
         });
     }

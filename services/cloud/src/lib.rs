@@ -17,6 +17,7 @@ pub mod instances;
 pub mod load_balancers;
 mod name;
 pub mod publish;
+pub mod routes;
 
 use std::sync::Arc;
 
@@ -28,10 +29,11 @@ pub use error::{CloudError, Result};
 pub use instances::{AddressType, Instance, InstanceState, Instances, NodeAddress};
 pub use load_balancers::{
     Backend, LbPort, LoadBalancerRef, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers,
-    Protocol, Route, Routes, ServiceRef,
+    Protocol, ServiceRef,
 };
 pub use name::CloudName;
 pub use publish::PublishContext;
+pub use routes::{Route, RouteTarget, Routes};
 
 /// A cloud and the capabilities it has. Services start only the controllers whose
 /// capability is present, and say which they skipped.

@@ -127,17 +127,3 @@ pub trait LoadBalancers: Send + Sync + 'static {
     /// Deletes it; a balancer that does not exist is already deleted.
     async fn delete_load_balancer(&self, lb: &LoadBalancerRef) -> Result<()>;
 }
-
-/// Routes for pod CIDRs, on clouds that route them (OpenStack routers, …).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
-    pub node: String,
-    pub destination_cidr: String,
-}
-
-#[async_trait]
-pub trait Routes: Send + Sync + 'static {
-    async fn list_routes(&self) -> Result<Vec<Route>>;
-    async fn create_route(&self, route: &Route) -> Result<()>;
-    async fn delete_route(&self, route: &Route) -> Result<()>;
-}
