@@ -38,6 +38,8 @@ mod lb_help;
 mod listing;
 /// Load balancers on Octavia, floating IPs on Neutron.
 mod octavia;
+/// Pod routes on a Neutron router, and the ccm's route controller.
+mod routes;
 
 use cloud::*;
 

@@ -120,7 +120,7 @@ impl OpenStack {
                 Method::GET,
                 Target::Url(&root),
                 None,
-                None,
+                Headers::default(),
             )
             .await?;
         let doc: Value = serde_json::from_slice(&resp.body).unwrap_or(Value::Null);
@@ -164,7 +164,10 @@ impl OpenStack {
             method,
             Target::Path(path),
             body,
-            microversion,
+            Headers {
+                microversion,
+                revision: None,
+            },
         )
         .await
     }
@@ -188,6 +191,39 @@ impl OpenStack {
         }
     }
 
+    /// A PUT of `body` that applies only if the object is still at `revision` (Neutron's
+    /// `If-Match: revision_number=<n>`): a concurrent writer's change makes it fail with
+    /// Conflict (HTTP 412) instead of being undone. Without a revision, a plain PUT.
+    pub async fn expect_at_revision(
+        &self,
+        service: Service,
+        name: &'static str,
+        path: &str,
+        body: &Value,
+        revision: Option<u64>,
+    ) -> Result<()> {
+        let resp = self
+            .raw(
+                service,
+                name,
+                Method::PUT,
+                Target::Path(path),
+                Some(body),
+                Headers {
+                    microversion: None,
+                    revision,
+                },
+            )
+            .await?;
+        match resp.status.as_u16() {
+            200 => Ok(()),
+            412 => Err(CloudError::Conflict(format!(
+                "openstack: {name}: changed by another writer since it was read; read again"
+            ))),
+            _ => Err(overcast_cloud_http::status_error("openstack", name, &resp)),
+        }
+    }
+
     async fn raw(
         &self,
         service: Service,
@@ -195,8 +231,12 @@ impl OpenStack {
         method: Method,
         target: Target<'_>,
         body: Option<&Value>,
-        microversion: Option<Microversion>,
+        headers: Headers,
     ) -> Result<Response> {
+        let Headers {
+            microversion,
+            revision,
+        } = headers;
         let mut renewed = false;
         loop {
             // One session per attempt gives both the token and the endpoint (a renewed
@@ -214,6 +254,12 @@ impl OpenStack {
             })?;
             let mut req = Request::new(name, method.clone(), uri.clone());
             req.headers.insert("x-auth-token", session.token().clone());
+            if let Some(r) = revision {
+                // Neutron's `revision-if-match`: the write applies only at this revision.
+                if let Ok(h) = HeaderValue::from_str(&format!("revision_number={r}")) {
+                    req.headers.insert(http::header::IF_MATCH, h);
+                }
+            }
             req.headers.insert(
                 http::header::ACCEPT,
                 HeaderValue::from_static("application/json"),
@@ -240,6 +286,14 @@ impl OpenStack {
             return Ok(resp);
         }
     }
+}
+
+/// The optional headers of a call: the service's microversion, and Neutron's revision
+/// guard (`If-Match: revision_number=<n>`).
+#[derive(Clone, Copy, Default)]
+struct Headers {
+    microversion: Option<Microversion>,
+    revision: Option<u64>,
 }
 
 /// Where a call goes: a path under the service's endpoint, or a whole URL.

@@ -5,7 +5,7 @@
 //! cached and renewed, endpoints from the catalog: [`keystone`]); calls to the services
 //! with microversions negotiated ([`client`]); Cinder volumes attached through Nova
 //! ([`volumes`]); discovery ([`discovery`]); the ccm's nodes from Nova ([`instances`])
-//! and load balancers on Octavia ([`octavia`]).
+//! load balancers on Octavia ([`octavia`]) and routes on a Neutron router ([`routes`]).
 
 pub mod client;
 pub mod config;
@@ -13,6 +13,7 @@ pub mod discovery;
 pub mod instances;
 pub mod keystone;
 pub mod octavia;
+pub mod routes;
 pub mod volumes;
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ pub use config::Config;
 pub use discovery::OpenStackDiscovery;
 pub use instances::NovaInstances;
 pub use octavia::OctaviaLoadBalancers;
+pub use routes::NeutronRoutes;
 pub use volumes::{CinderDisks, Waits};
 
 use overcast_cloud::{CloudError, Result};

@@ -260,7 +260,7 @@ fn open_openstack(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
             ..Cloud::default()
         }),
         // Nodes from Nova, load balancers on Octavia (unless `[LoadBalancer] enabled =
-        // false`). Routes (Neutron) are not in this build yet: the ccm says it skips them.
+        // false`), routes on the `[Route] router-id` router when one is named.
         Role::Ccm => {
             let os = overcast_cloud_openstack::connect(&config, Some(Arc::clone(&s.api_metrics)))?;
             // OCCM's switch for `openstack://<region>/<id>` providerIDs.
@@ -276,12 +276,18 @@ fn open_openstack(role: Role, s: &Settings) -> anyhow::Result<Cloud> {
             Ok(Cloud {
                 name: CloudName::Openstack.as_str(),
                 instances: Some(Arc::new(overcast_cloud_openstack::NovaInstances::new(
-                    os,
+                    Arc::clone(&os),
                     config.networking.clone(),
                     config.region.clone(),
                     regional,
                 ))),
                 load_balancers,
+                routes: config.router_id.clone().map(|router| {
+                    Arc::new(overcast_cloud_openstack::NeutronRoutes::new(
+                        Arc::clone(&os),
+                        router,
+                    )) as Arc<dyn overcast_cloud::Routes>
+                }),
                 ..Cloud::default()
             })
         }
