@@ -35,8 +35,14 @@ struct Options {
     /// kubeconfig to use; in-cluster configuration when unset.
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
-    /// Cloud provider: local, dvp, openstack, vsphere, zvirt.
-    #[arg(long, env = "OVERCAST_CLOUD", default_value = "local")]
+    /// Cloud provider: local, dvp, openstack, vsphere, zvirt (`--cloud-provider`, the
+    /// upstream spelling, too).
+    #[arg(
+        long,
+        alias = "cloud-provider",
+        env = "OVERCAST_CLOUD",
+        default_value = "local"
+    )]
     cloud: CloudName,
     /// Controllers to run: node, node-lifecycle, service, route (comma-separated; * for all).
     #[arg(long, default_value = "*", value_delimiter = ',')]
