@@ -25,7 +25,7 @@ use overcast_ccm::MANAGER;
 use overcast_cloud::{Cloud, CloudName};
 use overcast_cloud_local::cloud_config::LocalFlags;
 use overcast_cloud_local::lb::Pool;
-use overcast_clouds::{Role, Settings};
+use overcast_clouds::Role;
 use overcast_runtime::LogFormat;
 use tokio::sync::Notify;
 
@@ -51,8 +51,8 @@ struct Options {
     local: LocalFlags,
     /// Local cloud: where load-balancer addresses come from (default: the cloud-config
     /// file's loadBalancerPool, else 127.240.0.0/16).
-    #[arg(long)]
-    lb_pool: Option<Pool>,
+    #[arg(long, value_parser = |s: &str| s.parse::<Pool>().map(|_| s.to_owned()))]
+    lb_pool: Option<String>,
     /// Also serve Services with this spec.loadBalancerClass (besides those with none).
     #[arg(long)]
     load_balancer_class: Option<String>,
@@ -479,8 +479,8 @@ async fn build_cloud(
     o: &Options,
     registry: &mut prometheus_client::registry::Registry,
 ) -> anyhow::Result<Cloud> {
-    let mut s = Settings::with_local_flags(o.cloud, &o.local);
-    s.local.lb_pool = o.lb_pool;
+    let mut s = o.local.settings(o.cloud);
+    s.local.lb_pool = o.lb_pool.clone();
     s.register_api_metrics(registry);
     overcast_clouds::open(Role::Ccm, &s).await
 }

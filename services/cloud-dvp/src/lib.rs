@@ -14,6 +14,7 @@ pub mod disks;
 pub mod instances;
 pub mod lb;
 pub mod parent;
+pub mod provider;
 pub mod quota;
 pub mod zones;
 
@@ -23,3 +24,4 @@ pub use disks::{DvpDisks, Waits};
 pub use instances::DvpInstances;
 pub use lb::DvpLoadBalancers;
 pub use parent::Parent;
+pub use provider::PROVIDER;

@@ -71,34 +71,6 @@ impl LocalCloudConfig {
     }
 }
 
-/// What the local provider takes from a binary's flags beside the common settings (the
-/// real clouds take nothing from flags: their configuration is the cloud-config file and
-/// their upstream's variables).
-#[derive(Debug, Clone)]
-pub struct LocalOptions {
-    /// This host's zone and region (over the cloud-config file's).
-    pub zone: Option<String>,
-    pub region: Option<String>,
-    /// The directory of the disk files and the store.
-    pub state_dir: PathBuf,
-    /// Further machines (name, addresses, state …), over the file's `instancesFile`.
-    pub instances_file: Option<PathBuf>,
-    /// Where load-balancer addresses come from (over the file's `loadBalancerPool`).
-    pub lb_pool: Option<crate::lb::Pool>,
-}
-
-impl Default for LocalOptions {
-    fn default() -> Self {
-        Self {
-            zone: None,
-            region: None,
-            state_dir: PathBuf::from("/var/lib/overcast/local"),
-            instances_file: None,
-            lb_pool: None,
-        }
-    }
-}
-
 /// The local cloud's flags that the ccm and the discoverer share (`#[command(flatten)]`).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct LocalFlags {
@@ -141,6 +113,19 @@ pub struct LocalSettings {
 }
 
 impl LocalFlags {
+    /// The registry's settings for `cloud` from these shared flags (the ccm's and the
+    /// discoverer's).
+    pub fn settings(&self, cloud: overcast_cloud::CloudName) -> overcast_provider::Settings {
+        let mut s = overcast_provider::Settings::new(cloud);
+        s.cloud_config = self.cloud_config.clone();
+        s.node_name = self.node_name.clone();
+        s.zone = self.zone.clone();
+        s.region = self.region.clone();
+        s.local.instances_file = self.instances_file.clone();
+        s.cluster = self.cluster.clone();
+        s
+    }
+
     pub fn resolve(&self) -> Result<LocalSettings, CloudConfigError> {
         let file = LocalCloudConfig::load(self.cloud_config.as_deref())?;
         Ok(LocalSettings {

@@ -11,6 +11,7 @@ mod id;
 pub mod instances;
 pub mod lb;
 pub mod loopdev;
+pub mod provider;
 mod reconcile;
 mod store;
 
@@ -22,6 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 
 pub use id::DiskId;
+pub use provider::PROVIDER;
 use store::{AttachmentRecord, DiskRecord, Mutation, Store};
 
 use overcast_cloud::{

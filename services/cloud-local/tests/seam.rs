@@ -71,6 +71,7 @@ fn provider_crates_carry_no_local_cloud_dependencies() {
         "overcast-cloud-vsphere",
         "overcast-cloud-zvirt",
         "overcast-cloud-http",
+        "overcast-provider",
     ] {
         assert_free_of(krate, &["redb", "nix", "clap", "overcast-cloud-local"]);
     }

@@ -13,6 +13,7 @@ pub mod discovery;
 pub mod instances;
 pub mod keystone;
 pub mod octavia;
+pub mod provider;
 pub mod routes;
 pub mod volumes;
 
@@ -23,6 +24,7 @@ pub use config::Config;
 pub use discovery::OpenStackDiscovery;
 pub use instances::NovaInstances;
 pub use octavia::OctaviaLoadBalancers;
+pub use provider::PROVIDER;
 pub use routes::NeutronRoutes;
 pub use volumes::{CinderDisks, Waits};
 

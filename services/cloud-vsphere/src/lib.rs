@@ -7,5 +7,7 @@
 //! the configuration check, saying so.
 
 pub mod config;
+pub mod provider;
 
 pub use config::Config;
+pub use provider::PROVIDER;

@@ -10,6 +10,7 @@ pub mod config;
 pub mod discovery;
 pub mod disks;
 pub mod instances;
+pub mod provider;
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ pub use config::Config;
 pub use discovery::EngineDiscovery;
 pub use disks::{EngineDisks, Waits};
 pub use instances::EngineInstances;
+pub use provider::PROVIDER;
 
 use overcast_cloud::Result;
 use overcast_cloud_http::{ApiMetrics, HttpClient, HttpSettings};

@@ -36,26 +36,6 @@ impl CloudName {
             Self::Zvirt => "zvirt",
         }
     }
-
-    /// Whether this build has the provider.
-    pub fn is_built(self) -> bool {
-        matches!(self, Self::Local | Self::Dvp | Self::Zvirt)
-    }
-
-    /// What a binary says, and exits on, when asked for a cloud this build lacks.
-    pub fn not_built(self) -> String {
-        let built: Vec<&str> = Self::ALL
-            .iter()
-            .filter(|c| c.is_built())
-            .map(|c| c.as_str())
-            .collect();
-        format!(
-            "cloud {:?} is known but its provider is not in this build yet (this build has: {}); \
-             see the README's status table",
-            self.as_str(),
-            built.join(", ")
-        )
-    }
 }
 
 impl fmt::Display for CloudName {
@@ -92,8 +72,5 @@ mod tests {
             err.contains("one of: local, dvp, openstack, vsphere, zvirt"),
             "{err}"
         );
-        assert!(CloudName::Vsphere
-            .not_built()
-            .contains("this build has: local, dvp, zvirt"));
     }
 }

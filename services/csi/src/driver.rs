@@ -212,8 +212,8 @@ fn settings(options: &Options) -> anyhow::Result<Settings> {
     let mut s = Settings::new(options.cloud().map_err(anyhow::Error::msg)?);
     s.cloud_config = options.cloud_config.clone();
     s.node_name = Some(options.node_id());
-    s.local.zone = options.zone.clone();
-    s.local.region = options.region.clone();
+    s.zone = options.zone.clone();
+    s.region = options.region.clone();
     s.local.state_dir = options.state_dir.clone();
     s.max_attachments_per_node = options
         .max_volumes_per_node

@@ -18,7 +18,7 @@ use std::time::Duration;
 use clap::Parser;
 use overcast_cloud::{CloudName, Discovery};
 use overcast_cloud_local::cloud_config::LocalFlags;
-use overcast_clouds::{Role, Settings};
+use overcast_clouds::Role;
 use overcast_runtime::LogFormat;
 
 #[derive(Debug, Clone, Parser)]
@@ -61,7 +61,7 @@ async fn main() -> anyhow::Result<()> {
     overcast_runtime::logging::init(o.log_format);
     // The cloud first: a wrong or missing cloud setting is said before anything is
     // contacted.
-    let mut settings = Settings::with_local_flags(o.cloud, &o.local);
+    let mut settings = o.local.settings(o.cloud);
     settings.local.state_dir = o.state_dir.clone();
     let mut registry = prometheus_client::registry::Registry::default();
     settings.register_api_metrics(&mut registry);
