@@ -357,7 +357,10 @@ fn every_overlay_starts_every_binary_until_credentials_or_the_provider_are_missi
                 );
                 let Some(config) = config else {
                     // The node plugin reads no cloud config; its provider is what is missing.
-                    assert!(err.contains(&format!("cloud \"{cloud}\" is known but its provider is not in this build yet (this build has: local, dvp, zvirt)")), "{what}: {err}");
+                    assert!(
+                        err.contains("provider's cloud calls are not in this build yet"),
+                        "{what}: {err}"
+                    );
                     checked += 1;
                     continue;
                 };
