@@ -24,6 +24,7 @@ pub mod manifests;
 pub mod ossim;
 pub mod real;
 pub mod real_node;
+pub mod vcsim;
 pub mod zvirt_sim;
 
 pub type IdentityClient = csi::identity_client::IdentityClient<Channel>;

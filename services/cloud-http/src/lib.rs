@@ -179,6 +179,9 @@ pub struct Request {
     pub uri: Uri,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// A POST that only reads (SOAP's `RetrievePropertiesEx`, CNS's query): safe to
+    /// send again, as a GET is.
+    pub reads_only: bool,
 }
 
 impl Request {
@@ -189,15 +192,18 @@ impl Request {
             uri,
             headers: HeaderMap::new(),
             body: Bytes::new(),
+            reads_only: false,
         }
     }
 
-    /// GET, HEAD, PUT, DELETE, OPTIONS: safe to send again (RFC 9110 §9.2.2).
+    /// GET, HEAD, PUT, DELETE, OPTIONS (RFC 9110 §9.2.2), or a request marked
+    /// [`Request::reads_only`]: safe to send again.
     pub fn idempotent(&self) -> bool {
-        matches!(
-            self.method,
-            Method::GET | Method::HEAD | Method::PUT | Method::DELETE | Method::OPTIONS
-        )
+        self.reads_only
+            || matches!(
+                self.method,
+                Method::GET | Method::HEAD | Method::PUT | Method::DELETE | Method::OPTIONS
+            )
     }
 }
 

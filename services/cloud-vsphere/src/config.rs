@@ -1,41 +1,23 @@
-//! `vsphere.conf` (gcfg INI) as cloud-provider-vsphere reads it: `[Global]` defaults,
-//! one `[VirtualCenter "host"]` per vCenter (its own values over the defaults),
-//! `[Labels] region/zone` (tag categories), `[Nodes]` subnet selection.
+//! `vsphere.conf` as cloud-provider-vsphere reads it, in both its formats (YAML first
+//! in upstream's order; the INI form when the file opens a section), with upstream's
+//! defaults and environment variables (`VSPHERE_*`, which win over the file). What a
+//! vCenter lacks is named at once, before anything is contacted; values are never echoed.
 
-use std::path::Path;
+mod raw;
 
-use overcast_cloud::config::{read_ini, unknown_keys, IniSection};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use overcast_cloud::cidr::Cidr;
+use overcast_cloud::config::read_optional;
 use overcast_cloud::ConfigError;
 
-const CLOUD: &str = "vsphere";
+pub use raw::{Raw, RawVc};
 
-const VC_KEYS: &[&str] = &[
-    "user",
-    "password",
-    "port",
-    "insecure-flag",
-    "datacenters",
-    "ca-file",
-    "thumbprint",
-    "secret-name",
-    "secret-namespace",
-    "secrets-directory",
-    "soap-roundtrip-count",
-    "api-disable",
-    "api-binding",
-    "ip-family",
-    "vcenter-ip",
-    "server",
-];
-const LABEL_KEYS: &[&str] = &["region", "zone"];
-const NODE_KEYS: &[&str] = &[
-    "internal-network-subnet-cidr",
-    "external-network-subnet-cidr",
-    "internal-vm-network-name",
-    "external-vm-network-name",
-    "exclude-internal-network-subnet-cidr",
-    "exclude-external-network-subnet-cidr",
-];
+const CLOUD: &str = "vsphere";
+/// Upstream's default for `secret-namespace` is none (both or neither); a Secret named
+/// without one is looked for in the controller's namespace, `kube-system` on Deckhouse.
+const DEFAULT_SECRET_NAMESPACE: &str = "kube-system";
 
 /// Where a vCenter's credentials come from.
 #[derive(Clone, PartialEq, Eq)]
@@ -44,11 +26,14 @@ pub enum Credentials {
         user: String,
         password: String,
     },
-    /// A Kubernetes Secret (`secret-name`/`secret-namespace`), read at run time.
+    /// A Kubernetes Secret (`secret-name`/`secret-namespace`) with upstream's keys
+    /// `<server>.username` and `<server>.password`.
     Secret {
         name: String,
         namespace: String,
     },
+    /// Files named by those keys in a directory (`secrets-directory`).
+    Directory(PathBuf),
 }
 
 impl std::fmt::Debug for Credentials {
@@ -58,16 +43,51 @@ impl std::fmt::Debug for Credentials {
                 write!(f, "Inline {{ user: {user:?}, password: <redacted> }}")
             }
             Self::Secret { name, namespace } => write!(f, "Secret {{ {namespace}/{name} }}"),
+            Self::Directory(dir) => write!(f, "Directory({})", dir.display()),
         }
+    }
+}
+
+/// The address families a node's addresses are taken from, in priority order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    pub fn matches(self, ip: IpAddr) -> bool {
+        matches!(
+            (self, ip),
+            (Self::V4, IpAddr::V4(_)) | (Self::V6, IpAddr::V6(_))
+        )
     }
 }
 
 #[derive(Debug, Clone)]
 pub struct VirtualCenter {
-    pub host: String,
+    /// The name the file gives it: the host, or a tenant name when `server` is set.
+    pub name: String,
+    /// Where it answers.
+    pub server: String,
+    pub port: u16,
     pub credentials: Credentials,
     pub datacenters: Vec<String>,
     pub insecure: bool,
+    pub ca_file: Option<PathBuf>,
+    pub thumbprint: Option<String>,
+    pub ip_family: Vec<IpFamily>,
+}
+
+/// `[Nodes]`: how a node's guest addresses become its InternalIP and ExternalIP.
+#[derive(Debug, Clone, Default)]
+pub struct Nodes {
+    pub internal_subnets: Vec<Cidr>,
+    pub external_subnets: Vec<Cidr>,
+    pub exclude_internal_subnets: Vec<Cidr>,
+    pub exclude_external_subnets: Vec<Cidr>,
+    pub internal_network_name: Option<String>,
+    pub external_network_name: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -76,159 +96,276 @@ pub struct Config {
     /// `[Labels]`: the tag categories naming regions and zones.
     pub region_category: Option<String>,
     pub zone_category: Option<String>,
+    pub nodes: Nodes,
     pub unknown: Vec<String>,
 }
 
 impl Config {
+    /// Reads the file at `path` (none or absent: the environment alone) with the
+    /// process's environment.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let sections = read_ini(CLOUD, path)?;
-        let unknown = unknown_keys(&sections, |name| match name {
-            "global" | "virtualcenter" => Some(VC_KEYS),
-            "labels" => Some(LABEL_KEYS),
-            "nodes" => Some(NODE_KEYS),
-            _ => None,
-        });
-        let empty = IniSection {
-            name: "global".into(),
-            sub: None,
-            line: 0,
-            values: Vec::new(),
-        };
-        let global = sections
-            .iter()
-            .find(|s| s.name == "global")
-            .unwrap_or(&empty);
-        let labels = sections.iter().find(|s| s.name == "labels");
-        let mut missing = Vec::new();
-        let mut vcenters = Vec::new();
-        let listed: Vec<&IniSection> = sections
-            .iter()
-            .filter(|s| s.name == "virtualcenter")
-            .collect();
-        if listed.is_empty() {
-            missing.push(
-                "a vCenter ([VirtualCenter \"host\"] with user and password, or secret-name)"
-                    .to_owned(),
-            );
-        }
-        for vc in listed {
-            let Some(host) = vc.sub.clone().filter(|h| !h.is_empty()) else {
-                return Err(ConfigError::Invalid {
-                    cloud: CLOUD,
-                    file: path.map(Path::to_path_buf),
-                    line: Some(vc.line),
-                    why: "[VirtualCenter] needs its host: [VirtualCenter \"vcenter.example.com\"]"
-                        .into(),
-                });
-            };
-            let get = |k: &str| {
-                vc.get(k)
-                    .or_else(|| global.get(k))
-                    .filter(|v| !v.trim().is_empty())
-                    .map(str::to_owned)
-            };
-            let credentials = match (get("user"), get("password"), get("secret-name")) {
-                (Some(user), Some(password), _) => Some(Credentials::Inline { user, password }),
-                (_, _, Some(name)) => Some(Credentials::Secret {
-                    name,
-                    namespace: get("secret-namespace").unwrap_or_else(|| "kube-system".into()),
-                }),
-                (user, password, None) => {
-                    let mut lacks = Vec::new();
-                    if user.is_none() {
-                        lacks.push("user");
-                    }
-                    if password.is_none() {
-                        lacks.push("password");
-                    }
-                    missing.push(format!(
-                        "{} for vCenter {host:?} (in its section or [Global], or secret-name)",
-                        lacks.join(" and ")
-                    ));
-                    None
-                }
-            };
-            let datacenters: Vec<String> = get("datacenters")
-                .unwrap_or_default()
-                .split(',')
-                .map(|d| d.trim().to_owned())
-                .filter(|d| !d.is_empty())
-                .collect();
-            if datacenters.is_empty() {
-                missing.push(format!("datacenters for vCenter {host:?}"));
-            }
-            if let Some(credentials) = credentials {
-                vcenters.push(VirtualCenter {
-                    host,
-                    credentials,
-                    datacenters,
-                    insecure: get("insecure-flag").is_some_and(|v| v == "true" || v == "1"),
-                });
-            }
-        }
-        if !missing.is_empty() {
-            return Err(ConfigError::Missing {
+        Self::load_with(path, &|k| std::env::var(k).ok())
+    }
+
+    pub fn load_with(
+        path: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let text = read_optional(CLOUD, path)?.unwrap_or_default();
+        let file = path.map(Path::to_path_buf);
+        let raw = if raw::is_ini(&text) {
+            raw::ini(&text).map_err(|(line, why)| ConfigError::Invalid {
                 cloud: CLOUD,
-                file: path.map(Path::to_path_buf),
+                file: file.clone(),
+                line: Some(line),
+                why,
+            })?
+        } else {
+            raw::yaml(&text).map_err(|why| ConfigError::Invalid {
+                cloud: CLOUD,
+                file: file.clone(),
+                line: None,
+                why: format!("neither INI (no [Global] section first) nor YAML: {why}"),
+            })?
+        };
+        resolve(raw, env).map_err(|e| match e {
+            Resolve::Missing(missing) => ConfigError::Missing {
+                cloud: CLOUD,
+                file,
                 missing,
-            });
-        }
-        Ok(Self {
-            vcenters,
-            region_category: labels.and_then(|l| l.get("region")).map(str::to_owned),
-            zone_category: labels.and_then(|l| l.get("zone")).map(str::to_owned),
-            unknown,
+            },
+            Resolve::Invalid(why) => ConfigError::Invalid {
+                cloud: CLOUD,
+                file,
+                line: None,
+                why,
+            },
         })
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn load(text: &str) -> Result<Config, ConfigError> {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("vsphere.conf");
-        std::fs::write(&path, text).unwrap();
-        Config::load(Some(&path))
-    }
-
-    #[test]
-    fn global_defaults_fill_each_vcenter_and_secrets_stay_hidden() {
-        let c = load(
-            "[Global]\nuser = admin@vsphere.local\npassword = \"pa ss\"\ninsecure-flag = true\n\
-             [VirtualCenter \"vc1\"]\ndatacenters = dc1, dc2\n\
-             [VirtualCenter \"vc2\"]\nsecret-name = vc2-creds\ndatacenters = dc3\nuser=\npassword=\n\
-             [Labels]\nregion = k8s-region\nzone = k8s-zone\n",
-        )
-        .unwrap();
-        assert_eq!(c.vcenters.len(), 2);
-        assert_eq!(c.vcenters[0].datacenters, vec!["dc1", "dc2"]);
-        assert!(c.vcenters[0].insecure);
-        assert_eq!(
-            c.vcenters[1].credentials,
-            Credentials::Secret {
-                name: "vc2-creds".into(),
-                namespace: "kube-system".into()
-            }
-        );
-        assert_eq!(c.zone_category.as_deref(), Some("k8s-zone"));
-        assert!(!format!("{c:?}").contains("pa ss"));
-    }
-
-    #[test]
-    fn what_is_missing_is_named_per_vcenter() {
-        let e = Config::load(None).unwrap_err().to_string();
-        assert!(e.contains("a vCenter"), "{e}");
-        let e = load("[VirtualCenter \"vc1\"]\nuser = u\n")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("password for vCenter \"vc1\"")
-                && e.contains("datacenters for vCenter \"vc1\""),
-            "{e}"
-        );
-        let e = load("[VirtualCenter]\nuser = u\n").unwrap_err().to_string();
-        assert!(e.contains("line 1") && e.contains("needs its host"), "{e}");
-    }
+enum Resolve {
+    Missing(Vec<String>),
+    Invalid(String),
 }
+
+fn cidrs(key: &str, v: Option<&str>) -> Result<Vec<Cidr>, Resolve> {
+    v.unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            c.parse()
+                .map_err(|e| Resolve::Invalid(format!("[Nodes] {key}: {e}")))
+        })
+        .collect()
+}
+
+/// Upstream's `FromEnv`: these win over the file's `[Global]`.
+fn apply_env(
+    global: &mut RawVc,
+    raw: &mut Raw,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), Resolve> {
+    let get = |k: &str| env(k).filter(|v| !v.is_empty());
+    if let Some(v) = get("VSPHERE_VCENTER") {
+        global.server = Some(v);
+    }
+    if let Some(v) = get("VSPHERE_VCENTER_PORT") {
+        global.port =
+            Some(v.parse().map_err(|_| {
+                Resolve::Invalid("VSPHERE_VCENTER_PORT is not a port number".into())
+            })?);
+    }
+    if let Some(v) = get("VSPHERE_USER") {
+        global.user = Some(v);
+    }
+    if let Some(v) = get("VSPHERE_PASSWORD") {
+        global.password = Some(v);
+    }
+    if let Some(v) = get("VSPHERE_DATACENTER") {
+        global.datacenters = Some(v.split(',').map(|d| d.trim().to_owned()).collect());
+    }
+    if let Some(v) = get("VSPHERE_SECRET_NAME") {
+        global.secret_name = Some(v);
+    }
+    if let Some(v) = get("VSPHERE_SECRET_NAMESPACE") {
+        global.secret_namespace = Some(v);
+    }
+    if let Some(v) = get("VSPHERE_INSECURE") {
+        global.insecure_flag = Some(matches!(v.as_str(), "1" | "true" | "True" | "TRUE"));
+    }
+    if let Some(v) = get("VSPHERE_SECRETS_DIRECTORY") {
+        global.secrets_directory = Some(v);
+    }
+    if let Some(v) = get("VSPHERE_CAFILE") {
+        global.ca_file = Some(v);
+    }
+    if let Some(v) = get("VSPHERE_THUMBPRINT") {
+        global.thumbprint = Some(v);
+    }
+    if let Some(v) = get("VSPHERE_LABEL_REGION") {
+        raw.labels.region = Some(v);
+    }
+    if let Some(v) = get("VSPHERE_LABEL_ZONE") {
+        raw.labels.zone = Some(v);
+    }
+    let nodes = &mut raw.nodes;
+    for (var, field) in [
+        (
+            "VSPHERE_NODES_INTERNAL_NETWORK_SUBNET_CIDR",
+            &mut nodes.internal_network_subnet_cidr,
+        ),
+        (
+            "VSPHERE_NODES_EXTERNAL_NETWORK_SUBNET_CIDR",
+            &mut nodes.external_network_subnet_cidr,
+        ),
+        (
+            "VSPHERE_NODES_INTERNAL_VM_NETWORK_NAME",
+            &mut nodes.internal_vm_network_name,
+        ),
+        (
+            "VSPHERE_NODES_EXTERNAL_VM_NETWORK_NAME",
+            &mut nodes.external_vm_network_name,
+        ),
+    ] {
+        if let Some(v) = get(var) {
+            *field = Some(v);
+        }
+    }
+    Ok(())
+}
+
+fn resolve(mut raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, Resolve> {
+    let mut global = std::mem::take(&mut raw.global);
+    apply_env(&mut global, &mut raw, env)?;
+    let mut listed = std::mem::take(&mut raw.vcenter);
+    // `[Global] server` (or VSPHERE_VCENTER) names one more vCenter with the global
+    // values, unless a section already names it.
+    if let Some(server) = global.server.clone() {
+        if !listed.iter().any(|(name, _)| *name == server) {
+            listed.push((server, RawVc::default()));
+        }
+    }
+    let mut missing = Vec::new();
+    if listed.is_empty() {
+        missing.push(
+            "a vCenter ([VirtualCenter \"host\"] or `vcenter:` with user and password, or \
+             secret-name; or VSPHERE_VCENTER)"
+                .to_owned(),
+        );
+    }
+    let mut vcenters = Vec::new();
+    for (name, vc) in listed {
+        let server = vc.server.clone().unwrap_or_else(|| name.clone());
+        let pick = |own: &Option<String>, global: &Option<String>| {
+            own.clone()
+                .or_else(|| global.clone())
+                .filter(|v| !v.is_empty())
+        };
+        let user = pick(&vc.user, &global.user);
+        let password = pick(&vc.password, &global.password);
+        let namespace = pick(&vc.secret_namespace, &global.secret_namespace)
+            .unwrap_or_else(|| DEFAULT_SECRET_NAMESPACE.into());
+        // A vCenter's own Secret, then its own user and password, then the global
+        // Secret or directory, then user and password from either (upstream's order).
+        let credentials = if let Some(name) = vc.secret_name.clone() {
+            Some(Credentials::Secret { name, namespace })
+        } else if let (Some(user), Some(password)) = (vc.user.clone(), vc.password.clone()) {
+            Some(Credentials::Inline { user, password })
+        } else if let Some(name) = global.secret_name.clone() {
+            Some(Credentials::Secret { name, namespace })
+        } else if let Some(dir) = pick(&vc.secrets_directory, &global.secrets_directory) {
+            Some(Credentials::Directory(PathBuf::from(dir)))
+        } else if let (Some(user), Some(password)) = (user.clone(), password.clone()) {
+            Some(Credentials::Inline { user, password })
+        } else {
+            let mut lacks = Vec::new();
+            if user.is_none() {
+                lacks.push("user");
+            }
+            if password.is_none() {
+                lacks.push("password");
+            }
+            missing.push(format!(
+                "{} for vCenter {name:?} (in its section or [Global], VSPHERE_USER / \
+                 VSPHERE_PASSWORD, or secret-name)",
+                lacks.join(" and ")
+            ));
+            None
+        };
+        let datacenters: Vec<String> = vc
+            .datacenters
+            .clone()
+            .or_else(|| global.datacenters.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|d| !d.is_empty())
+            .collect();
+        if datacenters.is_empty() {
+            missing.push(format!("datacenters for vCenter {name:?}"));
+        }
+        let families = vc
+            .ip_family
+            .clone()
+            .or_else(|| global.ip_family.clone())
+            .unwrap_or_else(|| vec!["ipv4".into()]);
+        let ip_family = families
+            .iter()
+            .map(|f| match f.to_ascii_lowercase().as_str() {
+                "ipv4" => Ok(IpFamily::V4),
+                "ipv6" => Ok(IpFamily::V6),
+                other => Err(Resolve::Invalid(format!(
+                    "ip-family of vCenter {name:?}: {other:?} is neither ipv4 nor ipv6"
+                ))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(credentials) = credentials {
+            vcenters.push(VirtualCenter {
+                server,
+                port: vc.port.or(global.port).unwrap_or(443),
+                credentials,
+                datacenters,
+                insecure: vc.insecure_flag.or(global.insecure_flag).unwrap_or(false),
+                ca_file: pick(&vc.ca_file, &global.ca_file).map(PathBuf::from),
+                thumbprint: pick(&vc.thumbprint, &global.thumbprint),
+                ip_family,
+                name,
+            });
+        }
+    }
+    if !missing.is_empty() {
+        return Err(Resolve::Missing(missing));
+    }
+    let n = &raw.nodes;
+    let nodes = Nodes {
+        internal_subnets: cidrs(
+            "internal-network-subnet-cidr",
+            n.internal_network_subnet_cidr.as_deref(),
+        )?,
+        external_subnets: cidrs(
+            "external-network-subnet-cidr",
+            n.external_network_subnet_cidr.as_deref(),
+        )?,
+        exclude_internal_subnets: cidrs(
+            "exclude-internal-network-subnet-cidr",
+            n.exclude_internal_network_subnet_cidr.as_deref(),
+        )?,
+        exclude_external_subnets: cidrs(
+            "exclude-external-network-subnet-cidr",
+            n.exclude_external_network_subnet_cidr.as_deref(),
+        )?,
+        internal_network_name: n.internal_vm_network_name.clone(),
+        external_network_name: n.external_vm_network_name.clone(),
+    };
+    Ok(Config {
+        vcenters,
+        region_category: raw.labels.region.clone().filter(|v| !v.is_empty()),
+        zone_category: raw.labels.zone.clone().filter(|v| !v.is_empty()),
+        nodes,
+        unknown: raw.unknown,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -7,7 +7,12 @@
 //! the configuration check, saying so.
 
 pub mod config;
+pub mod inventory;
 pub mod provider;
+pub mod session;
+pub mod soap;
+pub mod vms;
+pub mod xml;
 
 pub use config::Config;
 pub use provider::PROVIDER;

@@ -31,7 +31,7 @@ impl Provider for Vsphere {
         if !c.unknown.is_empty() {
             tracing::warn!(cloud = "vsphere", keys = ?c.unknown, "the cloud config has keys this version does not know; ignored");
         }
-        let hosts: Vec<&str> = c.vcenters.iter().map(|v| v.host.as_str()).collect();
+        let hosts: Vec<&str> = c.vcenters.iter().map(|v| v.server.as_str()).collect();
         anyhow::bail!(
             "cloud \"vsphere\": its configuration is complete (vCenter {}); {NOT_BUILT}",
             hosts.join(", ")

@@ -1,0 +1,34 @@
+//! The vSphere provider against vcsim (govmomi's simulator: SOAP `/sdk`, CNS
+//! `/vsanHealth`, REST tagging), one vcsim per test. Runs when `OVERCAST_TEST_VCSIM`
+//! names the vcsim binary (`.ci/run` builds it and sets it); says it was skipped
+//! otherwise.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use overcast_cloud_http::{ApiMetrics, HttpSettings};
+use overcast_cloud_vsphere::session::{Target, Vcenter};
+use overcast_integration::vcsim::Vcsim;
+
+/// A client of `sim`'s vCenter, its calls counted in `metrics`.
+fn vcenter(sim: &Vcsim, metrics: &Arc<ApiMetrics>) -> Arc<Vcenter> {
+    let mut settings = HttpSettings::new("vsphere");
+    settings.ca_pem = Some(std::fs::read_to_string(&sim.ca_file).unwrap());
+    settings.attempt_timeout = Duration::from_secs(5);
+    settings.deadline = Duration::from_secs(15);
+    Vcenter::new(
+        Target {
+            server: "127.0.0.1".into(),
+            port: sim.port,
+            user: "user".into(),
+            password: "pass".into(),
+            keepalive: Duration::ZERO,
+        },
+        settings,
+        Some(Arc::clone(metrics)),
+    )
+    .unwrap()
+}
+
+/// Instances: the inventory in one call, sessions.
+mod inventory;

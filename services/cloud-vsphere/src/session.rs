@@ -1,0 +1,414 @@
+//! One vCenter's SOAP session: the service content, login with the configured
+//! credentials, the session cookie sent with every call (and, for the endpoints beside
+//! `/sdk`, in the header), a re-login — once — when a call finds the session gone, and a
+//! keep-alive so an idle controller's session does not expire between syncs. The
+//! password and the cookie are never in a log or an error.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Uri};
+use overcast_cloud::CloudError;
+use overcast_cloud_http::{ApiMetrics, HttpClient, HttpSettings, Request};
+use tokio::sync::{Mutex, OnceCell};
+
+use crate::soap::{self, el, envelope, fault_error, Answer, Moref, VIM_NS, VSAN_NS};
+use crate::xml::Element;
+
+/// Where a call goes: the vim25 API, or CNS (`/vsanHealth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Vim,
+    Cns,
+}
+
+impl Endpoint {
+    fn path(self) -> &'static str {
+        match self {
+            Self::Vim => "/sdk",
+            Self::Cns => "/vsanHealth",
+        }
+    }
+
+    fn ns(self) -> &'static str {
+        match self {
+            Self::Vim => VIM_NS,
+            Self::Cns => VSAN_NS,
+        }
+    }
+}
+
+/// What `RetrieveServiceContent` names: the managers every call goes through.
+#[derive(Debug, Clone)]
+pub struct ServiceContent {
+    pub root_folder: Moref,
+    pub property_collector: Moref,
+    pub view_manager: Moref,
+    pub search_index: Moref,
+    pub session_manager: Moref,
+    /// `about.apiVersion`: the version every later call asks for (`SOAPAction`).
+    pub api_version: String,
+    /// `about.instanceUuid`: this vCenter's id (CNS records it with each volume).
+    pub instance_uuid: String,
+}
+
+/// The session cookie and how many logins made it (a call that failed on login `n`
+/// asks for login `n + 1`, so concurrent failures log in once).
+#[derive(Default)]
+struct Session {
+    cookie: Option<String>,
+    logins: u64,
+}
+
+pub struct Vcenter {
+    http: HttpClient,
+    /// `https://server:port`, and the server alone for messages.
+    base: String,
+    server: String,
+    user: String,
+    password: String,
+    content: OnceCell<ServiceContent>,
+    session: Mutex<Session>,
+    keepalive: Duration,
+    me: Weak<Vcenter>,
+}
+
+impl std::fmt::Debug for Vcenter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vcenter")
+            .field("server", &self.server)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a [`Vcenter`] is reached.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub server: String,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+    /// Between keep-alive calls on an idle session (vCenter's idle timeout is 30
+    /// minutes by default).
+    pub keepalive: Duration,
+}
+
+impl Vcenter {
+    pub fn new(
+        target: Target,
+        settings: HttpSettings,
+        metrics: Option<Arc<ApiMetrics>>,
+    ) -> Result<Arc<Self>, CloudError> {
+        let http = HttpClient::new(settings, metrics)?;
+        let host = if target.server.contains(':') && !target.server.starts_with('[') {
+            format!("[{}]", target.server)
+        } else {
+            target.server.clone()
+        };
+        Ok(Arc::new_cyclic(|me| Self {
+            http,
+            base: format!("https://{host}:{}", target.port),
+            server: target.server,
+            user: target.user,
+            password: target.password,
+            content: OnceCell::new(),
+            session: Mutex::new(Session::default()),
+            keepalive: target.keepalive,
+            me: me.clone(),
+        }))
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    pub fn metrics(&self) -> &Arc<ApiMetrics> {
+        self.http.metrics()
+    }
+
+    /// The service content, asked once (no session needed).
+    pub async fn content(&self) -> Result<&ServiceContent, CloudError> {
+        self.content
+            .get_or_try_init(|| async {
+                let this = Moref::new("ServiceInstance", "ServiceInstance");
+                let params = this.xml("_this");
+                let answer = self
+                    .send(
+                        Endpoint::Vim,
+                        "RetrieveServiceContent",
+                        &params,
+                        None,
+                        "6.5",
+                        true,
+                    )
+                    .await?;
+                let r = match answer {
+                    Answer::Ok(r) => r,
+                    Answer::Fault(f) => {
+                        return Err(fault_error(&self.server, "RetrieveServiceContent", &f))
+                    }
+                };
+                let rv = r.child("returnval").ok_or_else(|| {
+                    CloudError::Unavailable(format!(
+                        "vsphere: {}: RetrieveServiceContent answered no content",
+                        self.server
+                    ))
+                })?;
+                let moref = |name: &str| {
+                    rv.child(name).and_then(Moref::of).ok_or_else(|| {
+                        CloudError::Unavailable(format!(
+                            "vsphere: {}: the service content lacks {name}",
+                            self.server
+                        ))
+                    })
+                };
+                Ok(ServiceContent {
+                    root_folder: moref("rootFolder")?,
+                    property_collector: moref("propertyCollector")?,
+                    view_manager: moref("viewManager")?,
+                    search_index: moref("searchIndex")?,
+                    session_manager: moref("sessionManager")?,
+                    api_version: rv
+                        .text_at(&["about", "apiVersion"])
+                        .unwrap_or("6.5")
+                        .to_owned(),
+                    instance_uuid: rv
+                        .text_at(&["about", "instanceUuid"])
+                        .unwrap_or_default()
+                        .to_owned(),
+                })
+            })
+            .await
+    }
+
+    /// Calls `method` with its parameters (the `_this` included), logged in; a session
+    /// the vCenter no longer knows is logged into again once and the call repeated.
+    /// `reads_only`: the method changes nothing, so a failed attempt may be sent again.
+    pub async fn call(
+        &self,
+        endpoint: Endpoint,
+        method: &'static str,
+        params: &str,
+        reads_only: bool,
+    ) -> Result<Element, CloudError> {
+        let version = self.content().await?.api_version.clone();
+        let (cookie, login) = self.logged_in(None).await?;
+        let answer = self
+            .send(
+                endpoint,
+                method,
+                params,
+                Some(&cookie),
+                &version,
+                reads_only,
+            )
+            .await?;
+        let answer = match answer {
+            Answer::Fault(f) if f.kind == "NotAuthenticated" => {
+                tracing::info!(vcenter = %self.server, method, "the vCenter session expired; logging in again");
+                let (cookie, _) = self.logged_in(Some(login)).await?;
+                self.send(
+                    endpoint,
+                    method,
+                    params,
+                    Some(&cookie),
+                    &version,
+                    reads_only,
+                )
+                .await?
+            }
+            other => other,
+        };
+        match answer {
+            Answer::Ok(e) => Ok(e),
+            Answer::Fault(f) => Err(fault_error(&self.server, method, &f)),
+        }
+    }
+
+    /// The session cookie, logging in when there is none or when the one login
+    /// `failed` made is the current one.
+    async fn logged_in(&self, failed: Option<u64>) -> Result<(String, u64), CloudError> {
+        let mut s = self.session.lock().await;
+        if let Some(cookie) = &s.cookie {
+            if failed != Some(s.logins) {
+                return Ok((cookie.clone(), s.logins));
+            }
+        }
+        let content = self.content().await?.clone();
+        let params = format!(
+            "{}{}{}",
+            content.session_manager.xml("_this"),
+            el("userName", &self.user),
+            el("password", &self.password)
+        );
+        let (answer, cookie) = self
+            .post(
+                Endpoint::Vim,
+                "Login",
+                &params,
+                None,
+                &content.api_version,
+                false,
+            )
+            .await?;
+        match answer {
+            Answer::Ok(_) => {}
+            Answer::Fault(f) if f.kind == "InvalidLogin" => {
+                return Err(CloudError::Unauthenticated(format!(
+                    "vsphere: {}: login as {:?} refused (InvalidLogin): check the user and password",
+                    self.server, self.user
+                )))
+            }
+            Answer::Fault(f) => return Err(fault_error(&self.server, "Login", &f)),
+        }
+        let cookie = cookie.ok_or_else(|| {
+            CloudError::Unavailable(format!(
+                "vsphere: {}: Login answered without a session cookie",
+                self.server
+            ))
+        })?;
+        let first = s.cookie.is_none() && s.logins == 0;
+        s.cookie = Some(cookie.clone());
+        s.logins += 1;
+        if first {
+            self.start_keepalive();
+        }
+        Ok((cookie, s.logins))
+    }
+
+    /// A call now and then on an idle session keeps it (and the views made in it)
+    /// alive; it stops when the client is dropped.
+    fn start_keepalive(&self) {
+        let me = self.me.clone();
+        let period = self.keepalive;
+        if period.is_zero() || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let Some(vc) = me.upgrade() else { return };
+                let this = Moref::new("ServiceInstance", "ServiceInstance");
+                if let Err(e) = vc
+                    .call(Endpoint::Vim, "CurrentTime", &this.xml("_this"), true)
+                    .await
+                {
+                    tracing::debug!(vcenter = %vc.server, error = %e, "keep-alive call failed");
+                }
+            }
+        });
+    }
+
+    async fn send(
+        &self,
+        endpoint: Endpoint,
+        method: &'static str,
+        params: &str,
+        cookie: Option<&str>,
+        version: &str,
+        reads_only: bool,
+    ) -> Result<Answer, CloudError> {
+        Ok(self
+            .post(endpoint, method, params, cookie, version, reads_only)
+            .await?
+            .0)
+    }
+
+    /// One POST; the answer and the session cookie it set, if any.
+    async fn post(
+        &self,
+        endpoint: Endpoint,
+        method: &'static str,
+        params: &str,
+        cookie: Option<&str>,
+        version: &str,
+        reads_only: bool,
+    ) -> Result<(Answer, Option<String>), CloudError> {
+        let header_cookie = match endpoint {
+            Endpoint::Vim => None,
+            Endpoint::Cns => cookie.map(|c| c.trim_matches('"')),
+        };
+        let doc = envelope(endpoint.ns(), method, params, header_cookie);
+        let uri: Uri = format!("{}{}", self.base, endpoint.path())
+            .parse()
+            .map_err(|e| CloudError::InvalidArgument(format!("vsphere: {}: {e}", self.base)))?;
+        let mut req = Request::new(method, Method::POST, uri);
+        req.reads_only = reads_only;
+        req.body = Bytes::from(doc);
+        let h = &mut req.headers;
+        h.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/xml; charset=\"utf-8\""),
+        );
+        let action = format!("urn:vim25/{version}");
+        h.insert(
+            "SOAPAction",
+            HeaderValue::from_str(&action)
+                .map_err(|e| CloudError::InvalidArgument(e.to_string()))?,
+        );
+        if let Some(c) = cookie {
+            let mut v = HeaderValue::from_str(&format!("{SESSION_COOKIE}={c}")).map_err(|_| {
+                CloudError::Internal("vsphere: an unprintable session cookie".into())
+            })?;
+            v.set_sensitive(true);
+            h.insert(http::header::COOKIE, v);
+        }
+        let resp = self.http.send(req).await?;
+        let set = resp
+            .headers
+            .get_all(http::header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find_map(session_cookie);
+        let answer = soap::read(&self.server, method, resp.status.as_u16(), &resp.body)?;
+        Ok((answer, set))
+    }
+}
+
+/// vim25's session cookie.
+const SESSION_COOKIE: &str = "vmware_soap_session";
+
+/// The session cookie's value in a `Set-Cookie` header, as sent back.
+fn session_cookie(header: &str) -> Option<String> {
+    let first = header.split(';').next()?.trim();
+    let (name, value) = first.split_once('=')?;
+    (name.trim() == SESSION_COOKIE && !value.is_empty()).then(|| value.trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        assert_eq!(
+            session_cookie("vmware_soap_session=\"52ab\"; Path=/; HttpOnly; Secure;").as_deref(),
+            Some("\"52ab\"")
+        );
+        assert_eq!(
+            session_cookie("vmware_soap_session=abc").as_deref(),
+            Some("abc")
+        );
+        assert_eq!(session_cookie("other=1; Path=/"), None);
+        assert_eq!(session_cookie("vmware_soap_session=; Path=/"), None);
+    }
+
+    #[test]
+    fn the_password_is_not_in_debug() {
+        let vc = Vcenter::new(
+            Target {
+                server: "vc".into(),
+                port: 443,
+                user: "u".into(),
+                password: "hunter2".into(),
+                keepalive: Duration::ZERO,
+            },
+            HttpSettings::new("vsphere"),
+            None,
+        )
+        .unwrap();
+        assert!(!format!("{vc:?}").contains("hunter2"));
+    }
+}
