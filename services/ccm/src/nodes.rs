@@ -389,7 +389,9 @@ impl NodeSync<'_> {
                     .as_ref()
                     .and_then(|s| s.addresses.clone())
                     .unwrap_or_default();
-                if want != have {
+                // As upstream's cloud-node controller: a cloud that reports no address
+                // (vSphere's guest tools not running) leaves the node's as they are.
+                if !want.is_empty() && want != have {
                     self.patch_addresses(&name, want).await?;
                     outcomes.push(Outcome::AddressesUpdated);
                 }
@@ -431,8 +433,10 @@ impl NodeSync<'_> {
         self.api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        self.patch_addresses(&name, k8s_addresses(self.policy, instance))
-            .await?;
+        let addresses = k8s_addresses(self.policy, instance);
+        if !addresses.is_empty() {
+            self.patch_addresses(&name, addresses).await?;
+        }
         tracing::info!(node = %name, provider_id = %instance.provider_id, "node initialized");
         Ok(())
     }

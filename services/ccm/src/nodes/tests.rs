@@ -157,6 +157,28 @@ async fn an_uninitialized_node_gets_its_identity_and_loses_the_taint() {
     assert_eq!(cloud.calls.load(Ordering::SeqCst), 1);
 }
 
+/// A cloud that reports no address for a node (vSphere's guest tools not running yet)
+/// leaves the node's own (the kubelet's) as they are, on initialization and after it, as
+/// upstream's cloud-node controller does; the rest of the identity is written.
+#[tokio::test]
+async fn no_addresses_from_the_cloud_leave_the_nodes_own() {
+    let mut quiet = instance("n1", InstanceState::Running);
+    quiet.addresses.clear();
+    let mut quiet2 = instance("n2", InstanceState::Running);
+    quiet2.addresses.clear();
+    let cloud = FakeCloud::with(vec![quiet, quiet2]);
+    let nodes = vec![
+        node("n1", &[UNINITIALIZED_TAINT], true, None),
+        node("n2", &[], true, Some("fake://n2")),
+    ];
+    let calls = vec![Call::new("PATCH", "/api/v1/nodes/n1", node_json("n1"))
+        .checking(|b| assert_eq!(b["spec"]["providerID"], "fake://n1"))];
+    let (report, served) = run(&cloud, nodes, calls, ALL).await;
+    let report = report.unwrap();
+    assert_eq!((report.initialized, report.addresses_updated), (1, 0));
+    assert_eq!(served, 1, "no status patch for either node");
+}
+
 /// An empty instance type or region (a cloud without regions, a flavor whose name is no
 /// label value) writes no label, as the upstream cloud-node controller.
 #[tokio::test]
