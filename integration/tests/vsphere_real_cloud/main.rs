@@ -30,5 +30,9 @@ fn vcenter(sim: &Vcsim, metrics: &Arc<ApiMetrics>) -> Arc<Vcenter> {
     .unwrap()
 }
 
+/// The CPI's instances: identity, addresses, tag zones, sessions, outages.
+mod instances;
 /// Instances: the inventory in one call, sessions.
 mod inventory;
+/// Shaping vcsim's inventory.
+mod sim;

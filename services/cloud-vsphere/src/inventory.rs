@@ -166,3 +166,27 @@ fn read_page(returnval: Option<&Element>, out: &mut Vec<Props>) -> Option<String
         .filter(|t| !t.is_empty())
         .map(str::to_owned)
 }
+
+/// One object's properties (a task's `info`, a datastore's `summary`). An object the
+/// vCenter does not know is `NotFound`.
+pub async fn properties(vc: &Vcenter, obj: &Moref, paths: &[&str]) -> Result<Props, CloudError> {
+    let collector = vc.content().await?.property_collector.clone();
+    let mut spec = String::from("<specSet><propSet>");
+    spec.push_str(&el("type", &obj.kind));
+    for p in paths {
+        spec.push_str(&el("pathSet", p));
+    }
+    spec.push_str("</propSet><objectSet>");
+    spec.push_str(&obj.xml("obj"));
+    spec.push_str("</objectSet></specSet>");
+    let params = format!("{}{spec}<options></options>", collector.xml("_this"));
+    let r = vc
+        .call(Endpoint::Vim, "RetrievePropertiesEx", &params, true)
+        .await?;
+    let mut out = Vec::new();
+    read_page(r.child("returnval"), &mut out);
+    out.into_iter().next().ok_or_else(|| CloudError::NotFound {
+        kind: "object",
+        id: obj.to_string(),
+    })
+}

@@ -6,11 +6,16 @@
 //! issues (the YAML form of the file with them); until then the registry stops after
 //! the configuration check, saying so.
 
+pub mod addresses;
 pub mod config;
+pub mod guest_os;
+pub mod instances;
 pub mod inventory;
 pub mod provider;
 pub mod session;
 pub mod soap;
+pub mod tags;
+pub mod task;
 pub mod vms;
 pub mod xml;
 

@@ -1,12 +1,16 @@
-//! vSphere as the registry sees it. Until its cloud calls are built, its configuration
-//! is read and checked as the provider will read it — so a Secret lacking credentials is
-//! said now, naming what is missing — and then the binary stops, saying the provider's
-//! calls are not in this build.
+//! vSphere as the registry sees it: the vCenters of `vsphere.conf`, their VMs for the
+//! ccm. Nothing is contacted when opened: the first call logs in.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use overcast_cloud::{Cloud, CloudName};
+use overcast_cloud_http::HttpSettings;
 use overcast_provider::{NodeIdentity, Provider, Role, Settings};
 
-use crate::Config;
+use crate::config::{Config, Credentials, VirtualCenter};
+use crate::instances::{Source, VsphereInstances};
+use crate::session::{Target, Vcenter};
 
 /// What this crate gives the registry.
 pub static PROVIDER: Vsphere = Vsphere;
@@ -14,7 +18,47 @@ pub static PROVIDER: Vsphere = Vsphere;
 pub struct Vsphere;
 
 const NOT_BUILT: &str =
-    "the vSphere provider's cloud calls are not in this build yet; see the README's status table";
+    "the vSphere provider's CSI and discovery calls are not in this build yet; \
+     see the README's status table";
+
+/// vCenter's default idle timeout is 30 minutes; a call every 10 keeps a quiet session.
+const KEEPALIVE: Duration = Duration::from_secs(600);
+
+/// A client of one configured vCenter.
+pub fn connect(
+    vc: &VirtualCenter,
+    metrics: Option<Arc<overcast_cloud_http::ApiMetrics>>,
+) -> anyhow::Result<Arc<Vcenter>> {
+    let (user, password) = match &vc.credentials {
+        Credentials::Inline { user, password } => (user.clone(), password.clone()),
+        other => anyhow::bail!(
+            "vCenter {:?}: credentials from {other:?} are not read by this build yet; give \
+             user and password in vsphere.conf (or VSPHERE_USER / VSPHERE_PASSWORD)",
+            vc.name
+        ),
+    };
+    let mut settings = HttpSettings::new("vsphere");
+    settings.insecure = vc.insecure;
+    if let Some(ca) = &vc.ca_file {
+        settings.ca_pem = Some(std::fs::read_to_string(ca).map_err(|e| {
+            anyhow::anyhow!("vCenter {:?}: ca-file {}: {e}", vc.name, ca.display())
+        })?);
+    }
+    if vc.thumbprint.is_some() && vc.ca_file.is_none() && !vc.insecure {
+        tracing::warn!(vcenter = %vc.name, "thumbprint pinning is not in this build: the certificate is verified against the system's roots; give ca-file");
+    }
+    Ok(Vcenter::new(
+        Target {
+            server: vc.server.clone(),
+            port: vc.port,
+            user,
+            password,
+            keepalive: KEEPALIVE,
+        },
+        settings,
+        metrics,
+    )?)
+}
 
 #[async_trait::async_trait]
 impl Provider for Vsphere {
@@ -26,15 +70,35 @@ impl Provider for Vsphere {
         anyhow::bail!(NOT_BUILT)
     }
 
-    async fn open(&self, _role: Role, s: &Settings) -> anyhow::Result<Cloud> {
-        let c = Config::load(s.cloud_config.as_deref())?;
-        if !c.unknown.is_empty() {
-            tracing::warn!(cloud = "vsphere", keys = ?c.unknown, "the cloud config has keys this version does not know; ignored");
+    async fn open(&self, role: Role, s: &Settings) -> anyhow::Result<Cloud> {
+        let config = Config::load(s.cloud_config.as_deref())?;
+        if !config.unknown.is_empty() {
+            tracing::warn!(cloud = "vsphere", keys = ?config.unknown, "the cloud config has keys this version does not know; ignored");
         }
-        let hosts: Vec<&str> = c.vcenters.iter().map(|v| v.server.as_str()).collect();
-        anyhow::bail!(
-            "cloud \"vsphere\": its configuration is complete (vCenter {}); {NOT_BUILT}",
-            hosts.join(", ")
-        )
+        match role {
+            Role::Ccm => {
+                let mut sources = Vec::new();
+                for vc in &config.vcenters {
+                    let client = connect(vc, Some(Arc::clone(&s.api_metrics)))?;
+                    sources.push(Source::new(
+                        client,
+                        vc.datacenters.clone(),
+                        vc.ip_family.clone(),
+                    ));
+                }
+                Ok(Cloud {
+                    name: CloudName::Vsphere.as_str(),
+                    instances: Some(Arc::new(VsphereInstances::new(sources, &config))),
+                    ..Cloud::default()
+                })
+            }
+            Role::CsiController | Role::Discoverer => {
+                let hosts: Vec<&str> = config.vcenters.iter().map(|v| v.server.as_str()).collect();
+                anyhow::bail!(
+                    "cloud \"vsphere\": its configuration is complete (vCenter {}); {NOT_BUILT}",
+                    hosts.join(", ")
+                )
+            }
+        }
     }
 }

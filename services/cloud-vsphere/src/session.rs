@@ -128,6 +128,11 @@ impl Vcenter {
         self.http.metrics()
     }
 
+    /// The HTTP client, base URL and credentials, for the REST API's own session.
+    pub(crate) fn rest_parts(&self) -> (&HttpClient, &str, &str, &str) {
+        (&self.http, &self.base, &self.user, &self.password)
+    }
+
     /// The service content, asked once (no session needed).
     pub async fn content(&self) -> Result<&ServiceContent, CloudError> {
         self.content

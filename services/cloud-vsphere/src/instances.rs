@@ -1,0 +1,314 @@
+//! The CPI's instances: every VM of the configured datacenters as a node, from one
+//! PropertyCollector call per vCenter per sync (and, with `[Labels]`, one tag call):
+//! providerID `vsphere://<bios-uuid>`, the instance type
+//! `vsphere-vm.cpu-<n>.mem-<GiB>gb.os-<guest>`, addresses chosen as upstream, zone and
+//! region from the tags in the configured categories on the VM's host, cluster or
+//! datacenter (the nearest wins), `poweredOff`/`suspended` = shut down.
+//!
+//! A VM is gone only when no answer lists it. An answer that cannot say who a VM is —
+//! one that is orphaned, inaccessible or unreadable and has no BIOS UUID to show — makes
+//! the whole listing an error, so no node is ever judged gone on it
+//! (cloud-provider-vsphere#642 deleted nodes on such answers).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use overcast_cloud::{CloudError, Instance, InstanceState, Instances, Result, Zone};
+
+use crate::config::{Config, IpFamily, Nodes};
+use crate::inventory::View;
+use crate::session::Vcenter;
+use crate::soap::Moref;
+use crate::tags::Tags;
+use crate::vms::{snapshot, Snapshot, Vm, VIEW_TYPES};
+
+pub const PROVIDER: &str = "vsphere";
+
+/// One vCenter as the instances see it.
+pub struct Source {
+    pub view: View,
+    pub tags: Tags,
+    pub datacenters: Vec<String>,
+    pub ip_family: Vec<IpFamily>,
+}
+
+impl Source {
+    pub fn new(vc: Arc<Vcenter>, datacenters: Vec<String>, ip_family: Vec<IpFamily>) -> Self {
+        Self {
+            view: View::new(Arc::clone(&vc), VIEW_TYPES),
+            tags: Tags::new(vc),
+            datacenters,
+            ip_family,
+        }
+    }
+}
+
+pub struct VsphereInstances {
+    sources: Vec<Source>,
+    nodes: Nodes,
+    zone_category: Option<String>,
+    region_category: Option<String>,
+}
+
+impl VsphereInstances {
+    pub fn new(sources: Vec<Source>, config: &Config) -> Self {
+        Self {
+            sources,
+            nodes: config.nodes.clone(),
+            zone_category: config.zone_category.clone(),
+            region_category: config.region_category.clone(),
+        }
+    }
+
+    async fn list_one(&self, source: &Source) -> Result<Vec<Instance>> {
+        let snap = snapshot(&source.view).await?;
+        let server = source.view.vcenter().server().to_owned();
+        let vms = select(&snap, &source.datacenters, &server)?;
+        let zones = self.zones(source, &snap, &vms).await?;
+        Ok(vms
+            .into_iter()
+            .filter_map(|vm| {
+                let uuid = vm.uuid.clone()?;
+                Some(Instance {
+                    node_name: vm.host_name.clone().unwrap_or_else(|| vm.name.clone()),
+                    provider_id: format!("{PROVIDER}://{uuid}"),
+                    instance_type: format!(
+                        "vsphere-vm.cpu-{}.mem-{}gb.os-{}",
+                        vm.num_cpu,
+                        vm.memory_mb / 1024,
+                        crate::guest_os::shorthand(&vm.guest_id)
+                    ),
+                    addresses: crate::addresses::of(vm, &self.nodes, &source.ip_family),
+                    zone: zones.get(&vm.moref).cloned(),
+                    // The power state of a VM the vCenter cannot reach says nothing: it
+                    // is not called shut down (that taint lets volumes be taken away).
+                    state: if vm.power == "poweredOn" || vm.connection != "connected" {
+                        InstanceState::Running
+                    } else {
+                        InstanceState::Shutdown
+                    },
+                })
+            })
+            .collect())
+    }
+
+    /// Each VM's zone and region from the tags of its host and the host's ancestors
+    /// (cluster, folders, datacenter), the nearest tag in each category winning.
+    async fn zones(
+        &self,
+        source: &Source,
+        snap: &Snapshot,
+        vms: &[&Vm],
+    ) -> Result<BTreeMap<Moref, Zone>> {
+        if self.zone_category.is_none() && self.region_category.is_none() {
+            return Ok(BTreeMap::new());
+        }
+        let mut chains = BTreeMap::new();
+        let mut objects: Vec<Moref> = Vec::new();
+        for vm in vms {
+            let chain = vm
+                .host
+                .as_ref()
+                .map(|h| snap.ancestors(h))
+                .unwrap_or_default();
+            for m in &chain {
+                if !objects.contains(m) && m.kind != "Folder" {
+                    objects.push(m.clone());
+                }
+            }
+            chains.insert(vm.moref.clone(), chain);
+        }
+        let attached = source.tags.attached(&objects).await?;
+        let nearest = |chain: &[Moref], category: &Option<String>| -> String {
+            let Some(category) = category else {
+                return String::new();
+            };
+            chain
+                .iter()
+                .find_map(|m| {
+                    attached
+                        .get(m)?
+                        .iter()
+                        .find(|t| &t.category == category)
+                        .map(|t| t.name.clone())
+                })
+                .unwrap_or_default()
+        };
+        Ok(chains
+            .into_iter()
+            .filter_map(|(vm, chain)| {
+                let zone = Zone {
+                    zone: nearest(&chain, &self.zone_category),
+                    region: nearest(&chain, &self.region_category),
+                };
+                (!zone.zone.is_empty() || !zone.region.is_empty()).then_some((vm, zone))
+            })
+            .collect())
+    }
+}
+
+/// The VMs that are nodes: not templates, in the configured datacenters, with a BIOS
+/// UUID. A VM whose identity or place the vCenter cannot read and that is not plainly
+/// connected (orphaned, inaccessible, properties refused) fails the whole listing.
+fn select<'a>(snap: &'a Snapshot, datacenters: &[String], server: &str) -> Result<Vec<&'a Vm>> {
+    let mut vms = Vec::new();
+    for vm in &snap.vms {
+        if vm.template {
+            continue;
+        }
+        let plain = vm.connection == "connected" && vm.unreadable.is_empty();
+        let Some(dc) = datacenter(snap, vm) else {
+            if plain {
+                continue;
+            }
+            return Err(uncertain(server, vm));
+        };
+        if !datacenters.iter().any(|d| d == &dc) {
+            continue;
+        }
+        if vm.uuid.is_none() {
+            if plain {
+                continue;
+            }
+            return Err(uncertain(server, vm));
+        }
+        vms.push(vm);
+    }
+    Ok(vms)
+}
+
+/// The datacenter a VM is in, by name.
+fn datacenter(snap: &Snapshot, vm: &Vm) -> Option<String> {
+    // A VM's own parent chain is not read (folders only); its host's leads to the
+    // datacenter.
+    let host = vm.host.as_ref()?;
+    snap.ancestors(host)
+        .into_iter()
+        .find(|m| m.kind == "Datacenter")
+        .and_then(|m| snap.entities.get(&m).map(|e| e.name.clone()))
+}
+
+fn uncertain(server: &str, vm: &Vm) -> CloudError {
+    CloudError::Unavailable(format!(
+        "vsphere: {server}: VM {} ({}) is {} and its identity cannot be read{}; no node is \
+         judged gone until it can",
+        vm.moref.id,
+        vm.name,
+        if vm.connection.is_empty() {
+            "unreadable"
+        } else {
+            &vm.connection
+        },
+        if vm.unreadable.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} unreadable)", vm.unreadable.join(", "))
+        }
+    ))
+}
+
+#[async_trait]
+impl Instances for VsphereInstances {
+    fn provider_name(&self) -> &'static str {
+        PROVIDER
+    }
+
+    /// Every vCenter's VMs; any vCenter that does not answer fails the listing (an
+    /// absent answer is not "gone").
+    async fn list_instances(&self) -> Result<Vec<Instance>> {
+        let mut all = Vec::new();
+        for s in &self.sources {
+            all.extend(self.list_one(s).await?);
+        }
+        Ok(all)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vms::Entity;
+
+    fn snap(vms: Vec<Vm>) -> Snapshot {
+        let mut s = Snapshot {
+            vms,
+            ..Snapshot::default()
+        };
+        let entity = |name: &str, parent: Option<Moref>| Entity {
+            name: name.into(),
+            parent,
+        };
+        s.entities.insert(
+            Moref::new("HostSystem", "host-1"),
+            entity("h1", Some(Moref::new("ComputeResource", "cr-1"))),
+        );
+        s.entities.insert(
+            Moref::new("ComputeResource", "cr-1"),
+            entity("c1", Some(Moref::new("Folder", "f-1"))),
+        );
+        s.entities.insert(
+            Moref::new("Folder", "f-1"),
+            entity("host", Some(Moref::new("Datacenter", "dc-1"))),
+        );
+        s.entities
+            .insert(Moref::new("Datacenter", "dc-1"), entity("DC0", None));
+        s
+    }
+
+    fn vm(id: &str, uuid: Option<&str>, connection: &str) -> Vm {
+        Vm {
+            moref: Moref::new("VirtualMachine", id),
+            name: id.into(),
+            uuid: uuid.map(str::to_owned),
+            template: false,
+            num_cpu: 1,
+            memory_mb: 1024,
+            guest_id: String::new(),
+            host_name: None,
+            nics: Vec::new(),
+            power: "poweredOff".into(),
+            connection: connection.into(),
+            host: Some(Moref::new("HostSystem", "host-1")),
+            unreadable: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_unidentifiable_vm_that_is_not_plainly_connected_fails_the_listing() {
+        let dcs = vec!["DC0".to_owned()];
+        // Orphaned or inaccessible but with its UUID: listed (never gone).
+        let s = snap(vec![
+            vm("vm-1", Some("u1"), "orphaned"),
+            vm("vm-2", Some("u2"), "inaccessible"),
+        ]);
+        assert_eq!(select(&s, &dcs, "vc").unwrap().len(), 2);
+        // Without one: the listing is an error, not a shorter list.
+        for c in ["orphaned", "inaccessible", "invalid", "disconnected"] {
+            let s = snap(vec![
+                vm("vm-1", Some("u1"), "connected"),
+                vm("vm-2", None, c),
+            ]);
+            let e = select(&s, &dcs, "vc").unwrap_err();
+            assert!(
+                matches!(e, CloudError::Unavailable(ref m) if m.contains("vm-2") && m.contains(c)),
+                "{e:?}"
+            );
+        }
+        let mut refused = vm("vm-3", None, "connected");
+        refused.unreadable = vec!["summary.config".into()];
+        assert!(select(&snap(vec![refused]), &dcs, "vc").is_err());
+        // A connected VM without a UUID, a template, another datacenter's VM: skipped.
+        let mut template = vm("vm-4", Some("u4"), "connected");
+        template.template = true;
+        let s = snap(vec![vm("vm-5", None, "connected"), template]);
+        assert!(select(&s, &dcs, "vc").unwrap().is_empty());
+        assert!(select(
+            &snap(vec![vm("vm-6", Some("u6"), "connected")]),
+            &["DC9".into()],
+            "vc"
+        )
+        .unwrap()
+        .is_empty());
+    }
+}
