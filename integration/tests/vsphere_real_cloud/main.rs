@@ -30,6 +30,8 @@ fn vcenter(sim: &Vcsim, metrics: &Arc<ApiMetrics>) -> Arc<Vcenter> {
     .unwrap()
 }
 
+/// The real ccm with the kit's API server.
+mod ccm;
 /// The CPI's instances: identity, addresses, tag zones, sessions, outages.
 mod instances;
 /// Instances: the inventory in one call, sessions.

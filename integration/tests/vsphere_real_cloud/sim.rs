@@ -44,6 +44,10 @@ pub async fn power_off(vc: &Vcenter, vm: &Moref) {
     run_task(vc, "PowerOffVM_Task", &vm.xml("_this")).await;
 }
 
+pub async fn destroy(vc: &Vcenter, vm: &Moref) {
+    run_task(vc, "Destroy_Task", &vm.xml("_this")).await;
+}
+
 async fn run_task(vc: &Vcenter, method: &'static str, params: &str) {
     let r = vc.call(Endpoint::Vim, method, params, false).await.unwrap();
     let t = r.child("returnval").and_then(Moref::of).unwrap();
