@@ -179,3 +179,51 @@ async fn an_ended_session_is_renewed_and_a_silent_vcenter_lists_nothing_gone() {
     sim.restart();
     assert_eq!(instances.list_instances().await.unwrap().len(), 4);
 }
+
+/// Credentials from a mounted Secret (`secrets-directory`, upstream's key format) are read
+/// at each login: refused ones are Unauthenticated (never "gone"), and a rotated Secret is
+/// used from the next login on.
+#[tokio::test]
+async fn credentials_from_a_secrets_directory_are_read_at_each_login() {
+    let Some(sim) = Vcsim::start(
+        "secrets-directory",
+        &["-username", "k8s", "-password", "right"],
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = dir.path().join("secret");
+    std::fs::create_dir(&secrets).unwrap();
+    std::fs::write(secrets.join("127.0.0.1.username"), "k8s\n").unwrap();
+    std::fs::write(secrets.join("127.0.0.1.password"), "wrong\n").unwrap();
+    let conf = dir.path().join("vsphere.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "global:\n  port: {}\n  caFile: {}\n  secretsDirectory: {}\nvcenter:\n  main:\n    server: 127.0.0.1\n    datacenters: [DC0]\n",
+            sim.port,
+            sim.ca_file.display(),
+            secrets.display()
+        ),
+    )
+    .unwrap();
+    let config = Config::load_with(Some(&conf), &|_| None).unwrap();
+    let vc = &config.vcenters[0];
+    let client = overcast_cloud_vsphere::provider::connect(vc, None).unwrap();
+    let instances = VsphereInstances::new(
+        vec![Source::new(
+            client,
+            vc.datacenters.clone(),
+            vc.ip_family.clone(),
+        )],
+        &config,
+    );
+    let e = instances.list_instances().await.unwrap_err();
+    assert!(
+        matches!(e, overcast_cloud::CloudError::Unauthenticated(_)),
+        "{e:?}"
+    );
+    assert!(!e.to_string().contains("wrong"), "{e}");
+    std::fs::write(secrets.join("127.0.0.1.password"), "right\n").unwrap();
+    assert_eq!(instances.list_instances().await.unwrap().len(), 4);
+}

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use overcast_cloud_http::{ApiMetrics, HttpSettings};
-use overcast_cloud_vsphere::session::{Target, Vcenter};
+use overcast_cloud_vsphere::credentials::Credential;
+use overcast_cloud_vsphere::session::{Login, Target, Vcenter};
 use overcast_integration::vcsim::Vcsim;
 
 /// A client of `sim`'s vCenter, its calls counted in `metrics`.
@@ -20,8 +21,10 @@ fn vcenter(sim: &Vcsim, metrics: &Arc<ApiMetrics>) -> Arc<Vcenter> {
         Target {
             server: "127.0.0.1".into(),
             port: sim.port,
-            user: "user".into(),
-            password: "pass".into(),
+            login: Login::Password(Credential {
+                user: "user".into(),
+                password: "pass".into(),
+            }),
             keepalive: Duration::ZERO,
         },
         settings,

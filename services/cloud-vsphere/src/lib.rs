@@ -8,6 +8,7 @@
 
 pub mod addresses;
 pub mod config;
+pub mod credentials;
 pub mod guest_os;
 pub mod instances;
 pub mod inventory;

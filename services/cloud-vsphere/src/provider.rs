@@ -9,8 +9,9 @@ use overcast_cloud_http::HttpSettings;
 use overcast_provider::{NodeIdentity, Provider, Role, Settings};
 
 use crate::config::{Config, Credentials, VirtualCenter};
+use crate::credentials::Credential;
 use crate::instances::{Source, VsphereInstances};
-use crate::session::{Target, Vcenter};
+use crate::session::{Login, Target, Vcenter};
 
 /// What this crate gives the registry.
 pub static PROVIDER: Vsphere = Vsphere;
@@ -29,10 +30,15 @@ pub fn connect(
     vc: &VirtualCenter,
     metrics: Option<Arc<overcast_cloud_http::ApiMetrics>>,
 ) -> anyhow::Result<Arc<Vcenter>> {
-    let (user, password) = match &vc.credentials {
-        Credentials::Inline { user, password } => (user.clone(), password.clone()),
+    let login = match &vc.credentials {
+        Credentials::Inline { user, password } => Login::Password(Credential {
+            user: user.clone(),
+            password: password.clone(),
+        }),
+        Credentials::Directory(dir) => Login::Directory(dir.clone()),
         other => anyhow::bail!(
-            "vCenter {:?}: credentials from {other:?} are not read by this build yet; give \
+            "vCenter {:?}: credentials from {other:?} through the Kubernetes API are not read \
+             by this build yet; mount the Secret and name it with secrets-directory, or give \
              user and password in vsphere.conf (or VSPHERE_USER / VSPHERE_PASSWORD)",
             vc.name
         ),
@@ -51,8 +57,7 @@ pub fn connect(
         Target {
             server: vc.server.clone(),
             port: vc.port,
-            user,
-            password,
+            login,
             keepalive: KEEPALIVE,
         },
         settings,

@@ -4,6 +4,7 @@
 //! keep-alive so an idle controller's session does not expire between syncs. The
 //! password and the cookie are never in a log or an error.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use overcast_cloud::CloudError;
 use overcast_cloud_http::{ApiMetrics, HttpClient, HttpSettings, Request};
 use tokio::sync::{Mutex, OnceCell};
 
+use crate::credentials::{self, Credential};
 use crate::soap::{self, el, envelope, fault_error, Answer, Moref, VIM_NS, VSAN_NS};
 use crate::xml::Element;
 
@@ -66,8 +68,7 @@ pub struct Vcenter {
     /// `https://server:port`, and the server alone for messages.
     base: String,
     server: String,
-    user: String,
-    password: String,
+    login: Login,
     content: OnceCell<ServiceContent>,
     session: Mutex<Session>,
     keepalive: Duration,
@@ -78,8 +79,26 @@ impl std::fmt::Debug for Vcenter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Vcenter")
             .field("server", &self.server)
-            .field("user", &self.user)
+            .field("login", &self.login)
             .finish_non_exhaustive()
+    }
+}
+
+/// Where a login's user and password come from.
+#[derive(Clone)]
+pub enum Login {
+    Password(Credential),
+    /// A mounted Secret in upstream's key format, read at each login (so a rotated
+    /// Secret is used from the next login on).
+    Directory(PathBuf),
+}
+
+impl std::fmt::Debug for Login {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Password(c) => write!(f, "{c:?}"),
+            Self::Directory(d) => write!(f, "Directory({})", d.display()),
+        }
     }
 }
 
@@ -88,8 +107,7 @@ impl std::fmt::Debug for Vcenter {
 pub struct Target {
     pub server: String,
     pub port: u16,
-    pub user: String,
-    pub password: String,
+    pub login: Login,
     /// Between keep-alive calls on an idle session (vCenter's idle timeout is 30
     /// minutes by default).
     pub keepalive: Duration,
@@ -111,8 +129,7 @@ impl Vcenter {
             http,
             base: format!("https://{host}:{}", target.port),
             server: target.server,
-            user: target.user,
-            password: target.password,
+            login: target.login,
             content: OnceCell::new(),
             session: Mutex::new(Session::default()),
             keepalive: target.keepalive,
@@ -128,9 +145,18 @@ impl Vcenter {
         self.http.metrics()
     }
 
-    /// The HTTP client, base URL and credentials, for the REST API's own session.
-    pub(crate) fn rest_parts(&self) -> (&HttpClient, &str, &str, &str) {
-        (&self.http, &self.base, &self.user, &self.password)
+    /// The HTTP client and base URL, for the REST API's own session.
+    pub(crate) fn rest_parts(&self) -> (&HttpClient, &str) {
+        (&self.http, &self.base)
+    }
+
+    /// The user and password a login uses now.
+    pub(crate) fn credential(&self) -> Result<Credential, CloudError> {
+        match &self.login {
+            Login::Password(c) => Ok(c.clone()),
+            Login::Directory(dir) => credentials::from_directory(dir, &self.server)
+                .map_err(|e| CloudError::Unauthenticated(format!("vsphere: {e}"))),
+        }
     }
 
     /// The service content, asked once (no session needed).
@@ -242,11 +268,12 @@ impl Vcenter {
             }
         }
         let content = self.content().await?.clone();
+        let credential = self.credential()?;
         let params = format!(
             "{}{}{}",
             content.session_manager.xml("_this"),
-            el("userName", &self.user),
-            el("password", &self.password)
+            el("userName", &credential.user),
+            el("password", &credential.password)
         );
         let (answer, cookie) = self
             .post(
@@ -263,7 +290,7 @@ impl Vcenter {
             Answer::Fault(f) if f.kind == "InvalidLogin" => {
                 return Err(CloudError::Unauthenticated(format!(
                     "vsphere: {}: login as {:?} refused (InvalidLogin): check the user and password",
-                    self.server, self.user
+                    self.server, credential.user
                 )))
             }
             Answer::Fault(f) => return Err(fault_error(&self.server, "Login", &f)),
@@ -406,8 +433,10 @@ mod tests {
             Target {
                 server: "vc".into(),
                 port: 443,
-                user: "u".into(),
-                password: "hunter2".into(),
+                login: Login::Password(Credential {
+                    user: "u".into(),
+                    password: "hunter2".into(),
+                }),
                 keepalive: Duration::ZERO,
             },
             HttpSettings::new("vsphere"),

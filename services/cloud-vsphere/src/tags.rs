@@ -202,7 +202,7 @@ impl Tags {
         reads_only: bool,
         session: &str,
     ) -> Result<Response, CloudError> {
-        let (http, base, _, _) = self.vc.rest_parts();
+        let (http, base) = self.vc.rest_parts();
         let uri = format!("{base}/rest{rest_path}")
             .parse()
             .map_err(|e| CloudError::InvalidArgument(format!("vsphere: {rest_path}: {e}")))?;
@@ -230,7 +230,9 @@ impl Tags {
                 return Ok(id.to_owned());
             }
         }
-        let (http, base, user, password) = self.vc.rest_parts();
+        let (http, base) = self.vc.rest_parts();
+        let credential = self.vc.credential()?;
+        let (user, password) = (&credential.user, &credential.password);
         let uri = format!("{base}/rest/com/vmware/cis/session")
             .parse()
             .map_err(|e| CloudError::InvalidArgument(format!("vsphere: {base}: {e}")))?;
