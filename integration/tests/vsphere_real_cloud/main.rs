@@ -35,6 +35,8 @@ fn vcenter(sim: &Vcsim, metrics: &Arc<ApiMetrics>) -> Arc<Vcenter> {
 
 /// The real ccm with the kit's API server.
 mod ccm;
+/// The CNS calls.
+mod cns;
 /// The CPI's instances: identity, addresses, tag zones, sessions, outages.
 mod instances;
 /// Instances: the inventory in one call, sessions.

@@ -7,6 +7,7 @@
 //! the configuration check, saying so.
 
 pub mod addresses;
+pub mod cns;
 pub mod config;
 pub mod credentials;
 pub mod guest_os;

@@ -1,0 +1,262 @@
+//! Cloud Native Storage (`/vsanHealth`, namespace `urn:vsan`): the calls
+//! vsphere-csi-driver makes for block volumes. Every change is a task whose result is a
+//! batch of per-volume results; a volume's own fault rides in its result (a task that
+//! failed as a whole carries its fault as any task). Queries are paginated by a cursor.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use overcast_cloud::CloudError;
+
+use crate::session::{Endpoint, Vcenter};
+use crate::soap::{el, fault_error, Fault, Moref};
+use crate::task;
+use crate::xml::Element;
+
+/// How long a CNS task is waited for before the call says DeadlineExceeded (the caller's
+/// retry finds what the task did).
+const TASK_LIMIT: Duration = Duration::from_secs(120);
+/// Volumes per query page.
+const PAGE: u64 = 100;
+
+fn manager() -> Moref {
+    Moref::new("CnsVolumeManager", "cns-volume-manager")
+}
+
+/// A block volume as CNS describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Volume {
+    pub id: String,
+    pub name: String,
+    pub datastore_url: String,
+    pub capacity_mb: u64,
+    /// The cluster the volume was made for (`metadata.containerCluster.clusterId`).
+    pub cluster_id: String,
+    pub storage_policy_id: String,
+    pub health: String,
+}
+
+/// What a new volume is: upstream's create spec for a block volume.
+#[derive(Debug, Clone)]
+pub struct CreateSpec {
+    pub name: String,
+    pub capacity_mb: u64,
+    /// Where it may be placed (upstream: the datastore of `datastoreurl`, else the ones
+    /// every node shares).
+    pub datastores: Vec<Moref>,
+    /// A storage policy's profile id (`storagepolicyname`, resolved).
+    pub profile_id: Option<String>,
+    pub cluster_id: String,
+    pub vsphere_user: String,
+}
+
+/// A query's filter; empty fields do not filter.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub ids: Vec<String>,
+    pub names: Vec<String>,
+    pub cluster_ids: Vec<String>,
+}
+
+pub struct Cns {
+    vc: Arc<Vcenter>,
+}
+
+impl Cns {
+    pub fn new(vc: Arc<Vcenter>) -> Self {
+        Self { vc }
+    }
+
+    pub fn vcenter(&self) -> &Arc<Vcenter> {
+        &self.vc
+    }
+
+    /// Makes the volume; its id.
+    pub async fn create(&self, spec: &CreateSpec) -> Result<String, CloudError> {
+        let mut s = String::from("<createSpecs>");
+        s.push_str(&el("name", &spec.name));
+        s.push_str(&el("volumeType", "BLOCK"));
+        for d in &spec.datastores {
+            s.push_str(&d.xml("datastores"));
+        }
+        s.push_str("<metadata><containerCluster>");
+        s.push_str(&el("clusterType", "KUBERNETES"));
+        s.push_str(&el("clusterId", &spec.cluster_id));
+        s.push_str(&el("vSphereUser", &spec.vsphere_user));
+        s.push_str(&el("clusterFlavor", "VANILLA"));
+        s.push_str("</containerCluster></metadata>");
+        s.push_str(&format!(
+            "<backingObjectDetails xsi:type=\"CnsBlockBackingDetails\">{}</backingObjectDetails>",
+            el("capacityInMb", &spec.capacity_mb.to_string())
+        ));
+        if let Some(p) = &spec.profile_id {
+            s.push_str(&format!(
+                "<profile xsi:type=\"VirtualMachineDefinedProfileSpec\">{}</profile>",
+                el("profileId", p)
+            ));
+        }
+        s.push_str("</createSpecs>");
+        let r = self.change_one("CnsCreateVolume", &s).await?;
+        r.text_at(&["volumeId", "id"])
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                CloudError::Unavailable(format!(
+                    "vsphere: {}: CnsCreateVolume answered no volume id",
+                    self.vc.server()
+                ))
+            })
+    }
+
+    /// Every volume the filter matches, page by page. (The filter is applied again here:
+    /// not every CNS honours every field.)
+    pub async fn query(&self, filter: &Filter) -> Result<Vec<Volume>, CloudError> {
+        let mut out = Vec::new();
+        let mut offset = 0u64;
+        loop {
+            let mut f = String::from("<filter>");
+            for id in &filter.ids {
+                f.push_str(&format!("<volumeIds>{}</volumeIds>", el("id", id)));
+            }
+            for n in &filter.names {
+                f.push_str(&el("names", n));
+            }
+            for c in &filter.cluster_ids {
+                f.push_str(&el("containerClusterIds", c));
+            }
+            f.push_str(&format!(
+                "<cursor><offset>{offset}</offset><limit>{PAGE}</limit></cursor></filter>"
+            ));
+            let params = manager().xml("_this") + &f;
+            let r = self
+                .vc
+                .call(Endpoint::Cns, "CnsQueryVolume", &params, true)
+                .await?;
+            let Some(rv) = r.child("returnval") else {
+                break;
+            };
+            let page: Vec<Volume> = rv.all("volumes").map(volume).collect();
+            let got = page.len() as u64;
+            out.extend(page.into_iter().filter(|v| matches(filter, v)));
+            let total: u64 = rv
+                .text_at(&["cursor", "totalRecords"])
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0);
+            offset += got;
+            // A CNS without paging answers everything at once, with no total.
+            if got == 0 || got < PAGE || total == 0 || offset >= total {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes the volume and its disk. A volume CNS does not know is gone already.
+    pub async fn delete(&self, id: &str) -> Result<(), CloudError> {
+        let params = format!(
+            "<volumeIds>{}</volumeIds><deleteDisk>true</deleteDisk>",
+            el("id", id)
+        );
+        match self.change_one("CnsDeleteVolume", &params).await {
+            Ok(_) | Err(CloudError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Attaches the volume to `vm`; the disk's UUID (its SCSI WWN in the guest).
+    pub async fn attach(&self, id: &str, vm: &Moref) -> Result<String, CloudError> {
+        let params = format!(
+            "<attachSpecs><volumeId>{}</volumeId>{}</attachSpecs>",
+            el("id", id),
+            vm.xml("vm")
+        );
+        let r = self.change_one("CnsAttachVolume", &params).await?;
+        r.text_at(&["diskUUID"])
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                CloudError::Unavailable(format!(
+                    "vsphere: {}: CnsAttachVolume answered no disk UUID for {id}",
+                    self.vc.server()
+                ))
+            })
+    }
+
+    pub async fn detach(&self, id: &str, vm: &Moref) -> Result<(), CloudError> {
+        let params = format!(
+            "<detachSpecs><volumeId>{}</volumeId>{}</detachSpecs>",
+            el("id", id),
+            vm.xml("vm")
+        );
+        self.change_one("CnsDetachVolume", &params)
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn extend(&self, id: &str, capacity_mb: u64) -> Result<(), CloudError> {
+        let params = format!(
+            "<extendSpecs><volumeId>{}</volumeId>{}</extendSpecs>",
+            el("id", id),
+            el("capacityInMb", &capacity_mb.to_string())
+        );
+        self.change_one("CnsExtendVolume", &params)
+            .await
+            .map(|_| ())
+    }
+
+    /// A change of one volume: the task awaited, its one result, that result's fault as
+    /// the error.
+    async fn change_one(&self, method: &'static str, specs: &str) -> Result<Element, CloudError> {
+        let params = manager().xml("_this") + specs;
+        let r = self.vc.call(Endpoint::Cns, method, &params, false).await?;
+        let t = r.child("returnval").and_then(Moref::of).ok_or_else(|| {
+            CloudError::Unavailable(format!(
+                "vsphere: {}: {method} answered no task",
+                self.vc.server()
+            ))
+        })?;
+        let result = task::wait(&self.vc, &t, method, TASK_LIMIT).await?;
+        let one = result
+            .as_ref()
+            .and_then(|b| b.all("volumeResults").next())
+            .cloned()
+            .unwrap_or_default();
+        if let Some(f) = one.child("fault") {
+            let fault = Fault {
+                kind: f
+                    .child("fault")
+                    .and_then(|x| x.xsi_type.clone())
+                    .unwrap_or_default(),
+                message: f
+                    .text_at(&["localizedMessage"])
+                    .unwrap_or_default()
+                    .to_owned(),
+                object: None,
+            };
+            return Err(fault_error(self.vc.server(), method, &fault));
+        }
+        Ok(one)
+    }
+}
+
+fn matches(f: &Filter, v: &Volume) -> bool {
+    (f.ids.is_empty() || f.ids.contains(&v.id))
+        && (f.names.is_empty() || f.names.contains(&v.name))
+        && (f.cluster_ids.is_empty() || f.cluster_ids.contains(&v.cluster_id))
+}
+
+fn volume(e: &Element) -> Volume {
+    let t = |p: &[&str]| e.text_at(p).unwrap_or_default().to_owned();
+    Volume {
+        id: t(&["volumeId", "id"]),
+        name: t(&["name"]),
+        datastore_url: t(&["datastoreUrl"]),
+        capacity_mb: e
+            .text_at(&["backingObjectDetails", "capacityInMb"])
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        cluster_id: t(&["metadata", "containerCluster", "clusterId"]),
+        storage_policy_id: t(&["storagePolicyId"]),
+        health: t(&["healthStatus"]),
+    }
+}
