@@ -166,7 +166,7 @@ impl Vcenter {
                 let this = Moref::new("ServiceInstance", "ServiceInstance");
                 let params = this.xml("_this");
                 let answer = self
-                    .send(
+                    .post(
                         Endpoint::Vim,
                         "RetrieveServiceContent",
                         &params,
@@ -174,7 +174,8 @@ impl Vcenter {
                         "6.5",
                         true,
                     )
-                    .await?;
+                    .await?
+                    .0;
                 let r = match answer {
                     Answer::Ok(r) => r,
                     Answer::Fault(f) => {
@@ -227,7 +228,7 @@ impl Vcenter {
         let version = self.content().await?.api_version.clone();
         let (cookie, login) = self.logged_in(None).await?;
         let answer = self
-            .send(
+            .post(
                 endpoint,
                 method,
                 params,
@@ -235,12 +236,13 @@ impl Vcenter {
                 &version,
                 reads_only,
             )
-            .await?;
+            .await?
+            .0;
         let answer = match answer {
             Answer::Fault(f) if f.kind == "NotAuthenticated" => {
                 tracing::info!(vcenter = %self.server, method, "the vCenter session expired; logging in again");
                 let (cookie, _) = self.logged_in(Some(login)).await?;
-                self.send(
+                self.post(
                     endpoint,
                     method,
                     params,
@@ -249,6 +251,7 @@ impl Vcenter {
                     reads_only,
                 )
                 .await?
+                .0
             }
             other => other,
         };
@@ -331,21 +334,6 @@ impl Vcenter {
                 }
             }
         });
-    }
-
-    async fn send(
-        &self,
-        endpoint: Endpoint,
-        method: &'static str,
-        params: &str,
-        cookie: Option<&str>,
-        version: &str,
-        reads_only: bool,
-    ) -> Result<Answer, CloudError> {
-        Ok(self
-            .post(endpoint, method, params, cookie, version, reads_only)
-            .await?
-            .0)
     }
 
     /// One POST; the answer and the session cookie it set, if any.

@@ -109,12 +109,9 @@ impl Tags {
             return Ok(t.clone());
         }
         let v = self
-            .call(
+            .get(
                 "tag_get",
-                Method::GET,
-                &format!("/com/vmware/cis/tagging/tag/id:{}", path(id)),
-                None,
-                true,
+                format!("/com/vmware/cis/tagging/tag/id:{}", path(id)),
             )
             .await?;
         let name = v["value"]["name"].as_str().unwrap_or_default().to_owned();
@@ -133,12 +130,9 @@ impl Tags {
             return Ok(c.clone());
         }
         let v = self
-            .call(
+            .get(
                 "tag_category_get",
-                Method::GET,
-                &format!("/com/vmware/cis/tagging/category/id:{}", path(id)),
-                None,
-                true,
+                format!("/com/vmware/cis/tagging/category/id:{}", path(id)),
             )
             .await?;
         let name = v["value"]["name"].as_str().unwrap_or_default().to_owned();
@@ -147,6 +141,10 @@ impl Tags {
             .await
             .insert(id.to_owned(), name.clone());
         Ok(name)
+    }
+
+    async fn get(&self, name: &'static str, rest_path: String) -> Result<Value, CloudError> {
+        self.call(name, Method::GET, &rest_path, None, true).await
     }
 
     /// One REST call, logged in; a 401 logs in again once.
