@@ -226,32 +226,17 @@ impl Vcenter {
         reads_only: bool,
     ) -> Result<Element, CloudError> {
         let version = self.content().await?.api_version.clone();
+        let attempt = async |cookie: &str| {
+            self.post(endpoint, method, params, Some(cookie), &version, reads_only)
+                .await
+                .map(|(answer, _)| answer)
+        };
         let (cookie, login) = self.logged_in(None).await?;
-        let answer = self
-            .post(
-                endpoint,
-                method,
-                params,
-                Some(&cookie),
-                &version,
-                reads_only,
-            )
-            .await?
-            .0;
-        let answer = match answer {
+        let answer = match attempt(&cookie).await? {
             Answer::Fault(f) if f.kind == "NotAuthenticated" => {
                 tracing::info!(vcenter = %self.server, method, "the vCenter session expired; logging in again");
                 let (cookie, _) = self.logged_in(Some(login)).await?;
-                self.post(
-                    endpoint,
-                    method,
-                    params,
-                    Some(&cookie),
-                    &version,
-                    reads_only,
-                )
-                .await?
-                .0
+                attempt(&cookie).await?
             }
             other => other,
         };

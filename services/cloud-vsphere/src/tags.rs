@@ -30,8 +30,8 @@ pub struct Tag {
 pub struct Tags {
     vc: Arc<Vcenter>,
     session: Mutex<Option<String>>,
-    tags: Mutex<HashMap<String, Tag>>,
-    categories: Mutex<HashMap<String, String>>,
+    tags: Mutex<HashMap<String, Value>>,
+    categories: Mutex<HashMap<String, Value>>,
 }
 
 #[derive(Deserialize)]
@@ -105,42 +105,43 @@ impl Tags {
     }
 
     async fn tag(&self, id: &str) -> Result<Tag, CloudError> {
-        if let Some(t) = self.tags.lock().await.get(id) {
-            return Ok(t.clone());
-        }
-        let v = self
-            .get(
-                "tag_get",
-                format!("/com/vmware/cis/tagging/tag/id:{}", path(id)),
+        let tag = self.named(&self.tags, "tag_get", "tag", id).await?;
+        let category_id = tag["category_id"].as_str().unwrap_or_default();
+        let category = self
+            .named(
+                &self.categories,
+                "tag_category_get",
+                "category",
+                category_id,
             )
             .await?;
-        let name = v["value"]["name"].as_str().unwrap_or_default().to_owned();
-        let category_id = v["value"]["category_id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let category = self.category(&category_id).await?;
-        let tag = Tag { name, category };
-        self.tags.lock().await.insert(id.to_owned(), tag.clone());
-        Ok(tag)
+        Ok(Tag {
+            name: tag["name"].as_str().unwrap_or_default().to_owned(),
+            category: category["name"].as_str().unwrap_or_default().to_owned(),
+        })
     }
 
-    async fn category(&self, id: &str) -> Result<String, CloudError> {
-        if let Some(c) = self.categories.lock().await.get(id) {
-            return Ok(c.clone());
+    /// A tag's or category's description (`/com/vmware/cis/tagging/<kind>/id:<id>`),
+    /// read once and kept in `cache`.
+    async fn named(
+        &self,
+        cache: &Mutex<HashMap<String, Value>>,
+        name: &'static str,
+        kind: &str,
+        id: &str,
+    ) -> Result<Value, CloudError> {
+        if let Some(v) = cache.lock().await.get(id) {
+            return Ok(v.clone());
         }
         let v = self
             .get(
-                "tag_category_get",
-                format!("/com/vmware/cis/tagging/category/id:{}", path(id)),
+                name,
+                format!("/com/vmware/cis/tagging/{kind}/id:{}", path(id)),
             )
-            .await?;
-        let name = v["value"]["name"].as_str().unwrap_or_default().to_owned();
-        self.categories
-            .lock()
-            .await
-            .insert(id.to_owned(), name.clone());
-        Ok(name)
+            .await?["value"]
+            .take();
+        cache.lock().await.insert(id.to_owned(), v.clone());
+        Ok(v)
     }
 
     async fn get(&self, name: &'static str, rest_path: String) -> Result<Value, CloudError> {
@@ -156,29 +157,15 @@ impl Tags {
         body: Option<Value>,
         reads_only: bool,
     ) -> Result<Value, CloudError> {
-        let mut session = self.logged_in(None).await?;
-        let mut resp = self
-            .send(
-                name,
-                &method,
-                rest_path,
-                body.as_ref(),
-                reads_only,
-                &session,
-            )
-            .await?;
+        let attempt = async |session: &str| {
+            self.send(name, &method, rest_path, body.as_ref(), reads_only, session)
+                .await
+        };
+        let session = self.logged_in(None).await?;
+        let mut resp = attempt(&session).await?;
         if resp.status == StatusCode::UNAUTHORIZED {
-            session = self.logged_in(Some(&session)).await?;
-            resp = self
-                .send(
-                    name,
-                    &method,
-                    rest_path,
-                    body.as_ref(),
-                    reads_only,
-                    &session,
-                )
-                .await?;
+            let session = self.logged_in(Some(&session)).await?;
+            resp = attempt(&session).await?;
         }
         if !resp.status.is_success() {
             return Err(status_error("vsphere", name, &resp));
