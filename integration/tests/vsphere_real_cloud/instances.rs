@@ -227,3 +227,42 @@ async fn credentials_from_a_secrets_directory_are_read_at_each_login() {
     std::fs::write(secrets.join("127.0.0.1.password"), "right\n").unwrap();
     assert_eq!(instances.list_instances().await.unwrap().len(), 4);
 }
+
+/// An idle session is kept alive: once logged in, the client calls `CurrentTime` every
+/// keep-alive period, and stops when it is dropped.
+#[tokio::test]
+async fn an_idle_session_is_kept_alive_until_the_client_goes() {
+    let Some(sim) = Vcsim::start("keep-alive", &[]) else {
+        return;
+    };
+    let metrics = Arc::new(ApiMetrics::unregistered());
+    let mut settings = HttpSettings::new("vsphere");
+    settings.ca_pem = Some(std::fs::read_to_string(&sim.ca_file).unwrap());
+    let vc = Vcenter::new(
+        Target {
+            server: "127.0.0.1".into(),
+            port: sim.port,
+            login: Login::Password(Credential {
+                user: "user".into(),
+                password: "pass".into(),
+            }),
+            keepalive: Duration::from_millis(300),
+        },
+        settings,
+        Some(Arc::clone(&metrics)),
+    )
+    .unwrap();
+    assert_eq!(sim::vms(&vc).await.len(), 4);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let kept = metrics.requests("CurrentTime");
+    assert!(kept >= 2, "{kept} keep-alive calls in 1.1 s at 300 ms");
+    drop(vc);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let after = metrics.requests("CurrentTime");
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(
+        metrics.requests("CurrentTime"),
+        after,
+        "no calls once the client is gone"
+    );
+}
