@@ -233,6 +233,8 @@ fn driver_name(cloud: &str) -> String {
         "dvp" => "csi.dvp.deckhouse.io".into(),
         // Deckhouse's cloud-provider-zvirt names its StorageClasses' provisioner so.
         "zvirt" => "csi.zvirt.deckhouse.io".into(),
+        // vsphere-csi-driver's name, on every vSphere PV it made.
+        "vsphere" => "csi.vsphere.vmware.com".into(),
         other => format!("{other}.csi.overcast.dev"),
     }
 }

@@ -339,8 +339,8 @@ fn every_overlay_starts_every_binary_until_credentials_or_the_provider_are_missi
                 let what = format!("overlay {cloud}, {} {}, {bin}", pod.kind, pod.name);
                 // The CSI drivers that are built (DVP's, OpenStack's): with their
                 // configuration they serve (nothing is contacted before the first call).
-                let csi_built =
-                    bin == "csi" && ["dvp", "openstack", "zvirt"].contains(&cloud.as_str());
+                let csi_built = bin == "csi"
+                    && ["dvp", "openstack", "zvirt", "vsphere"].contains(&cloud.as_str());
                 if csi_built && config.is_none() {
                     // Their node plugins need no cloud configuration: they serve.
                     assert!(

@@ -10,6 +10,7 @@ pub mod addresses;
 pub mod cns;
 pub mod config;
 pub mod credentials;
+pub mod disks;
 pub mod guest_os;
 pub mod instances;
 pub mod inventory;

@@ -8,8 +8,10 @@ use overcast_cloud::{Cloud, CloudName};
 use overcast_cloud_http::HttpSettings;
 use overcast_provider::{NodeIdentity, Provider, Role, Settings};
 
+use crate::cns::Cns;
 use crate::config::{Config, Credentials, VirtualCenter};
 use crate::credentials::Credential;
+use crate::disks::{VsphereDisks, DEFAULT_MAX_VOLUMES};
 use crate::instances::{Source, VsphereInstances};
 use crate::session::{Login, Target, Vcenter};
 
@@ -71,8 +73,20 @@ impl Provider for Vsphere {
         CloudName::Vsphere
     }
 
-    fn node_identity(&self, _s: &Settings) -> anyhow::Result<NodeIdentity> {
-        anyhow::bail!(NOT_BUILT)
+    /// The node id is the node name (the VM's guest host name, as the ccm names nodes).
+    /// CNS volumes carry no topology in this build, so the node reports none either: a
+    /// volume is usable on every node (`--zone` gives the node one anyway).
+    fn node_identity(&self, s: &Settings) -> anyhow::Result<NodeIdentity> {
+        Ok(NodeIdentity {
+            node_id: s.node_name(),
+            zone: Some(s.zone_flag().unwrap_or_default()),
+            instance_id_from: None,
+        })
+    }
+
+    /// Upstream's 59 volumes a node.
+    fn default_attach_limit(&self, _s: &Settings) -> Option<u64> {
+        Some(DEFAULT_MAX_VOLUMES)
     }
 
     async fn open(&self, role: Role, s: &Settings) -> anyhow::Result<Cloud> {
@@ -97,7 +111,25 @@ impl Provider for Vsphere {
                     ..Cloud::default()
                 })
             }
-            Role::CsiController | Role::Discoverer => {
+            // CNS volumes on the first vCenter (CNS volumes live in one vCenter; several
+            // are not served by the CSI driver yet), recorded with the cluster's name.
+            Role::CsiController => {
+                let vc = &config.vcenters[0];
+                if config.vcenters.len() > 1 {
+                    tracing::warn!(vcenter = %vc.name, "several vCenters configured: the CSI driver uses the first");
+                }
+                let client = connect(vc, Some(Arc::clone(&s.api_metrics)))?;
+                Ok(Cloud {
+                    name: CloudName::Vsphere.as_str(),
+                    disks: Some(Arc::new(VsphereDisks::new(
+                        Cns::new(client),
+                        s.cluster.clone(),
+                        s.max_attachments_per_node,
+                    ))),
+                    ..Cloud::default()
+                })
+            }
+            Role::Discoverer => {
                 let hosts: Vec<&str> = config.vcenters.iter().map(|v| v.server.as_str()).collect();
                 anyhow::bail!(
                     "cloud \"vsphere\": its configuration is complete (vCenter {}); {NOT_BUILT}",

@@ -154,7 +154,7 @@ pub fn find_once(by_id: &Path, hint: &PublishContext) -> Option<PathBuf> {
         }
     }
     if let Some(wwn) = &hint.wwn {
-        if let Some(dev) = by_sysfs("wwid", wwn) {
+        if let Some(dev) = by_wwn_link(by_id, wwn).or_else(|| by_sysfs("wwid", wwn)) {
             return Some(dev);
         }
     }
@@ -202,6 +202,19 @@ fn by_id_link(dir: &Path, serial: &str) -> Option<PathBuf> {
             .then(|| std::fs::canonicalize(e.path()).ok())
             .flatten()
     })
+}
+
+/// `<by-id>/wwn-0x<wwn>` or `<by-id>/scsi-3<wwn>`, as udev names a SCSI disk with an NAA
+/// identifier (a vSphere disk: its disk UUID). Only a hex WWN is looked for: the value
+/// is never a path.
+fn by_wwn_link(dir: &Path, wwn: &str) -> Option<PathBuf> {
+    let hex = wwn.strip_prefix("naa.").unwrap_or(wwn).to_ascii_lowercase();
+    if hex.is_empty() || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    [format!("wwn-0x{hex}"), format!("scsi-3{hex}")]
+        .iter()
+        .find_map(|name| std::fs::canonicalize(dir.join(name)).ok())
 }
 
 /// `/sys/block/<dev>/{serial,device/serial,wwid,device/wwid}`.
@@ -391,6 +404,31 @@ mod tests {
             Some(PathBuf::from("/dev/null")),
             "virtio's 20 characters"
         );
+    }
+
+    #[test]
+    fn a_wwn_is_found_by_udev_s_naa_links_and_never_as_a_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let uuid = "6000c298595bf4575739e9105b2c0c2d";
+        assert_eq!(by_wwn_link(dir.path(), uuid), None);
+        std::os::unix::fs::symlink("/dev/null", dir.path().join(format!("scsi-3{uuid}"))).unwrap();
+        assert_eq!(
+            by_wwn_link(dir.path(), uuid),
+            Some(PathBuf::from("/dev/null"))
+        );
+        assert_eq!(
+            by_wwn_link(dir.path(), &format!("naa.{}", uuid.to_uppercase())),
+            Some(PathBuf::from("/dev/null"))
+        );
+        let wwn = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/dev/zero", wwn.path().join(format!("wwn-0x{uuid}"))).unwrap();
+        assert_eq!(
+            by_wwn_link(wwn.path(), uuid),
+            Some(PathBuf::from("/dev/zero"))
+        );
+        for bad in ["../../dev/sda", "", "6000c29/../x"] {
+            assert_eq!(by_wwn_link(dir.path(), bad), None, "{bad}");
+        }
     }
 
     #[tokio::test]

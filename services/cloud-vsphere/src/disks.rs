@@ -1,0 +1,492 @@
+//! CNS block volumes as the CSI controller's disks, the way vsphere-csi-driver makes and
+//! attaches them: a volume is made on the StorageClass's datastore (`datastoreurl`) or on
+//! any accessible one, recorded with this cluster's id so it is found by name again;
+//! whether and where it is attached is read, as upstream's `IsDiskAttached` does, from the
+//! VMs' virtual disks (`vDiskId` = the volume id, `backing.uuid` = the disk UUID the guest
+//! sees) — never from memory, so a restart or a second controller agrees.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use overcast_cloud::{Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, Result, Zone};
+use tokio::sync::Mutex;
+
+use crate::cns::{Cns, CreateSpec, Filter, Volume};
+use crate::inventory::View;
+use crate::soap::Moref;
+use crate::xml::Element;
+
+/// StorageClass parameters upstream's driver reads (`csi.storage.k8s.io/*` are the
+/// provisioner's and never reach a create).
+pub const PARAM_DATASTORE_URL: &str = "datastoreurl";
+pub const PARAM_STORAGE_POLICY: &str = "storagepolicyname";
+pub const PARAM_FSTYPE: &str = "fstype";
+/// Publish context: the disk's UUID (upstream's key) and upstream's volume type.
+pub const CTX_DISK_UUID: &str = "diskUUID";
+pub const CTX_TYPE: &str = "type";
+pub const BLOCK_VOLUME_TYPE: &str = "vSphere CNS Block Volume";
+/// Upstream's limit without a configured one (255 on vSphere 8 with NVMe/PVSCSI tuning).
+pub const DEFAULT_MAX_VOLUMES: u64 = 59;
+
+const MIB: u64 = 1 << 20;
+/// The largest virtual disk vSphere makes: 62 TiB.
+const MAX_DISK: u64 = 62 << 40;
+
+/// What one inventory read says: each VM by its node name, where each volume is
+/// attached, and the datastores.
+#[derive(Debug, Default)]
+struct Inventory {
+    vms: BTreeMap<String, Moref>,
+    /// Volume id → (node name, disk UUID) of each VM holding it.
+    attached: HashMap<String, Vec<(String, String)>>,
+    /// Accessible datastores: (reference, url, free bytes).
+    datastores: Vec<(Moref, String, u64)>,
+}
+
+pub struct VsphereDisks {
+    cns: Cns,
+    view: View,
+    cluster_id: String,
+    max_attachments: u64,
+    /// One create of a name at a time in this process (CNS does not refuse a second
+    /// volume of the same name).
+    creating: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+}
+
+impl VsphereDisks {
+    pub fn new(cns: Cns, cluster_id: String, max_attachments: u64) -> Self {
+        let view = View::new(Arc::clone(cns.vcenter()), &["VirtualMachine", "Datastore"]);
+        Self {
+            cns,
+            view,
+            cluster_id,
+            max_attachments,
+            creating: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn inventory(&self) -> Result<Inventory> {
+        let props = self
+            .view
+            .retrieve(&[
+                (
+                    "VirtualMachine",
+                    &["name", "guest.hostName", "config.hardware.device"],
+                ),
+                ("Datastore", &["summary"]),
+            ])
+            .await?;
+        let mut inv = Inventory::default();
+        for p in props {
+            if p.obj.kind == "Datastore" {
+                let s = p.get("summary").cloned().unwrap_or_default();
+                if s.text_at(&["accessible"]) == Some("true") {
+                    let free = s
+                        .text_at(&["freeSpace"])
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    let url = s.text_at(&["url"]).unwrap_or_default().to_owned();
+                    inv.datastores.push((p.obj.clone(), url, free));
+                }
+                continue;
+            }
+            let node = p
+                .text("guest.hostName")
+                .filter(|h| !h.is_empty())
+                .or(p.text("name"))
+                .unwrap_or_default()
+                .to_owned();
+            if let Some(devices) = p.get("config.hardware.device") {
+                for (volume, uuid) in volume_disks(devices) {
+                    inv.attached
+                        .entry(volume)
+                        .or_default()
+                        .push((node.clone(), uuid));
+                }
+            }
+            inv.vms.insert(node, p.obj);
+        }
+        Ok(inv)
+    }
+
+    fn disk_of(&self, v: Volume, inv: &Inventory) -> Disk {
+        let attachments = inv
+            .attached
+            .get(&v.id)
+            .into_iter()
+            .flatten()
+            .map(|(node, uuid)| attachment(node, uuid))
+            .collect();
+        let condition = match v.health.as_str() {
+            "" | "green" => DiskCondition::Healthy,
+            other => DiskCondition::Abnormal(format!("CNS health {other}")),
+        };
+        Disk {
+            id: v.id,
+            name: v.name,
+            size_bytes: v.capacity_mb * MIB,
+            zone: Zone::default(),
+            parameters: BTreeMap::new(),
+            metadata: BTreeMap::new(),
+            attachments,
+            condition,
+            source: None,
+        }
+    }
+
+    async fn volume(&self, id: &str) -> Result<Volume> {
+        if !volume_id(id) {
+            return Err(not_found(id));
+        }
+        self.cns
+            .query(&Filter {
+                ids: vec![id.to_owned()],
+                ..Filter::default()
+            })
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| not_found(id))
+    }
+
+    async fn by_name(&self, name: &str) -> Result<Option<Volume>> {
+        Ok(self
+            .cns
+            .query(&Filter {
+                names: vec![name.to_owned()],
+                cluster_ids: vec![self.cluster_id.clone()],
+                ..Filter::default()
+            })
+            .await?
+            .into_iter()
+            .next())
+    }
+}
+
+/// The volumes a VM's devices hold: (volume id, disk UUID) of each virtual disk with a
+/// `vDiskId` (a First Class Disk, as CNS attaches them).
+fn volume_disks(devices: &Element) -> Vec<(String, String)> {
+    devices
+        .children
+        .iter()
+        .filter(|d| d.xsi_type.as_deref() == Some("VirtualDisk"))
+        .filter_map(|d| {
+            let id = d.text_at(&["vDiskId", "id"]).filter(|i| !i.is_empty())?;
+            let uuid = d.text_at(&["backing", "uuid"]).unwrap_or_default();
+            Some((id.to_owned(), disk_uuid(uuid)))
+        })
+        .collect()
+}
+
+/// A disk UUID as CNS answers it: lower-case hex without dashes (the device backing
+/// writes `6000C29x-…`).
+fn disk_uuid(u: &str) -> String {
+    u.chars()
+        .filter(|c| *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+fn attachment(node: &str, uuid: &str) -> Attachment {
+    Attachment {
+        node: node.to_owned(),
+        readonly: false,
+        // Upstream's keys, and the WWN our node plugin finds the disk by
+        // (`/dev/disk/by-id/wwn-0x<uuid>`, sysfs `wwid` `naa.<uuid>`).
+        publish_context: BTreeMap::from([
+            (CTX_DISK_UUID.to_owned(), uuid.to_owned()),
+            (CTX_TYPE.to_owned(), BLOCK_VOLUME_TYPE.to_owned()),
+            (overcast_cloud::publish::WWN.to_owned(), uuid.to_owned()),
+        ]),
+    }
+}
+
+/// A CNS volume id: a UUID (anything else names no volume of ours and is never sent).
+fn volume_id(id: &str) -> bool {
+    id.len() == 36
+        && id.chars().enumerate().all(|(i, c)| {
+            matches!(i, 8 | 13 | 18 | 23) == (c == '-') && (c == '-' || c.is_ascii_hexdigit())
+        })
+}
+
+fn not_found(id: &str) -> CloudError {
+    CloudError::NotFound {
+        kind: "volume",
+        id: id.to_owned(),
+    }
+}
+
+fn no_instance(node: &str) -> CloudError {
+    CloudError::NotFound {
+        kind: "instance",
+        id: node.to_owned(),
+    }
+}
+
+#[async_trait]
+impl Disks for VsphereDisks {
+    async fn zones(&self) -> Result<Vec<Zone>> {
+        Ok(vec![Zone::default()])
+    }
+
+    fn size_granularity(&self) -> u64 {
+        MIB
+    }
+
+    fn max_disk_size(&self) -> u64 {
+        MAX_DISK
+    }
+
+    fn max_attachments_per_node(&self) -> u64 {
+        self.max_attachments
+    }
+
+    /// CNS volumes are thin unless a storage policy says otherwise.
+    fn overcommits(&self, _parameters: &BTreeMap<String, String>) -> bool {
+        true
+    }
+
+    fn validate_parameters(&self, parameters: &BTreeMap<String, String>) -> Result<()> {
+        for (k, v) in parameters {
+            match k.to_ascii_lowercase().as_str() {
+                PARAM_DATASTORE_URL | PARAM_FSTYPE => {}
+                PARAM_STORAGE_POLICY => {
+                    return Err(CloudError::InvalidArgument(format!(
+                        "{k}={v:?}: storage policies (SPBM) are not in this build yet; name a \
+                         datastore with {PARAM_DATASTORE_URL}"
+                    )))
+                }
+                _ => {
+                    return Err(CloudError::InvalidArgument(format!(
+                    "unknown StorageClass parameter {k:?} (vSphere takes {PARAM_DATASTORE_URL}, \
+                         {PARAM_STORAGE_POLICY}, {PARAM_FSTYPE})"
+                )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn create_disk(&self, spec: DiskSpec) -> Result<Disk> {
+        self.validate_parameters(&spec.parameters)?;
+        let lock = {
+            let mut map = self.creating.lock().await;
+            Arc::clone(map.entry(spec.name.clone()).or_default())
+        };
+        let _held = lock.lock().await;
+        let inv = self.inventory().await?;
+        if let Some(v) = self.by_name(&spec.name).await? {
+            return Ok(self.disk_of(v, &inv));
+        }
+        let url = spec
+            .parameters
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(PARAM_DATASTORE_URL))
+            .map(|(_, v)| v.trim_end_matches('/').to_owned());
+        let datastores: Vec<Moref> = inv
+            .datastores
+            .iter()
+            .filter(|(_, u, _)| {
+                url.as_deref()
+                    .is_none_or(|want| u.trim_end_matches('/') == want)
+            })
+            .map(|(m, _, _)| m.clone())
+            .collect();
+        if datastores.is_empty() {
+            return Err(match url {
+                Some(u) => CloudError::InvalidArgument(format!(
+                    "{PARAM_DATASTORE_URL} {u:?} names no accessible datastore"
+                )),
+                None => CloudError::ResourceExhausted("no accessible datastore".into()),
+            });
+        }
+        let user = self.cns.vcenter().credential()?.user;
+        let id = self
+            .cns
+            .create(&CreateSpec {
+                name: spec.name.clone(),
+                capacity_mb: spec.size_bytes.div_ceil(MIB),
+                datastores,
+                profile_id: None,
+                cluster_id: self.cluster_id.clone(),
+                vsphere_user: user,
+            })
+            .await?;
+        let v = self.volume(&id).await?;
+        Ok(self.disk_of(v, &inv))
+    }
+
+    async fn disk(&self, id: &str) -> Result<Disk> {
+        let v = self.volume(id).await?;
+        let inv = self.inventory().await?;
+        Ok(self.disk_of(v, &inv))
+    }
+
+    async fn disk_by_name(&self, name: &str) -> Result<Option<Disk>> {
+        let Some(v) = self.by_name(name).await? else {
+            return Ok(None);
+        };
+        let inv = self.inventory().await?;
+        Ok(Some(self.disk_of(v, &inv)))
+    }
+
+    async fn list_disks(&self) -> Result<Vec<Disk>> {
+        let volumes = self
+            .cns
+            .query(&Filter {
+                cluster_ids: vec![self.cluster_id.clone()],
+                ..Filter::default()
+            })
+            .await?;
+        let inv = self.inventory().await?;
+        Ok(volumes.into_iter().map(|v| self.disk_of(v, &inv)).collect())
+    }
+
+    async fn delete_disk(&self, id: &str) -> Result<()> {
+        if !volume_id(id) {
+            return Err(not_found(id));
+        }
+        let inv = self.inventory().await?;
+        if let Some(on) = inv.attached.get(id).filter(|a| !a.is_empty()) {
+            return Err(CloudError::InUse(format!(
+                "volume {id} is attached to {}",
+                on.iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        self.cns.delete(id).await
+    }
+
+    async fn attach_disk(&self, id: &str, node: &str, _readonly: bool) -> Result<Attachment> {
+        let inv = self.inventory().await?;
+        let vm = inv
+            .vms
+            .get(node)
+            .cloned()
+            .ok_or_else(|| no_instance(node))?;
+        self.volume(id).await?;
+        let holders = inv.attached.get(id).cloned().unwrap_or_default();
+        if let Some((_, uuid)) = holders.iter().find(|(n, _)| n == node) {
+            return Ok(attachment(node, uuid));
+        }
+        if let Some((other, _)) = holders.first() {
+            return Err(CloudError::FailedPrecondition(format!(
+                "volume {id} is attached to {other}; a block volume is attached to one node"
+            )));
+        }
+        let on_node = inv
+            .attached
+            .values()
+            .filter(|h| h.iter().any(|(n, _)| n == node))
+            .count() as u64;
+        if on_node >= self.max_attachments {
+            return Err(CloudError::ResourceExhausted(format!(
+                "node {node} holds {on_node} volumes, its limit"
+            )));
+        }
+        let uuid = self.cns.attach(id, &vm).await?;
+        Ok(attachment(node, &disk_uuid(&uuid)))
+    }
+
+    /// A VM that is gone, or a volume not on it, is detached already.
+    async fn detach_disk(&self, id: &str, node: &str) -> Result<()> {
+        if !volume_id(id) {
+            return Err(not_found(id));
+        }
+        let inv = self.inventory().await?;
+        let Some(vm) = inv.vms.get(node) else {
+            return Ok(());
+        };
+        let held = inv
+            .attached
+            .get(id)
+            .is_some_and(|h| h.iter().any(|(n, _)| n == node));
+        if !held {
+            return Ok(());
+        }
+        match self.cns.detach(id, vm).await {
+            Ok(()) | Err(CloudError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn expand_disk(&self, id: &str, size_bytes: u64) -> Result<u64> {
+        let v = self.volume(id).await?;
+        let have = v.capacity_mb * MIB;
+        if size_bytes <= have {
+            return Ok(have);
+        }
+        let mb = size_bytes.div_ceil(MIB);
+        self.cns.extend(id, mb).await?;
+        Ok(mb * MIB)
+    }
+
+    /// The most one volume can get: the freest accessible datastore's space.
+    async fn available_capacity(&self, _zone: Option<&Zone>) -> Result<u64> {
+        let inv = self.inventory().await?;
+        Ok(inv
+            .datastores
+            .iter()
+            .map(|(_, _, free)| *free)
+            .max()
+            .unwrap_or(0))
+    }
+
+    async fn available_capacity_for(
+        &self,
+        _zone: Option<&Zone>,
+        parameters: &BTreeMap<String, String>,
+    ) -> Result<u64> {
+        let inv = self.inventory().await?;
+        let url = parameters
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(PARAM_DATASTORE_URL))
+            .map(|(_, v)| v.trim_end_matches('/'));
+        Ok(inv
+            .datastores
+            .iter()
+            .filter(|(_, u, _)| url.is_none_or(|want| u.trim_end_matches('/') == want))
+            .map(|(_, _, free)| *free)
+            .max()
+            .unwrap_or(0))
+    }
+
+    async fn node_exists(&self, node: &str) -> Result<bool> {
+        Ok(self.inventory().await?.vms.contains_key(node))
+    }
+
+    async fn probe(&self) -> Result<()> {
+        self.cns.vcenter().content().await.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn volume_ids_are_uuids_and_disk_uuids_are_plain_hex() {
+        assert!(volume_id("0c2b3f0e-7d4a-4f62-9e1b-2a3b4c5d6e7f"));
+        for bad in [
+            "",
+            "../../etc/passwd",
+            "vol-/x",
+            "0c2b3f0e7d4a4f629e1b2a3b4c5d6e7f0000",
+            "0c2b3f0e-7d4a-4f62-9e1b-2a3b4c5d6e7g",
+        ] {
+            assert!(!volume_id(bad), "{bad}");
+        }
+        assert_eq!(disk_uuid("6000C29A-aaab-bbbc"), "6000c29aaaabbbbc");
+        let devices = Element::parse(
+            br#"<val><VirtualDevice xmlns:x="http://www.w3.org/2001/XMLSchema-instance" x:type="VirtualDisk"><key>203</key><backing x:type="VirtualDiskFlatVer2BackingInfo"><uuid>6000C29A-AAAB</uuid></backing><vDiskId><id>vol-1</id></vDiskId></VirtualDevice><VirtualDevice xmlns:x="http://www.w3.org/2001/XMLSchema-instance" x:type="VirtualDisk"><key>204</key></VirtualDevice><VirtualDevice xmlns:x="http://www.w3.org/2001/XMLSchema-instance" x:type="VirtualCdrom"><vDiskId><id>no</id></vDiskId></VirtualDevice></val>"#,
+        )
+        .unwrap();
+        assert_eq!(
+            volume_disks(&devices),
+            [("vol-1".to_owned(), "6000c29aaaab".to_owned())]
+        );
+    }
+}
