@@ -11,10 +11,7 @@ use overcast_cloud::conformance::{self, DiskHarness};
 use overcast_cloud::{Attachment, Disk, DiskSpec, Disks, Result, Zone};
 use overcast_cloud_vsphere::cns::Cns;
 use overcast_cloud_vsphere::disks::{VsphereDisks, CTX_DISK_UUID};
-use overcast_cloud_vsphere::inventory::properties;
-use overcast_cloud_vsphere::session::Endpoint;
-use overcast_cloud_vsphere::soap::{el, Moref};
-use overcast_cloud_vsphere::task;
+use overcast_cloud_vsphere::soap::Moref;
 
 use super::*;
 
@@ -31,54 +28,6 @@ impl Host {
             .into_iter()
             .find(|(n, _)| n == node)
             .map(|(_, m)| m)
-    }
-
-    /// The VM's virtual disks: (key, volume id) — and the pvscsi controller's key and the
-    /// units it has taken.
-    async fn devices(&self, vm: &Moref) -> (Vec<(String, String)>, String, Vec<u32>) {
-        let p = properties(&self.vc, vm, &["config.hardware.device"])
-            .await
-            .unwrap();
-        let all = p.get("config.hardware.device").cloned().unwrap_or_default();
-        let controller = all
-            .children
-            .iter()
-            .find(|d| d.xsi_type.as_deref() == Some("ParaVirtualSCSIController"))
-            .and_then(|d| d.text_at(&["key"]))
-            .expect("a pvscsi controller")
-            .to_owned();
-        let mut disks = Vec::new();
-        let mut units = Vec::new();
-        for d in all
-            .children
-            .iter()
-            .filter(|d| d.xsi_type.as_deref() == Some("VirtualDisk"))
-        {
-            if d.text_at(&["controllerKey"]) == Some(controller.as_str()) {
-                units.extend(
-                    d.text_at(&["unitNumber"])
-                        .and_then(|u| u.parse::<u32>().ok()),
-                );
-            }
-            if let Some(id) = d.text_at(&["vDiskId", "id"]) {
-                disks.push((d.text_at(&["key"]).unwrap().to_owned(), id.to_owned()));
-            }
-        }
-        (disks, controller, units)
-    }
-
-    async fn reconfigure(&self, vm: &Moref, change: String) {
-        let params =
-            vm.xml("_this") + &format!("<spec><deviceChange>{change}</deviceChange></spec>");
-        let r = self
-            .vc
-            .call(Endpoint::Vim, "ReconfigVM_Task", &params, false)
-            .await
-            .unwrap();
-        let t = r.child("returnval").and_then(Moref::of).unwrap();
-        task::wait(&self.vc, &t, "ReconfigVM_Task", Duration::from_secs(30))
-            .await
-            .unwrap();
     }
 }
 
@@ -123,44 +72,13 @@ impl Disks for Host {
             .vm(node)
             .await
             .expect("the VM the provider attached to");
-        let (disks, controller, units) = self.devices(&vm).await;
-        if !disks.iter().any(|(_, v)| v == id) {
-            let unit = (1..16)
-                .find(|u| *u != 7 && !units.contains(u))
-                .expect("a free unit");
-            let uuid = &a.publish_context[CTX_DISK_UUID];
-            self.reconfigure(
-                &vm,
-                format!(
-                    "<operation>add</operation><fileOperation>create</fileOperation>\
-                     <device xsi:type=\"VirtualDisk\"><key>-1</key>\
-                     <backing xsi:type=\"VirtualDiskFlatVer2BackingInfo\"><fileName>[LocalDS_0] {node}/{id}.vmdk</fileName>\
-                     <diskMode>persistent</diskMode>{}</backing>{}{}<capacityInKB>1024</capacityInKB>\
-                     <vDiskId>{}</vDiskId></device>",
-                    el("uuid", uuid),
-                    el("controllerKey", &controller),
-                    el("unitNumber", &unit.to_string()),
-                    el("id", id)
-                ),
-            )
-            .await;
-        }
+        super::sim::plug_disk(&self.vc, &vm, node, id, &a.publish_context[CTX_DISK_UUID]).await;
         Ok(a)
     }
     async fn detach_disk(&self, id: &str, node: &str) -> Result<()> {
         self.disks.detach_disk(id, node).await?;
         if let Some(vm) = self.vm(node).await {
-            let (disks, _, _) = self.devices(&vm).await;
-            if let Some((key, _)) = disks.iter().find(|(_, v)| v == id) {
-                self.reconfigure(
-                    &vm,
-                    format!(
-                        "<operation>remove</operation><device xsi:type=\"VirtualDisk\">{}</device>",
-                        el("key", key)
-                    ),
-                )
-                .await;
-            }
+            super::sim::unplug_disk(&self.vc, &vm, id).await;
         }
         Ok(())
     }

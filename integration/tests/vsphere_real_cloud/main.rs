@@ -37,6 +37,8 @@ fn vcenter(sim: &Vcsim, metrics: &Arc<ApiMetrics>) -> Arc<Vcenter> {
 mod ccm;
 /// The CNS calls.
 mod cns;
+/// The real csi binary through a volume's life.
+mod csi;
 /// CNS volumes as the CSI controller's disks: the conformance suite.
 mod disks;
 /// The CPI's instances: identity, addresses, tag zones, sessions, outages.
