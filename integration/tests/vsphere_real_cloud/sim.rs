@@ -2,16 +2,14 @@
 //! tools use: ReconfigVM (vcsim's `SET.guest.*` extra config plays VMware Tools),
 //! PowerOffVM, tags over the REST API, sessions terminated from another session.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use http::{HeaderValue, Method};
 use overcast_cloud_http::{HttpClient, HttpSettings, Request};
 use overcast_cloud_vsphere::inventory::properties;
 use overcast_cloud_vsphere::session::{Endpoint, Vcenter};
 use overcast_cloud_vsphere::soap::{el, Moref};
-use overcast_cloud_vsphere::task;
+use overcast_integration::vcsim::run_task;
 use overcast_integration::vcsim::Vcsim;
+pub use overcast_integration::vcsim::{plug_disk, unplug_disk, vms};
 use serde_json::{json, Value};
 
 /// What a guest reports and the VM's shape.
@@ -46,28 +44,6 @@ pub async fn power_off(vc: &Vcenter, vm: &Moref) {
 
 pub async fn destroy(vc: &Vcenter, vm: &Moref) {
     run_task(vc, "Destroy_Task", &vm.xml("_this")).await;
-}
-
-async fn run_task(vc: &Vcenter, method: &'static str, params: &str) {
-    let r = vc.call(Endpoint::Vim, method, params, false).await.unwrap();
-    let t = r.child("returnval").and_then(Moref::of).unwrap();
-    task::wait(vc, &t, method, Duration::from_secs(30))
-        .await
-        .unwrap();
-}
-
-/// Every VM, by name.
-pub async fn vms(vc: &Arc<Vcenter>) -> Vec<(String, Moref)> {
-    let view = overcast_cloud_vsphere::inventory::View::new(Arc::clone(vc), &["VirtualMachine"]);
-    let mut out: Vec<(String, Moref)> = view
-        .retrieve(&[("VirtualMachine", &["name"])])
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|p| (p.text("name").unwrap().to_owned(), p.obj))
-        .collect();
-    out.sort();
-    out
 }
 
 /// Ends every session but the caller's own (what an expired session looks like to the
@@ -173,88 +149,4 @@ impl Rest {
         )
         .await;
     }
-}
-
-/// The ESXi host's part of a CNS attach, which vcsim's CNS (bookkeeping) leaves out: the
-/// VM gets the virtual disk — `vDiskId` the volume, `backing.uuid` the disk UUID CNS
-/// answered — on its pvscsi controller's first free unit. Nothing when it has it already.
-pub async fn plug_disk(vc: &Vcenter, vm: &Moref, vm_name: &str, volume: &str, uuid: &str) {
-    let (disks, controller, units) = vm_disks(vc, vm).await;
-    if disks.iter().any(|(_, v)| v == volume) {
-        return;
-    }
-    let unit = (1..16)
-        .find(|u| *u != 7 && !units.contains(u))
-        .expect("a free unit");
-    reconfigure_devices(
-        vc,
-        vm,
-        format!(
-            "<operation>add</operation><fileOperation>create</fileOperation>\
-             <device xsi:type=\"VirtualDisk\"><key>-1</key>\
-             <backing xsi:type=\"VirtualDiskFlatVer2BackingInfo\"><fileName>[LocalDS_0] {vm_name}/{volume}.vmdk</fileName>\
-             <diskMode>persistent</diskMode>{}</backing>{}{}<capacityInKB>1024</capacityInKB>\
-             <vDiskId>{}</vDiskId></device>",
-            el("uuid", uuid),
-            el("controllerKey", &controller),
-            el("unitNumber", &unit.to_string()),
-            el("id", volume)
-        ),
-    )
-    .await;
-}
-
-/// The host's part of a detach: the virtual disk of `volume` leaves the VM.
-pub async fn unplug_disk(vc: &Vcenter, vm: &Moref, volume: &str) {
-    let (disks, _, _) = vm_disks(vc, vm).await;
-    if let Some((key, _)) = disks.iter().find(|(_, v)| v == volume) {
-        reconfigure_devices(
-            vc,
-            vm,
-            format!(
-                "<operation>remove</operation><device xsi:type=\"VirtualDisk\">{}</device>",
-                el("key", key)
-            ),
-        )
-        .await;
-    }
-}
-
-/// A VM's First Class Disks as (device key, volume id), its pvscsi controller's key and
-/// the units taken on it.
-async fn vm_disks(vc: &Vcenter, vm: &Moref) -> (Vec<(String, String)>, String, Vec<u32>) {
-    let p = properties(vc, vm, &["config.hardware.device"])
-        .await
-        .unwrap();
-    let all = p.get("config.hardware.device").cloned().unwrap_or_default();
-    let controller = all
-        .children
-        .iter()
-        .find(|d| d.xsi_type.as_deref() == Some("ParaVirtualSCSIController"))
-        .and_then(|d| d.text_at(&["key"]))
-        .expect("a pvscsi controller")
-        .to_owned();
-    let mut disks = Vec::new();
-    let mut units = Vec::new();
-    for d in all
-        .children
-        .iter()
-        .filter(|d| d.xsi_type.as_deref() == Some("VirtualDisk"))
-    {
-        if d.text_at(&["controllerKey"]) == Some(controller.as_str()) {
-            units.extend(
-                d.text_at(&["unitNumber"])
-                    .and_then(|u| u.parse::<u32>().ok()),
-            );
-        }
-        if let Some(id) = d.text_at(&["vDiskId", "id"]) {
-            disks.push((d.text_at(&["key"]).unwrap().to_owned(), id.to_owned()));
-        }
-    }
-    (disks, controller, units)
-}
-
-async fn reconfigure_devices(vc: &Vcenter, vm: &Moref, change: String) {
-    let spec = format!("<spec><deviceChange>{change}</deviceChange></spec>");
-    run_task(vc, "ReconfigVM_Task", &(vm.xml("_this") + &spec)).await;
 }

@@ -1,0 +1,140 @@
+//! The vSphere CSI controller's cloud calls and times per operation on vcsim's CNS: each
+//! operation of the provider (`VsphereDisks`, what the csi binary runs) counted on its own
+//! client — SOAP to `/sdk` and CNS to `/vsanHealth`, task polls included — median over
+//! `OVERCAST_BENCH_VOLUMES` (default 10) volumes, next to one bare `CnsQueryVolume` by id
+//! measured in the same run. create → publish is a create and the first attach, as the
+//! provisioner and the attacher send them. The ESXi host's part of an attach (the VM's
+//! virtual disk, which vcsim's CNS does not add) is played on a separate client, not
+//! counted.
+//!
+//! `OVERCAST_TEST_VCSIM=/tmp/vcsim/vcsim cargo bench --workspace --bench vsphere_disks`
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use overcast_cloud::{DiskSpec, Disks, Zone};
+use overcast_cloud_http::ApiMetrics;
+use overcast_cloud_vsphere::cns::{Cns, Filter};
+use overcast_cloud_vsphere::config::Config;
+use overcast_cloud_vsphere::disks::{VsphereDisks, CTX_DISK_UUID};
+use overcast_integration::figures::{median, ms};
+use overcast_integration::vcsim::{plug_disk, unplug_disk, vms, Vcsim};
+
+#[derive(Default)]
+struct Op {
+    calls: Vec<u64>,
+    times: Vec<Duration>,
+}
+
+impl Op {
+    fn row(&self, name: &str) {
+        let mut calls = self.calls.clone();
+        calls.sort();
+        println!(
+            "| {name} | {} | {} |",
+            calls[calls.len() / 2],
+            ms(median(self.times.clone()))
+        );
+    }
+}
+
+async fn measure<T>(
+    metrics: &ApiMetrics,
+    op: &mut Op,
+    f: impl std::future::Future<Output = T>,
+) -> T {
+    let before = metrics.total();
+    let t = Instant::now();
+    let out = f.await;
+    op.times.push(t.elapsed());
+    op.calls.push(metrics.total() - before);
+    out
+}
+
+#[tokio::main]
+async fn main() {
+    let n: usize = std::env::var("OVERCAST_BENCH_VOLUMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let Some(sim) = Vcsim::start("vsphere_disks bench", &[]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let conf = sim.conf(dir.path(), "");
+    let config = Config::load_with(Some(&conf), &|_| None).unwrap();
+    let vc = &config.vcenters[0];
+    let metrics = Arc::new(ApiMetrics::unregistered());
+    let client = overcast_cloud_vsphere::provider::connect(vc, Some(Arc::clone(&metrics))).unwrap();
+    let admin = overcast_cloud_vsphere::provider::connect(vc, None).unwrap();
+    let disks = VsphereDisks::new(Cns::new(Arc::clone(&client)), "overcast-bench".into(), 59);
+    disks.probe().await.unwrap();
+    let (node, vm) = vms(&admin).await[0].clone();
+    let spec = |i: usize| DiskSpec {
+        name: format!("pvc-bench-{i}"),
+        size_bytes: 1 << 30,
+        zone: Zone::default(),
+        parameters: BTreeMap::new(),
+        metadata: BTreeMap::new(),
+        source: None,
+    };
+    // Warm-up: the login, the view.
+    disks.list_disks().await.unwrap();
+    let (mut create, mut attach, mut again, mut detach, mut expand, mut delete) =
+        <(Op, Op, Op, Op, Op, Op)>::default();
+    let mut to_publish = Op::default();
+    let mut bare = Vec::new();
+    let admin_cns = Cns::new(Arc::clone(&admin));
+    for i in 0..n {
+        let t = Instant::now();
+        let d = measure(&metrics, &mut create, disks.create_disk(spec(i)))
+            .await
+            .unwrap();
+        let a = measure(
+            &metrics,
+            &mut attach,
+            disks.attach_disk(&d.id, &node, false),
+        )
+        .await
+        .unwrap();
+        to_publish.times.push(t.elapsed());
+        to_publish.calls.push(create.calls[i] + attach.calls[i]);
+        plug_disk(&admin, &vm, &node, &d.id, &a.publish_context[CTX_DISK_UUID]).await;
+        measure(&metrics, &mut again, disks.attach_disk(&d.id, &node, false))
+            .await
+            .unwrap();
+        measure(&metrics, &mut expand, disks.expand_disk(&d.id, 2 << 30))
+            .await
+            .unwrap();
+        measure(&metrics, &mut detach, disks.detach_disk(&d.id, &node))
+            .await
+            .unwrap();
+        unplug_disk(&admin, &vm, &d.id).await;
+        let t = Instant::now();
+        admin_cns
+            .query(&Filter {
+                ids: vec![d.id.clone()],
+                ..Filter::default()
+            })
+            .await
+            .unwrap();
+        bare.push(t.elapsed());
+        measure(&metrics, &mut delete, disks.delete_disk(&d.id))
+            .await
+            .unwrap();
+    }
+    println!("| operation ({n} volumes, median) | SOAP + CNS calls | time |");
+    println!("|---|---|---|");
+    create.row("create (CreateVolume)");
+    attach.row("attach (ControllerPublish)");
+    to_publish.row("create → publish");
+    again.row("attach again, already attached");
+    expand.row("expand 1 → 2 GiB");
+    detach.row("detach (ControllerUnpublish)");
+    delete.row("delete");
+    println!(
+        "| baseline: one bare CnsQueryVolume by id | 1 | {} |",
+        ms(median(bare))
+    );
+}
