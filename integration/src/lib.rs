@@ -16,6 +16,7 @@ pub use overcast_api::csi_v1;
 
 pub mod attacks;
 pub mod dvp_sim;
+pub mod esxi_host;
 pub mod fake_api;
 pub mod faulty_front;
 pub mod kubelet;
