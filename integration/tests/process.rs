@@ -389,7 +389,7 @@ fn every_overlay_starts_every_binary_until_credentials_or_the_provider_are_missi
                     );
                 } else if (cloud == "openstack" && (bin == "discoverer" || bin == "ccm"))
                     || (cloud == "zvirt" && bin != "csi")
-                    || (cloud == "vsphere" && bin == "ccm")
+                    || (cloud == "vsphere" && bin != "csi")
                 {
                     // Past its cloud's configuration (nothing contacted): next is this
                     // cluster's API, which the test gives none of.

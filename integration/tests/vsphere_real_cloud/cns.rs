@@ -5,7 +5,7 @@
 
 use super::*;
 use overcast_cloud::CloudError;
-use overcast_cloud_vsphere::cns::{Cns, CreateSpec, Filter};
+use overcast_cloud_vsphere::cns::{Cns, CreateSpec, Filter, PVC_NAME, PVC_NAMESPACE, PV_NAME};
 use overcast_cloud_vsphere::inventory::View;
 
 #[tokio::test]
@@ -40,6 +40,14 @@ async fn a_block_volume_is_made_found_attached_extended_and_deleted() {
         profile_id: None,
         cluster_id: "cluster-a".into(),
         vsphere_user: "user".into(),
+        metadata: [
+            (PV_NAME, "pvc-0001"),
+            (PVC_NAME, "data"),
+            (PVC_NAMESPACE, "default"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
     };
     let id = cns.create(&spec).await.unwrap();
     // Another cluster's volume of the same name is not ours.
@@ -63,6 +71,8 @@ async fn a_block_volume_is_made_found_attached_extended_and_deleted() {
         (id.as_str(), 1024)
     );
     assert!(!ours[0].datastore_url.is_empty(), "{:?}", ours[0]);
+    // The PV and the PVC recorded as Kubernetes entities, read back.
+    assert_eq!(ours[0].metadata, spec.metadata);
     let by_id = cns
         .query(&Filter {
             ids: vec![id.clone()],

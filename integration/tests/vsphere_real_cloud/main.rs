@@ -39,6 +39,8 @@ mod ccm;
 mod cns;
 /// The real csi binary through a volume's life.
 mod csi;
+/// Deckhouse's discovery data.
+mod discovery;
 /// CNS volumes as the CSI controller's disks: the conformance suite.
 mod disks;
 /// The CPI's instances: identity, addresses, tag zones, sessions, outages.

@@ -3,6 +3,7 @@
 //! batch of per-volume results; a volume's own fault rides in its result (a task that
 //! failed as a whole carries its fault as any task). Queries are paginated by a cursor.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +35,15 @@ pub struct Volume {
     pub cluster_id: String,
     pub storage_policy_id: String,
     pub health: String,
+    /// What its Kubernetes entities say, under the CSI metadata keys
+    /// (`csi.storage.k8s.io/pv/name`, `…/pvc/name`, `…/pvc/namespace`).
+    pub metadata: BTreeMap<String, String>,
 }
+
+/// The CSI metadata keys the external-provisioner passes and CNS records as entities.
+pub const PV_NAME: &str = "csi.storage.k8s.io/pv/name";
+pub const PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
+pub const PVC_NAMESPACE: &str = "csi.storage.k8s.io/pvc/namespace";
 
 /// What a new volume is: upstream's create spec for a block volume.
 #[derive(Debug, Clone)]
@@ -48,6 +57,10 @@ pub struct CreateSpec {
     pub profile_id: Option<String>,
     pub cluster_id: String,
     pub vsphere_user: String,
+    /// The CSI metadata of the create (PV and PVC names), recorded as upstream's driver
+    /// records them: a PERSISTENT_VOLUME entity and a PERSISTENT_VOLUME_CLAIM entity
+    /// referring to it.
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// A query's filter; empty fields do not filter.
@@ -84,7 +97,9 @@ impl Cns {
         s.push_str(&el("clusterId", &spec.cluster_id));
         s.push_str(&el("vSphereUser", &spec.vsphere_user));
         s.push_str(&el("clusterFlavor", "VANILLA"));
-        s.push_str("</containerCluster></metadata>");
+        s.push_str("</containerCluster>");
+        s.push_str(&entities(&spec.metadata, &spec.cluster_id));
+        s.push_str("</metadata>");
         s.push_str(&format!(
             "<backingObjectDetails xsi:type=\"CnsBlockBackingDetails\">{}</backingObjectDetails>",
             el("capacityInMb", &spec.capacity_mb.to_string())
@@ -239,6 +254,34 @@ impl Cns {
     }
 }
 
+/// The Kubernetes entities of a create: the PV, and the PVC referring to it.
+fn entities(metadata: &BTreeMap<String, String>, cluster_id: &str) -> String {
+    let mut out = String::new();
+    let Some(pv) = metadata.get(PV_NAME) else {
+        return out;
+    };
+    let entity = |kind: &str, name: &str, namespace: Option<&str>, refers: &str| {
+        format!(
+            "<entityMetadata xsi:type=\"CnsKubernetesEntityMetadata\">{}<delete>false</delete>{}{}{}{refers}</entityMetadata>",
+            el("entityName", name),
+            el("clusterId", cluster_id),
+            el("entityType", kind),
+            namespace.map(|n| el("namespace", n)).unwrap_or_default(),
+        )
+    };
+    out.push_str(&entity("PERSISTENT_VOLUME", pv, None, ""));
+    if let (Some(pvc), Some(ns)) = (metadata.get(PVC_NAME), metadata.get(PVC_NAMESPACE)) {
+        let refers = format!(
+            "<referredEntity>{}{}{}</referredEntity>",
+            el("entityType", "PERSISTENT_VOLUME"),
+            el("entityName", pv),
+            el("clusterId", cluster_id)
+        );
+        out.push_str(&entity("PERSISTENT_VOLUME_CLAIM", pvc, Some(ns), &refers));
+    }
+    out
+}
+
 fn matches(f: &Filter, v: &Volume) -> bool {
     (f.ids.is_empty() || f.ids.contains(&v.id))
         && (f.names.is_empty() || f.names.contains(&v.name))
@@ -258,5 +301,30 @@ fn volume(e: &Element) -> Volume {
         cluster_id: t(&["metadata", "containerCluster", "clusterId"]),
         storage_policy_id: t(&["storagePolicyId"]),
         health: t(&["healthStatus"]),
+        metadata: entity_metadata(e),
     }
+}
+
+/// A volume's Kubernetes entities under the CSI metadata keys.
+fn entity_metadata(volume: &Element) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Some(m) = volume.child("metadata") else {
+        return out;
+    };
+    for e in m.all("entityMetadata") {
+        let name = e.text_at(&["entityName"]).unwrap_or_default().to_owned();
+        match e.text_at(&["entityType"]) {
+            Some("PERSISTENT_VOLUME") => {
+                out.insert(PV_NAME.to_owned(), name);
+            }
+            Some("PERSISTENT_VOLUME_CLAIM") => {
+                out.insert(PVC_NAME.to_owned(), name);
+                if let Some(ns) = e.text_at(&["namespace"]) {
+                    out.insert(PVC_NAMESPACE.to_owned(), ns.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }

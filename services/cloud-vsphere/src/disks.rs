@@ -128,7 +128,7 @@ impl VsphereDisks {
             size_bytes: v.capacity_mb * MIB,
             zone: Zone::default(),
             parameters: BTreeMap::new(),
-            metadata: BTreeMap::new(),
+            metadata: v.metadata,
             attachments,
             condition,
             source: None,
@@ -311,6 +311,7 @@ impl Disks for VsphereDisks {
                 profile_id: None,
                 cluster_id: self.cluster_id.clone(),
                 vsphere_user: user,
+                metadata: spec.metadata.clone(),
             })
             .await?;
         let v = self.volume(&id).await?;

@@ -1,5 +1,6 @@
-//! vSphere as the registry sees it: the vCenters of `vsphere.conf`, their VMs for the
-//! ccm. Nothing is contacted when opened: the first call logs in.
+//! vSphere as the registry sees it: the vCenters of `vsphere.conf` — their VMs for the
+//! ccm, CNS volumes for the CSI controller, Deckhouse's discovery data for the
+//! discoverer. Nothing is contacted when opened: the first call logs in.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use overcast_provider::{NodeIdentity, Provider, Role, Settings};
 use crate::cns::Cns;
 use crate::config::{Config, Credentials, VirtualCenter};
 use crate::credentials::Credential;
+use crate::discovery::VsphereDiscovery;
 use crate::disks::{VsphereDisks, DEFAULT_MAX_VOLUMES};
 use crate::instances::{Source, VsphereInstances};
 use crate::session::{Login, Target, Vcenter};
@@ -19,10 +21,6 @@ use crate::session::{Login, Target, Vcenter};
 pub static PROVIDER: Vsphere = Vsphere;
 
 pub struct Vsphere;
-
-const NOT_BUILT: &str =
-    "the vSphere provider's CSI and discovery calls are not in this build yet; \
-     see the README's status table";
 
 /// vCenter's default idle timeout is 30 minutes; a call every 10 keeps a quiet session.
 const KEEPALIVE: Duration = Duration::from_secs(600);
@@ -129,12 +127,20 @@ impl Provider for Vsphere {
                     ..Cloud::default()
                 })
             }
+            // Deckhouse's discovery data for the first vCenter's first datacenter.
             Role::Discoverer => {
-                let hosts: Vec<&str> = config.vcenters.iter().map(|v| v.server.as_str()).collect();
-                anyhow::bail!(
-                    "cloud \"vsphere\": its configuration is complete (vCenter {}); {NOT_BUILT}",
-                    hosts.join(", ")
-                )
+                let vc = &config.vcenters[0];
+                let client = connect(vc, Some(Arc::clone(&s.api_metrics)))?;
+                Ok(Cloud {
+                    name: CloudName::Vsphere.as_str(),
+                    discovery: Some(Arc::new(VsphereDiscovery::new(
+                        client,
+                        vc.datacenters[0].clone(),
+                        config.zone_category.clone(),
+                        s.cluster.clone(),
+                    ))),
+                    ..Cloud::default()
+                })
             }
         }
     }

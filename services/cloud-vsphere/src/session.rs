@@ -15,14 +15,15 @@ use overcast_cloud_http::{ApiMetrics, HttpClient, HttpSettings, Request};
 use tokio::sync::{Mutex, OnceCell};
 
 use crate::credentials::{self, Credential};
-use crate::soap::{self, el, envelope, fault_error, Answer, Moref, VIM_NS, VSAN_NS};
+use crate::soap::{self, el, envelope, fault_error, Answer, Moref, PBM_NS, VIM_NS, VSAN_NS};
 use crate::xml::Element;
 
-/// Where a call goes: the vim25 API, or CNS (`/vsanHealth`).
+/// Where a call goes: the vim25 API, CNS (`/vsanHealth`) or storage policies (`/pbm`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
     Vim,
     Cns,
+    Pbm,
 }
 
 impl Endpoint {
@@ -30,6 +31,7 @@ impl Endpoint {
         match self {
             Self::Vim => "/sdk",
             Self::Cns => "/vsanHealth",
+            Self::Pbm => "/pbm",
         }
     }
 
@@ -37,6 +39,16 @@ impl Endpoint {
         match self {
             Self::Vim => VIM_NS,
             Self::Cns => VSAN_NS,
+            Self::Pbm => PBM_NS,
+        }
+    }
+
+    /// `SOAPAction`: CNS is a vim25 service; PBM's client sends its namespace with no
+    /// version (govmomi's service client does the same).
+    fn action(self, version: &str) -> String {
+        match self {
+            Self::Vim | Self::Cns => format!("urn:vim25/{version}"),
+            Self::Pbm => "urn:pbm/".to_owned(),
         }
     }
 }
@@ -333,7 +345,7 @@ impl Vcenter {
     ) -> Result<(Answer, Option<String>), CloudError> {
         let header_cookie = match endpoint {
             Endpoint::Vim => None,
-            Endpoint::Cns => cookie.map(|c| c.trim_matches('"')),
+            Endpoint::Cns | Endpoint::Pbm => cookie.map(|c| c.trim_matches('"')),
         };
         let doc = envelope(endpoint.ns(), method, params, header_cookie);
         let uri: Uri = format!("{}{}", self.base, endpoint.path())
@@ -347,7 +359,7 @@ impl Vcenter {
             http::header::CONTENT_TYPE,
             HeaderValue::from_static("text/xml; charset=\"utf-8\""),
         );
-        let action = format!("urn:vim25/{version}");
+        let action = endpoint.action(version);
         h.insert(
             "SOAPAction",
             HeaderValue::from_str(&action)

@@ -9,6 +9,8 @@ use crate::xml::{esc, Element};
 pub const VIM_NS: &str = "urn:vim25";
 /// CNS's types and methods (`/vsanHealth`).
 pub const VSAN_NS: &str = "urn:vsan";
+/// Storage policies' (`/pbm`).
+pub const PBM_NS: &str = "urn:pbm";
 
 /// A managed object: its type and id (`VirtualMachine` `vm-42`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
