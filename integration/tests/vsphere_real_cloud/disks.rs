@@ -121,3 +121,48 @@ async fn the_vsphere_provider_passes_the_conformance_suite_on_vcsim() {
     };
     conformance::disks(&harness).await;
 }
+
+/// A StorageClass's `storagepolicyname` becomes the volume's SPBM profile (the name looked
+/// up among vcsim's policies); a name no policy has is INVALID_ARGUMENT, nothing made.
+#[tokio::test]
+async fn a_storage_policy_by_name_is_the_volume_s_profile() {
+    let Some(sim) = Vcsim::start("storage policy", &[]) else {
+        return;
+    };
+    let vc = vcenter(&sim, &Arc::new(ApiMetrics::unregistered()));
+    let policy = overcast_cloud_vsphere::pbm::Pbm::new(Arc::clone(&vc))
+        .policies()
+        .await
+        .unwrap()
+        .remove(0);
+    let disks = VsphereDisks::new(Cns::new(Arc::clone(&vc)), "overcast-it".into(), 59);
+    let spec = |name: &str, policy: &str| DiskSpec {
+        name: name.into(),
+        size_bytes: 1 << 30,
+        zone: Zone::default(),
+        parameters: [("storagepolicyname".to_owned(), policy.to_owned())].into(),
+        metadata: BTreeMap::new(),
+        source: None,
+    };
+    let d = disks
+        .create_disk(spec("pvc-policy", &policy.name))
+        .await
+        .unwrap();
+    let v = Cns::new(Arc::clone(&vc))
+        .query(&overcast_cloud_vsphere::cns::Filter {
+            ids: vec![d.id.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(v[0].storage_policy_id, policy.id, "{policy:?}");
+    let e = disks
+        .create_disk(spec("pvc-nopolicy", "no such policy"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, overcast_cloud::CloudError::InvalidArgument(_)),
+        "{e:?}"
+    );
+    assert!(disks.disk_by_name("pvc-nopolicy").await.unwrap().is_none());
+}

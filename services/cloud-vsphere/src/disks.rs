@@ -1,9 +1,10 @@
 //! CNS block volumes as the CSI controller's disks, the way vsphere-csi-driver makes and
 //! attaches them: a volume is made on the StorageClass's datastore (`datastoreurl`) or on
-//! any accessible one, recorded with this cluster's id so it is found by name again;
-//! whether and where it is attached is read, as upstream's `IsDiskAttached` does, from the
-//! VMs' virtual disks (`vDiskId` = the volume id, `backing.uuid` = the disk UUID the guest
-//! sees) — never from memory, so a restart or a second controller agrees.
+//! any accessible one, with its storage policy (`storagepolicyname`) when it names one,
+//! recorded with this cluster's id so it is found by name again; whether and where it is
+//! attached is read, as upstream's `IsDiskAttached` does, from the VMs' virtual disks
+//! (`vDiskId` = the volume id, `backing.uuid` = the disk UUID the guest sees) — never from
+//! memory, so a restart or a second controller agrees.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use tokio::sync::Mutex;
 
 use crate::cns::{Cns, CreateSpec, Filter, Volume};
 use crate::inventory::View;
+use crate::pbm::Pbm;
 use crate::soap::Moref;
 use crate::xml::Element;
 
@@ -46,6 +48,7 @@ struct Inventory {
 
 pub struct VsphereDisks {
     cns: Cns,
+    pbm: Pbm,
     view: View,
     cluster_id: String,
     max_attachments: u64,
@@ -58,6 +61,7 @@ impl VsphereDisks {
     pub fn new(cns: Cns, cluster_id: String, max_attachments: u64) -> Self {
         let view = View::new(Arc::clone(cns.vcenter()), &["VirtualMachine", "Datastore"]);
         Self {
+            pbm: Pbm::new(Arc::clone(cns.vcenter())),
             cns,
             view,
             cluster_id,
@@ -251,12 +255,10 @@ impl Disks for VsphereDisks {
         for (k, v) in parameters {
             match k.to_ascii_lowercase().as_str() {
                 PARAM_DATASTORE_URL | PARAM_FSTYPE => {}
-                PARAM_STORAGE_POLICY => {
-                    return Err(CloudError::InvalidArgument(format!(
-                        "{k}={v:?}: storage policies (SPBM) are not in this build yet; name a \
-                         datastore with {PARAM_DATASTORE_URL}"
-                    )))
+                PARAM_STORAGE_POLICY if v.trim().is_empty() => {
+                    return Err(CloudError::InvalidArgument(format!("{k} is empty")))
                 }
+                PARAM_STORAGE_POLICY => {}
                 _ => {
                     return Err(CloudError::InvalidArgument(format!(
                     "unknown StorageClass parameter {k:?} (vSphere takes {PARAM_DATASTORE_URL}, \
@@ -301,6 +303,27 @@ impl Disks for VsphereDisks {
                 None => CloudError::ResourceExhausted("no accessible datastore".into()),
             });
         }
+        // A storage policy by name (upstream's `storagepolicyname`), as its profile id.
+        let profile_id = match spec
+            .parameters
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(PARAM_STORAGE_POLICY))
+        {
+            Some((_, name)) => Some(
+                self.pbm
+                    .policies()
+                    .await?
+                    .into_iter()
+                    .find(|p| &p.name == name)
+                    .map(|p| p.id)
+                    .ok_or_else(|| {
+                        CloudError::InvalidArgument(format!(
+                            "{PARAM_STORAGE_POLICY} {name:?} names no storage policy"
+                        ))
+                    })?,
+            ),
+            None => None,
+        };
         let user = self.cns.vcenter().credential()?.user;
         let id = self
             .cns
@@ -308,7 +331,7 @@ impl Disks for VsphereDisks {
                 name: spec.name.clone(),
                 capacity_mb: spec.size_bytes.div_ceil(MIB),
                 datastores,
-                profile_id: None,
+                profile_id,
                 cluster_id: self.cluster_id.clone(),
                 vsphere_user: user,
                 metadata: spec.metadata.clone(),

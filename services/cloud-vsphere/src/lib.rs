@@ -1,10 +1,7 @@
-//! The vSphere provider (vCenter's APIs).
-//!
-//! Built so far: its configuration — `vsphere.conf` in the INI form
-//! cloud-provider-vsphere reads, and what it needs, said before anything is contacted.
-//! The vCenter client, volumes and instances come after the DVP, OpenStack and zVirt
-//! issues (the YAML form of the file with them); until then the registry stops after
-//! the configuration check, saying so.
+//! The vSphere provider: `vsphere.conf` as cloud-provider-vsphere reads it, vCenter's
+//! SOAP API spoken directly (`session`, `soap`, `xml`: sessions, faults, the
+//! PropertyCollector), tags over its REST API, CNS (`/vsanHealth`) and SPBM (`/pbm`) —
+//! behind the CPI's instances, the CSI driver's disks and Deckhouse's discovery.
 
 pub mod addresses;
 pub mod cns;
