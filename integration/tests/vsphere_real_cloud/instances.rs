@@ -134,6 +134,9 @@ async fn vms_become_instances_with_upstreams_identity_and_tag_zones() {
     instances.list_instances().await.unwrap();
     assert_eq!(metrics.total() - before, 2);
     assert_eq!(metrics.requests("RetrievePropertiesEx"), 2);
+    // The instance rules of the conformance suite, for the node the CSI node plugin on
+    // that VM reports (its guest host name).
+    overcast_cloud::conformance::instances(&instances, "node-a").await;
 }
 
 /// A session the vCenter ended is logged into again (once) and the view made again; a
