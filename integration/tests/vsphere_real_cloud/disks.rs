@@ -166,3 +166,54 @@ async fn a_storage_policy_by_name_is_the_volume_s_profile() {
     );
     assert!(disks.disk_by_name("pvc-nopolicy").await.unwrap().is_none());
 }
+
+/// The same suite, and the instance rules, against a real vCenter when one is given:
+/// `OVERCAST_TEST_VSPHERE_CONF` (a vsphere.conf whose first vCenter and datacenter are
+/// used; volumes are made on any accessible datastore, or on the one
+/// `OVERCAST_TEST_VSPHERE_DATASTORE_URL` names) and `OVERCAST_TEST_VSPHERE_NODE` (the
+/// guest host name of a running VM with VMware Tools, volumes are attached to). There the
+/// ESXi host attaches for real: no test plays it. Skipped, saying so, otherwise.
+#[tokio::test]
+async fn the_vsphere_provider_passes_the_conformance_suite_on_a_real_vcenter() {
+    let (Ok(conf), Ok(node)) = (
+        std::env::var("OVERCAST_TEST_VSPHERE_CONF"),
+        std::env::var("OVERCAST_TEST_VSPHERE_NODE"),
+    ) else {
+        overcast_integration::say_skipped(
+            "set OVERCAST_TEST_VSPHERE_CONF and OVERCAST_TEST_VSPHERE_NODE to run the vSphere conformance suite against a real vCenter",
+        );
+        return;
+    };
+    let config = overcast_cloud_vsphere::Config::load(Some(std::path::Path::new(&conf))).unwrap();
+    let vc = &config.vcenters[0];
+    let client = overcast_cloud_vsphere::provider::connect(vc, None).unwrap();
+    let parameters: BTreeMap<String, String> = std::env::var("OVERCAST_TEST_VSPHERE_DATASTORE_URL")
+        .ok()
+        .map(|u| ("datastoreurl".to_owned(), u))
+        .into_iter()
+        .collect();
+    let harness = DiskHarness {
+        disks: Arc::new(VsphereDisks::new(
+            Cns::new(Arc::clone(&client)),
+            "overcast-it".into(),
+            59,
+        )),
+        node: node.clone(),
+        gone_node: "overcast-it-no-such-vm".into(),
+        zone: Zone::default(),
+        parameters,
+        prefix: format!("overcast-it-{}-", std::process::id()),
+        states: None,
+        held_for: Duration::from_secs(10),
+    };
+    conformance::disks(&harness).await;
+    let instances = overcast_cloud_vsphere::instances::VsphereInstances::new(
+        vec![overcast_cloud_vsphere::instances::Source::new(
+            client,
+            vc.datacenters.clone(),
+            vc.ip_family.clone(),
+        )],
+        &config,
+    );
+    conformance::instances(&instances, &node).await;
+}
