@@ -224,26 +224,7 @@ async fn host_part(state: &State, request: &[u8], response: &[u8], attach: bool)
     ) else {
         return;
     };
-    let Ok(resp) = Element::parse(response) else {
-        return;
-    };
-    let Some(task) = resp
-        .at(&["Body"])
-        .and_then(|b| b.children.first())
-        .and_then(|r| r.child("returnval"))
-        .and_then(Moref::of)
-    else {
-        return;
-    };
-    if overcast_cloud_vsphere::task::wait(
-        &state.admin,
-        &task,
-        method,
-        std::time::Duration::from_secs(30),
-    )
-    .await
-    .is_err()
-    {
+    if !succeeded(state, response, method).await {
         return;
     }
     let uuid = disk_uuid(volume);
@@ -293,6 +274,26 @@ async fn host_part(state: &State, request: &[u8], response: &[u8], attach: bool)
     }
 }
 
+/// Whether the task a CNS answer names finished well (a refused change changes nothing).
+async fn succeeded(state: &State, response: &[u8], method: &str) -> bool {
+    let Some(task) = Element::parse(response).ok().and_then(|resp| {
+        resp.at(&["Body"])
+            .and_then(|b| b.children.first())
+            .and_then(|r| r.child("returnval"))
+            .and_then(Moref::of)
+    }) else {
+        return false;
+    };
+    overcast_cloud_vsphere::task::wait(
+        &state.admin,
+        &task,
+        method,
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .is_ok()
+}
+
 /// A volume's capacity as CNS records it.
 async fn capacity(state: &State, volume: &str) -> u64 {
     overcast_cloud_vsphere::cns::Cns::new(Arc::clone(&state.admin))
@@ -319,26 +320,7 @@ async fn grown(state: &State, request: &[u8], response: &[u8]) {
     else {
         return;
     };
-    let Ok(resp) = Element::parse(response) else {
-        return;
-    };
-    let Some(task) = resp
-        .at(&["Body"])
-        .and_then(|b| b.children.first())
-        .and_then(|r| r.child("returnval"))
-        .and_then(Moref::of)
-    else {
-        return;
-    };
-    if overcast_cloud_vsphere::task::wait(
-        &state.admin,
-        &task,
-        "CnsExtendVolume",
-        std::time::Duration::from_secs(30),
-    )
-    .await
-    .is_err()
-    {
+    if !succeeded(state, response, "CnsExtendVolume").await {
         return;
     }
     let file = state.files.join(format!("{volume}.img"));

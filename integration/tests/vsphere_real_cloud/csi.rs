@@ -14,6 +14,22 @@ use super::*;
 const PASSWORD: &str = "s3cret-vc-pw";
 const GIB: u64 = 1 << 30;
 
+/// A vsphere.conf for the vCenter at `port` (vcsim, or the host in front of it) with a
+/// password the trace is checked for.
+fn vsphere_conf(dir: &std::path::Path, port: u16, ca: &std::path::Path) -> std::path::PathBuf {
+    let conf = dir.join("vsphere.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[Global]\nport = {port}\nca-file = {}\n[VirtualCenter \"127.0.0.1\"]\nuser = k8s\n\
+             password = {PASSWORD}\ndatacenters = DC0\n",
+            ca.display()
+        ),
+    )
+    .unwrap();
+    conf
+}
+
 struct Cleanup(std::path::PathBuf);
 
 impl Drop for Cleanup {
@@ -34,17 +50,7 @@ async fn the_csi_driver_runs_a_volume_s_life_on_vcsim() {
     let _cleanup = Cleanup(dir.path().to_owned());
     let by_id = dir.path().join("by-id");
     std::fs::create_dir_all(&by_id).unwrap();
-    let conf = dir.path().join("vsphere.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "[Global]\nport = {}\nca-file = {}\n[VirtualCenter \"127.0.0.1\"]\nuser = k8s\n\
-             password = {PASSWORD}\ndatacenters = DC0\n",
-            sim.port,
-            sim.ca_file.display()
-        ),
-    )
-    .unwrap();
+    let conf = vsphere_conf(dir.path(), sim.port, &sim.ca_file);
     let driver = Csi::start_with_env(
         &[
             "--cloud=vsphere",
@@ -224,17 +230,7 @@ async fn csi_sanity_passes_on_vcsim() {
     let host =
         overcast_integration::esxi_host::EsxiHost::start(&sim, Arc::clone(&admin), &by_id, &files)
             .await;
-    let conf = dir.path().join("vsphere.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "[Global]\nport = {}\nca-file = {}\n[VirtualCenter \"127.0.0.1\"]\nuser = k8s\n\
-             password = {PASSWORD}\ndatacenters = DC0\n",
-            host.port,
-            sim.ca_file.display()
-        ),
-    )
-    .unwrap();
+    let conf = vsphere_conf(dir.path(), host.port, &sim.ca_file);
     let csi = Csi::start(&[
         "--cloud=vsphere",
         &format!("--cloud-config={}", conf.display()),
