@@ -1,7 +1,8 @@
 //! The real `ccm --cloud vsphere` with an operator's vsphere.conf against the kit's API
 //! server and vcsim: Nodes named as the guests' host names are initialized (providerID,
-//! instance type, zone and region from tags attached through the REST API, addresses), a
-//! powered-off VM's NotReady node is tainted shut down, a destroyed VM's NotReady node
+//! instance type, zone and region from tags attached through the REST API, addresses), its
+//! session ended by the vCenter is renewed, a powered-off VM's NotReady node is tainted
+//! shut down, a destroyed VM's NotReady node
 //! is deleted — and with the vCenter stopped mid-run no node is. Needs
 //! `OVERCAST_TEST_KUBECONFIG` (the kit's API server) besides `OVERCAST_TEST_VCSIM`.
 
@@ -127,6 +128,7 @@ async fn the_ccm_initializes_nodes_from_vcenter_and_deletes_none_while_it_is_sil
         dir.path(),
         "[Labels]\nzone = k8s-zone\nregion = k8s-region\n",
     );
+    let metrics_port = free_port();
     let _ccm = KillOnDrop(
         Command::new(binary("ccm"))
             .arg("--cloud=vsphere")
@@ -134,7 +136,7 @@ async fn the_ccm_initializes_nodes_from_vcenter_and_deletes_none_while_it_is_sil
             .arg(format!("--kubeconfig={kubeconfig}"))
             .arg("--node-sync-period=2")
             .arg("--leader-elect-lease-name=overcast-it-vs-ccm")
-            .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
+            .arg(format!("--metrics-address=127.0.0.1:{metrics_port}"))
             .stderr(Stdio::inherit())
             .spawn()
             .expect("ccm"),
@@ -174,12 +176,20 @@ async fn the_ccm_initializes_nodes_from_vcenter_and_deletes_none_while_it_is_sil
         "{addresses:?}"
     );
 
+    // The vCenter ends the ccm's session (as an idle timeout would): the ccm logs in again
+    // and goes on — the power-off below is seen through the new session.
+    sim::terminate_other_sessions(&admin).await;
     // Powered off: the NotReady node is tainted shut down.
     sim::power_off(&admin, &b).await;
     wait("the shutdown taint", 30, async || {
         tainted(&nodes.get("overcast-it-vs-b").await.ok()?, SHUTDOWN_TAINT).then_some(())
     })
     .await;
+    let logins = overcast_integration::http_get(metrics_port, "/metrics").1;
+    assert!(
+        logins.contains("vsphere_api_requests_total{request=\"Login\"} 2"),
+        "a second login after the session ended: {logins}"
+    );
     // Destroyed: its NotReady node goes; the other stays.
     sim::destroy(&admin, &b).await;
     wait("the destroyed VM's node deleted", 30, async || {
