@@ -100,20 +100,34 @@ impl Cloud {
         path: &str,
         body: Option<&Value>,
     ) -> (u16, Value) {
-        let resp = self
-            .os
-            .call(
-                Service::Compute,
-                name,
-                method,
-                path,
-                body,
-                Some(Microversion(2, 79)),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let doc = serde_json::from_slice(&resp.body).unwrap_or(Value::Null);
-        (resp.status.as_u16(), doc)
+        // The simulator's Nova keeps its database in SQLite: under load a request can answer
+        // 500 with sqlalchemy's OperationalError ("database is locked"; a CI run here, on
+        // os-stop). These are the tests' own calls, not the provider's, so such an answer is
+        // sent again, as an operator would, at most four times more.
+        let mut attempt = 1;
+        loop {
+            let resp = self
+                .os
+                .call(
+                    Service::Compute,
+                    name,
+                    method.clone(),
+                    path,
+                    body,
+                    Some(Microversion(2, 79)),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let doc = serde_json::from_slice(&resp.body).unwrap_or(Value::Null);
+            let locked =
+                resp.status.as_u16() == 500 && doc.to_string().contains("OperationalError");
+            if !locked || attempt == 5 {
+                return (resp.status.as_u16(), doc);
+            }
+            eprintln!("{name} {path}: SQLite locked (attempt {attempt}), sent again: {doc}");
+            attempt += 1;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
     }
 
     /// Boots a server (m1.small, the seeded image and network) and waits until ACTIVE.
