@@ -29,13 +29,6 @@ fn node(name: &str) -> Node {
     .unwrap()
 }
 
-fn tainted(n: &Node, key: &str) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| t.iter().any(|t| t.key == key))
-}
-
 async fn delete_nodes(nodes: &Api<Node>) {
     for n in nodes.list(&Default::default()).await.expect("nodes") {
         let name = n.metadata.name.unwrap_or_default();
@@ -43,10 +36,6 @@ async fn delete_nodes(nodes: &Api<Node>) {
             let _ = nodes.delete(&name, &DeleteParams::default()).await;
         }
     }
-}
-
-async fn wait<T>(what: &str, limit: u64, f: impl AsyncFnMut() -> Option<T>) -> T {
-    overcast_integration::real::wait_for(what, Duration::from_secs(limit), f).await
 }
 
 #[tokio::test]

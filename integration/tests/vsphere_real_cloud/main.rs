@@ -33,8 +33,23 @@ fn vcenter(sim: &Vcsim, metrics: &Arc<ApiMetrics>) -> Arc<Vcenter> {
     .unwrap()
 }
 
+/// Waits up to `limit` seconds for `f` to give a value.
+async fn wait<T>(what: &str, limit: u64, f: impl AsyncFnMut() -> Option<T>) -> T {
+    overcast_integration::real::wait_for(what, Duration::from_secs(limit), f).await
+}
+
+/// Whether the Node carries a taint `key`.
+fn tainted(n: &k8s_openapi::api::core::v1::Node, key: &str) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == key))
+}
+
 /// The real ccm with the kit's API server.
 mod ccm;
+/// The real ccm's credentials from the Secret its vsphere.conf names.
+mod ccm_secret;
 /// The CNS calls.
 mod cns;
 /// The real csi binary through a volume's life.

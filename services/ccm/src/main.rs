@@ -481,6 +481,7 @@ async fn build_cloud(
 ) -> anyhow::Result<Cloud> {
     let mut s = o.local.settings(o.cloud);
     s.local.lb_pool = o.lb_pool.clone();
+    s.kubeconfig = o.kubeconfig.clone();
     s.register_api_metrics(registry);
     overcast_clouds::open(Role::Ccm, &s).await
 }

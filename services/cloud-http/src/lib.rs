@@ -142,6 +142,16 @@ impl ApiMetrics {
         }
     }
 
+    /// Counts, as an error, a request whose answer came back (and was counted) but says
+    /// it failed at the cloud's level: a SOAP fault in an HTTP 500.
+    pub fn answered_with_error(&self, name: &str) {
+        self.errors
+            .get_or_create(&RequestLabel {
+                request: name.to_owned(),
+            })
+            .inc();
+    }
+
     fn count(&self, label: &RequestLabel) {
         self.requests.get_or_create(label).inc();
         self.total

@@ -1,11 +1,16 @@
 //! vCenter credentials as cloud-provider-vsphere's credential manager reads them from its
 //! Secret's data — `<server>.username` / `<server>.password`, or (for IPv6 servers, whose
-//! colons cannot be in a key) `server_<x>` / `username_<x>` / `password_<x>` — here from the
+//! colons cannot be in a key) `server_<x>` / `username_<x>` / `password_<x>` — from the
+//! Secret itself through the Kubernetes API (`secret-name` / `secret-namespace`) or from the
 //! files of `secrets-directory` (the Secret mounted as a volume). They are read at each
 //! login, so a rotated Secret is used from the next login on. Values are never echoed.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Secret;
+use overcast_cloud::CloudError;
+use tokio::sync::OnceCell;
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credential {
@@ -98,6 +103,79 @@ pub fn from_directory(dir: &Path, server: &str) -> Result<Credential, String> {
             dir.display()
         )
     })
+}
+
+/// The Secret named by `secret-name` / `secret-namespace`, read through the Kubernetes API
+/// at each login (upstream watches it through an informer; a login is rare enough that one
+/// GET is cheaper than a watch held open).
+pub struct SecretSource {
+    pub namespace: String,
+    pub name: String,
+    /// The binary's `--kubeconfig`; in-cluster configuration when `None`.
+    kubeconfig: Option<PathBuf>,
+    client: OnceCell<kube::Client>,
+    /// The credentials last read: upstream keeps using them when the Secret is deleted
+    /// (a deleted Secret must not take the cluster's cloud access down with it).
+    last: std::sync::Mutex<BTreeMap<String, Credential>>,
+}
+
+impl std::fmt::Debug for SecretSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret {{ {}/{} }}", self.namespace, self.name)
+    }
+}
+
+impl SecretSource {
+    pub fn new(namespace: String, name: String, kubeconfig: Option<PathBuf>) -> Self {
+        Self {
+            namespace,
+            name,
+            kubeconfig,
+            client: OnceCell::new(),
+            last: std::sync::Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The credentials of `server` in the Secret as it is now. A Secret not found falls
+    /// back to the last read (as upstream's cache); any other API failure is Unavailable
+    /// (retried: nothing is decided on it); a Secret without `server` is Unauthenticated.
+    pub async fn credential(&self, server: &str) -> Result<Credential, CloudError> {
+        let what = format!("vsphere: secret {}/{}", self.namespace, self.name);
+        let client = self
+            .client
+            .get_or_try_init(|| overcast_kube::client(self.kubeconfig.as_deref()))
+            .await
+            .map_err(|e| CloudError::Unavailable(format!("{what}: the Kubernetes API: {e:#}")))?;
+        let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), &self.namespace);
+        let all = match api.get_opt(&self.name).await {
+            Ok(Some(secret)) => {
+                let data: BTreeMap<String, Vec<u8>> = secret
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect();
+                let all = parse(&data)
+                    .map_err(|e| CloudError::Unauthenticated(format!("{what}: {e}")))?;
+                *self.last.lock().unwrap_or_else(|p| p.into_inner()) = all.clone();
+                all
+            }
+            Ok(None) => {
+                let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                if last.is_empty() {
+                    return Err(CloudError::Unauthenticated(format!("{what} not found")));
+                }
+                tracing::warn!(secret = %format!("{}/{}", self.namespace, self.name), "the credentials Secret is gone: the credentials last read from it are used");
+                last
+            }
+            Err(e) => return Err(CloudError::Unavailable(format!("{what}: {e}"))),
+        };
+        all.get(server).cloned().ok_or_else(|| {
+            CloudError::Unauthenticated(format!(
+                "{what}: no {server}.username / {server}.password (or server_<x> naming {server})"
+            ))
+        })
+    }
 }
 
 #[cfg(test)]

@@ -324,7 +324,7 @@ impl Disks for VsphereDisks {
             ),
             None => None,
         };
-        let user = self.cns.vcenter().credential()?.user;
+        let user = self.cns.vcenter().credential().await?.user;
         let id = self
             .cns
             .create(&CreateSpec {

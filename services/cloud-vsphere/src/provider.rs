@@ -2,6 +2,7 @@
 //! ccm, CNS volumes for the CSI controller, Deckhouse's discovery data for the
 //! discoverer. Nothing is contacted when opened: the first call logs in.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use overcast_provider::{NodeIdentity, Provider, Role, Settings};
 
 use crate::cns::Cns;
 use crate::config::{Config, Credentials, VirtualCenter};
-use crate::credentials::Credential;
+use crate::credentials::{Credential, SecretSource};
 use crate::discovery::VsphereDiscovery;
 use crate::disks::{VsphereDisks, DEFAULT_MAX_VOLUMES};
 use crate::instances::{Source, VsphereInstances};
@@ -25,21 +26,43 @@ pub struct Vsphere;
 /// vCenter's default idle timeout is 30 minutes; a call every 10 keeps a quiet session.
 const KEEPALIVE: Duration = Duration::from_secs(600);
 
-/// A client of one configured vCenter.
+/// A client of one configured vCenter, for a binary that holds no Kubernetes API token
+/// (credentials from `secret-name` are refused, as vsphere-csi-driver reads none).
 pub fn connect(
     vc: &VirtualCenter,
     metrics: Option<Arc<overcast_cloud_http::ApiMetrics>>,
 ) -> anyhow::Result<Arc<Vcenter>> {
-    let login = match &vc.credentials {
-        Credentials::Inline { user, password } => Login::Password(Credential {
+    connect_via(vc, metrics, None)
+}
+
+/// The Kubernetes API a binary reads the credentials Secret from.
+#[derive(Debug, Clone, Default)]
+pub struct KubeAccess {
+    /// Its `--kubeconfig`; in-cluster configuration when `None`.
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// A client of one configured vCenter; `kube` is where `secret-name` is read (the ccm's
+/// and the discoverer's API; `None` for the CSI driver).
+pub fn connect_via(
+    vc: &VirtualCenter,
+    metrics: Option<Arc<overcast_cloud_http::ApiMetrics>>,
+    kube: Option<&KubeAccess>,
+) -> anyhow::Result<Arc<Vcenter>> {
+    let login = match (&vc.credentials, kube) {
+        (Credentials::Inline { user, password }, _) => Login::Password(Credential {
             user: user.clone(),
             password: password.clone(),
         }),
-        Credentials::Directory(dir) => Login::Directory(dir.clone()),
-        other => anyhow::bail!(
-            "vCenter {:?}: credentials from {other:?} through the Kubernetes API are not read \
-             by this build yet; mount the Secret and name it with secrets-directory, or give \
-             user and password in vsphere.conf (or VSPHERE_USER / VSPHERE_PASSWORD)",
+        (Credentials::Directory(dir), _) => Login::Directory(dir.clone()),
+        (Credentials::Secret { name, namespace }, Some(kube)) => Login::Secret(Arc::new(
+            SecretSource::new(namespace.clone(), name.clone(), kube.kubeconfig.clone()),
+        )),
+        (Credentials::Secret { name, namespace }, None) => anyhow::bail!(
+            "vCenter {:?}: credentials from secret {namespace}/{name} are read through the \
+             Kubernetes API, which the CSI driver does not talk to (nor does \
+             vsphere-csi-driver): mount that Secret and name it with secrets-directory, or \
+             give user and password in vsphere.conf (or VSPHERE_USER / VSPHERE_PASSWORD)",
             vc.name
         ),
     };
@@ -92,11 +115,14 @@ impl Provider for Vsphere {
         if !config.unknown.is_empty() {
             tracing::warn!(cloud = "vsphere", keys = ?config.unknown, "the cloud config has keys this version does not know; ignored");
         }
+        let kube = KubeAccess {
+            kubeconfig: s.kubeconfig.clone(),
+        };
         match role {
             Role::Ccm => {
                 let mut sources = Vec::new();
                 for vc in &config.vcenters {
-                    let client = connect(vc, Some(Arc::clone(&s.api_metrics)))?;
+                    let client = connect_via(vc, Some(Arc::clone(&s.api_metrics)), Some(&kube))?;
                     sources.push(Source::new(
                         client,
                         vc.datacenters.clone(),
@@ -130,7 +156,7 @@ impl Provider for Vsphere {
             // Deckhouse's discovery data for the first vCenter's first datacenter.
             Role::Discoverer => {
                 let vc = &config.vcenters[0];
-                let client = connect(vc, Some(Arc::clone(&s.api_metrics)))?;
+                let client = connect_via(vc, Some(Arc::clone(&s.api_metrics)), Some(&kube))?;
                 Ok(Cloud {
                     name: CloudName::Vsphere.as_str(),
                     discovery: Some(Arc::new(VsphereDiscovery::new(
@@ -143,5 +169,33 @@ impl Provider for Vsphere {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_named_in_the_config_is_read_where_the_binary_has_the_api_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vsphere.conf");
+        std::fs::write(
+            &path,
+            "[Global]\nsecret-name = vc-creds\nsecret-namespace = kube-system\n\
+             [VirtualCenter \"vc.example.com\"]\ndatacenters = DC0\n",
+        )
+        .unwrap();
+        let config = Config::load_with(Some(&path), &|_| None).unwrap();
+        let vc = &config.vcenters[0];
+        // The CSI driver holds no API token: refused, saying what to do instead.
+        let e = connect(vc, None).unwrap_err().to_string();
+        assert!(
+            e.contains("kube-system/vc-creds") && e.contains("secrets-directory"),
+            "{e}"
+        );
+        // The ccm and the discoverer read it (nothing is contacted until the first login).
+        let client = connect_via(vc, None, Some(&KubeAccess::default())).unwrap();
+        assert!(format!("{client:?}").contains("Secret { kube-system/vc-creds }"));
     }
 }

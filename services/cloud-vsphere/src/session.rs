@@ -103,6 +103,8 @@ pub enum Login {
     /// A mounted Secret in upstream's key format, read at each login (so a rotated
     /// Secret is used from the next login on).
     Directory(PathBuf),
+    /// The Secret itself, read through the Kubernetes API at each login.
+    Secret(Arc<credentials::SecretSource>),
 }
 
 impl std::fmt::Debug for Login {
@@ -110,6 +112,7 @@ impl std::fmt::Debug for Login {
         match self {
             Self::Password(c) => write!(f, "{c:?}"),
             Self::Directory(d) => write!(f, "Directory({})", d.display()),
+            Self::Secret(s) => write!(f, "{s:?}"),
         }
     }
 }
@@ -163,11 +166,12 @@ impl Vcenter {
     }
 
     /// The user and password a login uses now.
-    pub(crate) fn credential(&self) -> Result<Credential, CloudError> {
+    pub(crate) async fn credential(&self) -> Result<Credential, CloudError> {
         match &self.login {
             Login::Password(c) => Ok(c.clone()),
             Login::Directory(dir) => credentials::from_directory(dir, &self.server)
                 .map_err(|e| CloudError::Unauthenticated(format!("vsphere: {e}"))),
+            Login::Secret(source) => source.credential(&self.server).await,
         }
     }
 
@@ -268,7 +272,7 @@ impl Vcenter {
             }
         }
         let content = self.content().await?.clone();
-        let credential = self.credential()?;
+        let credential = self.credential().await?;
         let params = format!(
             "{}{}{}",
             content.session_manager.xml("_this"),
@@ -380,6 +384,11 @@ impl Vcenter {
             .filter_map(|v| v.to_str().ok())
             .find_map(session_cookie);
         let answer = soap::read(&self.server, method, resp.status.as_u16(), &resp.body)?;
+        if matches!(answer, Answer::Fault(_)) {
+            // The request failed at the vCenter (InvalidLogin, NotAuthenticated, …) though
+            // HTTP carried it: counted in `vsphere_api_request_errors_total` too.
+            self.http.metrics().answered_with_error(method);
+        }
         Ok((answer, set))
     }
 }

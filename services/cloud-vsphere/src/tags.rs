@@ -216,7 +216,7 @@ impl Tags {
             }
         }
         let (http, base) = self.vc.rest_parts();
-        let credential = self.vc.credential()?;
+        let credential = self.vc.credential().await?;
         let (user, password) = (&credential.user, &credential.password);
         let uri = format!("{base}/rest/com/vmware/cis/session")
             .parse()

@@ -63,6 +63,7 @@ async fn main() -> anyhow::Result<()> {
     // contacted.
     let mut settings = o.local.settings(o.cloud);
     settings.local.state_dir = o.state_dir.clone();
+    settings.kubeconfig = o.kubeconfig.clone();
     let mut registry = prometheus_client::registry::Registry::default();
     settings.register_api_metrics(&mut registry);
     let cloud: Arc<dyn Discovery> = overcast_clouds::open(Role::Discoverer, &settings)

@@ -88,6 +88,9 @@ pub struct Settings {
     /// The cluster's name, recorded on the disks made for it (cinder-csi-plugin's
     /// `--cluster`) and in the names of its load balancers.
     pub cluster: String,
+    /// The Kubernetes API this binary talks to (its `--kubeconfig`; in-cluster when
+    /// unset), for a cloud whose credentials are a Secret there (vSphere's `secret-name`).
+    pub kubeconfig: Option<PathBuf>,
     /// The local provider's own settings (ignored by every other cloud).
     pub local: LocalOptions,
     /// Where a provider counts and times its cloud calls (`<cloud>_api_request_*`): the
@@ -127,6 +130,7 @@ impl Settings {
             region: None,
             max_attachments_per_node: 128,
             cluster: "kubernetes".into(),
+            kubeconfig: None,
             local: LocalOptions::default(),
             api_metrics: Arc::new(ApiMetrics::unregistered()),
         }
