@@ -8,6 +8,7 @@
 //! counted.
 //!
 //! `OVERCAST_TEST_VCSIM=/tmp/vcsim/vcsim cargo bench --workspace --bench vsphere_disks`
+//! (`OVERCAST_BENCH_VMS=100`: 100 VMs per host, vcsim's `-vm`, for a larger inventory).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use overcast_cloud_vsphere::cns::{Cns, Filter};
 use overcast_cloud_vsphere::config::Config;
 use overcast_cloud_vsphere::disks::{VsphereDisks, CTX_DISK_UUID};
 use overcast_integration::figures::{median, ms};
-use overcast_integration::vcsim::{plug_disk, unplug_disk, vms, Vcsim};
+use overcast_integration::vcsim::{plug_disk, set_host_name, unplug_disk, vms, Vcsim};
 
 #[derive(Default)]
 struct Op {
@@ -58,7 +59,10 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
-    let Some(sim) = Vcsim::start("vsphere_disks bench", &[]) else {
+    // `OVERCAST_BENCH_VMS`: VMs per host (vcsim's `-vm`), for a larger inventory.
+    let vms_arg = std::env::var("OVERCAST_BENCH_VMS").ok();
+    let args: Vec<&str> = vms_arg.iter().flat_map(|n| ["-vm", n.as_str()]).collect();
+    let Some(sim) = Vcsim::start("vsphere_disks bench", &args) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -70,7 +74,10 @@ async fn main() {
     let admin = overcast_cloud_vsphere::provider::connect(vc, None).unwrap();
     let disks = VsphereDisks::new(Cns::new(Arc::clone(&client)), "overcast-bench".into(), 59);
     disks.probe().await.unwrap();
-    let (node, vm) = vms(&admin).await[0].clone();
+    // The node is known by its guest's host name, as a kubelet's node is.
+    let (vm_name, vm) = vms(&admin).await[0].clone();
+    let node = "bench-node".to_owned();
+    set_host_name(&admin, &vm, &node).await;
     let spec = |i: usize| DiskSpec {
         name: format!("pvc-bench-{i}"),
         size_bytes: 1 << 30,
@@ -100,7 +107,14 @@ async fn main() {
         .unwrap();
         to_publish.times.push(t.elapsed());
         to_publish.calls.push(create.calls[i] + attach.calls[i]);
-        plug_disk(&admin, &vm, &node, &d.id, &a.publish_context[CTX_DISK_UUID]).await;
+        plug_disk(
+            &admin,
+            &vm,
+            &vm_name,
+            &d.id,
+            &a.publish_context[CTX_DISK_UUID],
+        )
+        .await;
         measure(&metrics, &mut again, disks.attach_disk(&d.id, &node, false))
             .await
             .unwrap();

@@ -174,6 +174,16 @@ pub async fn run_task(vc: &Vcenter, method: &'static str, params: &str) {
         .unwrap();
 }
 
+/// Makes the VM's guest report `name` as its host name (vcsim's `SET.guest.*` extra
+/// config plays VMware Tools), as a node's guest reports the node's name.
+pub async fn set_host_name(vc: &Vcenter, vm: &Moref, name: &str) {
+    let spec = format!(
+        "<spec><extraConfig><key>SET.guest.hostName</key><value xsi:type=\"xsd:string\">{}</value></extraConfig></spec>",
+        overcast_cloud_vsphere::xml::esc(name)
+    );
+    run_task(vc, "ReconfigVM_Task", &(vm.xml("_this") + &spec)).await;
+}
+
 /// Every VM, by name.
 pub async fn vms(vc: &Arc<Vcenter>) -> Vec<(String, Moref)> {
     let view = View::new(Arc::clone(vc), &["VirtualMachine"]);

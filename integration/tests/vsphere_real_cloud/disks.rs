@@ -19,15 +19,16 @@ use super::*;
 struct Host {
     disks: VsphereDisks,
     vc: Arc<Vcenter>,
+    /// The node's name (its guest's host name), its VM and the VM's name.
+    node: (String, Moref, String),
+    /// The provider's calls: the host does its part only when CNS was asked to (a
+    /// provider that skipped CnsAttachVolume or CnsDetachVolume is seen failing).
+    metrics: Arc<ApiMetrics>,
 }
 
 impl Host {
     async fn vm(&self, node: &str) -> Option<Moref> {
-        super::sim::vms(&self.vc)
-            .await
-            .into_iter()
-            .find(|(n, _)| n == node)
-            .map(|(_, m)| m)
+        (node == self.node.0).then(|| self.node.1.clone())
     }
 }
 
@@ -67,16 +68,31 @@ impl Disks for Host {
         self.disks.delete_disk(id).await
     }
     async fn attach_disk(&self, id: &str, node: &str, readonly: bool) -> Result<Attachment> {
+        let asked = self.metrics.requests("CnsAttachVolume");
         let a = self.disks.attach_disk(id, node, readonly).await?;
         let vm = self
             .vm(node)
             .await
             .expect("the VM the provider attached to");
-        super::sim::plug_disk(&self.vc, &vm, node, id, &a.publish_context[CTX_DISK_UUID]).await;
+        if self.metrics.requests("CnsAttachVolume") == asked {
+            return Ok(a);
+        }
+        super::sim::plug_disk(
+            &self.vc,
+            &vm,
+            &self.node.2,
+            id,
+            &a.publish_context[CTX_DISK_UUID],
+        )
+        .await;
         Ok(a)
     }
     async fn detach_disk(&self, id: &str, node: &str) -> Result<()> {
+        let asked = self.metrics.requests("CnsDetachVolume");
         self.disks.detach_disk(id, node).await?;
+        if self.metrics.requests("CnsDetachVolume") == asked {
+            return Ok(());
+        }
         if let Some(vm) = self.vm(node).await {
             super::sim::unplug_disk(&self.vc, &vm, id).await;
         }
@@ -107,10 +123,19 @@ async fn the_vsphere_provider_passes_the_conformance_suite_on_vcsim() {
     };
     let metrics = Arc::new(ApiMetrics::unregistered());
     let vc = vcenter(&sim, &metrics);
-    let node = super::sim::vms(&vc).await[0].0.clone();
+    // The node is known by its guest's host name (found through the SearchIndex); the
+    // csi test's node is known by its VM's name (found in the inventory).
+    let (vm_name, vm) = super::sim::vms(&vc).await[0].clone();
+    let node = "overcast-it-node".to_owned();
+    overcast_integration::vcsim::set_host_name(&vc, &vm, &node).await;
     let disks = VsphereDisks::new(Cns::new(Arc::clone(&vc)), "overcast-it".into(), 59);
     let harness = DiskHarness {
-        disks: Arc::new(Host { disks, vc }),
+        disks: Arc::new(Host {
+            disks,
+            vc,
+            node: (node.clone(), vm, vm_name),
+            metrics,
+        }),
         node,
         gone_node: "no-such-vm".into(),
         zone: Zone::default(),

@@ -22,3 +22,68 @@ async fn one_property_collector_call_reads_every_vm_and_its_ancestors() {
     snapshot(&view).await.unwrap();
     assert_eq!(metrics.total() - before, 1);
 }
+
+#[tokio::test]
+async fn the_search_index_finds_a_vm_by_uuid_host_name_and_ip_in_one_call_each() {
+    use overcast_cloud_vsphere::search;
+    let Some(sim) = Vcsim::start("search index", &[]) else {
+        return;
+    };
+    let metrics = Arc::new(ApiMetrics::unregistered());
+    let vc = vcenter(&sim, &metrics);
+    let snap = snapshot(&View::new(Arc::clone(&vc), VIEW_TYPES))
+        .await
+        .unwrap();
+    let (a, b) = (&snap.vms[0], &snap.vms[1]);
+    for (vm, host, ip) in [(a, "node-a", "10.0.0.21"), (b, "node-b", "10.0.0.22")] {
+        let guest = sim::Guest {
+            host_name: host,
+            ip,
+            guest_id: "ubuntu64Guest",
+            cpus: 1,
+            memory_mb: 1024,
+        };
+        sim::reconfigure(&vc, &vm.moref, &guest).await;
+    }
+    let before = metrics.total();
+    let by_uuid = search::vm_by_uuid(&vc, None, a.uuid.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(by_uuid.as_ref(), Some(&a.moref));
+    assert_eq!(metrics.total() - before, 1, "one call");
+    assert_eq!(
+        search::vms_by_dns_name(&vc, None, "node-b").await.unwrap(),
+        vec![b.moref.clone()]
+    );
+    assert_eq!(
+        search::vms_by_ip(&vc, None, "10.0.0.21").await.unwrap(),
+        vec![a.moref.clone()]
+    );
+    // Nothing found is an empty answer, not an error.
+    assert_eq!(
+        search::vm_by_uuid(&vc, None, "00000000-0000-0000-0000-000000000000")
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(search::vms_by_dns_name(&vc, None, "absent")
+        .await
+        .unwrap()
+        .is_empty());
+    // Two guests answering to one name are both returned, not one picked.
+    let guest = sim::Guest {
+        host_name: "node-b",
+        ip: "10.0.0.23",
+        guest_id: "ubuntu64Guest",
+        cpus: 1,
+        memory_mb: 1024,
+    };
+    sim::reconfigure(&vc, &snap.vms[2].moref, &guest).await;
+    assert_eq!(
+        search::vms_by_dns_name(&vc, None, "node-b")
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}

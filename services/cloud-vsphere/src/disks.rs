@@ -14,8 +14,9 @@ use overcast_cloud::{Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disk
 use tokio::sync::Mutex;
 
 use crate::cns::{Cns, CreateSpec, Filter, Volume};
-use crate::inventory::View;
+use crate::inventory::{properties, View};
 use crate::pbm::Pbm;
+use crate::search;
 use crate::soap::Moref;
 use crate::xml::Element;
 
@@ -34,6 +35,13 @@ pub const DEFAULT_MAX_VOLUMES: u64 = 59;
 const MIB: u64 = 1 << 20;
 /// The largest virtual disk vSphere makes: 62 TiB.
 const MAX_DISK: u64 = 62 << 40;
+
+/// What [`VsphereDisks::read`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parts {
+    Vms,
+    Datastores,
+}
 
 /// What one inventory read says: each VM by its node name, where each volume is
 /// attached, and the datastores.
@@ -70,17 +78,18 @@ impl VsphereDisks {
         }
     }
 
-    async fn inventory(&self) -> Result<Inventory> {
-        let props = self
-            .view
-            .retrieve(&[
-                (
-                    "VirtualMachine",
-                    &["name", "guest.hostName", "config.hardware.device"],
-                ),
-                ("Datastore", &["summary"]),
-            ])
-            .await?;
+    /// The VMs and their virtual disks (where volumes are attached), or the datastores:
+    /// one PropertyCollector call either way, the VMs' devices being most of its size on
+    /// a large inventory, so an operation reads only the part it needs.
+    async fn read(&self, parts: Parts) -> Result<Inventory> {
+        let spec: (&str, &[&str]) = match parts {
+            Parts::Vms => (
+                "VirtualMachine",
+                &["name", "guest.hostName", "config.hardware.device"],
+            ),
+            Parts::Datastores => ("Datastore", &["summary"]),
+        };
+        let props = self.view.retrieve(&[spec]).await?;
         let mut inv = Inventory::default();
         for p in props {
             if p.obj.kind == "Datastore" {
@@ -112,6 +121,17 @@ impl VsphereDisks {
             inv.vms.insert(node, p.obj);
         }
         Ok(inv)
+    }
+
+    /// The node's VM: by its guest's host name through the SearchIndex (one call, not
+    /// the inventory), else from the inventory, which also knows a VM by its name (a
+    /// guest whose tools report no host name) and settles two VMs answering to one.
+    async fn node_vm(&self, node: &str) -> Result<Option<Moref>> {
+        let found = search::vms_by_dns_name(self.cns.vcenter(), None, node).await?;
+        if let [one] = found.as_slice() {
+            return Ok(Some(one.clone()));
+        }
+        Ok(self.read(Parts::Vms).await?.vms.get(node).cloned())
     }
 
     fn disk_of(&self, v: Volume, inv: &Inventory) -> Disk {
@@ -277,10 +297,11 @@ impl Disks for VsphereDisks {
             Arc::clone(map.entry(spec.name.clone()).or_default())
         };
         let _held = lock.lock().await;
-        let inv = self.inventory().await?;
         if let Some(v) = self.by_name(&spec.name).await? {
+            let inv = self.read(Parts::Vms).await?;
             return Ok(self.disk_of(v, &inv));
         }
+        let inv = self.read(Parts::Datastores).await?;
         let url = spec
             .parameters
             .iter()
@@ -337,13 +358,14 @@ impl Disks for VsphereDisks {
                 metadata: spec.metadata.clone(),
             })
             .await?;
+        // Made just now: attached nowhere, no VM needs reading.
         let v = self.volume(&id).await?;
-        Ok(self.disk_of(v, &inv))
+        Ok(self.disk_of(v, &Inventory::default()))
     }
 
     async fn disk(&self, id: &str) -> Result<Disk> {
         let v = self.volume(id).await?;
-        let inv = self.inventory().await?;
+        let inv = self.read(Parts::Vms).await?;
         Ok(self.disk_of(v, &inv))
     }
 
@@ -351,7 +373,7 @@ impl Disks for VsphereDisks {
         let Some(v) = self.by_name(name).await? else {
             return Ok(None);
         };
-        let inv = self.inventory().await?;
+        let inv = self.read(Parts::Vms).await?;
         Ok(Some(self.disk_of(v, &inv)))
     }
 
@@ -363,7 +385,7 @@ impl Disks for VsphereDisks {
                 ..Filter::default()
             })
             .await?;
-        let inv = self.inventory().await?;
+        let inv = self.read(Parts::Vms).await?;
         Ok(volumes.into_iter().map(|v| self.disk_of(v, &inv)).collect())
     }
 
@@ -371,7 +393,7 @@ impl Disks for VsphereDisks {
         if !volume_id(id) {
             return Err(not_found(id));
         }
-        let inv = self.inventory().await?;
+        let inv = self.read(Parts::Vms).await?;
         if let Some(on) = inv.attached.get(id).filter(|a| !a.is_empty()) {
             return Err(CloudError::InUse(format!(
                 "volume {id} is attached to {}",
@@ -385,7 +407,7 @@ impl Disks for VsphereDisks {
     }
 
     async fn attach_disk(&self, id: &str, node: &str, _readonly: bool) -> Result<Attachment> {
-        let inv = self.inventory().await?;
+        let inv = self.read(Parts::Vms).await?;
         let vm = inv
             .vms
             .get(node)
@@ -420,18 +442,35 @@ impl Disks for VsphereDisks {
         if !volume_id(id) {
             return Err(not_found(id));
         }
-        let inv = self.inventory().await?;
-        let Some(vm) = inv.vms.get(node) else {
-            return Ok(());
+        // The node's VM through the SearchIndex and then its devices alone; else (no guest
+        // host name, or two VMs answering to it) the inventory, which holds both.
+        let found = search::vms_by_dns_name(self.cns.vcenter(), None, node).await?;
+        let (vm, held) = if let [vm] = found.as_slice() {
+            match properties(self.cns.vcenter(), vm, &["config.hardware.device"]).await {
+                Ok(p) => {
+                    let held = p
+                        .get("config.hardware.device")
+                        .is_some_and(|d| volume_disks(d).iter().any(|(v, _)| v == id));
+                    (vm.clone(), held)
+                }
+                Err(CloudError::NotFound { .. }) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        } else {
+            let inv = self.read(Parts::Vms).await?;
+            let Some(vm) = inv.vms.get(node).cloned() else {
+                return Ok(());
+            };
+            let held = inv
+                .attached
+                .get(id)
+                .is_some_and(|h| h.iter().any(|(n, _)| n == node));
+            (vm, held)
         };
-        let held = inv
-            .attached
-            .get(id)
-            .is_some_and(|h| h.iter().any(|(n, _)| n == node));
         if !held {
             return Ok(());
         }
-        match self.cns.detach(id, vm).await {
+        match self.cns.detach(id, &vm).await {
             Ok(()) | Err(CloudError::NotFound { .. }) => Ok(()),
             Err(e) => Err(e),
         }
@@ -450,7 +489,7 @@ impl Disks for VsphereDisks {
 
     /// The most one volume can get: the freest accessible datastore's space.
     async fn available_capacity(&self, _zone: Option<&Zone>) -> Result<u64> {
-        let inv = self.inventory().await?;
+        let inv = self.read(Parts::Datastores).await?;
         Ok(inv
             .datastores
             .iter()
@@ -464,7 +503,7 @@ impl Disks for VsphereDisks {
         _zone: Option<&Zone>,
         parameters: &BTreeMap<String, String>,
     ) -> Result<u64> {
-        let inv = self.inventory().await?;
+        let inv = self.read(Parts::Datastores).await?;
         let url = parameters
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(PARAM_DATASTORE_URL))
@@ -479,7 +518,7 @@ impl Disks for VsphereDisks {
     }
 
     async fn node_exists(&self, node: &str) -> Result<bool> {
-        Ok(self.inventory().await?.vms.contains_key(node))
+        Ok(self.node_vm(node).await?.is_some())
     }
 
     async fn probe(&self) -> Result<()> {

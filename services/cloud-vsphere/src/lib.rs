@@ -14,6 +14,7 @@ pub mod instances;
 pub mod inventory;
 pub mod pbm;
 pub mod provider;
+pub mod search;
 pub mod session;
 pub mod slug;
 pub mod soap;
