@@ -10,34 +10,27 @@
 //!   per-volume UUID, as a real CNS answers a distinct one per disk.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use overcast_cloud_http::{HttpClient, HttpSettings, Request};
 use overcast_cloud_vsphere::inventory::properties;
 use overcast_cloud_vsphere::session::Vcenter;
 use overcast_cloud_vsphere::soap::Moref;
 use overcast_cloud_vsphere::xml::Element;
-use tokio::task::JoinHandle;
 
 use crate::vcsim::{plug_disk, unplug_disk, Vcsim};
+use crate::vcsim_front::{Part, VcsimFront};
 
 /// The disk UUID vcsim's CNS answers for every attach.
 const VCSIM_DISK_UUID: &str = "6000c298595bf4575739e9105b2c0c2d";
 
 pub struct EsxiHost {
     pub port: u16,
-    task: JoinHandle<()>,
+    _front: VcsimFront,
 }
 
 struct State {
-    upstream: HttpClient,
-    base: String,
     admin: Arc<Vcenter>,
     by_id: PathBuf,
     files: PathBuf,
@@ -58,125 +51,37 @@ impl EsxiHost {
     /// Listens on a free loopback port with vcsim's certificate, in front of `sim`; the
     /// guest's devices appear in `by_id`, their files in `files`.
     pub async fn start(sim: &Vcsim, admin: Arc<Vcenter>, by_id: &Path, files: &Path) -> Self {
-        let cert = std::fs::read(&sim.ca_file).unwrap();
-        let key = std::fs::read(sim.dir().join("key.pem")).unwrap();
-        let certs: Vec<_> = rustls_pemfile_certs(&cert);
-        let key = {
-            use rustls::pki_types::pem::PemObject;
-            rustls::pki_types::PrivateKeyDer::from_pem_slice(&key).expect("key")
-        };
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let mut settings = HttpSettings::new("esxi-host");
-        settings.ca_pem = Some(String::from_utf8(cert).unwrap());
         let state = Arc::new(State {
-            upstream: HttpClient::new(settings, None).unwrap(),
-            base: format!("https://127.0.0.1:{}", sim.port),
             admin,
             by_id: by_id.to_owned(),
             files: files.to_owned(),
             plugged: Mutex::new(HashMap::new()),
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (acceptor, state) = (acceptor.clone(), Arc::clone(&state));
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(stream).await else {
-                        return;
-                    };
-                    let service = service_fn(move |req| {
-                        let state = Arc::clone(&state);
-                        async move { Ok::<_, Infallible>(answer(&state, req).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
+        let front = VcsimFront::start(sim, state).await;
+        Self {
+            port: front.port,
+            _front: front,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Part for State {
+    async fn answer(&self, path: &str, request: &[u8], _status: u16, body: Bytes) -> Bytes {
+        if path.starts_with("/vsanHealth") {
+            let text = String::from_utf8_lossy(request);
+            if text.contains("CnsAttachVolume") || text.contains("CnsDetachVolume") {
+                host_part(self, request, &body, text.contains("CnsAttachVolume")).await;
+            } else if text.contains("CnsExtendVolume") {
+                grown(self, request, &body).await;
             }
-        });
-        Self { port, task }
-    }
-}
-
-impl Drop for EsxiHost {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-fn rustls_pemfile_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
-    use rustls::pki_types::pem::PemObject;
-    rustls::pki_types::CertificateDer::pem_slice_iter(pem)
-        .map(|c| c.expect("certificate"))
-        .collect()
-}
-
-async fn answer(
-    state: &State,
-    req: hyper::Request<hyper::body::Incoming>,
-) -> hyper::Response<Full<Bytes>> {
-    let (parts, body) = req.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let path = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/")
-        .to_owned();
-    let mut forward = Request::new(
-        "forward",
-        parts.method.clone(),
-        format!("{}{path}", state.base).parse().unwrap(),
-    );
-    for (k, v) in &parts.headers {
-        if k != http::header::HOST && k != http::header::CONTENT_LENGTH {
-            forward.headers.append(k.clone(), v.clone());
+            body
+        } else if path.starts_with("/sdk") {
+            Bytes::from(per_volume_uuids(&String::from_utf8_lossy(&body)))
+        } else {
+            body
         }
     }
-    forward.body = body.clone();
-    let resp = match state.upstream.send(forward).await {
-        Ok(r) => r,
-        Err(e) => {
-            return hyper::Response::builder()
-                .status(502)
-                .body(Full::new(Bytes::from(e.to_string())))
-                .unwrap()
-        }
-    };
-    let mut out = resp.body.clone();
-    if path.starts_with("/vsanHealth") {
-        let text = String::from_utf8_lossy(&body);
-        if text.contains("CnsAttachVolume") || text.contains("CnsDetachVolume") {
-            host_part(state, &body, &resp.body, text.contains("CnsAttachVolume")).await;
-        } else if text.contains("CnsExtendVolume") {
-            grown(state, &body, &resp.body).await;
-        }
-    } else if path.starts_with("/sdk") {
-        out = Bytes::from(per_volume_uuids(&String::from_utf8_lossy(&resp.body)));
-    }
-    let mut builder = hyper::Response::builder().status(resp.status);
-    for (k, v) in &resp.headers {
-        if k != http::header::CONTENT_LENGTH && k != http::header::TRANSFER_ENCODING {
-            builder = builder.header(k, v);
-        }
-    }
-    builder.body(Full::new(out)).unwrap()
 }
 
 /// vcsim's one disk UUID, in every attach result, replaced by the volume's own (the

@@ -26,6 +26,7 @@ pub mod ossim;
 pub mod real;
 pub mod real_node;
 pub mod vcsim;
+pub mod vcsim_front;
 pub mod zvirt_sim;
 
 pub type IdentityClient = csi::identity_client::IdentityClient<Channel>;
