@@ -13,6 +13,11 @@ use overcast_integration::vcsim::Vcsim;
 
 /// A client of `sim`'s vCenter, its calls counted in `metrics`.
 fn vcenter(sim: &Vcsim, metrics: &Arc<ApiMetrics>) -> Arc<Vcenter> {
+    vcenter_at(sim, sim.port, metrics)
+}
+
+/// A client of `sim`'s vCenter through `port` (a front before it).
+fn vcenter_at(sim: &Vcsim, port: u16, metrics: &Arc<ApiMetrics>) -> Arc<Vcenter> {
     let mut settings = HttpSettings::new("vsphere");
     settings.ca_pem = Some(std::fs::read_to_string(&sim.ca_file).unwrap());
     settings.attempt_timeout = Duration::from_secs(5);
@@ -20,7 +25,7 @@ fn vcenter(sim: &Vcsim, metrics: &Arc<ApiMetrics>) -> Arc<Vcenter> {
     Vcenter::new(
         Target {
             server: "127.0.0.1".into(),
-            port: sim.port,
+            port,
             login: Login::Password(Credential {
                 user: "user".into(),
                 password: "pass".into(),
@@ -52,6 +57,8 @@ mod ccm;
 mod ccm_secret;
 /// The CNS calls.
 mod cns;
+/// A create retried while its task runs.
+mod creates;
 /// The real csi binary through a volume's life.
 mod csi;
 /// Deckhouse's discovery data.

@@ -85,7 +85,17 @@ impl Cns {
     }
 
     /// Makes the volume; its id.
+    /// Creates a volume and waits for it: its id.
     pub async fn create(&self, spec: &CreateSpec) -> Result<String, CloudError> {
+        let task = self.start_create(spec).await?;
+        self.created(&task).await
+    }
+
+    /// Starts a create: CNS answers its task at once and the volume exists (and is found
+    /// by name) only when the task has succeeded, seconds later on a real vCenter. The
+    /// caller records the task before waiting for it with [`Cns::created`], so that a
+    /// retry of the same create waits for this task rather than starting another.
+    pub async fn start_create(&self, spec: &CreateSpec) -> Result<Moref, CloudError> {
         let mut s = String::from("<createSpecs>");
         s.push_str(&el("name", &spec.name));
         s.push_str(&el("volumeType", "BLOCK"));
@@ -111,7 +121,12 @@ impl Cns {
             ));
         }
         s.push_str("</createSpecs>");
-        let r = self.change_one("CnsCreateVolume", &s).await?;
+        self.start("CnsCreateVolume", &s).await
+    }
+
+    /// The id of the volume a create's task made, once it has succeeded.
+    pub async fn created(&self, task: &Moref) -> Result<String, CloudError> {
+        let r = self.finish("CnsCreateVolume", task).await?;
         r.text_at(&["volumeId", "id"])
             .filter(|id| !id.is_empty())
             .map(str::to_owned)
@@ -219,18 +234,27 @@ impl Cns {
             .map(|_| ())
     }
 
-    /// A change of one volume: the task awaited, its one result, that result's fault as
-    /// the error.
+    /// A change of one volume: sent, its task awaited.
     async fn change_one(&self, method: &'static str, specs: &str) -> Result<Element, CloudError> {
+        let t = self.start(method, specs).await?;
+        self.finish(method, &t).await
+    }
+
+    /// Sends a change; its task.
+    async fn start(&self, method: &'static str, specs: &str) -> Result<Moref, CloudError> {
         let params = manager().xml("_this") + specs;
         let r = self.vc.call(Endpoint::Cns, method, &params, false).await?;
-        let t = r.child("returnval").and_then(Moref::of).ok_or_else(|| {
+        r.child("returnval").and_then(Moref::of).ok_or_else(|| {
             CloudError::Unavailable(format!(
                 "vsphere: {}: {method} answered no task",
                 self.vc.server()
             ))
-        })?;
-        let result = task::wait(&self.vc, &t, method, TASK_LIMIT).await?;
+        })
+    }
+
+    /// Waits for a change's task: its one result, that result's fault as the error.
+    async fn finish(&self, method: &'static str, t: &Moref) -> Result<Element, CloudError> {
+        let result = task::wait(&self.vc, t, method, TASK_LIMIT).await?;
         let one = result
             .as_ref()
             .and_then(|b| b.all("volumeResults").next())

@@ -7,6 +7,7 @@
 //! memory, so a restart or a second controller agrees.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -14,6 +15,7 @@ use overcast_cloud::{Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disk
 use tokio::sync::Mutex;
 
 use crate::cns::{Cns, CreateSpec, Filter, Volume};
+use crate::creates::InFlight;
 use crate::inventory::{properties, View};
 use crate::pbm::Pbm;
 use crate::search;
@@ -63,6 +65,8 @@ pub struct VsphereDisks {
     /// One create of a name at a time in this process (CNS does not refuse a second
     /// volume of the same name).
     creating: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// The tasks of creates under way, for a retry to wait on ([`InFlight`]).
+    in_flight: InFlight,
 }
 
 impl VsphereDisks {
@@ -75,6 +79,37 @@ impl VsphereDisks {
             cluster_id,
             max_attachments,
             creating: Mutex::new(HashMap::new()),
+            in_flight: InFlight::new(None),
+        }
+    }
+
+    /// Creates in flight recorded in `dir` too, so that a restarted process's retry
+    /// waits for the task its predecessor started (the csi's `--controller-state-dir`).
+    pub fn with_state_dir(mut self, dir: PathBuf) -> Self {
+        self.in_flight = InFlight::new(Some(dir.join("vsphere-creates")));
+        self
+    }
+
+    /// The volume a recorded create's task made, once it has succeeded; `None` when
+    /// there is no record or its task is gone (what it made is then found by name).
+    /// A task that failed is that create's error; one still running, or not read, keeps
+    /// its record for the next retry.
+    async fn awaited(&self, name: &str, task: Moref) -> Result<Option<Volume>> {
+        match self.cns.created(&task).await {
+            Ok(id) => {
+                let v = self.volume(&id).await;
+                self.in_flight.forget(name);
+                v.map(Some)
+            }
+            Err(CloudError::NotFound { .. }) => {
+                self.in_flight.forget(name);
+                Ok(None)
+            }
+            Err(e @ (CloudError::Unavailable(_) | CloudError::DeadlineExceeded(_))) => Err(e),
+            Err(e) => {
+                self.in_flight.forget(name);
+                Err(e)
+            }
         }
     }
 
@@ -297,6 +332,13 @@ impl Disks for VsphereDisks {
             Arc::clone(map.entry(spec.name.clone()).or_default())
         };
         let _held = lock.lock().await;
+        // A create of this name already under way (its caller gave up, or the process
+        // was restarted): its task decides, no second create is started.
+        if let Some(task) = self.in_flight.get(&spec.name) {
+            if let Some(v) = self.awaited(&spec.name, task).await? {
+                return Ok(self.disk_of(v, &Inventory::default()));
+            }
+        }
         if let Some(v) = self.by_name(&spec.name).await? {
             let inv = self.read(Parts::Vms).await?;
             return Ok(self.disk_of(v, &inv));
@@ -346,9 +388,9 @@ impl Disks for VsphereDisks {
             None => None,
         };
         let user = self.cns.vcenter().credential().await?.user;
-        let id = self
+        let task = self
             .cns
-            .create(&CreateSpec {
+            .start_create(&CreateSpec {
                 name: spec.name.clone(),
                 capacity_mb: spec.size_bytes.div_ceil(MIB),
                 datastores,
@@ -358,8 +400,15 @@ impl Disks for VsphereDisks {
                 metadata: spec.metadata.clone(),
             })
             .await?;
+        // Recorded before it is awaited: if this call is dropped here, the retry waits.
+        self.in_flight.record(&spec.name, &task);
         // Made just now: attached nowhere, no VM needs reading.
-        let v = self.volume(&id).await?;
+        let v = self.awaited(&spec.name, task).await?.ok_or_else(|| {
+            CloudError::Unavailable(format!(
+                "vsphere: the create of {:?} lost its task; retry",
+                spec.name
+            ))
+        })?;
         Ok(self.disk_of(v, &Inventory::default()))
     }
 

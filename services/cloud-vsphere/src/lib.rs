@@ -6,6 +6,7 @@
 pub mod addresses;
 pub mod cns;
 pub mod config;
+pub mod creates;
 pub mod credentials;
 pub mod discovery;
 pub mod disks;

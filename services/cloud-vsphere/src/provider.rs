@@ -143,13 +143,17 @@ impl Provider for Vsphere {
                     tracing::warn!(vcenter = %vc.name, "several vCenters configured: the CSI driver uses the first");
                 }
                 let client = connect(vc, Some(Arc::clone(&s.api_metrics)))?;
+                let disks = VsphereDisks::new(
+                    Cns::new(client),
+                    s.cluster.clone(),
+                    s.max_attachments_per_node,
+                );
                 Ok(Cloud {
                     name: CloudName::Vsphere.as_str(),
-                    disks: Some(Arc::new(VsphereDisks::new(
-                        Cns::new(client),
-                        s.cluster.clone(),
-                        s.max_attachments_per_node,
-                    ))),
+                    disks: Some(Arc::new(match &s.controller_state_dir {
+                        Some(dir) => disks.with_state_dir(dir.clone()),
+                        None => disks,
+                    })),
                     ..Cloud::default()
                 })
             }

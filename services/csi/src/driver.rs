@@ -215,6 +215,7 @@ fn settings(options: &Options) -> anyhow::Result<Settings> {
     s.zone = options.zone.clone();
     s.region = options.region.clone();
     s.local.state_dir = options.state_dir.clone();
+    s.controller_state_dir = options.controller_state_dir.clone();
     s.max_attachments_per_node = options
         .max_volumes_per_node
         .or_else(|| overcast_clouds::default_attach_limit(&s))

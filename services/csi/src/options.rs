@@ -61,6 +61,13 @@ pub struct Options {
     #[arg(long, env = "CSI_STATE_DIR", default_value = "/var/lib/overcast/local")]
     pub state_dir: PathBuf,
 
+    /// Controller: where what must outlive a restart of the process is kept (vSphere:
+    /// the tasks of creates in flight, so a retry waits for them rather than making a
+    /// second volume). The manifests mount an emptyDir, kept across container restarts.
+    /// Unset: in memory only.
+    #[arg(long, env = "CSI_CONTROLLER_STATE_DIR")]
+    pub controller_state_dir: Option<PathBuf>,
+
     /// Node: where the node service records what it staged and published.
     #[arg(
         long,

@@ -91,6 +91,9 @@ pub struct Settings {
     /// The Kubernetes API this binary talks to (its `--kubeconfig`; in-cluster when
     /// unset), for a cloud whose credentials are a Secret there (vSphere's `secret-name`).
     pub kubeconfig: Option<PathBuf>,
+    /// Where a controller keeps what must outlive a restart of its process (vSphere: the
+    /// tasks of creates in flight); `None`: in memory only.
+    pub controller_state_dir: Option<PathBuf>,
     /// The local provider's own settings (ignored by every other cloud).
     pub local: LocalOptions,
     /// Where a provider counts and times its cloud calls (`<cloud>_api_request_*`): the
@@ -131,6 +134,7 @@ impl Settings {
             max_attachments_per_node: 128,
             cluster: "kubernetes".into(),
             kubeconfig: None,
+            controller_state_dir: None,
             local: LocalOptions::default(),
             api_metrics: Arc::new(ApiMetrics::unregistered()),
         }
