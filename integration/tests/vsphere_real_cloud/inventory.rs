@@ -87,3 +87,42 @@ async fn the_search_index_finds_a_vm_by_uuid_host_name_and_ip_in_one_call_each()
         2
     );
 }
+
+#[tokio::test]
+async fn a_pinned_thumbprint_admits_the_vcenter_s_certificate_and_no_other() {
+    use overcast_cloud_vsphere::config::Config;
+    let Some(sim) = Vcsim::start("thumbprint", &[]) else {
+        return;
+    };
+    // The thumbprint as an operator takes it: openssl's SHA-1 fingerprint, AB:CD:….
+    let out = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha1", "-in"])
+        .arg(&sim.ca_file)
+        .output()
+        .expect("openssl");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let thumbprint = text.trim().rsplit('=').next().unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let connect = |thumbprint: &str| {
+        let path = dir.path().join("vsphere.conf");
+        std::fs::write(
+            &path,
+            format!(
+                "[Global]\nport = {}\nthumbprint = \"{thumbprint}\"\n\
+                 [VirtualCenter \"127.0.0.1\"]\nuser = u\npassword = p\ndatacenters = DC0\n",
+                sim.port
+            ),
+        )
+        .unwrap();
+        let config = Config::load_with(Some(&path), &|_| None).unwrap();
+        overcast_cloud_vsphere::provider::connect(&config.vcenters[0], None).unwrap()
+    };
+    // No ca-file: the system's roots do not know vcsim's certificate; the pin admits it.
+    let vc = connect(&thumbprint);
+    let view = View::new(Arc::clone(&vc), VIEW_TYPES);
+    assert_eq!(snapshot(&view).await.unwrap().vms.len(), 4);
+    // Another certificate's thumbprint: refused, saying why.
+    let vc = connect(&["AB"; 20].join(":"));
+    let e = vc.content().await.unwrap_err().to_string();
+    assert!(e.contains("thumbprint"), "{e}");
+}

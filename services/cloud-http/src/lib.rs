@@ -49,6 +49,9 @@ pub struct HttpSettings {
     pub ca_pem: Option<String>,
     /// Skip certificate verification (the operator's explicit choice).
     pub insecure: bool,
+    /// The SHA-1 thumbprint of the one certificate admitted where the roots do not know
+    /// it (vSphere's `thumbprint`, as govmomi honours it).
+    pub thumbprint: Option<String>,
     /// One attempt's limit.
     pub attempt_timeout: Duration,
     /// The whole call's limit, retries included.
@@ -68,6 +71,7 @@ impl HttpSettings {
             cloud,
             ca_pem: None,
             insecure: false,
+            thumbprint: None,
             attempt_timeout: Duration::from_secs(30),
             deadline: Duration::from_secs(120),
             attempts: 4,
@@ -250,8 +254,12 @@ impl HttpClient {
         settings: HttpSettings,
         metrics: Option<Arc<ApiMetrics>>,
     ) -> Result<Self, CloudError> {
-        let tls = tls::client_config(settings.ca_pem.as_deref(), settings.insecure)
-            .map_err(|e| CloudError::InvalidArgument(format!("{}: TLS: {e}", settings.cloud)))?;
+        let tls = tls::client_config(
+            settings.ca_pem.as_deref(),
+            settings.insecure,
+            settings.thumbprint.as_deref(),
+        )
+        .map_err(|e| CloudError::InvalidArgument(format!("{}: TLS: {e}", settings.cloud)))?;
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(settings.attempt_timeout));

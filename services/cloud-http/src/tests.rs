@@ -280,6 +280,40 @@ async fn tls_trusts_the_clouds_own_ca_refuses_an_unknown_one_and_insecure_skips_
     .unwrap();
     assert_eq!(insecure.send(get(&url)).await.unwrap().status, 200);
 
+    // Pinned by its SHA-1 thumbprint (as vsphere.conf spells it): admitted without the
+    // CA; another thumbprint refused; a malformed one refused at start.
+    let sum = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, made.cert.der());
+    let spelled: Vec<String> = sum.as_ref().iter().map(|b| format!("{b:02X}")).collect();
+    let pinned = HttpClient::new(
+        HttpSettings {
+            thumbprint: Some(spelled.join(":")),
+            ..settings()
+        },
+        None,
+    )
+    .unwrap();
+    assert_eq!(pinned.send(get(&url)).await.unwrap().status, 200);
+    let other = HttpClient::new(
+        HttpSettings {
+            thumbprint: Some(["AB"; 20].join(":")),
+            attempts: 1,
+            ..settings()
+        },
+        None,
+    )
+    .unwrap();
+    let e = other.send(get(&url)).await.unwrap_err();
+    assert!(e.to_string().contains("thumbprint"), "{e}");
+    let e = HttpClient::new(
+        HttpSettings {
+            thumbprint: Some("AB:CD".into()),
+            ..settings()
+        },
+        None,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("SHA-1"), "{e}");
+
     let e = HttpClient::new(
         HttpSettings {
             ca_pem: Some("not a pem".into()),

@@ -73,9 +73,7 @@ pub fn connect_via(
             anyhow::anyhow!("vCenter {:?}: ca-file {}: {e}", vc.name, ca.display())
         })?);
     }
-    if vc.thumbprint.is_some() && vc.ca_file.is_none() && !vc.insecure {
-        tracing::warn!(vcenter = %vc.name, "thumbprint pinning is not in this build: the certificate is verified against the system's roots; give ca-file");
-    }
+    settings.thumbprint = vc.thumbprint.clone();
     Ok(Vcenter::new(
         Target {
             server: vc.server.clone(),
