@@ -18,7 +18,7 @@ use overcast_cloud_vsphere::config::Config;
 use overcast_cloud_vsphere::instances::{Source, VsphereInstances};
 use overcast_cloud_vsphere::inventory::properties;
 use overcast_cloud_vsphere::session::Endpoint;
-use overcast_cloud_vsphere::soap::{el, Moref};
+use overcast_cloud_vsphere::soap::Moref;
 use overcast_integration::figures::{median, ms};
 use overcast_integration::vcsim::Vcsim;
 
@@ -70,22 +70,14 @@ async fn main() {
             assert_eq!(again.len(), all.len());
         }
         // Upstream: per node, FindByUuid then the VM's guest, summary and config.
-        let content = client.content().await.unwrap().clone();
         let before = metrics.total();
         let t = Instant::now();
         for i in &all {
             let uuid = i.provider_id.trim_start_matches("vsphere://");
-            let params = format!(
-                "{}{}{}",
-                content.search_index.xml("_this"),
-                el("uuid", uuid),
-                el("vmSearch", "true")
-            );
-            let r = client
-                .call(Endpoint::Vim, "FindByUuid", &params, true)
+            let vm = overcast_cloud_vsphere::search::vm_by_uuid(&client, None, uuid)
                 .await
-                .unwrap();
-            let vm = r.child("returnval").and_then(Moref::of).expect("found");
+                .unwrap()
+                .expect("found");
             properties(&client, &vm, &["guest", "summary", "config"])
                 .await
                 .unwrap();
