@@ -29,6 +29,28 @@ fn node(name: &str) -> Node {
     .unwrap()
 }
 
+/// The real ccm on vSphere with the kit's API server, syncing nodes every 2 s.
+pub fn ccm(
+    conf: &std::path::Path,
+    kubeconfig: &str,
+    lease: &str,
+    metrics_port: u16,
+    stderr: Stdio,
+) -> KillOnDrop {
+    KillOnDrop(
+        Command::new(binary("ccm"))
+            .arg("--cloud=vsphere")
+            .arg(format!("--cloud-config={}", conf.display()))
+            .arg(format!("--kubeconfig={kubeconfig}"))
+            .arg("--node-sync-period=2")
+            .arg(format!("--leader-elect-lease-name={lease}"))
+            .arg(format!("--metrics-address=127.0.0.1:{metrics_port}"))
+            .stderr(stderr)
+            .spawn()
+            .expect("ccm"),
+    )
+}
+
 async fn delete_nodes(nodes: &Api<Node>) {
     for n in nodes.list(&Default::default()).await.expect("nodes") {
         let name = n.metadata.name.unwrap_or_default();
@@ -49,6 +71,7 @@ async fn the_ccm_initializes_nodes_from_vcenter_and_deletes_none_while_it_is_sil
         ));
         return;
     };
+    let _kit = KIT_NODES.lock().await;
     let nodes: Api<Node> = Api::all(overcast_integration::real::client(&kubeconfig).await);
     delete_nodes(&nodes).await;
 
@@ -118,17 +141,12 @@ async fn the_ccm_initializes_nodes_from_vcenter_and_deletes_none_while_it_is_sil
         "[Labels]\nzone = k8s-zone\nregion = k8s-region\n",
     );
     let metrics_port = free_port();
-    let _ccm = KillOnDrop(
-        Command::new(binary("ccm"))
-            .arg("--cloud=vsphere")
-            .arg(format!("--cloud-config={}", conf.display()))
-            .arg(format!("--kubeconfig={kubeconfig}"))
-            .arg("--node-sync-period=2")
-            .arg("--leader-elect-lease-name=overcast-it-vs-ccm")
-            .arg(format!("--metrics-address=127.0.0.1:{metrics_port}"))
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("ccm"),
+    let _ccm = ccm(
+        &conf,
+        &kubeconfig,
+        "overcast-it-vs-ccm",
+        metrics_port,
+        Stdio::inherit(),
     );
 
     let got = wait("both nodes initialized", 60, async || {

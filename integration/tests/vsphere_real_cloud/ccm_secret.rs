@@ -5,12 +5,12 @@
 //! credentials last read in use (as upstream's cache), a session ended by the vCenter is
 //! renewed with them.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use overcast_integration::{binary, free_port, http_get, say_skipped, KillOnDrop};
+use overcast_integration::{free_port, http_get, say_skipped};
 use serde_json::json;
 
 use super::sim::{self, Guest};
@@ -65,6 +65,7 @@ async fn the_ccm_logs_in_with_the_secret_that_vsphere_conf_names() {
         ));
         return;
     };
+    let _kit = KIT_NODES.lock().await;
     let client = overcast_integration::real::client(&kubeconfig).await;
     let nodes: Api<Node> = Api::all(client.clone());
     let secrets: Api<Secret> = Api::namespaced(client, "default");
@@ -113,17 +114,12 @@ async fn the_ccm_logs_in_with_the_secret_that_vsphere_conf_names() {
     .unwrap();
     let metrics_port = free_port();
     let log = dir.path().join("ccm.log");
-    let _ccm = KillOnDrop(
-        Command::new(binary("ccm"))
-            .arg("--cloud=vsphere")
-            .arg(format!("--cloud-config={}", conf.display()))
-            .arg(format!("--kubeconfig={kubeconfig}"))
-            .arg("--node-sync-period=2")
-            .arg("--leader-elect-lease-name=overcast-it-vs-secret-ccm")
-            .arg(format!("--metrics-address=127.0.0.1:{metrics_port}"))
-            .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
-            .spawn()
-            .expect("ccm"),
+    let _ccm = super::ccm::ccm(
+        &conf,
+        &kubeconfig,
+        "overcast-it-vs-secret-ccm",
+        metrics_port,
+        Stdio::from(std::fs::File::create(&log).unwrap()),
     );
 
     // The wrong password: logins are refused and the node stays uninitialized.

@@ -40,7 +40,10 @@ pub fn client_config(
     if insecure {
         return Ok(builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
+            .with_custom_certificate_verifier(Arc::new(Verifier {
+                check: Check::Any,
+                provider,
+            }))
             .with_no_client_auth());
     }
     let mut roots = RootCertStore::empty();
@@ -79,25 +82,35 @@ pub fn client_config(
     .map_err(|e| e.to_string())?;
     Ok(builder
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Pinned {
-            roots,
-            sha1,
+        .with_custom_certificate_verifier(Arc::new(Verifier {
+            check: Check::Pinned { roots, sha1 },
             provider,
         }))
         .with_no_client_auth())
 }
 
-/// The roots' verdict, and where they do not know the certificate (its issuer, or the
-/// name it is for), the pinned thumbprint's: the leaf's SHA-1 must be it. The handshake's
-/// signatures are checked either way.
+/// A verifier of our own: its [`Check`] decides on the certificate; the handshake's
+/// signatures are checked either way (so the session is at least with the holder of the
+/// presented key).
 #[derive(Debug)]
-struct Pinned {
-    roots: Arc<rustls::client::WebPkiServerVerifier>,
-    sha1: Vec<u8>,
+struct Verifier {
+    check: Check,
     provider: Arc<CryptoProvider>,
 }
 
-impl ServerCertVerifier for Pinned {
+#[derive(Debug)]
+enum Check {
+    /// Any certificate (`insecure`).
+    Any,
+    /// The roots' verdict, and where they do not know the certificate (its issuer, or the
+    /// name it is for), the pinned thumbprint's: the leaf's SHA-1 must be it.
+    Pinned {
+        roots: Arc<rustls::client::WebPkiServerVerifier>,
+        sha1: Vec<u8>,
+    },
+}
+
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
         leaf: &CertificateDer<'_>,
@@ -107,11 +120,10 @@ impl ServerCertVerifier for Pinned {
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
         use rustls::{CertificateError, Error};
-        match self
-            .roots
-            .verify_server_cert(leaf, intermediates, name, ocsp, now)
-        {
-            Ok(v) => Ok(v),
+        let Check::Pinned { roots, sha1 } = &self.check else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match roots.verify_server_cert(leaf, intermediates, name, ocsp, now) {
             Err(Error::InvalidCertificate(
                 CertificateError::UnknownIssuer
                 | CertificateError::NotValidForName
@@ -121,7 +133,7 @@ impl ServerCertVerifier for Pinned {
                     &::ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
                     leaf.as_ref(),
                 );
-                if sum.as_ref() == self.sha1.as_slice() {
+                if sum.as_ref() == sha1.as_slice() {
                     Ok(ServerCertVerified::assertion())
                 } else {
                     Err(Error::General(
@@ -129,7 +141,7 @@ impl ServerCertVerifier for Pinned {
                     ))
                 }
             }
-            Err(e) => Err(e),
+            other => other,
         }
     }
 
@@ -165,55 +177,5 @@ impl ServerCertVerifier for Pinned {
         self.provider
             .signature_verification_algorithms
             .supported_schemes()
-    }
-}
-
-/// Accepts any certificate but still checks the handshake's signatures (so the session
-/// is at least with the holder of the presented key).
-#[derive(Debug)]
-struct AcceptAny(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AcceptAny {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
