@@ -29,6 +29,22 @@ fn node(name: &str) -> Node {
     .unwrap()
 }
 
+/// A vcsim started with `args`, the kit's kubeconfig and this test's turn on the kit's
+/// Nodes; `None`, saying so, when either is not given.
+pub async fn kit_and_vcsim(
+    test: &str,
+    args: &[&str],
+) -> Option<(Vcsim, String, tokio::sync::MutexGuard<'static, ()>)> {
+    let sim = Vcsim::start(test, args)?;
+    let Ok(kubeconfig) = std::env::var(KUBE_ENV) else {
+        say_skipped(&format!(
+            "set {KUBE_ENV} besides OVERCAST_TEST_VCSIM to run the ccm on vSphere"
+        ));
+        return None;
+    };
+    Some((sim, kubeconfig, KIT_NODES.lock().await))
+}
+
 /// The real ccm on vSphere with the kit's API server, syncing nodes every 2 s.
 pub fn ccm(
     conf: &std::path::Path,
@@ -62,16 +78,9 @@ async fn delete_nodes(nodes: &Api<Node>) {
 
 #[tokio::test]
 async fn the_ccm_initializes_nodes_from_vcenter_and_deletes_none_while_it_is_silent() {
-    let Some(mut sim) = Vcsim::start("ccm on vsphere", &[]) else {
+    let Some((mut sim, kubeconfig, _kit)) = kit_and_vcsim("ccm on vsphere", &[]).await else {
         return;
     };
-    let Ok(kubeconfig) = std::env::var(KUBE_ENV) else {
-        say_skipped(&format!(
-            "set {KUBE_ENV} besides OVERCAST_TEST_VCSIM to run the ccm on vSphere"
-        ));
-        return;
-    };
-    let _kit = KIT_NODES.lock().await;
     let nodes: Api<Node> = Api::all(overcast_integration::real::client(&kubeconfig).await);
     delete_nodes(&nodes).await;
 

@@ -10,13 +10,12 @@ use std::process::Stdio;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use overcast_integration::{free_port, http_get, say_skipped};
+use overcast_integration::{free_port, http_get};
 use serde_json::json;
 
 use super::sim::{self, Guest};
 use super::*;
 
-const KUBE_ENV: &str = "OVERCAST_TEST_KUBECONFIG";
 const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
 const NODE: &str = "overcast-it-vs-secret";
@@ -53,19 +52,14 @@ fn metric(text: &str, line: &str) -> u64 {
 #[tokio::test]
 async fn the_ccm_logs_in_with_the_secret_that_vsphere_conf_names() {
     // This vcsim accepts one user and password (any other login is InvalidLogin).
-    let Some(sim) = Vcsim::start(
+    let Some((sim, kubeconfig, _kit)) = super::ccm::kit_and_vcsim(
         "ccm credentials from a Secret",
         &["-username", "user", "-password", "pass"],
-    ) else {
+    )
+    .await
+    else {
         return;
     };
-    let Ok(kubeconfig) = std::env::var(KUBE_ENV) else {
-        say_skipped(&format!(
-            "set {KUBE_ENV} besides OVERCAST_TEST_VCSIM to run the ccm on vSphere"
-        ));
-        return;
-    };
-    let _kit = KIT_NODES.lock().await;
     let client = overcast_integration::real::client(&kubeconfig).await;
     let nodes: Api<Node> = Api::all(client.clone());
     let secrets: Api<Secret> = Api::namespaced(client, "default");
