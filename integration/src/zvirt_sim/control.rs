@@ -32,6 +32,15 @@ impl Engine {
                 memory: 4 << 30,
                 instance_type: None,
                 cluster,
+                nics: vec![vms::SimNic {
+                    id: id.clone(),
+                    name: "nic1".into(),
+                    profile: None,
+                }],
+                next: Vec::new(),
+                up_since: None,
+                initialization: Value::Null,
+                shape: Value::Null,
             },
         );
         id

@@ -8,6 +8,7 @@ impl Engine {
     /// attachments go active (and their devices appear).
     pub(super) fn tick(&self, st: &mut State) {
         let now = Instant::now();
+        self.advance_vms(st, now);
         for d in st.disks.values_mut() {
             if d.unlock_at.is_some_and(|t| now >= t) && !d.stuck {
                 d.unlock_at = None;
@@ -36,7 +37,7 @@ impl Engine {
         let files = disk_files(st);
         for vm in st.vms.values_mut() {
             for (disk, a) in vm.attachments.iter_mut() {
-                if a.device.is_none() && now >= a.active_at {
+                if a.device.is_none() && now >= a.active_at && !a.bootable {
                     if let Some(file) = files.get(disk) {
                         a.device = self.plug(disk, file, a.read_only);
                     }
@@ -133,8 +134,8 @@ impl Engine {
         json!({
             "href": format!("{API}/vms/{}/diskattachments/{disk}", vm.id),
             "id": disk,
-            "active": (a.device.is_some()).to_string(),
-            "bootable": "false",
+            "active": (a.device.is_some() || a.bootable).to_string(),
+            "bootable": a.bootable.to_string(),
             "interface": "virtio_scsi",
             "pass_discard": "false",
             "read_only": a.read_only.to_string(),

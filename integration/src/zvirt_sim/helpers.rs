@@ -3,12 +3,25 @@
 use super::*;
 
 pub(super) fn vm_json(vm: &SimVm, follow_devices: bool) -> Value {
+    let topology = match &vm.shape["topology"] {
+        Value::Null => json!({"sockets": vm.cpus.to_string(), "cores": "1", "threads": "1"}),
+        t => {
+            json!({"sockets": t["sockets"].to_string(), "cores": t["cores"].to_string(), "threads": t["threads"].to_string()})
+        }
+    };
     let mut v = json!({"href": format!("{API}/vms/{}", vm.id), "id": vm.id, "name": vm.name,
-        "status": vm.status, "memory": vm.memory.to_string(), "type": "server",
-        "cpu": {"architecture": "x86_64", "topology": {"sockets": vm.cpus.to_string(), "cores": "1", "threads": "1"}},
+        "status": vm.status, "memory": vm.memory.to_string(),
+        "type": vm.shape["type"].as_str().unwrap_or("server"),
+        "cpu": {"architecture": "x86_64", "topology": topology},
         "cluster": {"href": format!("{API}/clusters/{}", vm.cluster), "id": vm.cluster},
         "link": [{"href": format!("{API}/vms/{}/reporteddevices", vm.id), "rel": "reporteddevices"},
                  {"href": format!("{API}/vms/{}/diskattachments", vm.id), "rel": "diskattachments"}]});
+    if let Some(t) = vm.shape["template"].as_str() {
+        v["template"] = json!({"href": format!("{API}/templates/{t}"), "id": t});
+    }
+    if !vm.shape["memory_policy"].is_null() {
+        v["memory_policy"] = vm.shape["memory_policy"].clone();
+    }
     if let Some(t) = &vm.instance_type {
         let id = instance_type_id(t);
         v["instance_type"] = json!({"href": format!("{API}/instancetypes/{id}"), "id": id});
@@ -56,10 +69,15 @@ pub(super) fn xml_root(method: &str, path: &str) -> String {
         "instancetypes" => "instance_type",
         "reporteddevices" => "reported_device",
         "nics" => "nic",
+        "templates" => "template",
         other => other,
     };
+    let action = parts.len() % 2 == 1
+        && parts.len() > 1
+        && matches!(parts[parts.len() - 1], "start" | "stop" | "shutdown");
     match (method, parts.len() % 2) {
         ("DELETE", _) => "action".into(),
+        ("POST", _) if action => "action".into(),
         ("GET", 1) => format!("{singular}s"),
         _ => singular.into(),
     }

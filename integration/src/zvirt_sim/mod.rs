@@ -59,6 +59,14 @@ pub struct Latency {
     pub remove: Duration,
     /// Every answer waits this long first.
     pub answer: Duration,
+    /// A VM cloned from a template is `image_locked` this long (its disks copied).
+    pub clone: Duration,
+    /// A started VM is `wait_for_launch` this long, then `powering_up` for `boot`
+    /// (and a shut-down one `powering_down` for `boot`).
+    pub launch: Duration,
+    pub boot: Duration,
+    /// A VM up reports its guest's addresses this long later.
+    pub guest_agent: Duration,
 }
 
 impl Default for Latency {
@@ -68,6 +76,10 @@ impl Default for Latency {
             activate: Duration::from_millis(200),
             remove: Duration::from_millis(150),
             answer: Duration::from_millis(2),
+            clone: Duration::from_millis(400),
+            launch: Duration::from_millis(200),
+            boot: Duration::from_millis(300),
+            guest_agent: Duration::from_millis(300),
         }
     }
 }
@@ -95,6 +107,8 @@ struct SimDisk {
 
 struct SimAttachment {
     active_at: Instant,
+    /// The VM's boot disk (a template's copy): never a loop device of the node's.
+    bootable: bool,
     /// The loop device, once active.
     device: Option<u32>,
     read_only: bool,
@@ -112,6 +126,15 @@ struct SimVm {
     instance_type: Option<String>,
     /// The id of the cluster the VM runs in.
     cluster: String,
+    nics: Vec<vms::SimNic>,
+    /// The statuses the VM is due to take, and when.
+    next: Vec<(Instant, &'static str)>,
+    /// When it came up (its guest agent reports a while later).
+    up_since: Option<Instant>,
+    /// What it was created with: `initialization` as sent; type, memory policy, CPU
+    /// topology and template.
+    initialization: Value,
+    shape: Value,
 }
 
 struct Domain {
@@ -142,6 +165,11 @@ struct State {
     domains: Vec<Domain>,
     clusters: Vec<SimCluster>,
     data_centers: Vec<DataCenter>,
+    templates: Vec<vms::SimTemplate>,
+    /// (id, name)
+    vnic_profiles: Vec<(String, String)>,
+    /// What each VM's guest (by VM name) reports once up.
+    guest_ips: BTreeMap<String, Vec<String>>,
     tokens: BTreeMap<String, Instant>,
     /// Every token handed out, expired ones too.
     issued: Vec<String>,
@@ -326,6 +354,7 @@ mod devices;
 mod helpers;
 mod ops;
 mod routes;
+mod vms;
 pub mod xml;
 
 use helpers::*;

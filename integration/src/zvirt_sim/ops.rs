@@ -263,6 +263,7 @@ impl Engine {
         }
         let a = SimAttachment {
             active_at: Instant::now() + self.latency.activate,
+            bootable: false,
             device: None,
             read_only: doc["read_only"].as_str() == Some("true"),
         };

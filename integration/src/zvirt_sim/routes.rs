@@ -199,13 +199,25 @@ impl Engine {
             ("GET", ["vms", id, "nics"]) => match st.vms.get(*id) {
                 Some(vm) => collection(
                     "nic",
-                    vec![json!({"href": format!("{API}/vms/{}/nics/{}", vm.id, vm.id), "id": vm.id,
-                        "name": "nic1", "interface": "virtio", "linked": "true", "plugged": "true",
-                        "mac": {"address": "56:6f:1a:2b:00:01"},
-                        "vm": {"href": format!("{API}/vms/{}", vm.id), "id": vm.id}})],
+                    vm.nics.iter().map(|n| vms::nic_json(vm, n)).collect(),
                 ),
                 None => not_found(id),
             },
+            ("POST", ["vms", id, "nics"]) => self.add_nic(&mut st, id, &doc),
+            ("POST", ["vms"]) => {
+                let clone = form_value(&query, "clone").is_some_and(|v| v.is_empty() || v == "true");
+                self.add_vm_from_template(&mut st, &doc, clone)
+            }
+            ("POST", ["vms", id, action]) if matches!(*action, "start" | "stop" | "shutdown") => {
+                self.vm_action(&mut st, id, action)
+            }
+            ("DELETE", ["vms", id]) => {
+                let detach_only = form_value(&query, "detach_only").is_some_and(|v| v.is_empty() || v == "true");
+                self.remove_vm_api(&mut st, id, detach_only)
+            }
+            ("GET", ["templates"]) if !search_valid => collection("template", Vec::new()),
+            ("GET", ["templates"]) => self.templates(&st, search.as_deref(), case_sensitive),
+            ("GET", ["templates", id]) => self.template(&st, id),
             ("GET", ["vms", id, "reporteddevices"]) => match st.vms.get(*id) {
                 Some(vm) => answer(200, reported_devices(vm)),
                 None => not_found(id),

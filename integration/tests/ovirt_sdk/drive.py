@@ -1,6 +1,7 @@
 """Drives the zVirt engine simulator with the official oVirt Python SDK (ovirt-engine-sdk-python,
 which speaks the engine's XML) through every call the Overcast provider makes, and checks that the
-SDK parses every answer into the engine's types. Usage: drive.py URL USER PASSWORD VM_NAME.
+SDK parses every answer into the engine's types. Usage: drive.py URL USER PASSWORD VM_NAME [TEMPLATE VNIC_PROFILE_ID]: with a template and
+a vNIC profile, also a VM's life as the CAPI provider leads it (clone, NIC, start, stop, remove).
 Prints one line per step; exits non-zero on the first failure."""
 
 import sys
@@ -10,10 +11,21 @@ import ovirtsdk4 as sdk
 import ovirtsdk4.types as types
 
 url, user, password, vm_name = sys.argv[1:5]
+template_name, profile_id = (sys.argv[5:7] + [None, None])[:2]
 
 
 def step(what):
     print("ok:", what, flush=True)
+
+
+def wait_vm(service, status, seconds=30):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        vm = service.get()
+        if vm.status == status:
+            return vm
+        time.sleep(0.05)
+    raise AssertionError("VM not %s after %ss" % (status, seconds))
 
 
 def wait_disk(service, status, seconds=30):
@@ -154,6 +166,61 @@ try:
         assert time.time() < deadline, "disk never went"
         time.sleep(0.1)
     step("disk removed")
+
+    if template_name:
+        templates = system.templates_service().list(search="name=%s" % template_name)
+        assert [t.name for t in templates] == [template_name], templates
+        step("template search: %s" % templates[0].id)
+        gib = 1 << 30
+        made = system.vms_service().add(
+            types.Vm(
+                name="sdk-clone",
+                cluster=types.Cluster(name="Default"),
+                template=types.Template(name=template_name),
+                type=types.VmType.HIGH_PERFORMANCE,
+                memory=2 * gib,
+                memory_policy=types.MemoryPolicy(ballooning=False, guaranteed=2 * gib, max=2 * gib),
+                cpu=types.Cpu(topology=types.CpuTopology(sockets=2, cores=1, threads=1)),
+                initialization=types.Initialization(
+                    custom_script="#cloud-config\nruncmd: [\"echo '<&>'\"]\n", host_name="sdk-clone"
+                ),
+            ),
+            clone=True,
+        )
+        assert made.status == types.VmStatus.IMAGE_LOCKED, made.status
+        assert made.type == types.VmType.HIGH_PERFORMANCE and made.cpu.topology.sockets == 2, made
+        step("clone from the template: %s %s" % (made.id, made.status))
+        clone_service = system.vms_service().vm_service(made.id)
+        wait_vm(clone_service, types.VmStatus.DOWN)
+        boot = clone_service.disk_attachments_service().list()
+        assert len(boot) == 1 and boot[0].bootable and boot[0].active, boot
+        step("clone down, its bootable disk copied")
+        nic = clone_service.nics_service().add(
+            types.Nic(name="nic1", vnic_profile=types.VnicProfile(id=profile_id))
+        )
+        assert nic.name == "nic1" and nic.vnic_profile.id == profile_id, nic
+        try:
+            clone_service.nics_service().add(types.Nic(name="nic1", vnic_profile=types.VnicProfile(id=profile_id)))
+            raise AssertionError("a second NIC of one name was added")
+        except sdk.Error as e:
+            assert e.code == 409, e.code
+        step("NIC on the vNIC profile; a second of its name: fault 409")
+        clone_service.start()
+        wait_vm(clone_service, types.VmStatus.UP)
+        step("started: up")
+        try:
+            clone_service.remove()
+            raise AssertionError("a running VM was removed")
+        except sdk.Error as e:
+            assert e.code == 409, e.code
+        clone_service.stop()
+        wait_vm(clone_service, types.VmStatus.DOWN)
+        clone_service.remove()
+        try:
+            clone_service.get()
+            raise AssertionError("the removed VM is still there")
+        except sdk.NotFoundError:
+            step("stopped and removed (a running one: fault 409)")
 finally:
     connection.close(logout=False)
 print("all calls parsed", flush=True)

@@ -20,6 +20,7 @@ const GIB: u64 = 1 << 30;
 
 /// The provider against the engine's behaviour as its source has it.
 mod engine_rules;
+mod vm_lifecycle;
 
 struct Sim {
     engine: Engine,
@@ -996,6 +997,8 @@ async fn the_official_ovirt_sdk_parses_every_answer_of_the_simulated_engine() {
     let vm = s.engine.add_vm("sdk-vm");
     s.engine.set_vm_ips(&vm, &["10.1.0.10", "fd00::10"]);
     s.engine.add_vm("sdk-vm-2");
+    s.engine.add_template("sdk-template", 1 << 30);
+    let profile = s.engine.add_vnic_profile("ovirtmgmt");
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ovirt_sdk/drive.py");
     let python =
         std::env::var("OVERCAST_TEST_OVIRT_SDK_PYTHON").unwrap_or("/usr/bin/python3".into());
@@ -1006,6 +1009,8 @@ async fn the_official_ovirt_sdk_parses_every_answer_of_the_simulated_engine() {
             zvirt_sim::USER,
             zvirt_sim::PASSWORD,
             "sdk-vm",
+            "sdk-template",
+            profile.as_str(),
         ])
         .env("PYTHONPATH", sdk)
         .output()
@@ -1026,6 +1031,11 @@ async fn the_official_ovirt_sdk_parses_every_answer_of_the_simulated_engine() {
         "POST /vms/{id}/diskattachments",
         "DELETE /vms/{id}/diskattachments/{id}",
         "GET /storagedomains",
+        "GET /templates",
+        "POST /vms",
+        "POST /vms/{id}/nics",
+        "POST /vms/{id}/start",
+        "DELETE /vms/{id}",
     ] {
         assert!(calls.contains_key(route), "{route} not driven: {calls:?}");
     }
