@@ -21,6 +21,18 @@ async fn call(
     (resp.status.as_u16(), doc)
 }
 
+/// `POST /vms/{id}/{verb}`: the status answered.
+async fn action(e: &overcast_cloud_zvirt::client::Engine, id: &str, verb: &str) -> u16 {
+    call(
+        e,
+        Method::POST,
+        &format!("/vms/{id}/{verb}"),
+        Some(json!({})),
+    )
+    .await
+    .0
+}
+
 async fn status_of(e: &overcast_cloud_zvirt::client::Engine, id: &str) -> String {
     call(e, Method::GET, &format!("/vms/{id}"), None).await.1["status"]
         .as_str()
@@ -170,52 +182,23 @@ async fn a_vm_is_cloned_started_stopped_and_removed_as_the_engine_does() {
         .contains("<&>"));
 
     // Stopping a VM that is down: 409.
-    assert_eq!(
-        call(
-            &e,
-            Method::POST,
-            &format!("/vms/{id}/stop"),
-            Some(json!({}))
-        )
-        .await
-        .0,
-        409
-    );
+    assert_eq!(action(&e, &id, "stop").await, 409);
     // Started: the engine's path to up, then the guest's addresses.
-    assert_eq!(
-        call(
-            &e,
-            Method::POST,
-            &format!("/vms/{id}/start"),
-            Some(json!({}))
-        )
-        .await
-        .0,
-        200
-    );
+    assert_eq!(action(&e, &id, "start").await, 200);
     let seen = walk_to(&e, &id, "up").await;
     assert_eq!(seen, ["wait_for_launch", "powering_up", "up"]);
-    assert_eq!(
-        call(
-            &e,
-            Method::POST,
-            &format!("/vms/{id}/start"),
-            Some(json!({}))
-        )
-        .await
-        .0,
-        409
-    );
-    let mut ips = Value::Null;
-    for _ in 0..200 {
-        ips = call(&e, Method::GET, &format!("/vms/{id}/reporteddevices"), None)
-            .await
-            .1;
-        if !ips["reported_device"].is_null() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    assert_eq!(action(&e, &id, "start").await, 409);
+    let ips = overcast_integration::real::wait_for(
+        "the guest's addresses",
+        Duration::from_secs(5),
+        async || {
+            let d = call(&e, Method::GET, &format!("/vms/{id}/reporteddevices"), None)
+                .await
+                .1;
+            (!d["reported_device"].is_null()).then_some(d)
+        },
+    )
+    .await;
     assert_eq!(ips["reported_device"][0]["name"], "eth0", "{ips}");
     assert_eq!(
         ips["reported_device"][0]["ips"]["ip"][0]["address"],
@@ -229,17 +212,7 @@ async fn a_vm_is_cloned_started_stopped_and_removed_as_the_engine_does() {
             .0,
         409
     );
-    assert_eq!(
-        call(
-            &e,
-            Method::POST,
-            &format!("/vms/{id}/stop"),
-            Some(json!({}))
-        )
-        .await
-        .0,
-        200
-    );
+    assert_eq!(action(&e, &id, "stop").await, 200);
     assert_eq!(status_of(&e, &id).await, "down");
     assert_eq!(
         call(&e, Method::DELETE, &format!("/vms/{id}"), None)
@@ -251,19 +224,18 @@ async fn a_vm_is_cloned_started_stopped_and_removed_as_the_engine_does() {
         call(&e, Method::GET, &format!("/vms/{id}"), None).await.0,
         404
     );
-    let mut gone = false;
-    for _ in 0..200 {
-        if call(&e, Method::GET, &format!("/disks/{disk}"), None)
-            .await
-            .0
-            == 404
-        {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(gone, "the VM's boot disk outlived it");
+    overcast_integration::real::wait_for(
+        "the VM's boot disk gone with it",
+        Duration::from_secs(5),
+        async || {
+            (call(&e, Method::GET, &format!("/disks/{disk}"), None)
+                .await
+                .0
+                == 404)
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
