@@ -196,3 +196,52 @@ async fn a_create_retried_while_its_task_runs_waits_for_it_and_makes_one_volume(
     assert_eq!(creates(), 4);
     assert_eq!(named(&admin, "pvc-slow-3").await.len(), 2);
 }
+
+/// A vCenter restarted between a crash and the retry reuses task ids: the record then names
+/// another task. A record naming the task that made another volume is not taken for this
+/// create's: the volume of this name is made, the other one is not answered.
+#[tokio::test]
+async fn a_record_naming_another_create_s_task_is_not_taken_for_this_one() {
+    let Some(sim) = Vcsim::start("a reused task id", &[]) else {
+        return;
+    };
+    let vc = vcenter(&sim, &Arc::new(ApiMetrics::unregistered()));
+    let state = tempfile::tempdir().unwrap();
+    let other = VsphereDisks::new(Cns::new(Arc::clone(&vc)), "overcast-it".into(), 59)
+        .create_disk(spec("pvc-other"))
+        .await
+        .unwrap();
+    // The other create's task, found among the vCenter's recent tasks.
+    let tm = overcast_cloud_vsphere::soap::Moref::new("TaskManager", "TaskManager");
+    let recent = overcast_cloud_vsphere::inventory::properties(&vc, &tm, &["recentTask"])
+        .await
+        .unwrap();
+    let tasks: Vec<Moref> = recent
+        .get("recentTask")
+        .map(|r| r.children.iter().filter_map(Moref::of).collect())
+        .unwrap_or_default();
+    let mut theirs = None;
+    for t in tasks {
+        let info = overcast_cloud_vsphere::inventory::properties(&vc, &t, &["info"])
+            .await
+            .unwrap();
+        let info = info.get("info").cloned().unwrap_or_default();
+        if info.text_at(&["name"]) == Some("CnsCreateVolume") {
+            theirs = Some(t);
+        }
+    }
+    let theirs = theirs.expect("the other create's task");
+    overcast_cloud_vsphere::creates::InFlight::new(Some(state.path().join("vsphere-creates")))
+        .record("pvc-mine", &theirs);
+    let mine = VsphereDisks::new(Cns::new(Arc::clone(&vc)), "overcast-it".into(), 59)
+        .with_state_dir(state.path().to_owned())
+        .create_disk(spec("pvc-mine"))
+        .await
+        .unwrap();
+    assert_ne!(
+        mine.id, other.id,
+        "another volume was answered for this create"
+    );
+    assert_eq!(mine.name, "pvc-mine");
+    assert_eq!(named(&vc, "pvc-mine").await, vec![mine.id]);
+}

@@ -88,7 +88,12 @@ impl Cns {
     /// Creates a volume and waits for it: its id.
     pub async fn create(&self, spec: &CreateSpec) -> Result<String, CloudError> {
         let task = self.start_create(spec).await?;
-        self.created(&task).await
+        self.created(&task).await?.ok_or_else(|| {
+            CloudError::Unavailable(format!(
+                "vsphere: {}: CnsCreateVolume answered no volume id",
+                self.vc.server()
+            ))
+        })
     }
 
     /// Starts a create: CNS answers its task at once and the volume exists (and is found
@@ -124,18 +129,13 @@ impl Cns {
         self.start("CnsCreateVolume", &s).await
     }
 
-    /// The id of the volume a create's task made, once it has succeeded.
-    pub async fn created(&self, task: &Moref) -> Result<String, CloudError> {
+    /// The id of the volume a create's task made, once it has succeeded; `None` when its
+    /// result names no volume (not a create's task).
+    pub async fn created(&self, task: &Moref) -> Result<Option<String>, CloudError> {
         let r = self.finish("CnsCreateVolume", task).await?;
-        r.text_at(&["volumeId", "id"])
+        Ok(r.text_at(&["volumeId", "id"])
             .filter(|id| !id.is_empty())
-            .map(str::to_owned)
-            .ok_or_else(|| {
-                CloudError::Unavailable(format!(
-                    "vsphere: {}: CnsCreateVolume answered no volume id",
-                    self.vc.server()
-                ))
-            })
+            .map(str::to_owned))
     }
 
     /// Every volume the filter matches, page by page. (The filter is applied again here:

@@ -94,12 +94,24 @@ impl VsphereDisks {
     /// there is no record or its task is gone (what it made is then found by name).
     /// A task that failed is that create's error; one still running, or not read, keeps
     /// its record for the next retry.
+    ///
+    /// A vCenter reuses task ids after a restart: a recorded id may name another task by
+    /// then. Only a create's task that made a volume of this name is taken as this
+    /// create's; anything else is forgotten and the name looked up.
     async fn awaited(&self, name: &str, task: Moref) -> Result<Option<Volume>> {
         match self.cns.created(&task).await {
-            Ok(id) => {
+            Ok(Some(id)) => {
                 let v = self.volume(&id).await;
                 self.in_flight.forget(name);
-                v.map(Some)
+                match v {
+                    Ok(v) if v.name == name => Ok(Some(v)),
+                    Ok(_) | Err(CloudError::NotFound { .. }) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+            Ok(None) => {
+                self.in_flight.forget(name);
+                Ok(None)
             }
             Err(CloudError::NotFound { .. }) => {
                 self.in_flight.forget(name);
