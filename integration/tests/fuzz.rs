@@ -127,6 +127,10 @@ struct World {
     contexts: Vec<HashMap<String, String>>,
     /// The publish context each volume last got, for requests that make sense.
     published: BTreeMap<String, HashMap<String, String>>,
+    /// Volumes staged at kubelet's path for them (a publish follows a stage, as kubelet's
+    /// does; drawn from any published volume, publishes all but never met a staged one
+    /// for some seeds).
+    staged: BTreeSet<String>,
     kubelet: PathBuf,
     victims: PathBuf,
     disks: PathBuf,
@@ -140,6 +144,21 @@ impl World {
     /// others.
     fn sane_field(&mut self) -> bool {
         self.sane && !self.chance(10)
+    }
+
+    /// A published volume that was staged, its context (for a publish, as kubelet's).
+    fn staged_volume(&mut self) -> Option<(String, HashMap<String, String>)> {
+        let staged: Vec<&String> = self
+            .staged
+            .iter()
+            .filter(|id| self.published.contains_key(*id))
+            .collect();
+        if staged.is_empty() {
+            return None;
+        }
+        let id = staged[self.rng.random_range(0..staged.len())].clone();
+        let ctx = self.published[&id].clone();
+        Some((id, ctx))
     }
 
     /// A volume that was published, its context, and the kubelet paths for it.
@@ -497,7 +516,11 @@ async fn one_call(
         },
         node => {
             // A sane node call is about a published volume, at kubelet's paths for it.
-            let sane = if w.sane { w.published_volume() } else { None };
+            let sane = match (w.sane, node) {
+                (false, _) => None,
+                (true, 11 | 12) => w.staged_volume().or_else(|| w.published_volume()),
+                (true, _) => w.published_volume(),
+            };
             let (sid, sctx) = sane.clone().unzip();
             let id = match &sid {
                 Some(id) if w.sane_field() => id.clone(),
@@ -523,23 +546,35 @@ async fn one_call(
                 w.capability()
             };
             match node {
-                8 | 9 => call!(
-                    "NodeStageVolume",
-                    n.node_stage_volume(csi::NodeStageVolumeRequest {
-                        volume_id: id,
-                        publish_context: ctx,
-                        staging_target_path: staging,
-                        volume_capability: cap,
-                        ..Default::default()
-                    })
-                ),
-                10 => call!(
-                    "NodeUnstageVolume",
-                    n.node_unstage_volume(csi::NodeUnstageVolumeRequest {
-                        volume_id: id,
-                        staging_target_path: staging,
-                    })
-                ),
+                8 | 9 => {
+                    let at_kubelet_path = staging == w.staging_of(&id);
+                    let r = n
+                        .node_stage_volume(csi::NodeStageVolumeRequest {
+                            volume_id: id.clone(),
+                            publish_context: ctx,
+                            staging_target_path: staging,
+                            volume_capability: cap,
+                            ..Default::default()
+                        })
+                        .await;
+                    if r.is_ok() && at_kubelet_path {
+                        w.staged.insert(id);
+                    }
+                    ("NodeStageVolume".into(), r.map(drop))
+                }
+                10 => {
+                    let at_kubelet_path = staging == w.staging_of(&id);
+                    let r = n
+                        .node_unstage_volume(csi::NodeUnstageVolumeRequest {
+                            volume_id: id.clone(),
+                            staging_target_path: staging,
+                        })
+                        .await;
+                    if r.is_ok() && at_kubelet_path {
+                        w.staged.remove(&id);
+                    }
+                    ("NodeUnstageVolume".into(), r.map(drop))
+                }
                 11 | 12 => call!(
                     "NodePublishVolume",
                     n.node_publish_volume(csi::NodePublishVolumeRequest {
@@ -638,6 +673,7 @@ async fn generated_requests_get_allowed_codes_and_touch_nothing_else() {
         ids: vec![],
         contexts: vec![],
         published: BTreeMap::new(),
+        staged: BTreeSet::new(),
         sane: false,
         kubelet: csi.dir.path().join("kubelet"),
         victims: victims.clone(),
