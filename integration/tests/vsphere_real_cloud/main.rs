@@ -57,6 +57,8 @@ fn tainted(n: &k8s_openapi::api::core::v1::Node, key: &str) -> bool {
 
 /// The real ccm with the kit's API server.
 mod ccm;
+/// The real ccm keeps the Node of an inaccessible VM.
+mod ccm_inaccessible;
 /// The real ccm's credentials from the Secret its vsphere.conf names.
 mod ccm_secret;
 /// The CNS calls.
