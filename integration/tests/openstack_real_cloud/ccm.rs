@@ -207,11 +207,16 @@ async fn the_ccm_initializes_nodes_from_nova_and_follows_their_servers() {
     let conf = cloud_conf(&cloud.env, dir.path());
     let _ccm = ccm(&kubeconfig, &conf, "overcast-it-os-ccm");
 
+    // Initialized, and addressed: the taint goes in one patch and the addresses come in
+    // the status patch after it (a CI run here read the node between the two).
     let got = wait("both nodes initialized", 60, async || {
         let a = nodes.get("overcast-it-os-one").await.ok()?;
         let b = nodes.get("overcast-it-os-two").await.ok()?;
-        let done = |n: &Node| !tainted(n, "node.cloudprovider.kubernetes.io/uninitialized");
-        (done(&a) && done(&b)).then_some((a, b))
+        let done = |n: &Node, nics: usize| {
+            !tainted(n, "node.cloudprovider.kubernetes.io/uninitialized")
+                && internal_ips(n).len() >= nics
+        };
+        (done(&a, 1) && done(&b, 2)).then_some((a, b))
     })
     .await;
     for (n, id) in [(&got.0, &one), (&got.1, &two)] {
