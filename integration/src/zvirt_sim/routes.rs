@@ -312,6 +312,15 @@ impl Engine {
                     ),
                 }
             }
+            // `ClusterService.get`: the REST layer's 404 for an id it does not hold.
+            ("GET", ["clusters", id]) => match st.clusters.iter().find(|c| c.id == *id) {
+                Some(c) => answer(
+                    200,
+                    json!({"href": format!("{API}/clusters/{}", c.id), "id": c.id, "name": c.name,
+                        "data_center": data_center_ref(&st, &c.data_center, follows(&query, "data_center"))}),
+                ),
+                None => not_found(id),
+            },
             ("GET", ["clusters"]) => collection(
                 "cluster",
                 st.clusters

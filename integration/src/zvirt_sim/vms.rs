@@ -8,10 +8,10 @@
 //!   layer's lookup), a name in use 409. With `clone=true` the template's disks are copied
 //!   and the VM is `image_locked` until the copy ends, then `down`.
 //! - `start` needs a `down` VM (`image_locked` is 409 "VM is locked", a running one 409 "VM
-//!   is running") with a bootable disk; it goes `wait_for_launch` → `powering_up` → `up`,
-//!   and the guest agent reports its addresses a while after `up`. `stop` (a running VM,
-//!   else 409 "VM is not running") is `down` at once; `shutdown` goes through
-//!   `powering_down`.
+//!   is running") with a bootable disk and none of its disks locked (a copy or a resize in
+//!   progress); it goes `wait_for_launch` → `powering_up` → `up`, and the guest agent
+//!   reports its addresses a while after `up`. `stop` (a running VM, else 409 "VM is not
+//!   running") is `down` at once; `shutdown` goes through `powering_down`.
 //! - `DELETE /vms/{id}` needs it `down` (409 "VM is running"; `image_locked`: 409 "VM is
 //!   locked") and removes every disk attached to it with it — a bootable one or not — unless
 //!   `detach_only=true`.
@@ -265,6 +265,24 @@ impl Engine {
                 }
                 if !vm.attachments.values().any(|a| a.bootable) {
                     return fault(409, "Cannot run VM without at least one bootable disk.");
+                }
+                // RunVmValidator's disk check (ACTION_TYPE_FAILED_DISKS_LOCKED): a disk
+                // being copied or resized holds the VM down.
+                let locked: Vec<String> = vm
+                    .attachments
+                    .keys()
+                    .filter_map(|d| st.disks.get(d))
+                    .filter(|d| d.unlock_at.is_some())
+                    .map(|d| d.alias.clone())
+                    .collect();
+                if !locked.is_empty() {
+                    return fault(
+                        409,
+                        &format!(
+                            "Cannot run VM: The following disks are locked: {}. Please try again in a few minutes.",
+                            locked.join(", ")
+                        ),
+                    );
                 }
                 vm.status = "wait_for_launch".into();
                 vm.next = vec![

@@ -20,6 +20,8 @@ const GIB: u64 = 1 << 30;
 
 /// The provider against the engine's behaviour as its source has it.
 mod engine_rules;
+/// The provider's VMs for Cluster API.
+mod machines;
 mod vm_lifecycle;
 
 struct Sim {

@@ -3,7 +3,8 @@
 //! Built: its configuration ([`config`]: the file or upstream's `ZVIRT_*` variables),
 //! the engine client ([`client`]: SSO token, JSON, faults and HTML answers typed), disks
 //! for the CSI controller ([`disks`]; zones are the oVirt clusters), VMs as the ccm's
-//! instances ([`instances`]), discovery for Deckhouse ([`discovery`]).
+//! instances ([`instances`]), discovery for Deckhouse ([`discovery`]), VMs made and
+//! removed for the Cluster API provider ([`vms`]).
 
 pub mod client;
 pub mod config;
@@ -11,6 +12,7 @@ pub mod discovery;
 pub mod disks;
 pub mod instances;
 pub mod provider;
+pub mod vms;
 
 use std::sync::Arc;
 
@@ -20,6 +22,7 @@ pub use discovery::EngineDiscovery;
 pub use disks::{EngineDisks, Waits};
 pub use instances::EngineInstances;
 pub use provider::PROVIDER;
+pub use vms::{EngineVms, VmSpec};
 
 use overcast_cloud::Result;
 use overcast_cloud_http::{ApiMetrics, HttpClient, HttpSettings};

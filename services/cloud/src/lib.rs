@@ -15,6 +15,7 @@ mod disks;
 mod error;
 pub mod instances;
 pub mod load_balancers;
+pub mod machines;
 mod name;
 pub mod publish;
 pub mod routes;
@@ -31,6 +32,7 @@ pub use load_balancers::{
     Backend, LbPort, LoadBalancerRef, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers,
     Protocol, ServiceRef,
 };
+pub use machines::{Machines, Removal, Vm, VmPhase};
 pub use name::CloudName;
 pub use publish::PublishContext;
 pub use routes::{Route, RouteTarget, Routes};
