@@ -23,7 +23,7 @@ fi
 # `release` for images to ship; `debug` (OVERCAST_IMAGE_PROFILE=debug) reuses what
 # `cargo test` already built, which is how CI builds them within its time.
 profile=${OVERCAST_IMAGE_PROFILE:-release}
-bins=(csi registrar ccm discoverer rbac-proxy)
+bins=(csi registrar ccm discoverer rbac-proxy capi)
 echo "== $profile binaries" >&2
 case "$profile" in
   # --workspace: the features `cargo test --workspace` built with, so nothing rebuilds.

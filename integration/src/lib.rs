@@ -15,6 +15,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 pub use overcast_api::csi_v1;
 
 pub mod attacks;
+pub mod capi;
 pub mod dvp_sim;
 pub mod esxi_host;
 pub mod fake_api;

@@ -7,6 +7,12 @@ use anyhow::Context as _;
 use kube::{Client, Config};
 
 pub async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
+    Ok(Client::try_from(config(kubeconfig).await?)?)
+}
+
+/// The configuration [`client`] builds its client from (where the API server is, among
+/// other things).
+pub async fn config(kubeconfig: Option<&Path>) -> anyhow::Result<Config> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -17,7 +23,7 @@ pub async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
             .await
             .context("no kubeconfig and no in-cluster configuration")?,
     };
-    Ok(Client::try_from(config)?)
+    Ok(config)
 }
 
 /// One kind of request a service makes to the Kubernetes API, in RBAC's terms. Each

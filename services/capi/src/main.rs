@@ -1,0 +1,264 @@
+//! `capi`: the Cluster API infrastructure provider. `capi --cloud zvirt` runs capz's
+//! controllers (ZvirtCluster, ZvirtMachine) against the engine its cloud-config names,
+//! leader-elected on a Lease; `capi crds --cloud zvirt|dvp` prints a provider's CRDs (what
+//! `deploy/crds/` holds). The DVP controllers are not built yet: `--cloud dvp` says so.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{watcher, Controller};
+use overcast_capi::crd::zvirt::{ZvirtCluster, ZvirtMachine};
+use overcast_capi::crd::{manifest, Family};
+use overcast_capi::retry::Retries;
+use overcast_capi::zvirt::{self, Context};
+use overcast_ccm::leader::Election;
+use overcast_runtime::LogFormat;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "capi",
+    version,
+    about = "Cluster API infrastructure provider for zVirt and DVP"
+)]
+struct Options {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// The cloud whose provider runs: zvirt (dvp: not built yet).
+    #[arg(long, env = "OVERCAST_CLOUD", value_enum, default_value = "zvirt")]
+    cloud: Cloud,
+    /// The cloud's configuration (for zvirt: the file the csi and ccm read, or the
+    /// `ZVIRT_*` variables).
+    #[arg(long, env = "CLOUD_CONFIG")]
+    cloud_config: Option<PathBuf>,
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Only this namespace's objects (node-manager's is d8-cloud-instance-manager); all
+    /// namespaces when unset.
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Seconds between looks at a VM on its way (being made, starting, awaiting its
+    /// address).
+    #[arg(long, default_value_t = 10)]
+    poll_interval: u64,
+    /// Seconds between renderings of node-manager's Secret
+    /// `kube-system/d8-node-manager-cloud-provider` (0: never written).
+    #[arg(long, default_value_t = 600)]
+    registration_period: u64,
+    #[arg(long, default_value = "overcast-capi")]
+    leader_elect_lease_name: String,
+    #[arg(long, default_value = "kube-system")]
+    leader_elect_namespace: String,
+    #[arg(long, default_value = "127.0.0.1:8083")]
+    metrics_address: std::net::SocketAddr,
+    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the CustomResourceDefinitions of a provider's kinds, as YAML.
+    Crds {
+        #[arg(long, value_enum)]
+        cloud: Cloud,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Cloud {
+    Zvirt,
+    Dvp,
+}
+
+impl Cloud {
+    fn family(self) -> Family {
+        match self {
+            Self::Zvirt => Family::Zvirt,
+            Self::Dvp => Family::Dvp,
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let o = Options::parse();
+    if let Some(Command::Crds { cloud }) = o.command {
+        print!("{}", manifest(cloud.family()));
+        return Ok(());
+    }
+    overcast_runtime::logging::init(o.log_format);
+    if matches!(o.cloud, Cloud::Dvp) {
+        anyhow::bail!(
+            "the DVP provider's controllers are not built yet: only `capi crds --cloud dvp` works"
+        );
+    }
+    let env = |k: &str| std::env::var(k).ok();
+    let config = overcast_cloud_zvirt::Config::load(o.cloud_config.as_deref(), &env)?;
+    let engine = overcast_cloud_zvirt::connect(&config, None)?;
+    let kube_config = overcast_kube::config(o.kubeconfig.as_deref()).await?;
+    let api_server = api_server(&kube_config.cluster_url);
+    let client = kube::Client::try_from(kube_config)?;
+    let registry = Arc::new(prometheus_client::registry::Registry::default());
+    let health: overcast_runtime::http::HealthCheck = Arc::new(|| Box::pin(async { Ok(()) }));
+    let at = overcast_runtime::http::serve(o.metrics_address, registry, health).await?;
+    tracing::info!(address = %at, "serving /metrics and /healthz");
+
+    let election = Election {
+        name: o.leader_elect_lease_name.clone(),
+        identity: format!(
+            "{}_{}",
+            overcast_runtime::host::hostname_or_localhost(),
+            std::process::id()
+        ),
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_secs(2),
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &o.leader_elect_namespace);
+    tokio::select! {
+        _ = election.acquire(&leases) => {}
+        _ = overcast_runtime::shutdown::signal_received() => return Ok(()),
+    }
+
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        vms: overcast_cloud_zvirt::EngineVms::new(Arc::clone(&engine)),
+        engine,
+        poll: Duration::from_secs(o.poll_interval.max(1)),
+        api_server,
+        retries: Retries::new(Duration::from_secs(1), Duration::from_secs(60)),
+    });
+    let (machines, clusters, capi_machines) = match &o.namespace {
+        Some(ns) => (
+            Api::<ZvirtMachine>::namespaced(client.clone(), ns),
+            Api::<ZvirtCluster>::namespaced(client.clone(), ns),
+            Api::<DynamicObject>::namespaced_with(
+                client.clone(),
+                ns,
+                &overcast_capi::core::machine_resource(),
+            ),
+        ),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all_with(client.clone(), &overcast_capi::core::machine_resource()),
+        ),
+    };
+    let machine_controller = Controller::new(machines, watcher::Config::default())
+        // A Machine's change (its bootstrap data made, its Node joined) reaches the
+        // ZvirtMachine it points at.
+        .watches_with(
+            capi_machines,
+            overcast_capi::core::machine_resource(),
+            watcher::Config::default(),
+            |m: DynamicObject| {
+                let infra = m.data["spec"]["infrastructureRef"].clone();
+                let ns = m.metadata.namespace.clone();
+                (infra["kind"] == "ZvirtMachine")
+                    .then(|| infra["name"].as_str().map(str::to_owned))
+                    .flatten()
+                    .map(|name| {
+                        let r = ObjectRef::<ZvirtMachine>::new(&name);
+                        match ns {
+                            Some(ns) => r.within(&ns),
+                            None => r,
+                        }
+                    })
+            },
+        )
+        .shutdown_on_signal()
+        .run(
+            zvirt::machine::reconcile,
+            zvirt::machine::error_policy,
+            Arc::clone(&ctx),
+        )
+        .for_each(|r| said("ZvirtMachine", r));
+    let cluster_controller = Controller::new(clusters, watcher::Config::default())
+        .shutdown_on_signal()
+        .run(
+            zvirt::cluster::reconcile,
+            zvirt::cluster::error_policy,
+            Arc::clone(&ctx),
+        )
+        .for_each(|r| said("ZvirtCluster", r));
+    let registration = register(client.clone(), config.clone(), o.registration_period);
+    tracing::info!(
+        cloud = "zvirt",
+        "ZvirtCluster and ZvirtMachine controllers started"
+    );
+    let outcome: anyhow::Result<()> = tokio::select! {
+        _ = async { tokio::join!(machine_controller, cluster_controller) } => Ok(()),
+        _ = registration => Ok(()),
+        lost = election.hold(&leases) => {
+            Err(anyhow::anyhow!("leadership lost ({lost:?}): exiting so a new leader takes over"))
+        }
+    };
+    outcome.context("capi")
+}
+
+/// Says what a controller's stream reports that is not a reconcile's own (a watch that
+/// fails, an object that cannot be read): the reconcile errors are said by their policy.
+async fn said<T, E: std::fmt::Display>(
+    kind: &str,
+    r: Result<T, kube::runtime::controller::Error<overcast_capi::Error, E>>,
+) {
+    match r {
+        Ok(_) | Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
+        // A related object's event for one not in the cache yet: its own event follows.
+        Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
+            tracing::debug!(kind, object = %r, "not cached yet")
+        }
+        Err(e) => tracing::warn!(kind, error = %e, "controller"),
+    }
+}
+
+/// Keeps node-manager's Secret as the configuration and the installer's facts say, every
+/// `period` seconds (never when 0); a failure is said and tried again next period.
+async fn register(client: kube::Client, config: overcast_cloud_zvirt::Config, period: u64) {
+    use overcast_capi::registration::{self, Registration};
+    if period == 0 {
+        return std::future::pending().await;
+    }
+    loop {
+        let written: overcast_capi::Result<usize> = async {
+            let (zones, ssh, _) = registration::installer_facts(&client).await?;
+            let r = Registration {
+                family: Family::Zvirt,
+                zones,
+                connection: registration::zvirt_connection(&config, ssh.as_deref()),
+                ssh_public_key: ssh,
+            };
+            registration::publish(&client, &registration::render(&r)).await
+        }
+        .await;
+        match written {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(secrets = n, "node-manager registration written"),
+            Err(e) => tracing::warn!(error = %e, "node-manager registration not written"),
+        }
+        tokio::time::sleep(Duration::from_secs(period)).await;
+    }
+}
+
+/// The management cluster's API server as this process reaches it: capz's control plane
+/// endpoint for a ZvirtCluster.
+fn api_server(url: &http::Uri) -> Option<(String, i32)> {
+    let host = url
+        .host()?
+        .trim_matches(|c| c == '[' || c == ']')
+        .to_owned();
+    let port = url
+        .port_u16()
+        .unwrap_or(if url.scheme_str() == Some("http") {
+            80
+        } else {
+            443
+        });
+    Some((host, i32::from(port)))
+}
