@@ -73,3 +73,140 @@ pub async fn install(client: &Client, crds: &[CustomResourceDefinition]) {
         .await;
     }
 }
+
+/// The cloud-init every test machine boots with.
+pub const CLOUD_INIT: &str = "#cloud-config\nruncmd:\n- echo 'joined' > /tmp/joined\n";
+
+/// The real `capi --cloud zvirt` for namespace `ns` (its Lease named after it), looking at
+/// VMs on their way every second.
+pub fn spawn_zvirt(kubeconfig: &str, cloud_config: &Path, ns: &str) -> crate::KillOnDrop {
+    crate::KillOnDrop(
+        std::process::Command::new(crate::binary("capi"))
+            .arg("--cloud=zvirt")
+            .arg(format!("--cloud-config={}", cloud_config.display()))
+            .arg(format!("--kubeconfig={kubeconfig}"))
+            .arg(format!("--namespace={ns}"))
+            .arg("--poll-interval=1")
+            .arg(format!("--leader-elect-lease-name={ns}"))
+            .arg(format!(
+                "--metrics-address=127.0.0.1:{}",
+                crate::free_port()
+            ))
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("capi"),
+    )
+}
+
+/// A Cluster API core kind at v1beta2 (the kit's storage version).
+pub fn core(kind: &str, plural: &str) -> kube::core::ApiResource {
+    kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", kind),
+        plural,
+    )
+}
+
+/// The Cluster `zvirt` and its ZvirtCluster for engine cluster `engine_cluster`, owned as
+/// CAPI's cluster controller owns it.
+pub async fn zvirt_cluster(client: &Client, ns: &str, engine_cluster: &str) {
+    use kube::api::{DynamicObject, PostParams};
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &core("Cluster", "clusters"));
+    let cluster = clusters
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "zvirt"},
+                "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "ZvirtCluster", "name": "zvirt"}},
+            }))
+            .expect("cluster"),
+        )
+        .await
+        .expect("create the Cluster");
+    let zcs: Api<overcast_capi::crd::zvirt::ZvirtCluster> = Api::namespaced(client.clone(), ns);
+    zcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1", "kind": "ZvirtCluster",
+            "metadata": {"name": "zvirt", "ownerReferences": [{
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "zvirt",
+                "uid": cluster.uid().expect("uid"), "controller": true,
+            }]},
+            "spec": {"id": engine_cluster},
+        }))
+        .expect("zvirt cluster"),
+    )
+    .await
+    .expect("create the ZvirtCluster");
+}
+
+/// CAPI's cluster controller's part: the Cluster's infrastructure is provisioned.
+pub async fn mark_provisioned(client: &Client, ns: &str) {
+    use kube::api::DynamicObject;
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &core("Cluster", "clusters"));
+    clusters
+        .patch_status(
+            "zvirt",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"initialization": {"infrastructureProvisioned": true}}})),
+        )
+        .await
+        .expect("the Cluster's status");
+}
+
+/// A Machine, its bootstrap Secret and its ZvirtMachine (the template's shape on vNIC
+/// profile `profile`), as a MachineSet makes them.
+pub async fn zvirt_machine(client: &Client, ns: &str, name: &str, profile: &str) {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{DynamicObject, PostParams};
+    use serde_json::json;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": format!("{name}-bootstrap")},
+                "type": "cluster.x-k8s.io/secret",
+                "stringData": {"value": CLOUD_INIT, "format": "cloud-config"},
+            }))
+            .expect("secret"),
+        )
+        .await
+        .expect("create the bootstrap Secret");
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &core("Machine", "machines"));
+    let m = machines
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": "zvirt"}},
+                "spec": {
+                    "clusterName": "zvirt",
+                    "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "ZvirtMachine", "name": name},
+                },
+            }))
+            .expect("machine"),
+        )
+        .await
+        .expect("create the Machine");
+    let zms: Api<overcast_capi::crd::zvirt::ZvirtMachine> = Api::namespaced(client.clone(), ns);
+    zms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1", "kind": "ZvirtMachine",
+            "metadata": {"name": name, "ownerReferences": [{
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": name,
+                "uid": m.uid().expect("uid"), "controller": true, "blockOwnerDeletion": true,
+            }]},
+            "spec": {"template": "ubuntu-2204", "vnicProfileID": profile,
+                     "cpu": {"sockets": 2, "cores": 1, "threads": 1}, "memory": 4096, "rootDiskSizeGb": 30},
+        }))
+        .expect("zvirt machine"),
+    )
+    .await
+    .expect("create the ZvirtMachine");
+}

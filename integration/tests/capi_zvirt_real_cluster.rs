@@ -9,21 +9,20 @@
 //! attached keeps the volume, detached; an engine outage during a delete keeps the
 //! finalizer until the engine answers again. Needs `OVERCAST_TEST_KUBECONFIG`.
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::Method;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::ApiResource;
 use kube::{Client, ResourceExt};
 use overcast_capi::crd::zvirt::{ZvirtCluster, ZvirtMachine};
 use overcast_cloud::{DiskSpec, Disks, Zone};
 use overcast_cloud_zvirt::{Config, EngineDisks, Waits};
+use overcast_integration::capi::{self, CLOUD_INIT};
 use overcast_integration::real::wait_for;
 use overcast_integration::zvirt_sim::{self, Engine, Latency};
-use overcast_integration::{binary, free_port, KillOnDrop};
+use overcast_integration::KillOnDrop;
 use serde_json::{json, Value};
 
 /// This run's namespace: the kit runs no namespace controller, so an earlier run's stays
@@ -33,80 +32,12 @@ fn ns() -> &'static str {
     NS.get_or_init(|| format!("overcast-it-capi-zvirt-{}", std::process::id()))
 }
 const GIB: u64 = 1 << 30;
-const CLOUD_INIT: &str = "#cloud-config\nruncmd:\n- echo 'joined' > /tmp/joined\n";
-
 fn capi(kubeconfig: &str, cloud_config: &std::path::Path) -> KillOnDrop {
-    KillOnDrop(
-        Command::new(binary("capi"))
-            .arg("--cloud=zvirt")
-            .arg(format!("--cloud-config={}", cloud_config.display()))
-            .arg(format!("--kubeconfig={kubeconfig}"))
-            .arg(format!("--namespace={}", ns()))
-            .arg("--poll-interval=1")
-            .arg(format!("--leader-elect-lease-name={}", ns()))
-            .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("capi"),
-    )
+    capi::spawn_zvirt(kubeconfig, cloud_config, ns())
 }
 
-fn core(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", kind),
-        plural,
-    )
-}
-
-/// A Machine, its bootstrap Secret and its ZvirtMachine, as a MachineSet makes them.
 async fn machine(client: &Client, name: &str) {
-    let machines: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns(), &core("Machine", "machines"));
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns());
-    secrets
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": format!("{name}-bootstrap")},
-                "type": "cluster.x-k8s.io/secret",
-                "stringData": {"value": CLOUD_INIT, "format": "cloud-config"},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let m = machines
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": "zvirt"}},
-                "spec": {
-                    "clusterName": "zvirt",
-                    "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
-                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "ZvirtMachine", "name": name},
-                },
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let zms: Api<ZvirtMachine> = Api::namespaced(client.clone(), ns());
-    zms.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1", "kind": "ZvirtMachine",
-            "metadata": {"name": name, "ownerReferences": [{
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": name,
-                "uid": m.uid().unwrap(), "controller": true, "blockOwnerDeletion": true,
-            }]},
-            "spec": {"template": "ubuntu-2204", "vnicProfileID": PROFILE.get().unwrap(),
-                     "cpu": {"sockets": 2, "cores": 1, "threads": 1}, "memory": 4096, "rootDiskSizeGb": 30},
-        }))
-        .unwrap(),
-    )
-    .await
-    .unwrap();
+    capi::zvirt_machine(client, ns(), name, PROFILE.get().unwrap()).await;
 }
 
 static PROFILE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -190,35 +121,10 @@ async fn capi_makes_zvirt_machines_as_capz_does_and_keeps_their_volumes() {
         .to_owned();
 
     // The Cluster and its ZvirtCluster, as node-manager and CAPI's cluster controller make them.
+    capi::zvirt_cluster(&client, ns(), &engine_cluster).await;
     let clusters: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns(), &core("Cluster", "clusters"));
-    let cluster = clusters
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "zvirt"},
-                "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "ZvirtCluster", "name": "zvirt"}},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+        Api::namespaced_with(client.clone(), ns(), &capi::core("Cluster", "clusters"));
     let zcs: Api<ZvirtCluster> = Api::namespaced(client.clone(), ns());
-    zcs.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1", "kind": "ZvirtCluster",
-            "metadata": {"name": "zvirt", "ownerReferences": [{
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "zvirt",
-                "uid": cluster.uid().unwrap(), "controller": true,
-            }]},
-            "spec": {"id": engine_cluster},
-        }))
-        .unwrap(),
-    )
-    .await
-    .unwrap();
     let zms: Api<ZvirtMachine> = Api::namespaced(client.clone(), ns());
     machine(&client, "capi-worker-0").await;
 
