@@ -342,6 +342,16 @@ async fn capi_makes_zvirt_machines_as_capz_does_and_keeps_their_volumes() {
         .expect("the CSI volume was deleted with the VM");
     assert!(kept.attachments.is_empty(), "{kept:?}");
 
+    // A spec.id pointed at another VM (anyone who may edit the object can) does not make
+    // a delete remove that VM: only the Machine's own goes.
+    let bystander = engine.add_vm("bystander");
+    zms.patch(
+        "capi-worker-1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"id": bystander}})),
+    )
+    .await
+    .unwrap();
     // The engine down during a delete: the finalizer stays until it answers.
     engine.set_html(true);
     zms.delete("capi-worker-1", &DeleteParams::default())
@@ -374,6 +384,12 @@ async fn capi_makes_zvirt_machines_as_capz_does_and_keeps_their_volumes() {
         .json("it", Method::GET, &format!("/vms/{}", second.spec.id), None)
         .await
         .is_err());
+    assert!(
+        e.json("it", Method::GET, &format!("/vms/{bystander}"), None)
+            .await
+            .is_ok(),
+        "a delete removed the VM spec.id was pointed at"
+    );
     drop(capi_proc);
     let _ = secrets
         .delete("d8-node-manager-cloud-provider", &DeleteParams::default())

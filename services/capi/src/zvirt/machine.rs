@@ -358,21 +358,17 @@ async fn write(zm: &ZvirtMachine, ctx: &Context, pass: &Pass) -> Result<()> {
 }
 
 async fn cleanup(zm: &ZvirtMachine, ctx: &Context) -> Result<Action> {
-    let vm = if !zm.spec.id.is_empty() {
-        Some(Vm {
-            id: zm.spec.id.clone(),
-            name: String::new(),
-            phase: VmPhase::Stopped,
-        })
-    } else {
-        // Not recorded yet (a crash between the create and the write): the VM is the
-        // Machine's name, which the owner reference keeps even once the Machine is gone.
-        match core::owner_machine_name(&zm.metadata) {
-            Some(name) => ctx.vms.find(&name).await?,
-            None => None,
-        }
+    // The VM removed is the one named after the Machine (what this provider made; the
+    // owner reference keeps the name once the Machine is gone), never whatever `spec.id`
+    // says: anyone who may edit the object could point that at another VM.
+    let Some(name) = core::owner_machine_name(&zm.metadata) else {
+        tracing::warn!(machine = %zm.name_any(), "no owner Machine: no VM is removed");
+        return Ok(Action::await_change());
     };
-    if let Some(vm) = vm {
+    if let Some(vm) = ctx.vms.find(&name).await? {
+        if !zm.spec.id.is_empty() && zm.spec.id != vm.id {
+            tracing::warn!(machine = %zm.name_any(), spec_id = %zm.spec.id, vm = %vm.id, "spec.id names another VM than the Machine's: that one is left alone");
+        }
         let removal = ctx.vms.remove(&vm).await?;
         tracing::info!(machine = %zm.name_any(), vm = %vm.id, detached = ?removal.detached, "VM removed, its volumes detached and kept");
     }
