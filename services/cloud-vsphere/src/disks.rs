@@ -20,7 +20,9 @@ use crate::inventory::{properties, View};
 use crate::pbm::Pbm;
 use crate::search;
 use crate::soap::Moref;
-use crate::xml::Element;
+
+mod devices;
+use devices::{attachment, disk_uuid, no_instance, not_found, volume_disks, volume_id};
 
 /// StorageClass parameters upstream's driver reads (`csi.storage.k8s.io/*` are the
 /// provisioner's and never reach a create).
@@ -232,66 +234,6 @@ impl VsphereDisks {
             .await?
             .into_iter()
             .next())
-    }
-}
-
-/// The volumes a VM's devices hold: (volume id, disk UUID) of each virtual disk with a
-/// `vDiskId` (a First Class Disk, as CNS attaches them).
-fn volume_disks(devices: &Element) -> Vec<(String, String)> {
-    devices
-        .children
-        .iter()
-        .filter(|d| d.xsi_type.as_deref() == Some("VirtualDisk"))
-        .filter_map(|d| {
-            let id = d.text_at(&["vDiskId", "id"]).filter(|i| !i.is_empty())?;
-            let uuid = d.text_at(&["backing", "uuid"]).unwrap_or_default();
-            Some((id.to_owned(), disk_uuid(uuid)))
-        })
-        .collect()
-}
-
-/// A disk UUID as CNS answers it: lower-case hex without dashes (the device backing
-/// writes `6000C29x-…`).
-fn disk_uuid(u: &str) -> String {
-    u.chars()
-        .filter(|c| *c != '-')
-        .flat_map(char::to_lowercase)
-        .collect()
-}
-
-fn attachment(node: &str, uuid: &str) -> Attachment {
-    Attachment {
-        node: node.to_owned(),
-        readonly: false,
-        // Upstream's keys, and the WWN our node plugin finds the disk by
-        // (`/dev/disk/by-id/wwn-0x<uuid>`, sysfs `wwid` `naa.<uuid>`).
-        publish_context: BTreeMap::from([
-            (CTX_DISK_UUID.to_owned(), uuid.to_owned()),
-            (CTX_TYPE.to_owned(), BLOCK_VOLUME_TYPE.to_owned()),
-            (overcast_cloud::publish::WWN.to_owned(), uuid.to_owned()),
-        ]),
-    }
-}
-
-/// A CNS volume id: a UUID (anything else names no volume of ours and is never sent).
-fn volume_id(id: &str) -> bool {
-    id.len() == 36
-        && id.chars().enumerate().all(|(i, c)| {
-            matches!(i, 8 | 13 | 18 | 23) == (c == '-') && (c == '-' || c.is_ascii_hexdigit())
-        })
-}
-
-fn not_found(id: &str) -> CloudError {
-    CloudError::NotFound {
-        kind: "volume",
-        id: id.to_owned(),
-    }
-}
-
-fn no_instance(node: &str) -> CloudError {
-    CloudError::NotFound {
-        kind: "instance",
-        id: node.to_owned(),
     }
 }
 

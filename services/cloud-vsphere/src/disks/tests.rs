@@ -1,4 +1,5 @@
 use super::*;
+use crate::xml::Element;
 
 #[test]
 fn volume_ids_are_uuids_and_disk_uuids_are_plain_hex() {
