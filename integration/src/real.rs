@@ -226,9 +226,14 @@ pub async fn as_account(admin: &Config, token: &str) -> Client {
 
 /// Applies the local overlay's accounts, roles, bindings and CRD, as a cluster admin would.
 pub async fn apply_rbac(c: &Client) {
+    apply_rbac_of(c, "local").await
+}
+
+/// [`apply_rbac`] with the overlay `overlay`'s.
+pub async fn apply_rbac_of(c: &Client, overlay: &str) {
     let dir = kustomizations("overlays")
         .into_iter()
-        .find(|d| d.ends_with("local"))
+        .find(|d| d.ends_with(overlay))
         .expect("helper");
     let m = Manifests::load(&dir).expect("helper");
     let params = PatchParams::apply("overcast-identity-test").force();

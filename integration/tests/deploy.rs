@@ -1253,9 +1253,16 @@ fn rbac_grants_exactly_the_api_calls_each_service_makes() {
                 let Some(program) = c.command.iter().flatten().next() else {
                     continue;
                 };
+                // vSphere's ccm and discoverer also read upstream's credentials Secret.
+                let credentials: &[ApiCall] = match cloud.as_str() {
+                    "vsphere" => overcast_cloud_vsphere::credentials::API_CALLS,
+                    _ => &[],
+                };
                 let calls: &[ApiCall] = match program.rsplit('/').next() {
                     // A node plugin that reads its zone from its Node (DVP's).
-                    Some("csi") if pod.name == "overcast-csi-node" && zone_from_labels(&cloud) => {
+                    Some("csi")
+                        if pod.name == "overcast-csi-node" && zone_from_labels(&cloud, &m) =>
+                    {
                         overcast_csi::api_calls::NODE_ZONE_FROM_LABELS
                     }
                     // The driver and the registrar talk to no API: they hold no token.
@@ -1282,7 +1289,10 @@ fn rbac_grants_exactly_the_api_calls_each_service_makes() {
                     .or_default()
                     .push(format!("{}/{}", pod.name, c.name));
                 let mut have = grants(&m, &pod.namespace, &account);
-                let mut want = expected(&[calls]);
+                let mut want = match program.rsplit('/').next() {
+                    Some("ccm" | "discoverer") => expected(&[calls, credentials]),
+                    _ => expected(&[calls]),
+                };
                 have.sort();
                 have.dedup();
                 want.sort();
@@ -1320,7 +1330,7 @@ fn rbac_grants_exactly_the_api_calls_each_service_makes() {
         }
         // Elsewhere the node plugin talks to no API: no token, no bindings.
         let node = m.pod("overcast-csi-node");
-        if !zone_from_labels(&cloud) {
+        if !zone_from_labels(&cloud, &m) {
             assert_eq!(node.spec.automount_service_account_token, Some(false));
             assert!(grants(
                 &m,
@@ -1332,14 +1342,21 @@ fn rbac_grants_exactly_the_api_calls_each_service_makes() {
     }
 }
 
-/// Whether the node plugin of `cloud` learns its zone from its Node's labels (its cloud
-/// tells it nothing about its place).
-fn zone_from_labels(cloud: &str) -> bool {
+/// Whether the overlay's node plugin reads its place from its Node, given the
+/// overlay's own cloud-config (vSphere's decides by its `[Labels]`).
+fn zone_from_labels(cloud: &str, m: &Manifests) -> bool {
     let Ok(name) = cloud.parse::<overcast_cloud::CloudName>() else {
         return false;
     };
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = overcast_clouds::Settings::new(name);
+    if let Some(text) = cloud_config(m) {
+        let path = dir.path().join("cloud-config");
+        std::fs::write(&path, text).unwrap();
+        s.cloud_config = Some(path);
+    }
     matches!(
-        overcast_clouds::node_identity(&overcast_clouds::Settings::new(name)),
+        overcast_clouds::node_identity(&s),
         Ok(overcast_clouds::NodeIdentity { zone: None, .. })
     )
 }
@@ -1502,4 +1519,12 @@ fn the_secret_policy_admits_what_the_discoverer_writes_and_refuses_a_token_secre
     // Nobody else is this policy's business.
     assert!(admitted("system:serviceaccount:kube-system:other", &attack));
     assert!(admitted("admin", &attack));
+}
+
+/// The overlay's cloud-config text.
+fn cloud_config(m: &Manifests) -> Option<String> {
+    m.secrets
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some("overcast-cloud-config"))
+        .and_then(|s| s.string_data.as_ref()?.get("cloud-config").cloned())
 }

@@ -77,3 +77,5 @@ mod instances;
 mod inventory;
 /// Shaping vcsim's inventory.
 mod sim;
+/// Volume topology: zones from tags, datastores every host of a zone mounts.
+mod topology;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use overcast_cloud::{Cloud, CloudName, Zone};
-use overcast_provider::{NodeIdentity, Provider, Role, Settings};
+use overcast_provider::{NodeIdentity, Provider, Role, Settings, TopologyAliases};
 
 use crate::{
     CinderDisks, Config, NeutronRoutes, NovaInstances, OctaviaLoadBalancers, OpenStackDiscovery,
@@ -39,8 +39,11 @@ impl Provider for Openstack {
     }
 
     /// cinder-csi-plugin's key, so the PVs it made keep scheduling after a switch.
-    fn zone_key_aliases(&self) -> &'static [&'static str] {
-        &["topology.cinder.csi.openstack.org/zone"]
+    fn topology_aliases(&self, _s: &Settings) -> anyhow::Result<TopologyAliases> {
+        Ok(TopologyAliases {
+            zone: vec!["topology.cinder.csi.openstack.org/zone".to_owned()],
+            region: Vec::new(),
+        })
     }
 
     /// `[BlockStorage] node-volume-attach-limit` (read alone, so a node plugin given a

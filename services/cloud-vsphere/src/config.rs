@@ -96,6 +96,10 @@ pub struct Config {
     /// `[Labels]`: the tag categories naming regions and zones.
     pub region_category: Option<String>,
     pub zone_category: Option<String>,
+    /// `[Labels] topology-categories` (vsphere-csi-driver's newer form): the categories
+    /// whose tags the CSI topology carries as `topology.csi.vmware.com/<category>`. Each
+    /// is the zone or the region category (checked when read).
+    pub topology_categories: Vec<String>,
     pub nodes: Nodes,
     pub unknown: Vec<String>,
 }
@@ -141,6 +145,47 @@ impl Config {
                 why,
             },
         })
+    }
+}
+
+/// vsphere-csi-driver's key for each `topology-categories` entry.
+pub const CSI_TOPOLOGY_DOMAIN: &str = "topology.csi.vmware.com";
+/// Its keys with `zone` and `region` alone (`[Labels]` without `topology-categories`).
+pub const LEGACY_ZONE_KEY: &str = "failure-domain.beta.kubernetes.io/zone";
+pub const LEGACY_REGION_KEY: &str = "failure-domain.beta.kubernetes.io/region";
+
+impl Config {
+    /// The keys under which vsphere-csi-driver's topology named the zone and the
+    /// region with this configuration, so the PVs it made keep scheduling after a
+    /// switch: `topology.csi.vmware.com/<category>` per `topology-categories` entry;
+    /// else, with both `zone` and `region`, the beta failure-domain keys; else none.
+    pub fn topology_aliases(&self) -> (Vec<String>, Vec<String>) {
+        let (zone, region) = (
+            self.zone_category.as_deref(),
+            self.region_category.as_deref(),
+        );
+        if !self.topology_categories.is_empty() {
+            let keys = |of: Option<&str>| -> Vec<String> {
+                self.topology_categories
+                    .iter()
+                    .filter(|c| Some(c.as_str()) == of)
+                    .map(|c| format!("{CSI_TOPOLOGY_DOMAIN}/{c}"))
+                    .collect()
+            };
+            return (keys(zone), keys(region));
+        }
+        if zone.is_some() && region.is_some() {
+            return (
+                vec![LEGACY_ZONE_KEY.to_owned()],
+                vec![LEGACY_REGION_KEY.to_owned()],
+            );
+        }
+        (Vec::new(), Vec::new())
+    }
+
+    /// Whether volumes and nodes have a place: a zone or region category is set.
+    pub fn zoned(&self) -> bool {
+        self.zone_category.is_some() || self.region_category.is_some()
     }
 }
 
@@ -358,13 +403,60 @@ fn resolve(mut raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Config,
         internal_network_name: n.internal_vm_network_name.clone(),
         external_network_name: n.external_vm_network_name.clone(),
     };
+    let region_category = raw.labels.region.clone().filter(|v| !v.is_empty());
+    let zone_category = raw.labels.zone.clone().filter(|v| !v.is_empty());
+    let topology_categories = topology_categories(
+        raw.labels.topology_categories.as_deref(),
+        zone_category.as_deref(),
+        region_category.as_deref(),
+    )
+    .map_err(Resolve::Invalid)?;
     Ok(Config {
         vcenters,
-        region_category: raw.labels.region.clone().filter(|v| !v.is_empty()),
-        zone_category: raw.labels.zone.clone().filter(|v| !v.is_empty()),
+        region_category,
+        zone_category,
+        topology_categories,
         nodes,
         unknown: raw.unknown,
     })
+}
+
+/// `topology-categories`, each of which must be the zone or the region category: a
+/// volume's place here is a zone and a region (upstream takes up to five categories of
+/// any meaning; a third level is refused, saying so, rather than dropped).
+fn topology_categories(
+    list: Option<&str>,
+    zone: Option<&str>,
+    region: Option<&str>,
+) -> Result<Vec<String>, String> {
+    let list: Vec<String> = list
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if list.is_empty() {
+        return Ok(list);
+    }
+    if zone.is_none() && region.is_none() {
+        return Err(format!(
+            "[Labels] topology-categories {list:?} needs zone = and region = too (the \
+             categories of zone and region tags, as the ccm reads them), so that each \
+             category is known to be a zone or a region"
+        ));
+    }
+    if let Some(other) = list
+        .iter()
+        .find(|c| Some(c.as_str()) != zone && Some(c.as_str()) != region)
+    {
+        return Err(format!(
+            "[Labels] topology-categories names {other:?}, which is neither the zone \
+             category ({zone:?}) nor the region category ({region:?}): topology here is a \
+             zone and a region"
+        ));
+    }
+    Ok(list)
 }
 
 #[cfg(test)]

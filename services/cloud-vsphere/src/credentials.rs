@@ -12,6 +12,20 @@ use k8s_openapi::api::core::v1::Secret;
 use overcast_cloud::CloudError;
 use tokio::sync::OnceCell;
 
+/// The credentials Secret upstream's manifests name (`secret-name` /
+/// `secret-namespace`), which the vsphere overlay's Role lets the ccm and the
+/// discoverer read, and nothing else.
+pub const UPSTREAM_SECRET: (&str, &str) = ("kube-system", "vsphere-cloud-secret");
+
+/// What reading it costs in RBAC (`deploy/overlays/vsphere/credentials-rbac.yaml`).
+pub const API_CALLS: &[overcast_kube::ApiCall] = &[overcast_kube::ApiCall {
+    group: "",
+    resource: "secrets",
+    verbs: &["get"],
+    namespace: Some(UPSTREAM_SECRET.0),
+    names: &[UPSTREAM_SECRET.1],
+}];
+
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credential {
     pub user: String,

@@ -4,7 +4,9 @@
 //! recorded with this cluster's id so it is found by name again; whether and where it is
 //! attached is read, as upstream's `IsDiskAttached` does, from the VMs' virtual disks
 //! (`vDiskId` = the volume id, `backing.uuid` = the disk UUID the guest sees) — never from
-//! memory, so a restart or a second controller agrees.
+//! memory, so a restart or a second controller agrees. With zone and region tag
+//! categories configured, a volume goes where its zone's hosts all reach
+//! ([`placement`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -22,7 +24,12 @@ use crate::search;
 use crate::soap::Moref;
 
 mod devices;
+pub mod placement;
 use devices::{attachment, disk_uuid, no_instance, not_found, volume_disks, volume_id};
+use placement::{same_url, Places, Topology};
+
+use crate::config::Config;
+use crate::tags::Tags;
 
 /// StorageClass parameters upstream's driver reads (`csi.storage.k8s.io/*` are the
 /// provisioner's and never reach a create).
@@ -54,8 +61,18 @@ struct Inventory {
     vms: BTreeMap<String, Moref>,
     /// Volume id → (node name, disk UUID) of each VM holding it.
     attached: HashMap<String, Vec<(String, String)>>,
-    /// Accessible datastores: (reference, url, free bytes).
-    datastores: Vec<(Moref, String, u64)>,
+    /// Accessible datastores.
+    datastores: Vec<placement::Datastore>,
+}
+
+impl Inventory {
+    /// Its datastores as places without zones (each is everywhere).
+    fn places(self) -> Places {
+        Places {
+            hosts: Vec::new(),
+            datastores: self.datastores,
+        }
+    }
 }
 
 pub struct VsphereDisks {
@@ -69,11 +86,23 @@ pub struct VsphereDisks {
     creating: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     /// The tasks of creates under way, for a retry to wait on ([`InFlight`]).
     in_flight: InFlight,
+    /// Zones from tags, when the configuration names their categories.
+    topology: Option<Topology>,
 }
 
 impl VsphereDisks {
     pub fn new(cns: Cns, cluster_id: String, max_attachments: u64) -> Self {
-        let view = View::new(Arc::clone(cns.vcenter()), &["VirtualMachine", "Datastore"]);
+        let view = View::new(
+            Arc::clone(cns.vcenter()),
+            &[
+                "VirtualMachine",
+                "Datastore",
+                "HostSystem",
+                "ComputeResource",
+                "Folder",
+                "Datacenter",
+            ],
+        );
         Self {
             pbm: Pbm::new(Arc::clone(cns.vcenter())),
             cns,
@@ -82,6 +111,26 @@ impl VsphereDisks {
             max_attachments,
             creating: Mutex::new(HashMap::new()),
             in_flight: InFlight::new(None),
+            topology: None,
+        }
+    }
+
+    /// Volumes placed by zone when `config`'s `[Labels]` names a zone or region
+    /// category (as the ccm places nodes); without, every volume is usable everywhere.
+    pub fn with_topology(mut self, config: &Config) -> Self {
+        self.topology = config.zoned().then(|| Topology {
+            zone_category: config.zone_category.clone(),
+            region_category: config.region_category.clone(),
+            tags: Tags::new(Arc::clone(self.cns.vcenter())),
+        });
+        self
+    }
+
+    /// Hosts, datastores and zones, when volumes have places.
+    async fn places(&self) -> Result<Option<Places>> {
+        match &self.topology {
+            Some(t) => Ok(Some(t.read(&self.view).await?)),
+            None => Ok(None),
         }
     }
 
@@ -148,8 +197,12 @@ impl VsphereDisks {
                         .text_at(&["freeSpace"])
                         .and_then(|v| v.parse().ok())
                         .unwrap_or(0);
-                    let url = s.text_at(&["url"]).unwrap_or_default().to_owned();
-                    inv.datastores.push((p.obj.clone(), url, free));
+                    let url = s.text_at(&["url"]).unwrap_or_default();
+                    inv.datastores.push(placement::Datastore {
+                        moref: p.obj.clone(),
+                        url: url.trim_end_matches('/').to_owned(),
+                        free,
+                    });
                 }
                 continue;
             }
@@ -183,7 +236,18 @@ impl VsphereDisks {
         Ok(self.read(Parts::Vms).await?.vms.get(node).cloned())
     }
 
-    fn disk_of(&self, v: Volume, inv: &Inventory) -> Disk {
+    /// `v` as a disk, placed where `places` say its datastore is reached (`prefer`:
+    /// the zone it was made for, among several).
+    fn disk_of(
+        &self,
+        v: Volume,
+        inv: &Inventory,
+        places: Option<&Places>,
+        prefer: Option<&Zone>,
+    ) -> Disk {
+        let zone = places
+            .map(|p| p.zone_of(&v.datastore_url, prefer))
+            .unwrap_or_default();
         let attachments = inv
             .attached
             .get(&v.id)
@@ -199,7 +263,7 @@ impl VsphereDisks {
             id: v.id,
             name: v.name,
             size_bytes: v.capacity_mb * MIB,
-            zone: Zone::default(),
+            zone,
             parameters: BTreeMap::new(),
             metadata: v.metadata,
             attachments,
@@ -239,8 +303,15 @@ impl VsphereDisks {
 
 #[async_trait]
 impl Disks for VsphereDisks {
+    /// The zones hosts are tagged with; none known (no categories, no tags): one
+    /// zone that is everywhere.
     async fn zones(&self) -> Result<Vec<Zone>> {
-        Ok(vec![Zone::default()])
+        let zones = self.places().await?.map(|p| p.zones()).unwrap_or_default();
+        Ok(if zones.is_empty() {
+            vec![Zone::default()]
+        } else {
+            zones
+        })
     }
 
     fn size_granularity(&self) -> u64 {
@@ -290,34 +361,52 @@ impl Disks for VsphereDisks {
         // was restarted): its task decides, no second create is started.
         if let Some(task) = self.in_flight.get(&spec.name) {
             if let Some(v) = self.awaited(&spec.name, task).await? {
-                return Ok(self.disk_of(v, &Inventory::default()));
+                let places = self.places().await?;
+                return Ok(self.disk_of(
+                    v,
+                    &Inventory::default(),
+                    places.as_ref(),
+                    Some(&spec.zone),
+                ));
             }
         }
         if let Some(v) = self.by_name(&spec.name).await? {
             let inv = self.read(Parts::Vms).await?;
-            return Ok(self.disk_of(v, &inv));
+            let places = self.places().await?;
+            return Ok(self.disk_of(v, &inv, places.as_ref(), Some(&spec.zone)));
         }
-        let inv = self.read(Parts::Datastores).await?;
+        let places = match self.places().await? {
+            Some(p) => p,
+            None => self.read(Parts::Datastores).await?.places(),
+        };
         let url = spec
             .parameters
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(PARAM_DATASTORE_URL))
-            .map(|(_, v)| v.trim_end_matches('/').to_owned());
-        let datastores: Vec<Moref> = inv
-            .datastores
-            .iter()
-            .filter(|(_, u, _)| {
-                url.as_deref()
-                    .is_none_or(|want| u.trim_end_matches('/') == want)
-            })
-            .map(|(m, _, _)| m.clone())
+            .map(|(_, v)| v.as_str());
+        let mut candidates: Vec<&placement::Datastore> = places
+            .shared(&spec.zone)
+            .into_iter()
+            .filter(|d| url.is_none_or(|u| same_url(&d.url, u)))
             .collect();
-        if datastores.is_empty() {
+        if candidates.is_empty() {
+            let place = format!("{}/{}", spec.zone.region, spec.zone.zone);
             return Err(match url {
-                Some(u) => CloudError::InvalidArgument(format!(
-                    "{PARAM_DATASTORE_URL} {u:?} names no accessible datastore"
+                Some(u) if !places.datastores.iter().any(|d| same_url(&d.url, u)) => {
+                    CloudError::InvalidArgument(format!(
+                        "{PARAM_DATASTORE_URL} {u:?} names no accessible datastore"
+                    ))
+                }
+                // The CSI spec's code for "cannot be made in the accessible topology".
+                Some(u) => CloudError::ResourceExhausted(format!(
+                    "{PARAM_DATASTORE_URL} {u:?} is not mounted on every host of zone {place}"
                 )),
-                None => CloudError::ResourceExhausted("no accessible datastore".into()),
+                None if spec.zone == Zone::default() => {
+                    CloudError::ResourceExhausted("no accessible datastore".into())
+                }
+                None => CloudError::ResourceExhausted(format!(
+                    "no accessible datastore is mounted on every host of zone {place}"
+                )),
             });
         }
         // A storage policy by name (upstream's `storagepolicyname`), as its profile id.
@@ -341,6 +430,14 @@ impl Disks for VsphereDisks {
             ),
             None => None,
         };
+        // With a policy, CNS picks among the candidates the one that complies; without,
+        // the freest is named alone (one datastore is one volume: vcsim makes one on each
+        // datastore it is given).
+        if profile_id.is_none() {
+            candidates.sort_by_key(|d| std::cmp::Reverse(d.free));
+            candidates.truncate(1);
+        }
+        let datastores: Vec<Moref> = candidates.iter().map(|d| d.moref.clone()).collect();
         let user = self.cns.vcenter().credential().await?.user;
         let task = self
             .cns
@@ -363,13 +460,15 @@ impl Disks for VsphereDisks {
                 spec.name
             ))
         })?;
-        Ok(self.disk_of(v, &Inventory::default()))
+        let places = self.topology.is_some().then_some(&places);
+        Ok(self.disk_of(v, &Inventory::default(), places, Some(&spec.zone)))
     }
 
     async fn disk(&self, id: &str) -> Result<Disk> {
         let v = self.volume(id).await?;
         let inv = self.read(Parts::Vms).await?;
-        Ok(self.disk_of(v, &inv))
+        let places = self.places().await?;
+        Ok(self.disk_of(v, &inv, places.as_ref(), None))
     }
 
     async fn disk_by_name(&self, name: &str) -> Result<Option<Disk>> {
@@ -377,7 +476,8 @@ impl Disks for VsphereDisks {
             return Ok(None);
         };
         let inv = self.read(Parts::Vms).await?;
-        Ok(Some(self.disk_of(v, &inv)))
+        let places = self.places().await?;
+        Ok(Some(self.disk_of(v, &inv, places.as_ref(), None)))
     }
 
     async fn list_disks(&self) -> Result<Vec<Disk>> {
@@ -389,7 +489,11 @@ impl Disks for VsphereDisks {
             })
             .await?;
         let inv = self.read(Parts::Vms).await?;
-        Ok(volumes.into_iter().map(|v| self.disk_of(v, &inv)).collect())
+        let places = self.places().await?;
+        Ok(volumes
+            .into_iter()
+            .map(|v| self.disk_of(v, &inv, places.as_ref(), None))
+            .collect())
     }
 
     async fn delete_disk(&self, id: &str) -> Result<()> {
@@ -490,34 +594,27 @@ impl Disks for VsphereDisks {
         Ok(mb * MIB)
     }
 
-    /// The most one volume can get: the freest accessible datastore's space.
-    async fn available_capacity(&self, _zone: Option<&Zone>) -> Result<u64> {
-        let inv = self.read(Parts::Datastores).await?;
-        Ok(inv
-            .datastores
-            .iter()
-            .map(|(_, _, free)| *free)
-            .max()
-            .unwrap_or(0))
+    /// The most one volume can get: the freest datastore's space (in `zone`: of those
+    /// every host of it mounts).
+    async fn available_capacity(&self, zone: Option<&Zone>) -> Result<u64> {
+        self.available_capacity_for(zone, &BTreeMap::new()).await
     }
 
     async fn available_capacity_for(
         &self,
-        _zone: Option<&Zone>,
+        zone: Option<&Zone>,
         parameters: &BTreeMap<String, String>,
     ) -> Result<u64> {
-        let inv = self.read(Parts::Datastores).await?;
+        let places = match self.places().await? {
+            Some(p) => p,
+            None => self.read(Parts::Datastores).await?.places(),
+        };
         let url = parameters
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(PARAM_DATASTORE_URL))
-            .map(|(_, v)| v.trim_end_matches('/'));
-        Ok(inv
-            .datastores
-            .iter()
-            .filter(|(_, u, _)| url.is_none_or(|want| u.trim_end_matches('/') == want))
-            .map(|(_, _, free)| *free)
-            .max()
-            .unwrap_or(0))
+            .map(|(_, v)| v.as_str());
+        let everywhere = Zone::default();
+        Ok(places.free_in(zone.unwrap_or(&everywhere), url))
     }
 
     async fn node_exists(&self, node: &str) -> Result<bool> {

@@ -20,7 +20,7 @@ use crate::config::{Config, IpFamily, Nodes};
 use crate::inventory::View;
 use crate::session::Vcenter;
 use crate::soap::Moref;
-use crate::tags::Tags;
+use crate::tags::{nearest, Tags};
 use crate::vms::{snapshot, Snapshot, Vm, VIEW_TYPES};
 
 pub const PROVIDER: &str = "vsphere";
@@ -120,27 +120,12 @@ impl VsphereInstances {
             chains.insert(vm.moref.clone(), chain);
         }
         let attached = source.tags.attached(&objects).await?;
-        let nearest = |chain: &[Moref], category: &Option<String>| -> String {
-            let Some(category) = category else {
-                return String::new();
-            };
-            chain
-                .iter()
-                .find_map(|m| {
-                    attached
-                        .get(m)?
-                        .iter()
-                        .find(|t| &t.category == category)
-                        .map(|t| t.name.clone())
-                })
-                .unwrap_or_default()
-        };
         Ok(chains
             .into_iter()
             .filter_map(|(vm, chain)| {
                 let zone = Zone {
-                    zone: nearest(&chain, &self.zone_category),
-                    region: nearest(&chain, &self.region_category),
+                    zone: nearest(&chain, &attached, self.zone_category.as_deref()),
+                    region: nearest(&chain, &attached, self.region_category.as_deref()),
                 };
                 (!zone.zone.is_empty() || !zone.region.is_empty()).then_some((vm, zone))
             })

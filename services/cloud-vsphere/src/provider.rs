@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use overcast_cloud::{Cloud, CloudName};
+use overcast_cloud::{Cloud, CloudName, Zone};
 use overcast_cloud_http::HttpSettings;
-use overcast_provider::{NodeIdentity, Provider, Role, Settings};
+use overcast_provider::{NodeIdentity, Provider, Role, Settings, TopologyAliases};
 
 use crate::cns::Cns;
 use crate::config::{Config, Credentials, VirtualCenter};
@@ -93,14 +93,34 @@ impl Provider for Vsphere {
     }
 
     /// The node id is the node name (the VM's guest host name, as the ccm names nodes).
-    /// CNS volumes carry no topology in this build, so the node reports none either: a
-    /// volume is usable on every node (`--zone` gives the node one anyway).
+    /// When the configuration names zone or region tag categories, the node's place is
+    /// the one the ccm labelled its Node with from those tags (`--zone`/`--region` when
+    /// given): the node plugin talks to no vCenter. Without them (or without the file),
+    /// nodes and volumes have no place.
     fn node_identity(&self, s: &Settings) -> anyhow::Result<NodeIdentity> {
+        let zoned = match s.cloud_config.as_deref() {
+            Some(path) => Config::load(Some(path))?.zoned(),
+            None => false,
+        };
         Ok(NodeIdentity {
             node_id: s.node_name(),
-            zone: Some(s.zone_flag().unwrap_or_default()),
+            zone: match s.zone_flag() {
+                Some(z) => Some(z),
+                None if zoned => None,
+                None => Some(Zone::default()),
+            },
             instance_id_from: None,
         })
+    }
+
+    /// vsphere-csi-driver's keys for this configuration's `[Labels]` (see
+    /// [`Config::topology_aliases`]); none without a configuration file.
+    fn topology_aliases(&self, s: &Settings) -> anyhow::Result<TopologyAliases> {
+        let Some(path) = s.cloud_config.as_deref() else {
+            return Ok(TopologyAliases::default());
+        };
+        let (zone, region) = Config::load(Some(path))?.topology_aliases();
+        Ok(TopologyAliases { zone, region })
     }
 
     /// Upstream's 59 volumes a node.
@@ -145,7 +165,8 @@ impl Provider for Vsphere {
                     Cns::new(client),
                     s.cluster.clone(),
                     s.max_attachments_per_node,
-                );
+                )
+                .with_topology(&config);
                 Ok(Cloud {
                     name: CloudName::Vsphere.as_str(),
                     disks: Some(Arc::new(match &s.controller_state_dir {
@@ -177,6 +198,48 @@ impl Provider for Vsphere {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_node_reads_its_place_from_its_node_only_when_tags_name_zones() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = |labels: &str| {
+            let path = dir.path().join("vsphere.conf");
+            std::fs::write(
+                &path,
+                format!("[Global]\nuser = u\npassword = p\n[VirtualCenter \"vc\"]\ndatacenters = DC0\n{labels}"),
+            )
+            .unwrap();
+            let mut s = Settings::new(CloudName::Vsphere);
+            s.cloud_config = Some(path);
+            s
+        };
+        let zoned = conf("[Labels]\nzone = k8s-zone\nregion = k8s-region\ntopology-categories = k8s-zone,k8s-region\n");
+        assert_eq!(PROVIDER.node_identity(&zoned).unwrap().zone, None);
+        let aliases = PROVIDER.topology_aliases(&zoned).unwrap();
+        assert_eq!(aliases.zone, ["topology.csi.vmware.com/k8s-zone"]);
+        assert_eq!(aliases.region, ["topology.csi.vmware.com/k8s-region"]);
+        // `--zone` wins; no categories, or no file: no place, and no API asked.
+        let mut flagged = zoned.clone();
+        flagged.zone = Some("z".into());
+        assert_eq!(
+            PROVIDER.node_identity(&flagged).unwrap().zone.unwrap().zone,
+            "z"
+        );
+        let plain = conf("");
+        assert_eq!(
+            PROVIDER.node_identity(&plain).unwrap().zone,
+            Some(Zone::default())
+        );
+        let none = Settings::new(CloudName::Vsphere);
+        assert_eq!(
+            PROVIDER.node_identity(&none).unwrap().zone,
+            Some(Zone::default())
+        );
+        assert_eq!(
+            PROVIDER.topology_aliases(&none).unwrap(),
+            TopologyAliases::default()
+        );
+    }
 
     #[test]
     fn a_secret_named_in_the_config_is_read_where_the_binary_has_the_api_only() {

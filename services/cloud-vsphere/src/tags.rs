@@ -27,6 +27,29 @@ pub struct Tag {
     pub category: String,
 }
 
+/// The name of the tag in `category` nearest the start of `chain` (an object and its
+/// ancestors, nearest first), as upstream finds a zone; empty when none has one or
+/// there is no category.
+pub fn nearest(
+    chain: &[Moref],
+    attached: &BTreeMap<Moref, Vec<Tag>>,
+    category: Option<&str>,
+) -> String {
+    let Some(category) = category else {
+        return String::new();
+    };
+    chain
+        .iter()
+        .find_map(|m| {
+            attached
+                .get(m)?
+                .iter()
+                .find(|t| t.category == category)
+                .map(|t| t.name.clone())
+        })
+        .unwrap_or_default()
+}
+
 pub struct Tags {
     vc: Arc<Vcenter>,
     session: Mutex<Option<String>>,

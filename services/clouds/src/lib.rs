@@ -5,7 +5,9 @@
 
 use overcast_cloud::{Cloud, CloudName};
 
-pub use overcast_provider::{LocalOptions, NodeIdentity, Provider, Role, Settings};
+pub use overcast_provider::{
+    LocalOptions, NodeIdentity, Provider, Role, Settings, TopologyAliases,
+};
 
 /// The provider of `cloud`.
 pub fn provider(cloud: CloudName) -> &'static dyn Provider {
@@ -30,14 +32,10 @@ pub fn node_identity(s: &Settings) -> anyhow::Result<NodeIdentity> {
     provider(s.cloud).node_identity(s)
 }
 
-/// The keys, beyond `topology.kubernetes.io/zone`, under which a cloud's CSI topology
-/// repeats the zone (the upstream driver's, so the PVs it made keep scheduling).
-pub fn zone_key_aliases(cloud: CloudName) -> Vec<String> {
-    provider(cloud)
-        .zone_key_aliases()
-        .iter()
-        .map(|k| (*k).to_owned())
-        .collect()
+/// The keys, beyond the well-known ones, under which a cloud's CSI topology repeats the
+/// zone and the region (the upstream driver's, so the PVs it made keep scheduling).
+pub fn topology_aliases(s: &Settings) -> anyhow::Result<TopologyAliases> {
+    provider(s.cloud).topology_aliases(s)
 }
 
 /// How many volumes a node of this cloud takes when no flag says.
@@ -98,7 +96,7 @@ mod tests {
         }
         let os = Settings::new(CloudName::Openstack);
         assert_eq!(
-            zone_key_aliases(CloudName::Openstack),
+            topology_aliases(&os).unwrap().zone,
             ["topology.cinder.csi.openstack.org/zone"]
         );
         assert_eq!(default_attach_limit(&os), Some(256));

@@ -76,8 +76,10 @@ impl Driver {
                 poll: std::time::Duration::from_secs(1),
             },
         };
+        let aliases = overcast_clouds::topology_aliases(&settings)?;
         let topology = TopologyKeys {
-            zone_aliases: overcast_clouds::zone_key_aliases(settings.cloud),
+            zone_aliases: aliases.zone,
+            region_aliases: aliases.region,
         };
         let listener = socket::bind(&socket_path)
             .await

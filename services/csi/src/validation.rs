@@ -197,13 +197,15 @@ pub fn size_fits(size: u64, range: Option<&csi::CapacityRange>) -> Result<bool, 
     Ok(size >= required && (limit == 0 || size <= limit))
 }
 
-/// The keys a driver's topology carries: the well-known ones, and the zone again under
-/// the keys of the driver it replaces (cinder-csi-plugin's
-/// `topology.cinder.csi.openstack.org/zone`), so the PVs that driver made keep
-/// scheduling after a switch.
+/// The keys a driver's topology carries: the well-known ones, and the zone and region
+/// again under the keys of the driver it replaces (cinder-csi-plugin's
+/// `topology.cinder.csi.openstack.org/zone`, vsphere-csi-driver's
+/// `topology.csi.vmware.com/<category>`), so the PVs that driver made keep scheduling
+/// after a switch.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TopologyKeys {
     pub zone_aliases: Vec<String>,
+    pub region_aliases: Vec<String>,
 }
 
 impl TopologyKeys {
@@ -212,10 +214,12 @@ impl TopologyKeys {
     pub fn of(&self, zone: &Zone) -> csi::Topology {
         let zone_keys =
             std::iter::once(ZONE_KEY).chain(self.zone_aliases.iter().map(String::as_str));
+        let region_keys =
+            std::iter::once(REGION_KEY).chain(self.region_aliases.iter().map(String::as_str));
         csi::Topology {
             segments: zone_keys
                 .map(|k| (k, &zone.zone))
-                .chain([(REGION_KEY, &zone.region)])
+                .chain(region_keys.map(|k| (k, &zone.region)))
                 .filter(|(_, v)| !v.is_empty())
                 .map(|(k, v)| (k.to_owned(), v.clone()))
                 .collect(),
@@ -232,6 +236,7 @@ impl TopologyKeys {
             ZONE_KEY => zone_agrees(v),
             REGION_KEY => *v == zone.region,
             k if self.zone_aliases.iter().any(|a| a == k) => zone_agrees(v),
+            k if self.region_aliases.iter().any(|a| a == k) => *v == zone.region,
             _ => false,
         })
     }
@@ -426,6 +431,7 @@ mod tests {
     fn a_zone_alias_is_reported_and_understood_like_the_zone_key() {
         let keys = TopologyKeys {
             zone_aliases: vec!["topology.cinder.csi.openstack.org/zone".into()],
+            ..TopologyKeys::default()
         };
         let nova = Zone {
             region: "RegionOne".into(),
@@ -457,9 +463,49 @@ mod tests {
     }
 
     #[test]
+    fn a_region_alias_is_reported_and_understood_like_the_region_key() {
+        // vsphere-csi-driver's topology-categories keys.
+        let keys = TopologyKeys {
+            zone_aliases: vec!["topology.csi.vmware.com/k8s-zone".into()],
+            region_aliases: vec!["topology.csi.vmware.com/k8s-region".into()],
+        };
+        let a = Zone {
+            region: "region-1".into(),
+            zone: "zone-a".into(),
+        };
+        let t = keys.of(&a);
+        assert_eq!(t.segments["topology.csi.vmware.com/k8s-region"], "region-1");
+        assert_eq!(t.segments[REGION_KEY], "region-1");
+        assert_eq!(t.segments.len(), 4);
+        let upstream = |region: &str| csi::Topology {
+            segments: [
+                (
+                    "topology.csi.vmware.com/k8s-zone".to_owned(),
+                    "zone-a".to_owned(),
+                ),
+                (
+                    "topology.csi.vmware.com/k8s-region".to_owned(),
+                    region.to_owned(),
+                ),
+            ]
+            .into(),
+        };
+        assert!(keys.matches(&upstream("region-1"), &a));
+        assert!(!keys.matches(&upstream("region-2"), &a));
+        // A whole region is reached from a zone of it, under the alias too.
+        let whole = Zone {
+            region: "region-1".into(),
+            zone: String::new(),
+        };
+        assert!(keys.matches(&upstream("region-1"), &whole));
+        assert_eq!(keys.of(&whole).segments.len(), 2);
+    }
+
+    #[test]
     fn a_whole_region_is_reached_from_each_of_its_zones_and_nowhere_else() {
         let keys = TopologyKeys {
             zone_aliases: vec!["topology.csi.zvirt.example/zone".into()],
+            ..TopologyKeys::default()
         };
         let dc1 = Zone {
             region: "dc1".into(),

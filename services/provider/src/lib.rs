@@ -36,11 +36,13 @@ pub trait Provider: Sync {
     /// reads another cloud's configuration, and often holds no credentials).
     fn node_identity(&self, s: &Settings) -> anyhow::Result<NodeIdentity>;
 
-    /// The keys, beyond `topology.kubernetes.io/zone`, under which this cloud's CSI
-    /// topology repeats the zone: those of the upstream driver it replaces, so the PVs
-    /// that driver made keep scheduling after a switch.
-    fn zone_key_aliases(&self) -> &'static [&'static str] {
-        &[]
+    /// The keys, beyond `topology.kubernetes.io/zone` and `/region`, under which this
+    /// cloud's CSI topology repeats the zone and the region: those of the upstream
+    /// driver it replaces, so the PVs that driver made keep scheduling after a switch.
+    /// They may depend on the configuration (vSphere's `topology-categories`), which
+    /// the node plugin then reads too.
+    fn topology_aliases(&self, _s: &Settings) -> anyhow::Result<TopologyAliases> {
+        Ok(TopologyAliases::default())
     }
 
     /// How many volumes a node takes when no flag says (`None`: the CSI driver's own
@@ -53,6 +55,14 @@ pub trait Provider: Sync {
     fn default_rescan_on_resize(&self, _s: &Settings) -> bool {
         false
     }
+}
+
+/// Further topology keys naming the zone and the region (see
+/// [`Provider::topology_aliases`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopologyAliases {
+    pub zone: Vec<String>,
+    pub region: Vec<String>,
 }
 
 /// What the CSI node plugin needs to know about its own node, from its own cloud: its

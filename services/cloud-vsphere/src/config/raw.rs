@@ -36,6 +36,9 @@ pub struct RawVc {
 pub struct RawLabels {
     pub zone: Option<String>,
     pub region: Option<String>,
+    /// vsphere-csi-driver's `topology-categories` (comma-separated).
+    #[serde(rename = "topologyCategories")]
+    pub topology_categories: Option<String>,
     #[serde(flatten)]
     pub other: BTreeMap<String, serde::de::IgnoredAny>,
 }
@@ -137,7 +140,7 @@ const VC_KEYS: &[&str] = &[
     "vcenter-ip",
     "server",
 ];
-const LABEL_KEYS: &[&str] = &["region", "zone"];
+const LABEL_KEYS: &[&str] = &["region", "zone", "topology-categories"];
 const NODE_KEYS: &[&str] = &[
     "internal-network-subnet-cidr",
     "external-network-subnet-cidr",
@@ -177,6 +180,7 @@ pub fn ini(text: &str) -> Result<Raw, (usize, String)> {
                 raw.labels = RawLabels {
                     zone: value(s, "zone"),
                     region: value(s, "region"),
+                    topology_categories: value(s, "topology-categories"),
                     other: BTreeMap::new(),
                 }
             }

@@ -153,3 +153,58 @@ fn what_is_missing_or_wrong_is_named() {
     .to_string();
     assert!(e.contains("ipv5"), "{e}");
 }
+
+#[test]
+fn topology_keys_follow_the_labels_form_upstream_read() {
+    let vc = "[Global]\nuser = u\npassword = p\n[VirtualCenter \"vc\"]\ndatacenters = DC0\n";
+    // The newer form: a key per category under vsphere-csi-driver's domain.
+    let c = load(&format!(
+        "{vc}[Labels]\nzone = k8s-zone\nregion = k8s-region\ntopology-categories = k8s-region, k8s-zone\n"
+    ))
+    .unwrap();
+    assert!(c.unknown.is_empty(), "{:?}", c.unknown);
+    assert_eq!(c.topology_categories, ["k8s-region", "k8s-zone"]);
+    assert_eq!(
+        c.topology_aliases(),
+        (
+            vec!["topology.csi.vmware.com/k8s-zone".to_owned()],
+            vec!["topology.csi.vmware.com/k8s-region".to_owned()]
+        )
+    );
+    // Zone and region alone: the beta failure-domain keys; a zone alone: none.
+    let c = load(&format!("{vc}[Labels]\nzone = z\nregion = r\n")).unwrap();
+    assert_eq!(
+        c.topology_aliases(),
+        (
+            vec![LEGACY_ZONE_KEY.to_owned()],
+            vec![LEGACY_REGION_KEY.to_owned()]
+        )
+    );
+    let c = load(&format!("{vc}[Labels]\nzone = z\n")).unwrap();
+    assert!(c.zoned());
+    assert_eq!(c.topology_aliases(), (vec![], vec![]));
+    assert!(!load(vc).unwrap().zoned());
+    // YAML's camelCase key.
+    let c = load(
+        "global:\n  user: u\n  password: p\nvcenter:\n  vc:\n    server: vc\n    datacenters: [DC0]\n\
+         labels:\n  zone: z\n  region: r\n  topologyCategories: z\n",
+    )
+    .unwrap();
+    assert_eq!(c.topology_aliases().0, ["topology.csi.vmware.com/z"]);
+    // A category that is neither, or categories with no zone and region to say which.
+    for (labels, says) in [
+        (
+            "zone = z\nregion = r\ntopology-categories = r,z,rack",
+            "\"rack\"",
+        ),
+        (
+            "topology-categories = k8s-zone",
+            "needs zone = and region =",
+        ),
+    ] {
+        let e = load(&format!("{vc}[Labels]\n{labels}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{e}");
+    }
+}
