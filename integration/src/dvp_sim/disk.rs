@@ -150,12 +150,33 @@ pub(super) async fn reconcile_disk(
         return Ok(());
     }
     let status = vd.status.clone().unwrap_or_default();
+    // A disk from an image waits for it; made, it is at least the image's size.
+    let image =
+        match super::image::datasource(&client, &namespace, vd.spec.data_source.as_ref()).await? {
+            Ok(bytes) => bytes,
+            Err(conditions) => {
+                if status.phase.as_deref().unwrap_or("Pending") == "Pending" {
+                    let reason = |c: &serde_json::Value| c["reason"].clone();
+                    let now: Vec<_> = status.conditions.iter().map(|c| json!(c.reason)).collect();
+                    if now != conditions.iter().map(reason).collect::<Vec<_>>() {
+                        set_status(
+                            api,
+                            &name,
+                            json!({"phase": "Pending", "conditions": conditions}),
+                        )
+                        .await?;
+                    }
+                }
+                return Ok(());
+            }
+        };
     let want = vd
         .spec
         .persistent_volume_claim
         .size
         .as_ref()
         .and_then(|q| api::quantity_bytes(&q.0))
+        .or(image)
         .unwrap_or(0);
     let have = status.capacity.as_deref().and_then(api::quantity_bytes);
     let storage_class = vd

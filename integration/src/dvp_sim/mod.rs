@@ -35,6 +35,9 @@
 //!   [`DvpSim::api_proxy`], standing in for the admission webhook the kit's API server
 //!   does not run — the webhook's refusal of a VirtualDisk name with a `.`.
 //!
+//! - a `VirtualMachine` a provider makes starts as the `vm` controller starts it
+//!   (`vm.rs`), and a disk made from an image waits for it (`image.rs`).
+//!
 //! Everything it makes on the machine (loop devices, files, links) is removed on drop.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -44,7 +47,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Service};
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
@@ -54,12 +57,18 @@ use overcast_cloud_local::loopdev;
 use serde_json::json;
 
 mod disk;
+mod image;
 mod proxy;
+mod sweep;
 mod tenant;
+mod vm;
 mod vmbda;
 
 use disk::reconcile_disk;
+pub use sweep::sweep;
 pub use tenant::{drop_tenant, tenant};
+use vm::reconcile_vm;
+pub use vm::STATIC_ANNOTATION;
 use vmbda::{consumer_node, reconcile_vmbda};
 
 const FINALIZER: &str = "virtualization.deckhouse.io/overcast-sim";
@@ -117,60 +126,6 @@ pub async fn install_crds(client: &Client) {
     }
 }
 
-/// Lets go of what a simulator that stopped mid-test (a failed test) left in namespaces
-/// named `<prefix>*`: its finalizers, then the namespaces. Nothing else acts on them.
-pub async fn sweep(client: &Client, prefix: &str) {
-    let ns: Api<Namespace> = Api::all(client.clone());
-    let Ok(list) = ns.list(&Default::default()).await else {
-        return;
-    };
-    for n in list
-        .items
-        .iter()
-        .map(|n| n.name_any())
-        .filter(|n| n.starts_with(prefix))
-    {
-        let disks: Api<VirtualDisk> =
-            Api::namespaced_with(client.clone(), &n, &api::virtual_disk());
-        let vmbdas: Api<Vmbda> = Api::namespaced_with(client.clone(), &n, &api::vmbda());
-        for v in vmbdas
-            .list(&Default::default())
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default()
-        {
-            let _ = remove_finalizer(&vmbdas, &v).await;
-            let _ = vmbdas.delete(&v.name_any(), &DeleteParams::default()).await;
-        }
-        for d in disks
-            .list(&Default::default())
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default()
-        {
-            let _ = remove_finalizer(&disks, &d).await;
-            let _ = disks.delete(&d.name_any(), &DeleteParams::default()).await;
-        }
-        let _ = ns.delete(&n, &DeleteParams::default()).await;
-    }
-    delete_nodes(client, prefix).await;
-    let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    for pv in pvs
-        .list(&kube::api::ListParams::default().labels(SIM_LABEL))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-    {
-        if pv
-            .labels()
-            .get(SIM_LABEL)
-            .is_some_and(|ns| ns.starts_with(prefix))
-        {
-            let _ = pvs.delete(&pv.name_any(), &DeleteParams::default()).await;
-        }
-    }
-}
-
 /// Faults the simulator plays on demand.
 #[derive(Debug, Default)]
 pub struct Faults {
@@ -180,6 +135,8 @@ pub struct Faults {
     pub held_provisioning: Mutex<HashSet<String>>,
     /// VirtualDisks (by name) whose deletion waits, `Terminating`, until taken out.
     pub held_deletions: Mutex<HashSet<String>>,
+    /// VMs (by name) that go `Degraded` where they would start.
+    pub degraded_vms: Mutex<HashSet<String>>,
     /// The parent's API, as the provider reaches it through [`DvpSim::api_proxy`], is
     /// down: every request answers 503 with an HTML page, as a broken ingress does.
     pub api_down: AtomicBool,
@@ -202,6 +159,8 @@ struct State {
     attached_at: Mutex<HashMap<String, Instant>>,
     /// The last address the parent's load balancer gave.
     next_address: Mutex<u8>,
+    /// The last address a started VM got.
+    next_vm_address: Mutex<u8>,
     faults: Arc<Faults>,
 }
 
@@ -242,6 +201,7 @@ impl DvpSim {
             attached: Mutex::new(BTreeMap::new()),
             attached_at: Mutex::new(HashMap::new()),
             next_address: Mutex::new(0),
+            next_vm_address: Mutex::new(0),
             faults: Arc::clone(&faults),
         });
         let task = tokio::spawn(run(
@@ -274,7 +234,11 @@ impl DvpSim {
         let vm: VirtualMachine = serde_json::from_value(json!({
             "apiVersion": "virtualization.deckhouse.io/v1alpha2",
             "kind": "VirtualMachine",
-            "metadata": {"name": name, "labels": {api::HOSTNAME_LABEL: hostname}},
+            "metadata": {
+                "name": name,
+                "labels": {api::HOSTNAME_LABEL: hostname},
+                "annotations": {STATIC_ANNOTATION: "true"},
+            },
             "spec": {
                 "virtualMachineClassName": "generic",
                 "cpu": {"cores": 2, "coreFraction": "100%"},
@@ -428,6 +392,11 @@ async fn run(client: Client, namespace: String, state: Arc<State>) {
             }
         }
         let disk_list = disk_store.state();
+        for vm in &vm_list {
+            if let Err(e) = reconcile_vm(&vms, vm, &disk_list, &state).await {
+                eprintln!("dvp-sim: VirtualMachine {}: {e}", vm.name_any());
+            }
+        }
         for v in vmbda_store.state() {
             if let Err(e) = reconcile_vmbda(&vmbdas, &vms, &v, &vm_list, &disk_list, &state).await {
                 eprintln!("dvp-sim: VMBDA {}: {e}", v.name_any());

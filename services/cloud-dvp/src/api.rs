@@ -53,6 +53,12 @@ pub fn vmbda() -> ApiResource {
 pub fn virtual_machine() -> ApiResource {
     resource("VirtualMachine", "virtualmachines")
 }
+pub fn cluster_virtual_image() -> ApiResource {
+    resource("ClusterVirtualImage", "clustervirtualimages")
+}
+pub fn virtual_image() -> ApiResource {
+    resource("VirtualImage", "virtualimages")
+}
 pub fn virtual_machine_class() -> ApiResource {
     resource("VirtualMachineClass", "virtualmachineclasses")
 }
@@ -80,7 +86,12 @@ pub struct Condition {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualDiskSpec {
+    #[serde(default)]
     pub persistent_volume_claim: DiskClaim,
+    /// Where its content comes from (`{type: ObjectRef, objectRef: {kind, name}}` for an
+    /// image); absent for a blank disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_source: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -174,6 +185,17 @@ pub struct VmSpec {
     pub run_policy: Option<String>,
     #[serde(default)]
     pub block_device_refs: Vec<BlockDeviceRef>,
+    /// `{type: UserDataRef, userDataRef: {kind: Secret, name}}` for a cloud-init Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootloader: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_paravirtualization: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_migration_policy: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

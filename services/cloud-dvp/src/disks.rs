@@ -287,6 +287,7 @@ impl Disks for DvpDisks {
                                 .get(STORAGE_CLASS_PARAMETER)
                                 .cloned(),
                         },
+                        data_source: None,
                     },
                 );
                 vd.metadata.labels = Some(BTreeMap::from([(

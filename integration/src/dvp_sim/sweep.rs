@@ -1,0 +1,72 @@
+//! What a simulator that stopped mid-test leaves behind, let go of.
+
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume};
+use kube::api::DeleteParams;
+use kube::{Api, Client, ResourceExt};
+use overcast_cloud_dvp::api::{self, VirtualDisk, VirtualMachine, Vmbda};
+
+use super::{delete_nodes, remove_finalizer, SIM_LABEL};
+
+/// Lets go of what a simulator that stopped mid-test (a failed test) left in namespaces
+/// named `<prefix>*`: its finalizers, then the namespaces. Nothing else acts on them.
+pub async fn sweep(client: &Client, prefix: &str) {
+    let ns: Api<Namespace> = Api::all(client.clone());
+    let Ok(list) = ns.list(&Default::default()).await else {
+        return;
+    };
+    for n in list
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .filter(|n| n.starts_with(prefix))
+    {
+        let disks: Api<VirtualDisk> =
+            Api::namespaced_with(client.clone(), &n, &api::virtual_disk());
+        let vmbdas: Api<Vmbda> = Api::namespaced_with(client.clone(), &n, &api::vmbda());
+        let vms: Api<VirtualMachine> =
+            Api::namespaced_with(client.clone(), &n, &api::virtual_machine());
+        for v in vms
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let _ = remove_finalizer(&vms, &v).await;
+        }
+        for v in vmbdas
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let _ = remove_finalizer(&vmbdas, &v).await;
+            let _ = vmbdas.delete(&v.name_any(), &DeleteParams::default()).await;
+        }
+        for d in disks
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let _ = remove_finalizer(&disks, &d).await;
+            let _ = disks.delete(&d.name_any(), &DeleteParams::default()).await;
+        }
+        let _ = ns.delete(&n, &DeleteParams::default()).await;
+    }
+    delete_nodes(client, prefix).await;
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    for pv in pvs
+        .list(&kube::api::ListParams::default().labels(SIM_LABEL))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        if pv
+            .labels()
+            .get(SIM_LABEL)
+            .is_some_and(|ns| ns.starts_with(prefix))
+        {
+            let _ = pvs.delete(&pv.name_any(), &DeleteParams::default()).await;
+        }
+    }
+}
