@@ -114,7 +114,7 @@ async fn main() {
         }
         tokio::time::sleep(poll).await;
     }
-    vms.start(&vm, &spec).await.unwrap();
+    vms.start(&vm, &spec, &[]).await.unwrap();
     while vms
         .addresses(&vm)
         .await

@@ -28,6 +28,8 @@ static PARENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The create and naming rules as the real virtualization controller and webhooks set them.
 mod create_rules;
+/// The Cluster API provider's VMs.
+mod machines;
 
 fn waits(attach: Duration) -> Waits {
     Waits {

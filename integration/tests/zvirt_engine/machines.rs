@@ -92,12 +92,12 @@ async fn a_machine_s_vm_is_made_started_and_removed_without_its_volumes() {
 
     // Finished and started once the copy is done; a start while locked is refused.
     assert!(
-        vms.start(&vm, &spec).await.is_err(),
+        vms.start(&vm, &spec, &[]).await.is_err(),
         "started while image_locked"
     );
     wait_phase(&vms, "capi-worker-0", VmPhase::Stopped).await;
     let vm = vms.find("capi-worker-0").await.unwrap().unwrap();
-    vms.start(&vm, &spec).await.unwrap();
+    vms.start(&vm, &spec, &[]).await.unwrap();
     let nics = get(&e, &format!("/vms/{}/nics", vm.id)).await;
     let nics: Vec<&Value> = nics["nic"].as_array().unwrap().iter().collect();
     assert_eq!(nics.len(), 1, "{nics:?}");

@@ -303,7 +303,7 @@ impl Machines for EngineVms {
         Ok(to_vm(&made))
     }
 
-    async fn start(&self, vm: &Vm, spec: &VmSpec) -> Result<()> {
+    async fn start(&self, vm: &Vm, spec: &VmSpec, _bootstrap: &[u8]) -> Result<()> {
         self.grow_root_disk(&vm.id, spec.root_disk_gib).await?;
         self.ensure_nic(&vm.id, &spec.nic_name, &spec.vnic_profile_id)
             .await?;

@@ -53,9 +53,10 @@ pub trait Machines: Send + Sync {
     /// that name made meanwhile is the cloud's AlreadyExists.
     async fn create(&self, name: &str, spec: &Self::Spec, bootstrap: &[u8]) -> Result<Vm>;
 
-    /// Finishes a made, stopped VM as `spec` says (what the cloud cannot set at creation)
-    /// and starts it. Each part is skipped when it is already so.
-    async fn start(&self, vm: &Vm, spec: &Self::Spec) -> Result<()>;
+    /// Finishes a made VM as `spec` says (what the cloud cannot set at creation, or a part
+    /// an interrupted create left out, made with `bootstrap`) and starts it. Each part is
+    /// skipped when it is already so.
+    async fn start(&self, vm: &Vm, spec: &Self::Spec, bootstrap: &[u8]) -> Result<()>;
 
     /// The guest's addresses (loopback and link-local left out); empty until it reports.
     async fn addresses(&self, vm: &Vm) -> Result<Vec<IpAddr>>;

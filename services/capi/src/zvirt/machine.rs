@@ -228,7 +228,7 @@ async fn step(
         VmPhase::Stopped => {
             let cluster_id = engine_cluster(ctx, &ns, &cluster).await?;
             let spec = vm_spec(&zm.spec, &cluster_id, &name);
-            match ctx.vms.start(&vm, &spec).await {
+            match ctx.vms.start(&vm, &spec, &[]).await {
                 Ok(()) => {
                     tracing::info!(machine = %name, vm = %vm.id, "VM finished and started");
                     mark(

@@ -1,0 +1,285 @@
+//! The parent's VMs as the Cluster API provider makes them (`overcast_cloud_dvp::ParentVms`),
+//! on the simulated parent: made as capdvp makes them, waiting for their image, started
+//! by DVP once their disks and Secret are there, a Secret lost mid-create made again,
+//! a Degraded VM failed, and removal detaching a user's disk (kept) and taking the VM
+//! with its own disks and Secret.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::DynamicObject;
+use overcast_cloud::machines::{Machines, VmPhase};
+use overcast_cloud_dvp::machines::{ParentVms, VmSpec};
+
+use super::*;
+
+const GIB: u64 = 1 << 30;
+
+fn vm_spec(image: &str, cluster_uuid: &str) -> VmSpec {
+    VmSpec {
+        class: "generic".into(),
+        cores: 2,
+        core_fraction: "100%".into(),
+        memory: "4Gi".into(),
+        bootloader: "EFI".into(),
+        run_policy: "AlwaysOnUnlessStoppedManually".into(),
+        live_migration_policy: "PreferSafe".into(),
+        image_kind: "ClusterVirtualImage".into(),
+        image_name: image.into(),
+        root_disk_bytes: GIB,
+        root_disk_storage_class: None,
+        additional_disks: vec![(GIB / 2, None)],
+        cluster_uuid: cluster_uuid.into(),
+    }
+}
+
+/// The `Ready` condition's reason of a disk, and the VM's conditions' reasons.
+async fn disk_reason(world: &World, name: &str) -> Option<String> {
+    let d = world.parent.disks().get_opt(name).await.ok()??;
+    d.status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")?
+        .reason
+}
+
+async fn vm_condition(world: &World, name: &str, type_: &str) -> Option<(String, String)> {
+    let vm = world.parent.vms().get_opt(name).await.ok()??;
+    let c = vm
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)?;
+    Some((c.reason.unwrap_or_default(), c.message.unwrap_or_default()))
+}
+
+async fn phase(vms: &ParentVms, name: &str) -> Option<VmPhase> {
+    vms.find(name).await.ok()?.map(|v| v.phase)
+}
+
+#[tokio::test]
+async fn a_machine_s_vm_is_made_started_repaired_and_removed_with_its_parts() {
+    let _turn = PARENT.lock().await;
+    let Some(world) = World::new("the DVP machines test", "machines").await else {
+        return;
+    };
+    let pid = std::process::id();
+    let image = format!("overcast-it-ubuntu-{pid}");
+    let slow_image = format!("overcast-it-slow-{pid}");
+    let vms = ParentVms::new(world.parent.clone());
+    let machine = vm_spec(&image, "c0ffee00-uuid");
+
+    // Made before its image exists: the VM and its parts as capdvp makes them; the boot
+    // disk waits for the image, the VM for its disks.
+    let vm = vms
+        .create("capi-w-1", &machine, b"#cloud-config\nhostname: capi-w-1\n")
+        .await
+        .expect("create");
+    assert_eq!(vm.phase, VmPhase::Creating);
+    assert!(
+        vms.create("capi-w-1", &machine, b"").await.is_err(),
+        "a second create of the name is the parent's refusal"
+    );
+    let obj: DynamicObject = world
+        .parent
+        .dynamic(&overcast_cloud_dvp::api::virtual_machine(), true)
+        .get("capi-w-1")
+        .await
+        .unwrap();
+    let labels = obj.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels["deckhouse.io/managed-by"], "deckhouse");
+    assert_eq!(labels["dvp.deckhouse.io/cluster-uuid"], "c0ffee00-uuid");
+    assert_eq!(labels["dvp.deckhouse.io/hostname"], "capi-w-1");
+    let s = &obj.data["spec"];
+    assert_eq!(
+        s["provisioning"]["userDataRef"]["name"],
+        "cloud-init-capi-w-1"
+    );
+    assert_eq!(s["runPolicy"], "AlwaysOnUnlessStoppedManually");
+    assert_eq!(s["cpu"]["coreFraction"], "100%");
+    assert_eq!(
+        s["blockDeviceRefs"],
+        serde_json::json!([
+            {"kind": "VirtualDisk", "name": "capi-w-1-boot"},
+            {"kind": "VirtualDisk", "name": "capi-w-1-additional-disk-0"},
+        ])
+    );
+    let secrets: Api<Secret> = Api::namespaced(world.parent.client.clone(), &world.sim.namespace);
+    let secret = secrets.get("cloud-init-capi-w-1").await.unwrap();
+    assert_eq!(
+        secret.type_.as_deref(),
+        Some(overcast_cloud_dvp::machines::CLOUD_INIT_TYPE)
+    );
+    assert_eq!(
+        secret.data.unwrap()["userData"].0,
+        b"#cloud-config\nhostname: capi-w-1\n"
+    );
+    assert_eq!(
+        secret.metadata.owner_references.unwrap()[0].name,
+        "capi-w-1"
+    );
+    real::wait_for(
+        "the boot disk waiting for its image",
+        Duration::from_secs(20),
+        async || {
+            (disk_reason(&world, "capi-w-1-boot").await.as_deref() == Some("DatasourceIsNotFound"))
+                .then_some(())
+        },
+    )
+    .await;
+    let (reason, message) = real::wait_for(
+        "the VM waiting for its disks",
+        Duration::from_secs(20),
+        async || vm_condition(&world, "capi-w-1", "BlockDevicesReady").await,
+    )
+    .await;
+    assert_eq!(reason, "BlockDevicesNotReady", "{message}");
+    assert_eq!(phase(&vms, "capi-w-1").await, Some(VmPhase::Creating));
+    assert!(vms.addresses(&vm).await.unwrap().is_empty());
+
+    // The image imported: the disks become Ready, DVP starts the VM.
+    world
+        .sim
+        .add_image("ClusterVirtualImage", &image, GIB / 2, true)
+        .await;
+    real::wait_for("the VM running", Duration::from_secs(30), async || {
+        (phase(&vms, "capi-w-1").await == Some(VmPhase::Running)).then_some(())
+    })
+    .await;
+    let ips = vms.addresses(&vm).await.unwrap();
+    assert!(
+        ips.len() == 1 && ips[0].to_string().starts_with("10.66.10."),
+        "{ips:?}"
+    );
+
+    // A create cut short after the VM (its Secret lost): the VM waits, saying why, until
+    // start makes the Secret again.
+    world
+        .sim
+        .add_image("ClusterVirtualImage", &slow_image, GIB / 2, false)
+        .await;
+    let w2 = vms
+        .create(
+            "capi-w-2",
+            &vm_spec(&slow_image, "c0ffee00-uuid"),
+            b"#cloud-config\n",
+        )
+        .await
+        .unwrap();
+    secrets
+        .delete("cloud-init-capi-w-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    let (reason, message) = real::wait_for(
+        "the VM without its Secret",
+        Duration::from_secs(20),
+        async || {
+            vm_condition(&world, "capi-w-2", "ProvisioningReady")
+                .await
+                .filter(|(_, m)| m.contains("not found"))
+        },
+    )
+    .await;
+    assert_eq!(reason, "ProvisioningNotReady", "{message}");
+    vms.start(
+        &w2,
+        &vm_spec(&slow_image, "c0ffee00-uuid"),
+        b"#cloud-config\n",
+    )
+    .await
+    .unwrap();
+    assert!(secrets
+        .get_opt("cloud-init-capi-w-2")
+        .await
+        .unwrap()
+        .is_some());
+    world
+        .sim
+        .set_image_ready("ClusterVirtualImage", &slow_image, GIB / 2, true)
+        .await;
+    real::wait_for(
+        "the repaired VM running",
+        Duration::from_secs(30),
+        async || (phase(&vms, "capi-w-2").await == Some(VmPhase::Running)).then_some(()),
+    )
+    .await;
+
+    // A VM DVP cannot run: failed, named.
+    world
+        .sim
+        .faults
+        .degraded_vms
+        .lock()
+        .unwrap()
+        .insert("capi-w-3".into());
+    let w3 = vms
+        .create("capi-w-3", &machine, b"#cloud-config\n")
+        .await
+        .unwrap();
+    real::wait_for("the VM degraded", Duration::from_secs(30), async || {
+        (phase(&vms, "capi-w-3").await == Some(VmPhase::Failed("Degraded".into()))).then_some(())
+    })
+    .await;
+
+    // A user's volume attached through CSI, and a user's disk named like the VM's parts:
+    // the removal detaches the first and keeps both.
+    let disks = world.disks(Duration::from_secs(30));
+    let data = disks.create_disk(spec("pvc-user-data")).await.unwrap();
+    disks
+        .attach_disk(&data.id, "capi-w-1", false)
+        .await
+        .unwrap();
+    let lookalike = disks
+        .create_disk(spec("capi-w-1-additional-disk-7"))
+        .await
+        .unwrap();
+    let removal = vms.remove(&vm).await.expect("remove");
+    assert_eq!(removal.detached, std::slice::from_ref(&data.id));
+    assert!(vms.find("capi-w-1").await.unwrap().is_none());
+    for gone in ["capi-w-1-boot", "capi-w-1-additional-disk-0"] {
+        real::wait_for(
+            &format!("{gone} deleted"),
+            Duration::from_secs(20),
+            async || {
+                world
+                    .parent
+                    .disks()
+                    .get_opt(gone)
+                    .await
+                    .ok()?
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    assert!(secrets
+        .get_opt("cloud-init-capi-w-1")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(
+        disks.disk(&data.id).await.is_ok(),
+        "the user's volume is kept"
+    );
+    assert!(
+        disks.disk(&lookalike.id).await.is_ok(),
+        "a look-alike is kept"
+    );
+    assert_eq!(
+        vms.remove(&vm).await.unwrap(),
+        Default::default(),
+        "removed again: nothing left to do"
+    );
+    for v in [&w2, &w3] {
+        vms.remove(v).await.expect("remove");
+    }
+    for d in [&data.id, &lookalike.id] {
+        disks.delete_disk(d).await.unwrap();
+    }
+    let images = world
+        .parent
+        .dynamic(&overcast_cloud_dvp::api::cluster_virtual_image(), false);
+    for i in [&image, &slow_image] {
+        let _ = images.delete(i, &DeleteParams::default()).await;
+    }
+    world.finish().await;
+}
