@@ -143,12 +143,17 @@ pub async fn zvirt_cluster(client: &Client, ns: &str, engine_cluster: &str) {
 
 /// CAPI's cluster controller's part: the Cluster's infrastructure is provisioned.
 pub async fn mark_provisioned(client: &Client, ns: &str) {
+    mark_provisioned_named(client, ns, "zvirt").await
+}
+
+/// [`mark_provisioned`] for the Cluster `name`.
+pub async fn mark_provisioned_named(client: &Client, ns: &str, name: &str) {
     use kube::api::DynamicObject;
     let clusters: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns, &core("Cluster", "clusters"));
     clusters
         .patch_status(
-            "zvirt",
+            name,
             &PatchParams::default(),
             &Patch::Merge(serde_json::json!({"status": {"initialization": {"infrastructureProvisioned": true}}})),
         )

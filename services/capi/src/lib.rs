@@ -5,6 +5,7 @@
 pub mod conditions;
 pub mod core;
 pub mod crd;
+pub mod dvp;
 pub mod registration;
 pub mod retry;
 pub mod zvirt;

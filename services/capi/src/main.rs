@@ -1,7 +1,8 @@
 //! `capi`: the Cluster API infrastructure provider. `capi --cloud zvirt` runs capz's
-//! controllers (ZvirtCluster, ZvirtMachine) against the engine its cloud-config names,
-//! leader-elected on a Lease; `capi crds --cloud zvirt|dvp` prints a provider's CRDs (what
-//! `deploy/crds/` holds). The DVP controllers are not built yet: `--cloud dvp` says so.
+//! controllers (ZvirtCluster, ZvirtMachine) against the engine its cloud-config names;
+//! `capi --cloud dvp` capdvp's (DeckhouseCluster, DeckhouseMachine) against the parent
+//! cluster its cloud-config names; leader-elected on a Lease. `capi crds --cloud zvirt|dvp`
+//! prints a provider's CRDs (what `deploy/crds/` holds).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,15 +31,19 @@ use overcast_runtime::LogFormat;
 struct Options {
     #[command(subcommand)]
     command: Option<Command>,
-    /// The cloud whose provider runs: zvirt (dvp: not built yet).
+    /// The cloud whose provider runs: zvirt or dvp.
     #[arg(long, env = "OVERCAST_CLOUD", value_enum, default_value = "zvirt")]
     cloud: Cloud,
-    /// The cloud's configuration (for zvirt: the file the csi and ccm read, or the
-    /// `ZVIRT_*` variables).
+    /// The cloud's configuration: the file the csi and ccm read (zvirt: or the `ZVIRT_*`
+    /// variables; dvp: the parent's namespace and kubeconfig).
     #[arg(long, env = "CLOUD_CONFIG")]
     cloud_config: Option<PathBuf>,
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
+    /// dvp: this cluster's id, put on its VMs, disks and Secrets in the parent
+    /// (`dvp.deckhouse.io/cluster-uuid`, as capdvp's `CLUSTER_UUID`).
+    #[arg(long, env = "CLUSTER_UUID")]
+    cluster_uuid: Option<String>,
     /// Only this namespace's objects (node-manager's is d8-cloud-instance-manager); all
     /// namespaces when unset.
     #[arg(long)]
@@ -93,14 +98,6 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     overcast_runtime::logging::init(o.log_format);
-    if matches!(o.cloud, Cloud::Dvp) {
-        anyhow::bail!(
-            "the DVP provider's controllers are not built yet: only `capi crds --cloud dvp` works"
-        );
-    }
-    let env = |k: &str| std::env::var(k).ok();
-    let config = overcast_cloud_zvirt::Config::load(o.cloud_config.as_deref(), &env)?;
-    let engine = overcast_cloud_zvirt::connect(&config, None)?;
     let kube_config = overcast_kube::config(o.kubeconfig.as_deref()).await?;
     let api_server = api_server(&kube_config.cluster_url);
     let client = kube::Client::try_from(kube_config)?;
@@ -126,6 +123,147 @@ async fn main() -> anyhow::Result<()> {
         _ = overcast_runtime::shutdown::signal_received() => return Ok(()),
     }
 
+    let lost = |lost| {
+        Err(anyhow::anyhow!(
+            "leadership lost ({lost:?}): exiting so a new leader takes over"
+        ))
+    };
+    let outcome: anyhow::Result<()> = match o.cloud {
+        Cloud::Zvirt => {
+            let run = zvirt_controllers(&o, client, api_server).await?;
+            tokio::select! {
+                r = run => r,
+                l = election.hold(&leases) => lost(l),
+            }
+        }
+        Cloud::Dvp => {
+            let run = dvp_controllers(&o, client).await?;
+            tokio::select! {
+                r = run => r,
+                l = election.hold(&leases) => lost(l),
+            }
+        }
+    };
+    outcome.context("capi")
+}
+
+/// The Cluster API Machines to watch and, for each, the infrastructure machine of `kind`
+/// it points at.
+fn machine_refs<K>(
+    kind: &'static str,
+) -> impl Fn(DynamicObject) -> Option<ObjectRef<K>> + Send + Sync + Clone + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
+    move |m: DynamicObject| {
+        let infra = m.data["spec"]["infrastructureRef"].clone();
+        let ns = m.metadata.namespace.clone();
+        (infra["kind"] == kind)
+            .then(|| infra["name"].as_str().map(str::to_owned))
+            .flatten()
+            .map(|name| {
+                let r = ObjectRef::<K>::new(&name);
+                match ns {
+                    Some(ns) => r.within(&ns),
+                    None => r,
+                }
+            })
+    }
+}
+
+/// An Api of `K` in `--namespace`, else everywhere.
+fn scoped<K>(client: &kube::Client, ns: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn capi_machines(client: &kube::Client, ns: Option<&str>) -> Api<DynamicObject> {
+    let r = overcast_capi::core::machine_resource();
+    match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &r),
+        None => Api::all_with(client.clone(), &r),
+    }
+}
+
+async fn dvp_controllers(
+    o: &Options,
+    client: kube::Client,
+) -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<()>>> {
+    use overcast_capi::crd::dvp::{DeckhouseCluster, DeckhouseMachine};
+    use overcast_capi::dvp;
+    let env = |k: &str| std::env::var(k).ok();
+    let config = overcast_cloud_dvp::Config::load(o.cloud_config.as_deref(), &env)?;
+    let parent = overcast_cloud_dvp::Parent::connect(
+        &config,
+        Arc::new(overcast_cloud_http::ApiMetrics::unregistered()),
+    )
+    .await?;
+    let cluster_uuid = o
+        .cluster_uuid
+        .clone()
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| {
+            anyhow::anyhow!("--cluster-uuid (CLUSTER_UUID) is required with --cloud dvp")
+        })?;
+    let ctx = Arc::new(dvp::Context {
+        client: client.clone(),
+        vms: overcast_cloud_dvp::ParentVms::new(parent),
+        poll: Duration::from_secs(o.poll_interval.max(1)),
+        cluster_uuid,
+        retries: Retries::new(Duration::from_secs(1), Duration::from_secs(60)),
+    });
+    let ns = o.namespace.as_deref();
+    let machines = Controller::new(
+        scoped::<DeckhouseMachine>(&client, ns),
+        watcher::Config::default(),
+    )
+    .watches_with(
+        capi_machines(&client, ns),
+        overcast_capi::core::machine_resource(),
+        watcher::Config::default(),
+        machine_refs::<DeckhouseMachine>("DeckhouseMachine"),
+    )
+    .shutdown_on_signal()
+    .run(
+        dvp::machine::reconcile,
+        dvp::machine::error_policy,
+        Arc::clone(&ctx),
+    )
+    .for_each(|r| said("DeckhouseMachine", r));
+    let clusters = Controller::new(
+        scoped::<DeckhouseCluster>(&client, ns),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .run(
+        dvp::cluster::reconcile,
+        dvp::cluster::error_policy,
+        Arc::clone(&ctx),
+    )
+    .for_each(|r| said("DeckhouseCluster", r));
+    tracing::info!(
+        cloud = "dvp",
+        "DeckhouseCluster and DeckhouseMachine controllers started"
+    );
+    Ok(async move {
+        tokio::join!(machines, clusters);
+        Ok(())
+    })
+}
+
+async fn zvirt_controllers(
+    o: &Options,
+    client: kube::Client,
+    api_server: Option<(String, i32)>,
+) -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<()>>> {
+    let env = |k: &str| std::env::var(k).ok();
+    let config = overcast_cloud_zvirt::Config::load(o.cloud_config.as_deref(), &env)?;
+    let engine = overcast_cloud_zvirt::connect(&config, None)?;
     let ctx = Arc::new(Context {
         client: client.clone(),
         vms: overcast_cloud_zvirt::EngineVms::new(Arc::clone(&engine)),
@@ -134,72 +272,49 @@ async fn main() -> anyhow::Result<()> {
         api_server,
         retries: Retries::new(Duration::from_secs(1), Duration::from_secs(60)),
     });
-    let (machines, clusters, capi_machines) = match &o.namespace {
-        Some(ns) => (
-            Api::<ZvirtMachine>::namespaced(client.clone(), ns),
-            Api::<ZvirtCluster>::namespaced(client.clone(), ns),
-            Api::<DynamicObject>::namespaced_with(
-                client.clone(),
-                ns,
-                &overcast_capi::core::machine_resource(),
-            ),
-        ),
-        None => (
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all_with(client.clone(), &overcast_capi::core::machine_resource()),
-        ),
-    };
-    let machine_controller = Controller::new(machines, watcher::Config::default())
-        // A Machine's change (its bootstrap data made, its Node joined) reaches the
-        // ZvirtMachine it points at.
-        .watches_with(
-            capi_machines,
-            overcast_capi::core::machine_resource(),
-            watcher::Config::default(),
-            |m: DynamicObject| {
-                let infra = m.data["spec"]["infrastructureRef"].clone();
-                let ns = m.metadata.namespace.clone();
-                (infra["kind"] == "ZvirtMachine")
-                    .then(|| infra["name"].as_str().map(str::to_owned))
-                    .flatten()
-                    .map(|name| {
-                        let r = ObjectRef::<ZvirtMachine>::new(&name);
-                        match ns {
-                            Some(ns) => r.within(&ns),
-                            None => r,
-                        }
-                    })
-            },
-        )
-        .shutdown_on_signal()
-        .run(
-            zvirt::machine::reconcile,
-            zvirt::machine::error_policy,
-            Arc::clone(&ctx),
-        )
-        .for_each(|r| said("ZvirtMachine", r));
-    let cluster_controller = Controller::new(clusters, watcher::Config::default())
-        .shutdown_on_signal()
-        .run(
-            zvirt::cluster::reconcile,
-            zvirt::cluster::error_policy,
-            Arc::clone(&ctx),
-        )
-        .for_each(|r| said("ZvirtCluster", r));
+    let ns = o.namespace.as_deref();
+    let machine_controller = Controller::new(
+        scoped::<ZvirtMachine>(&client, ns),
+        watcher::Config::default(),
+    )
+    // A Machine's change (its bootstrap data made, its Node joined) reaches the
+    // ZvirtMachine it points at.
+    .watches_with(
+        capi_machines(&client, ns),
+        overcast_capi::core::machine_resource(),
+        watcher::Config::default(),
+        machine_refs::<ZvirtMachine>("ZvirtMachine"),
+    )
+    .shutdown_on_signal()
+    .run(
+        zvirt::machine::reconcile,
+        zvirt::machine::error_policy,
+        Arc::clone(&ctx),
+    )
+    .for_each(|r| said("ZvirtMachine", r));
+    let cluster_controller = Controller::new(
+        scoped::<ZvirtCluster>(&client, ns),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .run(
+        zvirt::cluster::reconcile,
+        zvirt::cluster::error_policy,
+        Arc::clone(&ctx),
+    )
+    .for_each(|r| said("ZvirtCluster", r));
     let registration = register(client.clone(), config.clone(), o.registration_period);
     tracing::info!(
         cloud = "zvirt",
         "ZvirtCluster and ZvirtMachine controllers started"
     );
-    let outcome: anyhow::Result<()> = tokio::select! {
-        _ = async { tokio::join!(machine_controller, cluster_controller) } => Ok(()),
-        _ = registration => Ok(()),
-        lost = election.hold(&leases) => {
-            Err(anyhow::anyhow!("leadership lost ({lost:?}): exiting so a new leader takes over"))
+    Ok(async move {
+        tokio::select! {
+            _ = async { tokio::join!(machine_controller, cluster_controller) } => {}
+            _ = registration => {}
         }
-    };
-    outcome.context("capi")
+        Ok(())
+    })
 }
 
 /// Says what a controller's stream reports that is not a reconcile's own (a watch that

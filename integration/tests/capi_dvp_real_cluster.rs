@@ -1,0 +1,310 @@
+//! The real `capi --cloud dvp` with the kit's API server (Cluster API's core CRDs and the
+//! provider's from `deploy/crds/`) and the DVP simulator as the parent cluster (the kit
+//! plays both); the test plays Cluster API's core controllers (it makes the Cluster, the
+//! Machine and the bootstrap Secret, sets owner references, and marks the Cluster's
+//! infrastructure provisioned once the DeckhouseCluster is). A DeckhouseMachine gets its
+//! parent VM with capdvp's shape, boot disk from its image and cloud-init Secret, then its
+//! providerID, addresses, `ready` and `initialization.provisioned`; a Degraded VM fails
+//! its machine; deleting a machine removes its VM and parts, then the finalizer. Needs
+//! `OVERCAST_TEST_KUBECONFIG`.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::{Client, ResourceExt};
+use overcast_capi::crd::common::ConditionStatus;
+use overcast_capi::crd::dvp::{DeckhouseCluster, DeckhouseMachine, VM_READY_CONDITION};
+use overcast_integration::capi::{self, CLOUD_INIT};
+use overcast_integration::dvp_sim::{self, DvpSim};
+use overcast_integration::real::{self, wait_for};
+use overcast_integration::KillOnDrop;
+use serde_json::json;
+
+const GIB: u64 = 1 << 30;
+
+fn ns() -> &'static str {
+    static NS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NS.get_or_init(|| format!("overcast-it-capi-dvp-{}", std::process::id()))
+}
+
+fn spawn(kubeconfig: &str, cloud_config: &std::path::Path) -> KillOnDrop {
+    KillOnDrop(
+        std::process::Command::new(overcast_integration::binary("capi"))
+            .arg("--cloud=dvp")
+            .arg(format!("--cloud-config={}", cloud_config.display()))
+            .arg(format!("--kubeconfig={kubeconfig}"))
+            .arg(format!("--namespace={}", ns()))
+            .arg("--cluster-uuid=0f1e2d3c-it")
+            .arg("--poll-interval=1")
+            .arg(format!("--leader-elect-lease-name={}", ns()))
+            .arg(format!(
+                "--metrics-address=127.0.0.1:{}",
+                overcast_integration::free_port()
+            ))
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("capi"),
+    )
+}
+
+async fn cluster(client: &Client) {
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns(), &capi::core("Cluster", "clusters"));
+    let c = clusters
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "dvp"},
+                "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DeckhouseCluster", "name": "dvp"}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let dcs: Api<DeckhouseCluster> = Api::namespaced(client.clone(), ns());
+    dcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "DeckhouseCluster",
+            "metadata": {"name": "dvp", "ownerReferences": [{
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "dvp",
+                "uid": c.uid().unwrap(), "controller": true,
+            }]},
+            "spec": {},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+}
+
+/// A Machine, its bootstrap Secret and its DeckhouseMachine booting `image`.
+async fn machine(client: &Client, name: &str, image: &str) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns());
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": format!("{name}-bootstrap")},
+                "type": "cluster.x-k8s.io/secret",
+                "stringData": {"value": CLOUD_INIT, "format": "cloud-config"},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns(), &capi::core("Machine", "machines"));
+    let m = machines
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": "dvp"}},
+                "spec": {
+                    "clusterName": "dvp",
+                    "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DeckhouseMachine", "name": name},
+                },
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let dms: Api<DeckhouseMachine> = Api::namespaced(client.clone(), ns());
+    dms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "DeckhouseMachine",
+            "metadata": {"name": name, "ownerReferences": [{
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": name,
+                "uid": m.uid().unwrap(), "controller": true, "blockOwnerDeletion": true,
+            }]},
+            "spec": {
+                "vmClassName": "generic", "cpu": {"cores": 2, "cpuFraction": "50%"},
+                "memory": "4Gi", "rootDiskSize": "2Gi", "rootDiskStorageClass": "",
+                "bootDiskImageRef": {"kind": "ClusterVirtualImage", "name": image},
+                "additionalDisks": [{"size": "1Gi", "storageClass": ""}],
+            },
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+}
+
+async fn until(
+    dms: &Api<DeckhouseMachine>,
+    name: &str,
+    what: &str,
+    f: impl Fn(&DeckhouseMachine) -> bool,
+) -> DeckhouseMachine {
+    wait_for(what, Duration::from_secs(60), async || {
+        dms.get_opt(name).await.ok().flatten().filter(|d| f(d))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
+    let Some(kubeconfig) = real::kubeconfig("the DVP Cluster API provider") else {
+        return;
+    };
+    let client = real::client(&kubeconfig).await;
+    let mut crds = capi::core_crds();
+    crds.extend(capi::provider_crds("dvp"));
+    capi::install(&client, &crds).await;
+    dvp_sim::install_crds(&client).await;
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns()}})).unwrap(),
+        )
+        .await;
+    let parent_ns = format!("{}-parent", ns());
+    let sim = DvpSim::start(client.clone(), &parent_ns, Duration::from_millis(100)).await;
+    let image = format!("overcast-it-capi-{}", std::process::id());
+    sim.add_image("ClusterVirtualImage", &image, GIB / 2, true)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let indented: String = std::fs::read_to_string(&kubeconfig)
+        .unwrap()
+        .lines()
+        .map(|l| format!("  {l}\n"))
+        .collect();
+    let conf = dir.path().join("cloud-config");
+    std::fs::write(
+        &conf,
+        format!("namespace: {parent_ns}\nkubeconfig: |\n{indented}"),
+    )
+    .unwrap();
+    let _capi = spawn(&kubeconfig, &conf);
+
+    cluster(&client).await;
+    let dcs: Api<DeckhouseCluster> = Api::namespaced(client.clone(), ns());
+    wait_for(
+        "the DeckhouseCluster provisioned",
+        Duration::from_secs(30),
+        async || {
+            let s = dcs.get("dvp").await.ok()?.status?;
+            (s.ready && s.initialization?.provisioned == Some(true)).then_some(())
+        },
+    )
+    .await;
+    let dms: Api<DeckhouseMachine> = Api::namespaced(client.clone(), ns());
+    machine(&client, "w-1", &image).await;
+    // Cluster API's cluster controller has not said the infrastructure is ready: waits.
+    let waiting = until(&dms, "w-1", "waiting for the Cluster", |d| {
+        d.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.reason == "WaitingForClusterInfrastructure")
+        })
+    })
+    .await;
+    assert!(waiting.spec.provider_id.is_none());
+    capi::mark_provisioned_named(&client, ns(), "dvp").await;
+
+    let dm = until(&dms, "w-1", "the machine ready", |d| {
+        d.status.as_ref().is_some_and(|s| s.ready)
+    })
+    .await;
+    assert_eq!(dm.spec.provider_id.as_deref(), Some("dvp://w-1"));
+    let s = dm.status.unwrap();
+    assert_eq!(s.initialization.unwrap().provisioned, Some(true));
+    let ready = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == VM_READY_CONDITION)
+        .unwrap();
+    assert_eq!(
+        (ready.status, ready.reason.as_str()),
+        (ConditionStatus::True, "VMRunning")
+    );
+    let kinds: Vec<(&str, &str)> = s
+        .addresses
+        .iter()
+        .map(|a| (a.type_.as_str(), a.address.as_str()))
+        .collect();
+    assert_eq!(&kinds[..2], [("Hostname", "w-1"), ("InternalDNS", "w-1")]);
+    assert!(
+        kinds
+            .iter()
+            .any(|(t, a)| *t == "InternalIP" && a.starts_with("10.66.10.")),
+        "{kinds:?}"
+    );
+    // In the parent: the VM as capdvp makes it, its cloud-init from the bootstrap data.
+    let parent_vms = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &parent_ns,
+        &overcast_cloud_dvp::api::virtual_machine(),
+    );
+    let vm = parent_vms.get("w-1").await.unwrap();
+    assert_eq!(vm.labels()["dvp.deckhouse.io/cluster-uuid"], "0f1e2d3c-it");
+    assert_eq!(vm.data["spec"]["cpu"]["coreFraction"], "50%");
+    assert_eq!(vm.data["spec"]["liveMigrationPolicy"], "PreferSafe");
+    let parent_secrets: Api<Secret> = Api::namespaced(client.clone(), &parent_ns);
+    let init = parent_secrets.get("cloud-init-w-1").await.unwrap();
+    assert_eq!(init.data.unwrap()["userData"].0, CLOUD_INIT.as_bytes());
+
+    // A VM DVP cannot run, before its Node joined: the machine fails, said so.
+    sim.faults.degraded_vms.lock().unwrap().insert("w-2".into());
+    machine(&client, "w-2", &image).await;
+    let failed = until(&dms, "w-2", "the machine failed", |d| {
+        d.status
+            .as_ref()
+            .is_some_and(|s| s.failure_reason.is_some())
+    })
+    .await;
+    let s = failed.status.unwrap();
+    assert_eq!(s.failure_reason.as_deref(), Some("CreateError"));
+    assert!(!s.ready);
+
+    // Deleted: the VM and its disks and Secret go, then the finalizer.
+    for name in ["w-1", "w-2"] {
+        dms.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    wait_for("the machines gone", Duration::from_secs(60), async || {
+        let left = dms.list(&Default::default()).await.ok()?.items.len();
+        (left == 0).then_some(())
+    })
+    .await;
+    assert!(parent_vms.get_opt("w-1").await.unwrap().is_none());
+    assert!(parent_secrets
+        .get_opt("cloud-init-w-1")
+        .await
+        .unwrap()
+        .is_none());
+    wait_for(
+        "the parent's disks gone",
+        Duration::from_secs(30),
+        async || {
+            let disks: Api<DynamicObject> = Api::namespaced_with(
+                client.clone(),
+                &parent_ns,
+                &overcast_cloud_dvp::api::virtual_disk(),
+            );
+            disks
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+    let images = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &overcast_cloud_dvp::api::cluster_virtual_image(),
+    );
+    let _ = images.delete(&image, &DeleteParams::default()).await;
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns(), &capi::core("Machine", "machines"));
+    for name in ["w-1", "w-2"] {
+        let _ = machines.delete(name, &DeleteParams::default()).await;
+    }
+    drop(sim);
+}

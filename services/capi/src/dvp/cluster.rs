@@ -1,0 +1,56 @@
+//! The DeckhouseCluster controller: once Cluster API's Cluster owns it, it is provisioned
+//! (`ready`, contract v1beta1, and `initialization.provisioned`, v1beta2): the parent
+//! cluster needs nothing made for a cluster, its VMs live in the configured namespace.
+
+use std::sync::Arc;
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::ResourceExt;
+use serde_json::json;
+
+use super::Context;
+use crate::crd::dvp::{ClusterInitialization, DeckhouseCluster, DeckhouseClusterStatus};
+use crate::{Error, Result};
+
+pub async fn reconcile(dc: Arc<DeckhouseCluster>, ctx: Arc<Context>) -> Result<Action> {
+    let owned = dc
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Cluster" && o.api_version.starts_with(crate::core::GROUP));
+    if !owned || dc.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let want = DeckhouseClusterStatus {
+        ready: true,
+        initialization: Some(ClusterInitialization {
+            provisioned: Some(true),
+            ..ClusterInitialization::default()
+        }),
+        ..dc.status.clone().unwrap_or_default()
+    };
+    if dc.status.as_ref() != Some(&want) {
+        let api: Api<DeckhouseCluster> =
+            Api::namespaced(ctx.client.clone(), &dc.namespace().unwrap_or_default());
+        api.patch_status(
+            &dc.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": want})),
+        )
+        .await?;
+    }
+    Ok(Action::await_change())
+}
+
+pub fn error_policy(dc: Arc<DeckhouseCluster>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = format!(
+        "cluster {}/{}",
+        dc.namespace().unwrap_or_default(),
+        dc.name_any()
+    );
+    let wait = ctx.retries.failed(&key);
+    tracing::warn!(cluster = %key, error = %error, retry_in = ?wait, "reconcile failed");
+    Action::requeue(wait)
+}
