@@ -5,13 +5,16 @@
 //! infrastructure provisioned once the DeckhouseCluster is). A DeckhouseMachine gets its
 //! parent VM with capdvp's shape, boot disk from its image and cloud-init Secret, then its
 //! providerID, addresses, `ready` and `initialization.provisioned`; a Degraded VM fails
-//! its machine; deleting a machine removes its VM and parts, then the finalizer. Needs
+//! its machine, a stopped one is not ready (not forced on); a paused Cluster and a machine
+//! at rest cost the parent no call; a `kill -9` mid-create and a restart leave one VM
+//! that comes up; deleting a machine removes its VM and parts, then the finalizer, and a
+//! parent outage during the delete keeps the finalizer until the parent answers. Needs
 //! `OVERCAST_TEST_KUBECONFIG`.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use overcast_capi::crd::common::ConditionStatus;
 use overcast_capi::crd::dvp::{DeckhouseCluster, DeckhouseMachine, VM_READY_CONDITION};
@@ -28,8 +31,10 @@ fn ns() -> &'static str {
     NS.get_or_init(|| format!("overcast-it-capi-dvp-{}", std::process::id()))
 }
 
-fn spawn(kubeconfig: &str, cloud_config: &std::path::Path) -> KillOnDrop {
-    KillOnDrop(
+/// The real binary and its metrics port.
+fn spawn(kubeconfig: &str, cloud_config: &std::path::Path) -> (KillOnDrop, u16) {
+    let port = overcast_integration::free_port();
+    let child = KillOnDrop(
         std::process::Command::new(overcast_integration::binary("capi"))
             .arg("--cloud=dvp")
             .arg(format!("--cloud-config={}", cloud_config.display()))
@@ -38,14 +43,27 @@ fn spawn(kubeconfig: &str, cloud_config: &std::path::Path) -> KillOnDrop {
             .arg("--cluster-uuid=0f1e2d3c-it")
             .arg("--poll-interval=1")
             .arg(format!("--leader-elect-lease-name={}", ns()))
-            .arg(format!(
-                "--metrics-address=127.0.0.1:{}",
-                overcast_integration::free_port()
-            ))
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
             .stderr(std::process::Stdio::inherit())
             .spawn()
             .expect("capi"),
-    )
+    );
+    (child, port)
+}
+
+/// Every call the binary has made to the parent (`dvp_api_requests_total`), once its
+/// metrics answer.
+async fn parent_calls(port: u16) -> u64 {
+    wait_for("the metrics", Duration::from_secs(20), async || {
+        let (code, text) = overcast_integration::http_get(port, "/metrics");
+        (code == 200).then(|| {
+            text.lines()
+                .filter(|l| l.starts_with("dvp_api_requests_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum()
+        })
+    })
+    .await
 }
 
 async fn cluster(client: &Client) {
@@ -169,7 +187,9 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
     sim.add_image("ClusterVirtualImage", &image, GIB / 2, true)
         .await;
     let dir = tempfile::tempdir().unwrap();
-    let indented: String = std::fs::read_to_string(&kubeconfig)
+    // The parent reached through a proxy a test can take down.
+    let proxied = sim.api_proxy(dir.path()).await;
+    let indented: String = std::fs::read_to_string(&proxied)
         .unwrap()
         .lines()
         .map(|l| format!("  {l}\n"))
@@ -180,7 +200,7 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
         format!("namespace: {parent_ns}\nkubeconfig: |\n{indented}"),
     )
     .unwrap();
-    let _capi = spawn(&kubeconfig, &conf);
+    let (mut capi_process, mut metrics) = spawn(&kubeconfig, &conf);
 
     cluster(&client).await;
     let dcs: Api<DeckhouseCluster> = Api::namespaced(client.clone(), ns());
@@ -262,8 +282,106 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
     assert_eq!(s.failure_reason.as_deref(), Some("CreateError"));
     assert!(!s.ready);
 
+    // Stopped before it came up: not ready, said so, not forced on; started again, ready.
+    sim.faults.stopped_vms.lock().unwrap().insert("w-3".into());
+    machine(&client, "w-3", &image).await;
+    until(&dms, "w-3", "the machine stopped", |d| {
+        d.status.as_ref().is_some_and(|s| {
+            !s.ready && s.conditions.iter().any(|c| c.reason == "VMInStoppedState")
+        })
+    })
+    .await;
+    sim.faults.stopped_vms.lock().unwrap().clear();
+    until(&dms, "w-3", "the machine ready after its start", |d| {
+        d.status.as_ref().is_some_and(|s| s.ready)
+    })
+    .await;
+
+    // At rest: no call to the parent.
+    let before = parent_calls(metrics).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(parent_calls(metrics).await, before, "calls at rest");
+
+    // Paused: a new machine waits and the parent is not asked anything.
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns(), &capi::core("Cluster", "clusters"));
+    clusters
+        .patch(
+            "dvp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"paused": true}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = parent_calls(metrics).await;
+    machine(&client, "w-4", &image).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(parent_calls(metrics).await, before, "calls while paused");
+    let parent_vms_now = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &parent_ns,
+        &overcast_cloud_dvp::api::virtual_machine(),
+    );
+    assert!(parent_vms_now.get_opt("w-4").await.unwrap().is_none());
+    clusters
+        .patch(
+            "dvp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"paused": false}})),
+        )
+        .await
+        .unwrap();
+    until(&dms, "w-4", "the unpaused machine ready", |d| {
+        d.status.as_ref().is_some_and(|s| s.ready)
+    })
+    .await;
+
+    // kill -9 as soon as the VM exists, then a restart: one VM, its parts made, ready.
+    machine(&client, "w-5", &image).await;
+    wait_for("the VM made", Duration::from_secs(30), async || {
+        parent_vms_now.get_opt("w-5").await.ok()?.map(|_| ())
+    })
+    .await;
+    drop(capi_process);
+    (capi_process, metrics) = spawn(&kubeconfig, &conf);
+    until(&dms, "w-5", "the machine ready after the restart", |d| {
+        d.status.as_ref().is_some_and(|s| s.ready)
+    })
+    .await;
+    let named: Vec<String> = parent_vms_now
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|v| v.name_any())
+        .filter(|n| n.starts_with("w-5"))
+        .collect();
+    assert_eq!(named, ["w-5"]);
+    assert!(
+        parent_calls(metrics).await > 0,
+        "the restarted process found the VM"
+    );
+
+    // The parent down during a delete: the finalizer stays until it answers.
+    sim.faults
+        .api_down
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    dms.delete("w-5", &DeleteParams::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let held = dms.get("w-5").await.expect("kept while the parent is down");
+    assert!(held
+        .finalizers()
+        .iter()
+        .any(|f| f.starts_with("deckhousemachine")));
+    assert!(parent_vms_now.get_opt("w-5").await.unwrap().is_some());
+    sim.faults
+        .api_down
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+
     // Deleted: the VM and its disks and Secret go, then the finalizer.
-    for name in ["w-1", "w-2"] {
+    for name in ["w-1", "w-2", "w-3", "w-4"] {
         dms.delete(name, &DeleteParams::default()).await.unwrap();
     }
     wait_for("the machines gone", Duration::from_secs(60), async || {
@@ -303,8 +421,9 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
     let _ = images.delete(&image, &DeleteParams::default()).await;
     let machines: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns(), &capi::core("Machine", "machines"));
-    for name in ["w-1", "w-2"] {
+    for name in ["w-1", "w-2", "w-3", "w-4", "w-5"] {
         let _ = machines.delete(name, &DeleteParams::default()).await;
     }
+    drop(capi_process);
     drop(sim);
 }

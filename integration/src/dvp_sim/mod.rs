@@ -137,6 +137,8 @@ pub struct Faults {
     pub held_deletions: Mutex<HashSet<String>>,
     /// VMs (by name) that go `Degraded` where they would start.
     pub degraded_vms: Mutex<HashSet<String>>,
+    /// VMs (by name) stopped, as by hand, once they have started.
+    pub stopped_vms: Mutex<HashSet<String>>,
     /// The parent's API, as the provider reaches it through [`DvpSim::api_proxy`], is
     /// down: every request answers 503 with an HTML page, as a broken ingress does.
     pub api_down: AtomicBool,

@@ -6,7 +6,8 @@
 //! `provisioning.go`: a Secret not found, of an unexpected type, without a `userData`/
 //! `userdata` key) — then `Starting`, then `Running` on a parent node with an address
 //! from 10.66.10.0/24, each after the latency. A VM named in `Faults::degraded_vms` goes
-//! `Degraded` instead of `Running`. Deleted, it is `Terminating` for the latency, then its
+//! `Degraded` instead of `Running`; one in `Faults::stopped_vms` is `Stopped` (as by hand)
+//! until taken out, then starts again. Deleted, it is `Terminating` for the latency, then its
 //! finalizer goes. Nothing else is made: disks and Secrets are the provider's.
 
 use k8s_openapi::api::core::v1::Secret;
@@ -51,7 +52,18 @@ pub(super) async fn reconcile_vm(
         add_finalizer(api, vm).await?;
         return Ok(());
     }
-    if matches!(phase.as_str(), "Running" | "Degraded") {
+    // Stopped by hand (its run policy lets it be): until taken out of the set.
+    let stopped = state
+        .faults
+        .stopped_vms
+        .lock()
+        .expect("lock")
+        .contains(&name);
+    if stopped && !matches!(phase.as_str(), "Stopped" | "" | "Pending") {
+        set_status(api, &name, json!({"phase": "Stopped", "ipAddress": null})).await?;
+        return Ok(());
+    }
+    if matches!(phase.as_str(), "Running" | "Degraded") || (stopped && phase == "Stopped") {
         return Ok(());
     }
     let namespace = vm.namespace().unwrap_or_default();

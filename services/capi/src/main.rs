@@ -101,7 +101,17 @@ async fn main() -> anyhow::Result<()> {
     let kube_config = overcast_kube::config(o.kubeconfig.as_deref()).await?;
     let api_server = api_server(&kube_config.cluster_url);
     let client = kube::Client::try_from(kube_config)?;
-    let registry = Arc::new(prometheus_client::registry::Registry::default());
+    // The cloud's calls, counted as the other binaries count them (`zvirt_api_*`,
+    // `dvp_api_*`).
+    let mut registry = prometheus_client::registry::Registry::default();
+    let api_metrics = overcast_cloud_http::ApiMetrics::register(
+        &mut registry,
+        match o.cloud {
+            Cloud::Zvirt => "zvirt",
+            Cloud::Dvp => "dvp",
+        },
+    );
+    let registry = Arc::new(registry);
     let health: overcast_runtime::http::HealthCheck = Arc::new(|| Box::pin(async { Ok(()) }));
     let at = overcast_runtime::http::serve(o.metrics_address, registry, health).await?;
     tracing::info!(address = %at, "serving /metrics and /healthz");
@@ -130,14 +140,14 @@ async fn main() -> anyhow::Result<()> {
     };
     let outcome: anyhow::Result<()> = match o.cloud {
         Cloud::Zvirt => {
-            let run = zvirt_controllers(&o, client, api_server).await?;
+            let run = zvirt_controllers(&o, client, api_server, api_metrics).await?;
             tokio::select! {
                 r = run => r,
                 l = election.hold(&leases) => lost(l),
             }
         }
         Cloud::Dvp => {
-            let run = dvp_controllers(&o, client).await?;
+            let run = dvp_controllers(&o, client, api_metrics).await?;
             tokio::select! {
                 r = run => r,
                 l = election.hold(&leases) => lost(l),
@@ -193,16 +203,13 @@ fn capi_machines(client: &kube::Client, ns: Option<&str>) -> Api<DynamicObject> 
 async fn dvp_controllers(
     o: &Options,
     client: kube::Client,
+    metrics: Arc<overcast_cloud_http::ApiMetrics>,
 ) -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<()>>> {
     use overcast_capi::crd::dvp::{DeckhouseCluster, DeckhouseMachine};
     use overcast_capi::dvp;
     let env = |k: &str| std::env::var(k).ok();
     let config = overcast_cloud_dvp::Config::load(o.cloud_config.as_deref(), &env)?;
-    let parent = overcast_cloud_dvp::Parent::connect(
-        &config,
-        Arc::new(overcast_cloud_http::ApiMetrics::unregistered()),
-    )
-    .await?;
+    let parent = overcast_cloud_dvp::Parent::connect(&config, metrics).await?;
     let cluster_uuid = o
         .cluster_uuid
         .clone()
@@ -260,10 +267,11 @@ async fn zvirt_controllers(
     o: &Options,
     client: kube::Client,
     api_server: Option<(String, i32)>,
+    metrics: Arc<overcast_cloud_http::ApiMetrics>,
 ) -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<()>>> {
     let env = |k: &str| std::env::var(k).ok();
     let config = overcast_cloud_zvirt::Config::load(o.cloud_config.as_deref(), &env)?;
-    let engine = overcast_cloud_zvirt::connect(&config, None)?;
+    let engine = overcast_cloud_zvirt::connect(&config, Some(metrics))?;
     let ctx = Arc::new(Context {
         client: client.clone(),
         vms: overcast_cloud_zvirt::EngineVms::new(Arc::clone(&engine)),
