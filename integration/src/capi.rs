@@ -14,10 +14,11 @@ pub fn capi_crd_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/kit/crds/cluster-api")
 }
 
-/// The providers' CRDs as shipped (`deploy/crds/capi-<provider>.yaml`).
+/// The providers' CRDs as shipped (`deploy/crds/<provider>/capi-<provider>.yaml`).
 pub fn provider_crds(provider: &str) -> Vec<CustomResourceDefinition> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../deploy/crds")
+        .join(provider)
         .join(format!("capi-{provider}.yaml"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.split("\n---\n")

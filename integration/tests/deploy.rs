@@ -139,6 +139,9 @@ fn kubectl_kustomize_agrees_with_the_test_renderer() {
             .into_iter()
             .map(|r| r.object)
             .collect();
+        // kubectl writes a whole float (a schema's `minimum: 1.0`) back as an integer.
+        let theirs: Vec<_> = theirs.into_iter().map(whole_floats_as_integers).collect();
+        let ours: Vec<_> = ours.into_iter().map(whole_floats_as_integers).collect();
         let (theirs, ours) = (by_id(&theirs), by_id(&ours));
         assert_eq!(
             theirs.keys().collect::<Vec<_>>(),
@@ -1258,6 +1261,7 @@ fn rbac_grants_exactly_the_api_calls_each_service_makes() {
                     "vsphere" => overcast_cloud_vsphere::credentials::API_CALLS,
                     _ => &[],
                 };
+                let capi_calls: Vec<ApiCall>;
                 let calls: &[ApiCall] = match program.rsplit('/').next() {
                     // A node plugin that reads its zone from its Node (DVP's).
                     Some("csi")
@@ -1279,6 +1283,13 @@ fn rbac_grants_exactly_the_api_calls_each_service_makes() {
                     Some("ccm") => overcast_ccm::API_CALLS,
                     Some("discoverer") => overcast_discoverer::api_calls::API_CALLS,
                     Some("rbac-proxy") => overcast_rbac_proxy::api_calls::API_CALLS,
+                    Some("capi") => {
+                        capi_calls =
+                            overcast_capi::api_calls::for_cloud(&cloud).unwrap_or_else(|| {
+                                panic!("overlay {cloud} runs capi, which does not serve it")
+                            });
+                        &capi_calls
+                    }
                     _ => continue,
                 };
                 let Some(account) = identity(&m, &pod, c) else {
@@ -1527,4 +1538,22 @@ fn cloud_config(m: &Manifests) -> Option<String> {
         .iter()
         .find(|s| s.metadata.name.as_deref() == Some("overcast-cloud-config"))
         .and_then(|s| s.string_data.as_ref()?.get("cloud-config").cloned())
+}
+
+/// `v` with every whole number held as a float made an integer.
+fn whole_floats_as_integers(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) if n.is_f64() => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => Value::from(f as i64),
+            _ => Value::Number(n),
+        },
+        Value::Array(a) => Value::Array(a.into_iter().map(whole_floats_as_integers).collect()),
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| (k, whole_floats_as_integers(v)))
+                .collect(),
+        ),
+        other => other,
+    }
 }

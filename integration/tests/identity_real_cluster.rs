@@ -59,10 +59,15 @@ fn right_of(r: &StaticRight) -> Right {
 type Right = (String, String, String, String);
 
 async fn rights(c: &Client) -> BTreeSet<Right> {
+    rights_in(c, NS).await
+}
+
+/// [`rights`] in namespace `ns`.
+async fn rights_in(c: &Client, ns: &str) -> BTreeSet<Right> {
     let api: Api<SelfSubjectRulesReview> = Api::all(c.clone());
     let review: SelfSubjectRulesReview = serde_json::from_value(json!({
         "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
-        "spec": {"namespace": NS}
+        "spec": {"namespace": ns}
     }))
     .unwrap();
     let status = api
@@ -172,6 +177,9 @@ async fn each_program_does_its_whole_job_with_its_own_account_and_uses_every_rig
     )
     .await
     .unwrap();
+    // What another overlay's test bound to these accounts (the vsphere overlay's
+    // credentials Role) is not the local overlay's.
+    drop_vsphere_binding(&admin).await;
     apply_rbac(&admin).await;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -696,4 +704,262 @@ async fn vsphere_credentials_are_read_with_the_one_secret_the_overlay_grants() {
     }
     let _ = nodes.delete(VS_NODE, &DeleteParams::default()).await;
     let _ = secrets.delete(VS_SECRET.1, &DeleteParams::default()).await;
+    drop_vsphere_binding(&admin).await;
+}
+
+/// Unbinds the vsphere overlay's credentials Role from the ccm and the discoverer.
+async fn drop_vsphere_binding(admin: &Client) {
+    let bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> = Api::namespaced(admin.clone(), NS);
+    let _ = bindings
+        .delete("overcast-vsphere-credentials", &DeleteParams::default())
+        .await;
+}
+
+const CAPI: &str = "overcast-capi";
+const NODE_MANAGER_NS: &str = overcast_capi::api_calls::NODE_MANAGER_NAMESPACE;
+
+/// `capi --cloud dvp` with its own account's token and the dvp overlay's RBAC, in
+/// node-manager's namespace as the manifests run it: a machine made ready and deleted,
+/// node-manager's two Secrets written, the Lease taken and renewed — refused nothing,
+/// and every right it holds (in kube-system and in node-manager's namespace) used.
+/// Needs `OVERCAST_TEST_KUBECONFIG`; the parent is the DVP simulator on the same kit.
+#[tokio::test]
+async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_has() {
+    use overcast_integration::capi;
+    use overcast_integration::dvp_sim::{self, DvpSim};
+    let Some(admin_path) = real::kubeconfig("the capi identity test") else {
+        return;
+    };
+    let _serial = KIT_NODES.lock().await;
+    let admin = real::client(&admin_path).await;
+    let admin_config = Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&admin_path).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+    let _ = namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NODE_MANAGER_NS}})).unwrap(),
+        )
+        .await;
+    capi::install(&admin, &capi::core_crds()).await;
+    dvp_sim::install_crds(&admin).await;
+    real::apply_rbac_of(&admin, "dvp").await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pid = std::process::id();
+    let parent_ns = format!("overcast-it-id-capi-{pid}");
+    let sim = DvpSim::start(admin.clone(), &parent_ns, Duration::from_millis(100)).await;
+    let image = format!("overcast-it-id-{pid}");
+    sim.add_image("ClusterVirtualImage", &image, 1 << 29, true)
+        .await;
+    let indented: String = std::fs::read_to_string(&admin_path)
+        .unwrap()
+        .lines()
+        .map(|l| format!("  {l}\n"))
+        .collect();
+    let conf = d.join("cloud-config");
+    std::fs::write(
+        &conf,
+        format!("namespace: {parent_ns}\nkubeconfig: |\n{indented}"),
+    )
+    .unwrap();
+    // What each run starts from: node-manager's Secrets absent (so they are created), the
+    // Lease absent.
+    let system_secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
+    for s in [
+        "d8-node-manager-cloud-provider",
+        "d8-node-manager-cloud-provider-dvp",
+    ] {
+        let _ = system_secrets.delete(s, &DeleteParams::default()).await;
+    }
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin.clone(), NS);
+    let _ = leases.delete(CAPI, &DeleteParams::default()).await;
+
+    // Cluster API's part: the Cluster, the DeckhouseCluster, a Machine and its Secret.
+    let cluster = format!("id-dvp-{pid}");
+    let machine = format!("id-w-{pid}");
+    let dyn_api = |kind: &str, plural: &str| -> Api<DynamicObject> {
+        Api::namespaced_with(admin.clone(), NODE_MANAGER_NS, &capi::core(kind, plural))
+    };
+    let c = dyn_api("Cluster", "clusters")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": cluster},
+                "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DeckhouseCluster", "name": cluster}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let dcs: Api<overcast_capi::crd::dvp::DeckhouseCluster> =
+        Api::namespaced(admin.clone(), NODE_MANAGER_NS);
+    dcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "DeckhouseCluster",
+            "metadata": {"name": cluster, "ownerReferences": [{
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": cluster,
+                "uid": c.metadata.uid.clone().unwrap(), "controller": true,
+            }]},
+            "spec": {},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    capi::mark_provisioned_named(&admin, NODE_MANAGER_NS, &cluster).await;
+    let nm_secrets: Api<Secret> = Api::namespaced(admin.clone(), NODE_MANAGER_NS);
+    nm_secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": format!("{machine}-bootstrap")},
+                "stringData": {"value": capi::CLOUD_INIT},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let m = dyn_api("Machine", "machines")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": machine, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+                "spec": {
+                    "clusterName": cluster,
+                    "bootstrap": {"dataSecretName": format!("{machine}-bootstrap")},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DeckhouseMachine", "name": machine},
+                },
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let dms: Api<overcast_capi::crd::dvp::DeckhouseMachine> =
+        Api::namespaced(admin.clone(), NODE_MANAGER_NS);
+    dms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "DeckhouseMachine",
+            "metadata": {"name": machine, "ownerReferences": [{
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": machine,
+                "uid": m.metadata.uid.clone().unwrap(), "controller": true,
+            }]},
+            "spec": {
+                "vmClassName": "generic", "cpu": {"cores": 1, "cpuFraction": "100%"},
+                "memory": "2Gi", "rootDiskSize": "1Gi", "rootDiskStorageClass": "",
+                "bootDiskImageRef": {"kind": "ClusterVirtualImage", "name": image},
+            },
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+
+    // --- capi, as overcast-capi.
+    let (port, heard) = recorder(anonymous(&admin_config)).await;
+    let capi_token = token(&admin, CAPI).await;
+    let process = KillOnDrop(
+        Command::new(binary("capi"))
+            .arg("--cloud=dvp")
+            .arg(format!("--cloud-config={}", conf.display()))
+            .arg(format!(
+                "--kubeconfig={}",
+                token_kubeconfig(d, "capi", port, &capi_token)
+            ))
+            .arg(format!("--namespace={NODE_MANAGER_NS}"))
+            .arg("--cluster-uuid=id-test")
+            .arg("--poll-interval=1")
+            .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the machine ready", Duration::from_secs(60), async || {
+        dms.get(&machine).await.ok()?.status?.ready.then_some(())
+    })
+    .await;
+    wait_for(
+        "node-manager's Secrets",
+        Duration::from_secs(30),
+        async || {
+            for s in [
+                "d8-node-manager-cloud-provider",
+                "d8-node-manager-cloud-provider-dvp",
+            ] {
+                system_secrets.get_opt(s).await.ok()??;
+            }
+            Some(())
+        },
+    )
+    .await;
+    dms.delete(&machine, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the machine removed", Duration::from_secs(60), async || {
+        dms.get_opt(&machine).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    wait_for("a Lease renewal", Duration::from_secs(30), async || {
+        heard
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|h| h.method == "PUT" && h.path.ends_with(&format!("/leases/{CAPI}")))
+            .then_some(())
+    })
+    .await;
+    drop(process);
+
+    let heard = heard.lock().unwrap().clone();
+    let refused: Vec<&Heard> = heard
+        .iter()
+        .filter(|h| h.status == 401 || h.status == 403)
+        .collect();
+    assert!(refused.is_empty(), "capi was refused: {refused:?}");
+    let uses = used(&heard);
+    let account = as_account(&admin_config, &capi_token).await;
+    let nobody = {
+        let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), NS);
+        let _ = sas
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": NOBODY}})).unwrap(),
+            )
+            .await;
+        as_account(&admin_config, &token(&admin, NOBODY).await).await
+    };
+    for ns in [NS, NODE_MANAGER_NS] {
+        let baseline = rights_in(&nobody, ns).await;
+        let granted = rights_in(&account, ns).await;
+        let unused: Vec<&Right> = granted
+            .difference(&baseline)
+            .filter(|r| !covered(r, &uses))
+            .collect();
+        assert!(
+            unused.is_empty(),
+            "capi holds rights in {ns} its whole job never used: {unused:?}"
+        );
+        assert!(
+            granted.difference(&baseline).next().is_some(),
+            "capi was granted nothing of its own in {ns}"
+        );
+    }
+    for name in [&machine] {
+        let _ = dyn_api("Machine", "machines")
+            .delete(name, &DeleteParams::default())
+            .await;
+    }
+    let _ = dcs.delete(&cluster, &DeleteParams::default()).await;
+    let _ = dyn_api("Cluster", "clusters")
+        .delete(&cluster, &DeleteParams::default())
+        .await;
+    drop(sim);
 }

@@ -58,6 +58,8 @@ pub fn crds(family: Family) -> Vec<CustomResourceDefinition> {
                 "cluster.x-k8s.io/provider".to_owned(),
                 family.provider().to_owned(),
             );
+            // The suite's label, as on everything `deploy/` ships.
+            labels.insert("app.kubernetes.io/name".to_owned(), "overcast".to_owned());
             crd
         })
         .collect()

@@ -2,6 +2,7 @@
 //! through `overcast_cloud_zvirt`), and the kinds' CRDs for DVP too. The DVP controllers
 //! are not built yet.
 
+pub mod api_calls;
 pub mod conditions;
 pub mod core;
 pub mod crd;

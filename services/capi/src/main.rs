@@ -253,12 +253,21 @@ async fn dvp_controllers(
         Arc::clone(&ctx),
     )
     .for_each(|r| said("DeckhouseCluster", r));
+    let registration = register(
+        client.clone(),
+        Family::Dvp,
+        o.registration_period,
+        |_ssh: Option<&str>, labels| overcast_capi::registration::dvp_connection(labels),
+    );
     tracing::info!(
         cloud = "dvp",
         "DeckhouseCluster and DeckhouseMachine controllers started"
     );
     Ok(async move {
-        tokio::join!(machines, clusters);
+        tokio::select! {
+            _ = async { tokio::join!(machines, clusters) } => {}
+            _ = registration => {}
+        }
         Ok(())
     })
 }
@@ -311,7 +320,12 @@ async fn zvirt_controllers(
         Arc::clone(&ctx),
     )
     .for_each(|r| said("ZvirtCluster", r));
-    let registration = register(client.clone(), config.clone(), o.registration_period);
+    let registration = register(client.clone(), Family::Zvirt, o.registration_period, {
+        let config = config.clone();
+        move |ssh: Option<&str>, _labels| {
+            overcast_capi::registration::zvirt_connection(&config, ssh)
+        }
+    });
     tracing::info!(
         cloud = "zvirt",
         "ZvirtCluster and ZvirtMachine controllers started"
@@ -343,18 +357,25 @@ async fn said<T, E: std::fmt::Display>(
 
 /// Keeps node-manager's Secret as the configuration and the installer's facts say, every
 /// `period` seconds (never when 0); a failure is said and tried again next period.
-async fn register(client: kube::Client, config: overcast_cloud_zvirt::Config, period: u64) {
+/// `connection` makes the cloud's object from the SSH key and the additional VM labels
+/// the installer recorded.
+async fn register(
+    client: kube::Client,
+    family: Family,
+    period: u64,
+    connection: impl Fn(Option<&str>, Option<serde_json::Value>) -> serde_json::Value,
+) {
     use overcast_capi::registration::{self, Registration};
     if period == 0 {
         return std::future::pending().await;
     }
     loop {
         let written: overcast_capi::Result<usize> = async {
-            let (zones, ssh, _) = registration::installer_facts(&client).await?;
+            let (zones, ssh, labels) = registration::installer_facts(&client).await?;
             let r = Registration {
-                family: Family::Zvirt,
+                family,
                 zones,
-                connection: registration::zvirt_connection(&config, ssh.as_deref()),
+                connection: connection(ssh.as_deref(), labels),
                 ssh_public_key: ssh,
             };
             registration::publish(&client, &registration::render(&r)).await

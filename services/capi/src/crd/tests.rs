@@ -146,13 +146,15 @@ fn the_manifest_reads_back_as_the_crds() {
 }
 
 /// `deploy/crds/` is what `capi crds` prints; regenerate with
-/// `cargo run -p overcast-capi -- crds --cloud zvirt > deploy/crds/capi-zvirt.yaml` (dvp
+/// `cargo run -p overcast-capi -- crds --cloud zvirt > deploy/crds/zvirt/capi-zvirt.yaml` (dvp
 /// likewise).
 #[test]
 fn deploy_holds_the_generated_crds() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
     for family in [Family::Zvirt, Family::Dvp] {
-        let path = dir.join(format!("capi-{}.yaml", family.provider()));
+        let path = dir
+            .join(family.provider())
+            .join(format!("capi-{}.yaml", family.provider()));
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(
             committed == manifest(family),
