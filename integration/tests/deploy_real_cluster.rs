@@ -27,6 +27,20 @@ async fn every_overlay_passes_the_api_servers_validation() {
     let params = PatchParams::apply("overcast-deploy-test").force().dry_run();
     for dir in kustomizations("overlays") {
         let m = Manifests::load(&dir).unwrap_or_else(|e| panic!("{e}"));
+        // The namespaces the manifests use exist where they run (node-manager's
+        // d8-cloud-instance-manager on Deckhouse): made here if this server lacks them.
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        for ns in m.all.iter().filter_map(|r| r.namespace()) {
+            if namespaces.get_opt(ns).await.ok().flatten().is_none() {
+                let _ = namespaces
+                    .create(
+                        &Default::default(),
+                        &serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))
+                            .expect("namespace"),
+                    )
+                    .await;
+            }
+        }
         for r in &m.all {
             let api_version = r.object["apiVersion"].as_str().unwrap_or_default();
             let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
