@@ -243,11 +243,14 @@ async fn step(
             Ok(Action::await_change())
         }
         VmPhase::Creating | VmPhase::Transitioning(_) => {
-            // On its way: what a create cut short left out is made now.
-            let data = core::bootstrap_data(&ctx.client, &ns, &secret).await?;
-            if let Err(e) = ctx.vms.start(&vm, &spec, &data).await {
-                vm_error(pass, &e);
-                return Err(e.into());
+            // Waiting for its parts (Pending): what a create cut short left out is made
+            // now. Starting, migrating …: it has them.
+            if vm.phase == VmPhase::Creating {
+                let data = core::bootstrap_data(&ctx.client, &ns, &secret).await?;
+                if let Err(e) = ctx.vms.start(&vm, &spec, &data).await {
+                    vm_error(pass, &e);
+                    return Err(e.into());
+                }
             }
             let state = match &vm.phase {
                 VmPhase::Transitioning(s) => s.as_str(),
