@@ -148,10 +148,10 @@ async fn main() {
         .await
         .unwrap();
     loop {
-        if vms.find("by-hand").await.unwrap().map(|v| v.phase) == Some(VmPhase::Running) {
-            if !vms.addresses(&vm).await.unwrap().is_empty() {
-                break;
-            }
+        if vms.find("by-hand").await.unwrap().map(|v| v.phase) == Some(VmPhase::Running)
+            && !vms.addresses(&vm).await.unwrap().is_empty()
+        {
+            break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
