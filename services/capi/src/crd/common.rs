@@ -149,3 +149,20 @@ pub fn require(schema: &mut Schema, fields: &[&str]) {
         list.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
     }
 }
+
+/// The Cluster API contract's rule for a machine template: `spec.template.spec` never
+/// changes once made (a new template is made instead), as upstream providers' webhooks
+/// answer, here as the CRD's own validation rule (Kubernetes ≥ 1.25 with CRD validation
+/// rules, on by default from 1.25).
+pub const IMMUTABLE_RULE: &str = "self == oldSelf";
+pub const IMMUTABLE_MESSAGE: &str =
+    "spec.template.spec field is immutable. Please create a new resource instead.";
+
+pub fn immutable(s: &mut Schema) {
+    if let Some(obj) = s.as_object_mut() {
+        obj.insert(
+            "x-kubernetes-validations".into(),
+            serde_json::json!([{"rule": IMMUTABLE_RULE, "message": IMMUTABLE_MESSAGE}]),
+        );
+    }
+}

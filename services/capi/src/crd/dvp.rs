@@ -252,6 +252,7 @@ pub struct DeckhouseMachineTemplateSpec {
 pub struct DeckhouseMachineTemplateResource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<TemplateMeta>,
+    #[schemars(transform = super::common::immutable)]
     pub spec: DeckhouseMachineSpecTemplate,
 }
 

@@ -173,6 +173,7 @@ pub struct ZvirtMachineTemplateSpec {
 pub struct ZvirtMachineTemplateResource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<TemplateMeta>,
+    #[schemars(transform = super::common::immutable)]
     pub spec: ZvirtMachineSpecTemplate,
 }
 
