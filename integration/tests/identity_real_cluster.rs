@@ -747,6 +747,7 @@ async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_ha
         .await;
     capi::install(&admin, &capi::core_crds()).await;
     dvp_sim::install_crds(&admin).await;
+    unbind_capi(&admin).await;
     real::apply_rbac_of(&admin, "dvp").await;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -918,14 +919,35 @@ async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_ha
     .await;
     drop(process);
 
-    let heard = heard.lock().unwrap().clone();
+    check_capi_rights(
+        &admin,
+        &admin_config,
+        &capi_token,
+        &heard.lock().unwrap().clone(),
+    )
+    .await;
+    for name in [&machine] {
+        let _ = dyn_api("Machine", "machines")
+            .delete(name, &DeleteParams::default())
+            .await;
+    }
+    let _ = dcs.delete(&cluster, &DeleteParams::default()).await;
+    let _ = dyn_api("Cluster", "clusters")
+        .delete(&cluster, &DeleteParams::default())
+        .await;
+    drop(sim);
+}
+
+/// capi was refused nothing, and used every right it holds in kube-system and in
+/// node-manager's namespace beyond what every account has.
+async fn check_capi_rights(admin: &Client, admin_config: &Config, token_: &str, heard: &[Heard]) {
     let refused: Vec<&Heard> = heard
         .iter()
         .filter(|h| h.status == 401 || h.status == 403)
         .collect();
     assert!(refused.is_empty(), "capi was refused: {refused:?}");
-    let uses = used(&heard);
-    let account = as_account(&admin_config, &capi_token).await;
+    let uses = used(heard);
+    let account = as_account(admin_config, token_).await;
     let nobody = {
         let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), NS);
         let _ = sas
@@ -934,7 +956,7 @@ async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_ha
                 &serde_json::from_value(json!({"metadata": {"name": NOBODY}})).unwrap(),
             )
             .await;
-        as_account(&admin_config, &token(&admin, NOBODY).await).await
+        as_account(admin_config, &token(admin, NOBODY).await).await
     };
     for ns in [NS, NODE_MANAGER_NS] {
         let baseline = rights_in(&nobody, ns).await;
@@ -952,14 +974,163 @@ async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_ha
             "capi was granted nothing of its own in {ns}"
         );
     }
-    for name in [&machine] {
-        let _ = dyn_api("Machine", "machines")
-            .delete(name, &DeleteParams::default())
+}
+
+/// `capi --cloud zvirt` likewise, with the zvirt overlay's RBAC and the engine simulator:
+/// a machine made ready and deleted, node-manager's Secret written, the Lease renewed.
+#[tokio::test]
+async fn capi_on_zvirt_does_its_whole_job_with_its_own_account_and_uses_every_right_it_has() {
+    use overcast_integration::capi;
+    use overcast_integration::zvirt_sim::{self, Engine, Latency};
+    let Some(admin_path) = real::kubeconfig("the capi identity test on zVirt") else {
+        return;
+    };
+    let _serial = KIT_NODES.lock().await;
+    let admin = real::client(&admin_path).await;
+    let admin_config = Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&admin_path).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+    let _ = namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NODE_MANAGER_NS}})).unwrap(),
+        )
+        .await;
+    let mut crds = capi::core_crds();
+    crds.extend(capi::provider_crds("zvirt"));
+    capi::install(&admin, &crds).await;
+    unbind_capi(&admin).await;
+    real::apply_rbac_of(&admin, "zvirt").await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (by_id, files) = (d.join("by-id"), d.join("disks"));
+    std::fs::create_dir_all(&by_id).unwrap();
+    std::fs::create_dir_all(&files).unwrap();
+    let engine = Engine::new(&files, &by_id, 1 << 40, Latency::default());
+    let url = engine.start().await;
+    engine.add_template("ubuntu-2204", 1 << 33);
+    let profile = engine.add_vnic_profile("ovirtmgmt");
+    let machine = format!("id-z-{}", std::process::id());
+    engine.set_guest_ips_on_boot(&machine, &["10.1.0.77"]);
+    let conf = d.join("cloud-config");
+    std::fs::write(
+        &conf,
+        format!(
+            "server: {url}\nusername: {}\npassword: {}\n",
+            zvirt_sim::USER,
+            zvirt_sim::PASSWORD
+        ),
+    )
+    .unwrap();
+    let config = overcast_cloud_zvirt::Config::load(Some(&conf), &|_| None).unwrap();
+    let e = overcast_cloud_zvirt::connect(&config, None).unwrap();
+    let engine_cluster = e
+        .json("it", http::Method::GET, "/clusters", None)
+        .await
+        .unwrap()["cluster"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let system_secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
+    let _ = system_secrets
+        .delete("d8-node-manager-cloud-provider", &DeleteParams::default())
+        .await;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin.clone(), NS);
+    let _ = leases.delete(CAPI, &DeleteParams::default()).await;
+    // An earlier run's Cluster "zvirt" (the helpers' name) goes first.
+    let clusters: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        NODE_MANAGER_NS,
+        &capi::core("Cluster", "clusters"),
+    );
+    let zcs: Api<overcast_capi::crd::zvirt::ZvirtCluster> =
+        Api::namespaced(admin.clone(), NODE_MANAGER_NS);
+    let _ = zcs.delete("zvirt", &DeleteParams::default()).await;
+    let _ = clusters.delete("zvirt", &DeleteParams::default()).await;
+    capi::zvirt_cluster(&admin, NODE_MANAGER_NS, &engine_cluster).await;
+    capi::mark_provisioned(&admin, NODE_MANAGER_NS).await;
+    capi::zvirt_machine(&admin, NODE_MANAGER_NS, &machine, &profile).await;
+
+    let (port, heard) = recorder(anonymous(&admin_config)).await;
+    let capi_token = token(&admin, CAPI).await;
+    let process = KillOnDrop(
+        Command::new(binary("capi"))
+            .arg("--cloud=zvirt")
+            .arg(format!("--cloud-config={}", conf.display()))
+            .arg(format!(
+                "--kubeconfig={}",
+                token_kubeconfig(d, "capi-zvirt", port, &capi_token)
+            ))
+            .arg(format!("--namespace={NODE_MANAGER_NS}"))
+            .arg("--poll-interval=1")
+            .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let zms: Api<overcast_capi::crd::zvirt::ZvirtMachine> =
+        Api::namespaced(admin.clone(), NODE_MANAGER_NS);
+    wait_for("the machine ready", Duration::from_secs(90), async || {
+        zms.get(&machine).await.ok()?.status?.ready.then_some(())
+    })
+    .await;
+    wait_for(
+        "node-manager's Secret",
+        Duration::from_secs(30),
+        async || {
+            system_secrets
+                .get_opt("d8-node-manager-cloud-provider")
+                .await
+                .ok()?
+                .map(|_| ())
+        },
+    )
+    .await;
+    zms.delete(&machine, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the machine removed", Duration::from_secs(60), async || {
+        zms.get_opt(&machine).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    wait_for("a Lease renewal", Duration::from_secs(30), async || {
+        heard
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|h| h.method == "PUT" && h.path.ends_with(&format!("/leases/{CAPI}")))
+            .then_some(())
+    })
+    .await;
+    drop(process);
+    check_capi_rights(
+        &admin,
+        &admin_config,
+        &capi_token,
+        &heard.lock().unwrap().clone(),
+    )
+    .await;
+    let machines: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        NODE_MANAGER_NS,
+        &capi::core("Machine", "machines"),
+    );
+    let _ = machines.delete(&machine, &DeleteParams::default()).await;
+    let _ = zcs.delete("zvirt", &DeleteParams::default()).await;
+    let _ = clusters.delete("zvirt", &DeleteParams::default()).await;
+}
+
+/// Unbinds what either overlay bound to capi for its kinds: each test applies its own.
+async fn unbind_capi(admin: &Client) {
+    let bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
+        Api::namespaced(admin.clone(), NODE_MANAGER_NS);
+    for cloud in ["zvirt", "dvp"] {
+        let _ = bindings
+            .delete(&format!("overcast-capi-{cloud}"), &DeleteParams::default())
             .await;
     }
-    let _ = dcs.delete(&cluster, &DeleteParams::default()).await;
-    let _ = dyn_api("Cluster", "clusters")
-        .delete(&cluster, &DeleteParams::default())
-        .await;
-    drop(sim);
 }
