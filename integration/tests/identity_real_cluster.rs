@@ -919,13 +919,8 @@ async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_ha
     .await;
     drop(process);
 
-    check_capi_rights(
-        &admin,
-        &admin_config,
-        &capi_token,
-        &heard.lock().unwrap().clone(),
-    )
-    .await;
+    let heard = heard.lock().unwrap().clone();
+    check_capi_rights(&admin, &admin_config, &capi_token, &heard).await;
     for name in [&machine] {
         let _ = dyn_api("Machine", "machines")
             .delete(name, &DeleteParams::default())
@@ -1107,13 +1102,8 @@ async fn capi_on_zvirt_does_its_whole_job_with_its_own_account_and_uses_every_ri
     })
     .await;
     drop(process);
-    check_capi_rights(
-        &admin,
-        &admin_config,
-        &capi_token,
-        &heard.lock().unwrap().clone(),
-    )
-    .await;
+    let heard = heard.lock().unwrap().clone();
+    check_capi_rights(&admin, &admin_config, &capi_token, &heard).await;
     let machines: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
         NODE_MANAGER_NS,
