@@ -293,16 +293,36 @@ fn every_overlay_starts_every_binary_until_credentials_or_the_provider_are_missi
                         _ => a.clone(),
                     })
                     .collect();
+                // The container's env paths likewise (the vsphere node plugin's
+                // CLOUD_CONFIG, say).
+                let env: Option<Vec<k8s_openapi::api::core::v1::EnvVar>> =
+                    c.env.clone().map(|list| {
+                        list.into_iter()
+                            .map(|mut e| {
+                                if let Some(v) = e.value.as_ref().filter(|v| v.starts_with('/')) {
+                                    e.value = Some(format!("{r}{v}"));
+                                }
+                                e
+                            })
+                            .collect()
+                    });
                 let config = args
                     .iter()
                     .find_map(|a| a.strip_prefix("--cloud-config="))
+                    .map(str::to_owned)
+                    .or_else(|| {
+                        env.iter()
+                            .flatten()
+                            .find(|e| e.name == "CLOUD_CONFIG")
+                            .and_then(|e| e.value.clone())
+                    })
                     .map(std::path::PathBuf::from);
                 let run = || {
                     let mut cmd = std::process::Command::new(binary(&bin));
                     cmd.args(&args)
                         .env_clear()
                         .env("PATH", std::env::var("PATH").unwrap_or_default());
-                    for e in c.env.iter().flatten() {
+                    for e in env.iter().flatten() {
                         match (&e.value, &e.value_from) {
                             (Some(v), _) => cmd.env(&e.name, v),
                             (None, Some(_)) => cmd.env(&e.name, "overcast-it-node"),
@@ -344,7 +364,7 @@ fn every_overlay_starts_every_binary_until_credentials_or_the_provider_are_missi
                 if csi_built && config.is_none() {
                     // Their node plugins need no cloud configuration: they serve.
                     assert!(
-                        serves_for_a_while(&binary(&bin), &args, &c.env),
+                        serves_for_a_while(&binary(&bin), &args, &env),
                         "{what}: did not serve"
                     );
                     checked += 1;
@@ -370,7 +390,7 @@ fn every_overlay_starts_every_binary_until_credentials_or_the_provider_are_missi
                 std::fs::write(&config, &secret).unwrap();
                 if csi_built && cloud != "dvp" {
                     assert!(
-                        serves_for_a_while(&binary(&bin), &args, &c.env),
+                        serves_for_a_while(&binary(&bin), &args, &env),
                         "{what}: did not serve with the overlay's configuration"
                     );
                     checked += 1;

@@ -2,7 +2,8 @@
 //! on the simulated parent: made as capdvp makes them, waiting for their image, started
 //! by DVP once their disks and Secret are there, a Secret lost mid-create made again,
 //! a Degraded VM failed, and removal detaching a user's disk (kept) and taking the VM
-//! with its own disks and Secret.
+//! with its own disks and Secret — as the tenant account `deploy/parent/dvp/rbac.yaml`
+//! binds, so that manifest is proven to be all the provider needs.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::DynamicObject;
@@ -64,7 +65,18 @@ async fn a_machine_s_vm_is_made_started_repaired_and_removed_with_its_parts() {
     let pid = std::process::id();
     let image = format!("overcast-it-ubuntu-{pid}");
     let slow_image = format!("overcast-it-slow-{pid}");
-    let vms = ParentVms::new(world.parent.clone());
+    // As the tenant bound to exactly deploy/parent/dvp/rbac.yaml (its capi Role too).
+    let tenant = dvp_sim::tenant(
+        &std::env::var(real::ENV).unwrap(),
+        &world.sim.namespace,
+        false,
+    )
+    .await;
+    let vms = ParentVms::new(Parent::new(
+        tenant,
+        world.sim.namespace.clone(),
+        Arc::new(ApiMetrics::unregistered()),
+    ));
     let machine = vm_spec(&image, "c0ffee00-uuid");
 
     // Made before its image exists: the VM and its parts as capdvp makes them; the boot
