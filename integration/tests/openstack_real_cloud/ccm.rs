@@ -367,7 +367,10 @@ impl Keystone {
 /// any of them — not even the one node of a cluster whose server list came back empty
 /// (the deletion guard lets a one-node cluster lose its node; the provider refuses an
 /// empty list after a full one). Then the server really deleted: the node goes, so the
-/// same node could have been deleted all along.
+/// same node could have been deleted all along. A second server stays in the project
+/// throughout, as the server the ccm itself runs on does in a real cluster: without it the
+/// real deletion leaves an empty list, which the provider refuses by design (a CI run
+/// found the project otherwise empty when this test ran first).
 #[tokio::test]
 async fn a_wrong_or_missing_answer_from_nova_or_keystone_deletes_no_node() {
     let _turn = CLOUD.lock().await;
@@ -375,6 +378,7 @@ async fn a_wrong_or_missing_answer_from_nova_or_keystone_deletes_no_node() {
         return;
     };
     let lone = cloud.boot("overcast-it-os-lone").await;
+    let keeper = cloud.boot("overcast-it-os-keeper").await;
     nodes
         .create(&PostParams::default(), &node("overcast-it-os-lone"))
         .await
@@ -453,5 +457,6 @@ async fn a_wrong_or_missing_answer_from_nova_or_keystone_deletes_no_node() {
     )
     .await;
     drop(ccm_proc);
+    cloud.delete_server(&keeper).await;
     keystone.drop_region();
 }
