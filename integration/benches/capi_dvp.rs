@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use overcast_capi::crd::dvp::{DeckhouseCluster, DeckhouseMachine};
 use overcast_cloud::{Machines, VmPhase};
-use overcast_cloud_dvp::machines::{ParentVms, VmSpec};
+use overcast_cloud_dvp::machines::ParentVms;
 use overcast_cloud_dvp::Parent;
 use overcast_cloud_http::ApiMetrics;
 use overcast_integration::capi::{self, CLOUD_INIT};
@@ -122,26 +122,11 @@ async fn main() {
 
     // Baseline: one VM by hand through the same client.
     let by_hand = Arc::new(ApiMetrics::unregistered());
-    let vms = ParentVms::new(Parent::new(
-        client.clone(),
-        parent_ns.clone(),
-        Arc::clone(&by_hand),
-    ));
-    let spec = VmSpec {
-        class: "generic".into(),
-        cores: 2,
-        core_fraction: "100%".into(),
-        memory: "4Gi".into(),
-        bootloader: "EFI".into(),
-        run_policy: "AlwaysOnUnlessStoppedManually".into(),
-        live_migration_policy: "PreferSafe".into(),
-        image_kind: "ClusterVirtualImage".into(),
-        image_name: image.clone(),
-        root_disk_bytes: 1 << 30,
-        root_disk_storage_class: None,
-        additional_disks: Vec::new(),
-        cluster_uuid: "bench".into(),
-    };
+    let vms = ParentVms::new(
+        Parent::new(client.clone(), parent_ns.clone(), Arc::clone(&by_hand)),
+        "bench",
+    );
+    let spec = capi::dvp_vm_spec(&image, 0);
     let started = Instant::now();
     let vm = vms
         .create("by-hand", &spec, CLOUD_INIT.as_bytes())

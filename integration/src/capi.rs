@@ -9,6 +9,25 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
+/// A worker's parent VM as `capi --cloud dvp` asks for it (capdvp's defaults), booting
+/// `image` (a ClusterVirtualImage) with `additional` disks of 512 MiB.
+pub fn dvp_vm_spec(image: &str, additional: usize) -> overcast_cloud_dvp::machines::VmSpec {
+    overcast_cloud_dvp::machines::VmSpec {
+        class: "generic".into(),
+        cores: 2,
+        core_fraction: "100%".into(),
+        memory: "4Gi".into(),
+        bootloader: "EFI".into(),
+        run_policy: "AlwaysOnUnlessStoppedManually".into(),
+        live_migration_policy: "PreferSafe".into(),
+        image_kind: "ClusterVirtualImage".into(),
+        image_name: image.into(),
+        root_disk_bytes: 1 << 30,
+        root_disk_storage_class: None,
+        additional_disks: vec![(1 << 29, None); additional],
+    }
+}
+
 /// Where the kit's Cluster API CRDs are.
 pub fn capi_crd_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/kit/crds/cluster-api")

@@ -6,11 +6,13 @@
 //! parent VM with capdvp's shape, boot disk from its image and cloud-init Secret, then its
 //! providerID, addresses, `ready` and `initialization.provisioned`; a Degraded VM fails
 //! its machine, a stopped one is not ready (not forced on); a paused Cluster and a machine
-//! at rest cost the parent no call; a `kill -9` mid-create and a restart leave one VM
+//! at rest cost the parent no call; a name DVP would refuse fails its machine at once;
+//! another cluster's VM of a machine's name is never adopted nor removed; a `kill -9` mid-create and a restart leave one VM
 //! that comes up; deleting a machine removes its VM and parts, then the finalizer, and a
 //! parent outage during the delete keeps the finalizer until the parent answers. Needs
 //! `OVERCAST_TEST_KUBECONFIG`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -18,6 +20,9 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use kube::{Client, ResourceExt};
 use overcast_capi::crd::common::ConditionStatus;
 use overcast_capi::crd::dvp::{DeckhouseCluster, DeckhouseMachine, VM_READY_CONDITION};
+use overcast_cloud::Machines;
+use overcast_cloud_dvp::{machines::ParentVms, Parent};
+use overcast_cloud_http::ApiMetrics;
 use overcast_integration::capi::{self, CLOUD_INIT};
 use overcast_integration::dvp_sim::{self, DvpSim};
 use overcast_integration::real::{self, wait_for};
@@ -364,6 +369,49 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
         "the restarted process found the VM"
     );
 
+    // A name whose boot disk DVP would refuse: failed at once, saying why, no VM made.
+    machine(&client, "w.6", &image).await;
+    let refused = until(&dms, "w.6", "the dotted machine failed", |d| {
+        d.status
+            .as_ref()
+            .is_some_and(|s| s.failure_reason.is_some())
+    })
+    .await;
+    let s = refused.status.unwrap();
+    assert_eq!(s.failure_reason.as_deref(), Some("InvalidConfiguration"));
+    assert!(
+        s.failure_message
+            .as_deref()
+            .unwrap_or("")
+            .contains("w.6-boot"),
+        "{s:?}"
+    );
+    assert!(parent_vms_now.get_opt("w.6").await.unwrap().is_none());
+
+    // Another cluster's VM of this machine's name in the shared namespace: never adopted.
+    let other = ParentVms::new(
+        Parent::new(
+            client.clone(),
+            parent_ns.clone(),
+            Arc::new(ApiMetrics::unregistered()),
+        ),
+        "another-cluster",
+    );
+    other
+        .create("w-7", &capi::dvp_vm_spec(&image, 0), b"#cloud-config\n")
+        .await
+        .unwrap();
+    machine(&client, "w-7", &image).await;
+    let foreign = until(&dms, "w-7", "the other cluster's VM refused", |d| {
+        d.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.reason == "VMError" && c.message.contains("not this cluster's"))
+        })
+    })
+    .await;
+    assert!(foreign.spec.provider_id.is_none());
+
     // The parent down during a delete: the finalizer stays until it answers.
     sim.faults
         .api_down
@@ -381,7 +429,7 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
         .store(false, std::sync::atomic::Ordering::Relaxed);
 
     // Deleted: the VM and its disks and Secret go, then the finalizer.
-    for name in ["w-1", "w-2", "w-3", "w-4"] {
+    for name in ["w-1", "w-2", "w-3", "w-4", "w.6", "w-7"] {
         dms.delete(name, &DeleteParams::default()).await.unwrap();
     }
     wait_for("the machines gone", Duration::from_secs(60), async || {
@@ -389,6 +437,12 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
         (left == 0).then_some(())
     })
     .await;
+    let kept = other
+        .find("w-7")
+        .await
+        .unwrap()
+        .expect("the other cluster's VM kept");
+    other.remove(&kept).await.unwrap();
     assert!(parent_vms.get_opt("w-1").await.unwrap().is_none());
     assert!(parent_secrets
         .get_opt("cloud-init-w-1")
@@ -421,7 +475,7 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
     let _ = images.delete(&image, &DeleteParams::default()).await;
     let machines: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns(), &capi::core("Machine", "machines"));
-    for name in ["w-1", "w-2", "w-3", "w-4", "w-5"] {
+    for name in ["w-1", "w-2", "w-3", "w-4", "w-5", "w.6", "w-7"] {
         let _ = machines.delete(name, &DeleteParams::default()).await;
     }
     drop(capi_process);

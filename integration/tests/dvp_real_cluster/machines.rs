@@ -1,35 +1,21 @@
 //! The parent's VMs as the Cluster API provider makes them (`overcast_cloud_dvp::ParentVms`),
 //! on the simulated parent: made as capdvp makes them, waiting for their image, started
 //! by DVP once their disks and Secret are there, a Secret lost mid-create made again,
-//! a Degraded VM failed, and removal detaching a user's disk (kept) and taking the VM
+//! a Degraded VM failed, another cluster's VM of a shared name left alone, and removal detaching a user's disk (kept) and taking the VM
 //! with its own disks and Secret — as the tenant account `deploy/parent/dvp/rbac.yaml`
 //! binds, so that manifest is proven to be all the provider needs.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::DynamicObject;
-use overcast_cloud::machines::{Machines, VmPhase};
+use overcast_cloud::machines::{Machines, Vm, VmPhase};
 use overcast_cloud_dvp::machines::{ParentVms, VmSpec};
 
 use super::*;
 
 const GIB: u64 = 1 << 30;
 
-fn vm_spec(image: &str, cluster_uuid: &str) -> VmSpec {
-    VmSpec {
-        class: "generic".into(),
-        cores: 2,
-        core_fraction: "100%".into(),
-        memory: "4Gi".into(),
-        bootloader: "EFI".into(),
-        run_policy: "AlwaysOnUnlessStoppedManually".into(),
-        live_migration_policy: "PreferSafe".into(),
-        image_kind: "ClusterVirtualImage".into(),
-        image_name: image.into(),
-        root_disk_bytes: GIB,
-        root_disk_storage_class: None,
-        additional_disks: vec![(GIB / 2, None)],
-        cluster_uuid: cluster_uuid.into(),
-    }
+fn vm_spec(image: &str) -> VmSpec {
+    overcast_integration::capi::dvp_vm_spec(image, 1)
 }
 
 /// The `Ready` condition's reason of a disk, and the VM's conditions' reasons.
@@ -72,12 +58,13 @@ async fn a_machine_s_vm_is_made_started_repaired_and_removed_with_its_parts() {
         false,
     )
     .await;
-    let vms = ParentVms::new(Parent::new(
+    let parent = Parent::new(
         tenant,
         world.sim.namespace.clone(),
         Arc::new(ApiMetrics::unregistered()),
-    ));
-    let machine = vm_spec(&image, "c0ffee00-uuid");
+    );
+    let vms = ParentVms::new(parent.clone(), "c0ffee00-uuid");
+    let machine = vm_spec(&image);
 
     // Made before its image exists: the VM and its parts as capdvp makes them; the boot
     // disk waits for the image, the VM for its disks.
@@ -169,11 +156,7 @@ async fn a_machine_s_vm_is_made_started_repaired_and_removed_with_its_parts() {
         .add_image("ClusterVirtualImage", &slow_image, GIB / 2, false)
         .await;
     let w2 = vms
-        .create(
-            "capi-w-2",
-            &vm_spec(&slow_image, "c0ffee00-uuid"),
-            b"#cloud-config\n",
-        )
+        .create("capi-w-2", &vm_spec(&slow_image), b"#cloud-config\n")
         .await
         .unwrap();
     secrets
@@ -191,13 +174,9 @@ async fn a_machine_s_vm_is_made_started_repaired_and_removed_with_its_parts() {
     )
     .await;
     assert_eq!(reason, "ProvisioningNotReady", "{message}");
-    vms.start(
-        &w2,
-        &vm_spec(&slow_image, "c0ffee00-uuid"),
-        b"#cloud-config\n",
-    )
-    .await
-    .unwrap();
+    vms.start(&w2, &vm_spec(&slow_image), b"#cloud-config\n")
+        .await
+        .unwrap();
     assert!(secrets
         .get_opt("cloud-init-capi-w-2")
         .await
@@ -230,6 +209,68 @@ async fn a_machine_s_vm_is_made_started_repaired_and_removed_with_its_parts() {
         (phase(&vms, "capi-w-3").await == Some(VmPhase::Failed("Degraded".into()))).then_some(())
     })
     .await;
+
+    // Another cluster sharing the namespace has a machine of the same name: its VM is
+    // never adopted, finished or removed here, and its parts are kept.
+    let other = ParentVms::new(parent.clone(), "another-cluster-uuid");
+    other
+        .create("capi-shared", &machine, b"#cloud-config\n")
+        .await
+        .expect("the other cluster's create");
+    let refused = vms
+        .find("capi-shared")
+        .await
+        .expect_err("another cluster's VM adopted");
+    assert!(
+        matches!(refused, CloudError::Conflict(_))
+            && refused.to_string().contains("another-cluster-uuid"),
+        "{refused}"
+    );
+    let theirs = Vm {
+        id: "capi-shared".into(),
+        name: "capi-shared".into(),
+        phase: VmPhase::Creating,
+    };
+    assert!(vms.start(&theirs, &machine, b"").await.is_err());
+    assert_eq!(
+        vms.remove(&theirs)
+            .await
+            .expect("remove of a VM this cluster never had"),
+        Default::default()
+    );
+    assert!(
+        other.find("capi-shared").await.unwrap().is_some(),
+        "the other cluster's VM is kept"
+    );
+    assert!(world
+        .parent
+        .disks()
+        .get_opt("capi-shared-boot")
+        .await
+        .unwrap()
+        .is_some());
+    assert!(secrets
+        .get_opt("cloud-init-capi-shared")
+        .await
+        .unwrap()
+        .is_some());
+    other
+        .remove(&theirs)
+        .await
+        .expect("the other cluster's removal");
+    // A name whose boot disk the parent would refuse: refused before any call.
+    let dotted = vms
+        .create("capi.w.4", &machine, b"")
+        .await
+        .expect_err("a dotted name");
+    assert!(matches!(dotted, CloudError::InvalidArgument(_)), "{dotted}");
+    assert!(world
+        .parent
+        .vms()
+        .get_opt("capi.w.4")
+        .await
+        .unwrap()
+        .is_none());
 
     // A user's volume attached through CSI, and a user's disk named like the VM's parts:
     // the removal detaches the first and keeps both.

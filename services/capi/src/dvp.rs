@@ -17,19 +17,13 @@ pub struct Context {
     pub vms: ParentVms,
     /// How often a VM on its way (disks provisioning, starting) is looked at.
     pub poll: Duration,
-    /// This cluster's id in the parent (`dvp.deckhouse.io/cluster-uuid` on its VMs).
-    pub cluster_uuid: String,
     pub retries: crate::retry::Retries,
 }
 
 /// The parent VM a DeckhouseMachine asks for; a control-plane machine's live migration
 /// is `PreferForced` (its memory changes too fast to converge otherwise), a worker's
 /// `PreferSafe`, as capdvp chooses.
-pub fn vm_spec(
-    spec: &DeckhouseMachineSpecTemplate,
-    cluster_uuid: &str,
-    control_plane: bool,
-) -> Result<VmSpec, String> {
+pub fn vm_spec(spec: &DeckhouseMachineSpecTemplate, control_plane: bool) -> Result<VmSpec, String> {
     let bytes = |what: &str, q: &str| {
         overcast_cloud_dvp::api::quantity_bytes(q)
             .ok_or_else(|| format!("{what} {q:?} is not a quantity"))
@@ -70,6 +64,5 @@ pub fn vm_spec(
         root_disk_storage_class: Some(spec.root_disk_storage_class.clone())
             .filter(|c| !c.is_empty()),
         additional_disks: additional,
-        cluster_uuid: cluster_uuid.to_owned(),
     })
 }

@@ -219,9 +219,8 @@ async fn dvp_controllers(
         })?;
     let ctx = Arc::new(dvp::Context {
         client: client.clone(),
-        vms: overcast_cloud_dvp::ParentVms::new(parent),
+        vms: overcast_cloud_dvp::ParentVms::new(parent, cluster_uuid),
         poll: Duration::from_secs(o.poll_interval.max(1)),
-        cluster_uuid,
         retries: Retries::new(Duration::from_secs(1), Duration::from_secs(60)),
     });
     let ns = o.namespace.as_deref();

@@ -55,13 +55,15 @@ pub struct VmSpec {
     pub root_disk_storage_class: Option<String>,
     /// Size and StorageClass of each additional disk.
     pub additional_disks: Vec<(u64, Option<String>)>,
-    /// The cluster's id (`dvp.deckhouse.io/cluster-uuid`).
-    pub cluster_uuid: String,
 }
 
-/// The parent's VMs for the Cluster API provider.
+/// The parent's VMs of one cluster for the Cluster API provider. Several clusters may
+/// share a parent namespace, and their machines' names may meet: a VM is this cluster's
+/// only when it carries this cluster's `dvp.deckhouse.io/cluster-uuid`, and one that does
+/// not is never adopted, changed or removed.
 pub struct ParentVms {
     parent: Parent,
+    cluster_uuid: String,
 }
 
 /// The name of a VM's boot disk, of its `i`-th additional disk, of its Secret.
@@ -75,9 +77,42 @@ pub fn cloud_init_secret(name: &str) -> String {
     format!("cloud-init-{name}")
 }
 
+/// Why a machine of this name cannot have its VM here, if it cannot: the virtualization
+/// webhook refuses a VirtualDisk name with a '.', so `<name>-boot` would never be made
+/// (retrying cannot help; the name cannot be edited).
+pub fn name_refusal(name: &str) -> Option<String> {
+    name.contains('.').then(|| {
+        format!(
+            "the VM's boot disk {:?} would be refused by DVP: a VirtualDisk name may not contain '.'",
+            boot_disk(name)
+        )
+    })
+}
+
 impl ParentVms {
-    pub fn new(parent: Parent) -> Self {
-        Self { parent }
+    /// The VMs of the cluster `cluster_uuid` (its `d8-cluster-uuid`).
+    pub fn new(parent: Parent, cluster_uuid: impl Into<String>) -> Self {
+        Self {
+            parent,
+            cluster_uuid: cluster_uuid.into(),
+        }
+    }
+
+    fn is_ours<K: kube::Resource>(&self, obj: &K) -> bool {
+        obj.labels().get(CLUSTER_UUID_LABEL) == Some(&self.cluster_uuid)
+    }
+
+    /// The VM `name` when it is this cluster's; another cluster's is refused, naming it.
+    async fn get_ours(&self, name: &str) -> Result<Option<VirtualMachine>> {
+        match self.get(name).await? {
+            Some(vm) if !self.is_ours(&vm) => Err(CloudError::Conflict(format!(
+                "VirtualMachine {name} in {} is not this cluster's ({CLUSTER_UUID_LABEL} is {:?}, not {:?}): not adopted",
+                self.parent.namespace,
+                vm.labels().get(CLUSTER_UUID_LABEL).map(String::as_str).unwrap_or(""),
+                self.cluster_uuid
+            ))),
+            found => Ok(found),
+        }
     }
 
     fn vms(&self) -> Api<DynamicObject> {
@@ -107,7 +142,7 @@ impl ParentVms {
             "kind": "VirtualMachine", "name": name, "uid": vm.uid().unwrap_or_default(),
         }]);
         let labels = json!({
-            CLUSTER_UUID_LABEL: spec.cluster_uuid,
+            CLUSTER_UUID_LABEL: self.cluster_uuid,
             api::HOSTNAME_LABEL: name,
         });
         let secret_name = cloud_init_secret(&name);
@@ -232,10 +267,15 @@ impl Machines for ParentVms {
     type Spec = VmSpec;
 
     async fn find(&self, name: &str) -> Result<Option<Vm>> {
-        Ok(self.get(name).await?.as_ref().map(vm_of))
+        Ok(self.get_ours(name).await?.as_ref().map(vm_of))
     }
 
     async fn create(&self, name: &str, spec: &VmSpec, bootstrap: &[u8]) -> Result<Vm> {
+        if let Some(why) = name_refusal(name) {
+            return Err(CloudError::InvalidArgument(format!(
+                "machine {name:?}: {why}"
+            )));
+        }
         let mut refs = vec![json!({"kind": "VirtualDisk", "name": boot_disk(name)})];
         for i in 0..spec.additional_disks.len() {
             refs.push(json!({"kind": "VirtualDisk", "name": additional_disk(name, i)}));
@@ -245,7 +285,7 @@ impl Machines for ParentVms {
             "kind": "VirtualMachine",
             "metadata": {"name": name, "labels": {
                 MANAGED_BY_LABEL: "deckhouse",
-                CLUSTER_UUID_LABEL: spec.cluster_uuid,
+                CLUSTER_UUID_LABEL: self.cluster_uuid,
                 api::HOSTNAME_LABEL: name,
             }},
             "spec": {
@@ -269,7 +309,7 @@ impl Machines for ParentVms {
                 self.vms().create(&PostParams::default(), &obj),
             )
             .await?;
-        let vm = self.get(name).await?.ok_or_else(|| {
+        let vm = self.get_ours(name).await?.ok_or_else(|| {
             CloudError::Unavailable(format!("VirtualMachine {name} made, then not found"))
         })?;
         self.ensure_parts(&vm, spec, bootstrap).await?;
@@ -279,14 +319,14 @@ impl Machines for ParentVms {
     /// DVP starts the VM itself (its run policy) once its disks and Secret are there:
     /// this makes whichever of them is missing.
     async fn start(&self, vm: &Vm, spec: &VmSpec, bootstrap: &[u8]) -> Result<()> {
-        let Some(now) = self.get(&vm.name).await? else {
+        let Some(now) = self.get_ours(&vm.name).await? else {
             return Err(CloudError::not_found("VirtualMachine", vm.name.clone()));
         };
         self.ensure_parts(&now, spec, bootstrap).await
     }
 
     async fn addresses(&self, vm: &Vm) -> Result<Vec<IpAddr>> {
-        let Some(now) = self.get(&vm.name).await? else {
+        let Some(now) = self.get_ours(&vm.name).await? else {
             return Ok(Vec::new());
         };
         Ok(now
@@ -298,9 +338,11 @@ impl Machines for ParentVms {
             .collect())
     }
 
+    /// Another cluster's VM of this name (never adopted, so this machine has none) is
+    /// left alone with its attachments; only parts labelled this cluster's are taken.
     async fn remove(&self, vm: &Vm) -> Result<Removal> {
         let mut removal = Removal::default();
-        if let Some(now) = self.get(&vm.name).await? {
+        if let Some(now) = self.get(&vm.name).await?.filter(|v| self.is_ours(v)) {
             let hostname = api::vm_hostname(&now).to_owned();
             // What CSI attached: the VMBDAs naming this VM. Deleted (the disks stay).
             let vmbdas = self
@@ -362,7 +404,7 @@ impl Machines for ParentVms {
             .await?
             .items
         {
-            if owned_by_vm(&d, &vm.name) {
+            if owned_by_vm(&d, &vm.name) && self.is_ours(&d) {
                 self.parent
                     .delete("disk_delete", &vds, &d.name_any(), &DeleteParams::default())
                     .await?;
@@ -374,7 +416,7 @@ impl Machines for ParentVms {
             .get_opt("secret_get", &secrets, &cloud_init_secret(&vm.name))
             .await?
         {
-            if owned_by_vm(&s, &vm.name) {
+            if owned_by_vm(&s, &vm.name) && self.is_ours(&s) {
                 self.parent
                     .delete(
                         "secret_delete",

@@ -17,6 +17,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event};
 use kube::ResourceExt;
 use overcast_cloud::{Machines, Vm, VmPhase};
+use overcast_cloud_dvp::machines::name_refusal;
 use serde_json::{json, Value};
 
 use super::{vm_spec, Context};
@@ -34,6 +35,8 @@ use crate::{Error, Result};
 pub const PROVIDER_ID_PREFIX: &str = "dvp://";
 /// capdvp's reason for a Running VM.
 pub const REASON_VM_RUNNING: &str = "VMRunning";
+/// Cluster API's `failureReason` for a machine no retry can make (`capierrors`).
+pub const REASON_INVALID_CONFIGURATION: &str = "InvalidConfiguration";
 /// The label Cluster API puts on a control plane's Machines.
 const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
 
@@ -178,7 +181,7 @@ async fn step(
     let control_plane = machine["metadata"]["labels"]
         .get(CONTROL_PLANE_LABEL)
         .is_some();
-    let spec = vm_spec(&dm.spec.machine, &ctx.cluster_uuid, control_plane)
+    let spec = vm_spec(&dm.spec.machine, control_plane)
         .map_err(|m| Error::Invalid(format!("DeckhouseMachine {ns}/{name}: {m}")))?;
     let vm_error = |pass: &mut Pass, e: &dyn std::fmt::Display| {
         pass.mark(
@@ -196,6 +199,14 @@ async fn step(
     };
     let vm = match found {
         Some(vm) => vm,
+        None if name_refusal(&name).is_some() => {
+            // The name cannot be edited and the parent would refuse its disks forever.
+            let why = name_refusal(&name).unwrap_or_default();
+            pass.status.failure_reason = Some(REASON_INVALID_CONFIGURATION.into());
+            pass.status.failure_message = Some(format!("DeckhouseMachine {name}: {why}"));
+            vm_error(pass, &why);
+            return Ok(Action::await_change());
+        }
         None => {
             let data = core::bootstrap_data(&ctx.client, &ns, &secret).await?;
             match ctx.vms.create(&name, &spec, &data).await {
@@ -319,18 +330,20 @@ async fn write(dm: &DeckhouseMachine, ctx: &Context, pass: &Pass) -> Result<()> 
 }
 
 /// The VM removed is the one named after this DeckhouseMachine (what capdvp made; a name
-/// cannot be edited), never one `spec.providerID` names.
+/// cannot be edited), never one `spec.providerID` names, and only if it is this
+/// cluster's (`ParentVms::remove` looks: another cluster's VM of the name is kept, and
+/// this machine, which never had it, goes).
 async fn cleanup(dm: &DeckhouseMachine, ctx: &Context) -> Result<Action> {
     let name = dm.name_any();
-    let vm = ctx.vms.find(&name).await?.unwrap_or(Vm {
+    let vm = Vm {
         id: name.clone(),
         name: name.clone(),
         phase: VmPhase::Stopped,
-    });
+    };
     // Called even when the VM is gone: its own disks and Secret may be left over from
     // a removal that did not finish.
     let removal = ctx.vms.remove(&vm).await?;
-    tracing::info!(machine = %name, detached = ?removal.detached, "VM removed, its volumes detached and kept");
+    tracing::info!(machine = %name, detached = ?removal.detached, "removed: its VM and parts, if it had any (volumes detached and kept)");
     Ok(Action::await_change())
 }
 
