@@ -14,6 +14,12 @@ use crate::crd::dvp::{ClusterInitialization, DeckhouseCluster, DeckhouseClusterS
 use crate::{Error, Result};
 
 pub async fn reconcile(dc: Arc<DeckhouseCluster>, ctx: Arc<Context>) -> Result<Action> {
+    let key = crate::retry::key_of(dc.as_ref());
+    let outcome = reconcile_once(dc, Arc::clone(&ctx)).await;
+    ctx.retries.settle(&key, outcome)
+}
+
+async fn reconcile_once(dc: Arc<DeckhouseCluster>, ctx: Arc<Context>) -> Result<Action> {
     let owned = dc
         .metadata
         .owner_references
@@ -45,12 +51,5 @@ pub async fn reconcile(dc: Arc<DeckhouseCluster>, ctx: Arc<Context>) -> Result<A
 }
 
 pub fn error_policy(dc: Arc<DeckhouseCluster>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = format!(
-        "cluster {}/{}",
-        dc.namespace().unwrap_or_default(),
-        dc.name_any()
-    );
-    let wait = ctx.retries.failed(&key);
-    tracing::warn!(cluster = %key, error = %error, retry_in = ?wait, "reconcile failed");
-    Action::requeue(wait)
+    ctx.retries.after_failure(dc.as_ref(), error)
 }

@@ -58,30 +58,19 @@ pub async fn reconcile(dm: Arc<DeckhouseMachine>, ctx: Arc<Context>) -> Result<A
         // capdvp's order: nothing before the Machine owns it and its Cluster is known.
         return Ok(Action::requeue(ctx.poll));
     }
-    let key = format!("{ns}/{}", dm.name_any());
+    let key = crate::retry::key_of(dm.as_ref());
     let outcome = finalizer(&api, MACHINE_FINALIZER, dm, |event| async {
         match event {
             Event::Apply(dm) => apply(&dm, machine.as_ref(), cluster.as_ref(), &ctx).await,
             Event::Cleanup(dm) => cleanup(&dm, &ctx).await,
         }
     })
-    .await
-    .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Finalizer(other.to_string()),
-    });
-    if outcome.is_ok() {
-        ctx.retries.succeeded(&key);
-    }
-    outcome
+    .await;
+    ctx.retries.settle_finalized(&key, outcome)
 }
 
 pub fn error_policy(dm: Arc<DeckhouseMachine>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = format!("{}/{}", dm.namespace().unwrap_or_default(), dm.name_any());
-    let wait = ctx.retries.failed(&key);
-    tracing::warn!(machine = %key, error = %error, retry_in = ?wait, "reconcile failed");
-    Action::requeue(wait)
+    ctx.retries.after_failure(dm.as_ref(), error)
 }
 
 struct Pass {

@@ -20,6 +20,12 @@ use crate::crd::zvirt::{
 use crate::{Error, Result};
 
 pub async fn reconcile(zc: Arc<ZvirtCluster>, ctx: Arc<Context>) -> Result<Action> {
+    let key = crate::retry::key_of(zc.as_ref());
+    let outcome = reconcile_once(zc, Arc::clone(&ctx)).await;
+    ctx.retries.settle(&key, outcome)
+}
+
+async fn reconcile_once(zc: Arc<ZvirtCluster>, ctx: Arc<Context>) -> Result<Action> {
     let owned = zc
         .metadata
         .owner_references
@@ -88,12 +94,5 @@ pub async fn reconcile(zc: Arc<ZvirtCluster>, ctx: Arc<Context>) -> Result<Actio
 }
 
 pub fn error_policy(zc: Arc<ZvirtCluster>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = format!(
-        "cluster {}/{}",
-        zc.namespace().unwrap_or_default(),
-        zc.name_any()
-    );
-    let wait = ctx.retries.failed(&key);
-    tracing::warn!(cluster = %key, error = %error, retry_in = ?wait, "reconcile failed");
-    Action::requeue(wait)
+    ctx.retries.after_failure(zc.as_ref(), error)
 }

@@ -60,30 +60,19 @@ pub async fn reconcile(zm: Arc<ZvirtMachine>, ctx: Arc<Context>) -> Result<Actio
             }
         }
     }
-    let key = format!("{ns}/{}", zm.name_any());
+    let key = crate::retry::key_of(zm.as_ref());
     let outcome = finalizer(&api, MACHINE_FINALIZER, zm, |event| async {
         match event {
             Event::Apply(zm) => apply(&zm, machine.as_ref(), &ctx).await,
             Event::Cleanup(zm) => cleanup(&zm, &ctx).await,
         }
     })
-    .await
-    .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Finalizer(other.to_string()),
-    });
-    if outcome.is_ok() {
-        ctx.retries.succeeded(&key);
-    }
-    outcome
+    .await;
+    ctx.retries.settle_finalized(&key, outcome)
 }
 
 pub fn error_policy(zm: Arc<ZvirtMachine>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = format!("{}/{}", zm.namespace().unwrap_or_default(), zm.name_any());
-    let wait = ctx.retries.failed(&key);
-    tracing::warn!(machine = %key, error = %error, retry_in = ?wait, "reconcile failed");
-    Action::requeue(wait)
+    ctx.retries.after_failure(zm.as_ref(), error)
 }
 
 /// What one pass decided, written to the object at its end.
