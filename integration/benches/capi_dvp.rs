@@ -12,9 +12,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use overcast_capi::crd::dvp::{DeckhouseCluster, DeckhouseMachine};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use overcast_capi::crd::dvp::DeckhouseMachine;
 use overcast_cloud::{Machines, VmPhase};
 use overcast_cloud_dvp::machines::ParentVms;
 use overcast_cloud_dvp::Parent;
@@ -38,58 +38,6 @@ fn calls(port: u16) -> u64 {
         .filter(|l| l.starts_with("dvp_api_requests_total"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
-}
-
-async fn machine(client: &kube::Client, ns: &str, name: &str, image: &str) {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    secrets
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": format!("{name}-bootstrap")},
-                "stringData": {"value": CLOUD_INIT},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let machines: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns, &capi::core("Machine", "machines"));
-    let m = machines
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": "dvp"}},
-                "spec": {
-                    "clusterName": "dvp",
-                    "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
-                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DeckhouseMachine", "name": name},
-                },
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let dms: Api<DeckhouseMachine> = Api::namespaced(client.clone(), ns);
-    dms.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "DeckhouseMachine",
-            "metadata": {"name": name, "ownerReferences": [{
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": name,
-                "uid": m.metadata.uid.clone().unwrap(), "controller": true,
-            }]},
-            "spec": {
-                "vmClassName": "generic", "cpu": {"cores": 2, "cpuFraction": "100%"},
-                "memory": "4Gi", "rootDiskSize": "1Gi", "rootDiskStorageClass": "",
-                "bootDiskImageRef": {"kind": "ClusterVirtualImage", "name": image},
-            },
-        }))
-        .unwrap(),
-    )
-    .await
-    .unwrap();
 }
 
 #[tokio::main]
@@ -169,35 +117,7 @@ async fn main() {
             .unwrap(),
     );
     // The Cluster and its infrastructure, provisioned.
-    let clusters: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns, &capi::core("Cluster", "clusters"));
-    let c = clusters
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "dvp"},
-                "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DeckhouseCluster", "name": "dvp"}},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let dcs: Api<DeckhouseCluster> = Api::namespaced(client.clone(), &ns);
-    dcs.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "DeckhouseCluster",
-            "metadata": {"name": "dvp", "ownerReferences": [{
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "dvp",
-                "uid": c.metadata.uid.clone().unwrap(), "controller": true,
-            }]},
-            "spec": {},
-        }))
-        .unwrap(),
-    )
-    .await
-    .unwrap();
+    capi::cluster(&client, &ns, &capi::DVP, "dvp", json!({})).await;
     capi::mark_provisioned_named(&client, &ns, "dvp").await;
     wait_for("capi's metrics", Duration::from_secs(30), async || {
         (overcast_integration::http_get(port, "/metrics").0 == 200).then_some(())
@@ -215,7 +135,17 @@ async fn main() {
         let mut made = tokio::task::JoinSet::new();
         for name in names.clone() {
             let (client, ns, image) = (client.clone(), ns.clone(), image.clone());
-            made.spawn(async move { machine(&client, &ns, &name, &image).await });
+            made.spawn(async move {
+                capi::machine(
+                    &client,
+                    &ns,
+                    &capi::DVP,
+                    "dvp",
+                    &name,
+                    capi::dvp_machine_spec(&image),
+                )
+                .await
+            });
         }
         while made.join_next().await.is_some() {}
         let mut times = Vec::new();

@@ -126,9 +126,57 @@ pub fn core(kind: &str, plural: &str) -> kube::core::ApiResource {
     )
 }
 
-/// The Cluster `zvirt` and its ZvirtCluster for engine cluster `engine_cluster`, owned as
+/// An infrastructure provider's kinds: their `apiVersion`, the cluster's and the machine's.
+pub struct Infra {
+    pub api_version: &'static str,
+    pub cluster_kind: &'static str,
+    pub machine_kind: &'static str,
+}
+
+pub const ZVIRT: Infra = Infra {
+    api_version: "infrastructure.cluster.x-k8s.io/v1",
+    cluster_kind: "ZvirtCluster",
+    machine_kind: "ZvirtMachine",
+};
+
+pub const DVP: Infra = Infra {
+    api_version: "infrastructure.cluster.x-k8s.io/v1alpha1",
+    cluster_kind: "DeckhouseCluster",
+    machine_kind: "DeckhouseMachine",
+};
+
+impl Infra {
+    fn api(&self, client: &Client, ns: &str, kind: &str) -> Api<kube::api::DynamicObject> {
+        let (group, version) = self.api_version.split_once('/').expect("group/version");
+        Api::namespaced_with(
+            client.clone(),
+            ns,
+            &kube::core::ApiResource::from_gvk_with_plural(
+                &kube::core::GroupVersionKind::gvk(group, version, kind),
+                &format!("{}s", kind.to_ascii_lowercase()),
+            ),
+        )
+    }
+}
+
+/// An owner reference to the Cluster API core object `kind`/`name` (uid `uid`), as
+/// CAPI's controllers set it.
+fn owned_by(kind: &str, name: &str, uid: &str) -> serde_json::Value {
+    serde_json::json!([{
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": kind, "name": name,
+        "uid": uid, "controller": true, "blockOwnerDeletion": true,
+    }])
+}
+
+/// The Cluster `name` and its infrastructure cluster of the same name (`spec`), owned as
 /// CAPI's cluster controller owns it.
-pub async fn zvirt_cluster(client: &Client, ns: &str, engine_cluster: &str) {
+pub async fn cluster(
+    client: &Client,
+    ns: &str,
+    infra: &Infra,
+    name: &str,
+    spec: serde_json::Value,
+) {
     use kube::api::{DynamicObject, PostParams};
     let clusters: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns, &core("Cluster", "clusters"));
@@ -137,28 +185,38 @@ pub async fn zvirt_cluster(client: &Client, ns: &str, engine_cluster: &str) {
             &PostParams::default(),
             &serde_json::from_value(serde_json::json!({
                 "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "zvirt"},
-                "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "ZvirtCluster", "name": "zvirt"}},
+                "metadata": {"name": name},
+                "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": infra.cluster_kind, "name": name}},
             }))
             .expect("cluster"),
         )
         .await
         .expect("create the Cluster");
-    let zcs: Api<overcast_capi::crd::zvirt::ZvirtCluster> = Api::namespaced(client.clone(), ns);
-    zcs.create(
-        &PostParams::default(),
-        &serde_json::from_value(serde_json::json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1", "kind": "ZvirtCluster",
-            "metadata": {"name": "zvirt", "ownerReferences": [{
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "zvirt",
-                "uid": cluster.uid().expect("uid"), "controller": true,
-            }]},
-            "spec": {"id": engine_cluster},
-        }))
-        .expect("zvirt cluster"),
+    infra
+        .api(client, ns, infra.cluster_kind)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "apiVersion": infra.api_version, "kind": infra.cluster_kind,
+                "metadata": {"name": name, "ownerReferences": owned_by("Cluster", name, &cluster.uid().expect("uid"))},
+                "spec": spec,
+            }))
+            .expect("infrastructure cluster"),
+        )
+        .await
+        .expect("create the infrastructure cluster");
+}
+
+/// The Cluster `zvirt` and its ZvirtCluster for engine cluster `engine_cluster`.
+pub async fn zvirt_cluster(client: &Client, ns: &str, engine_cluster: &str) {
+    cluster(
+        client,
+        ns,
+        &ZVIRT,
+        "zvirt",
+        serde_json::json!({"id": engine_cluster}),
     )
     .await
-    .expect("create the ZvirtCluster");
 }
 
 /// CAPI's cluster controller's part: the Cluster's infrastructure is provisioned.
@@ -181,9 +239,16 @@ pub async fn mark_provisioned_named(client: &Client, ns: &str, name: &str) {
         .expect("the Cluster's status");
 }
 
-/// A Machine, its bootstrap Secret and its ZvirtMachine (the template's shape on vNIC
-/// profile `profile`), as a MachineSet makes them.
-pub async fn zvirt_machine(client: &Client, ns: &str, name: &str, profile: &str) {
+/// A Machine of the Cluster `cluster`, its bootstrap Secret (`CLOUD_INIT`) and its
+/// infrastructure machine of the same name (`spec`), as a MachineSet makes them.
+pub async fn machine(
+    client: &Client,
+    ns: &str,
+    infra: &Infra,
+    cluster: &str,
+    name: &str,
+    spec: serde_json::Value,
+) {
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::{DynamicObject, PostParams};
     use serde_json::json;
@@ -207,31 +272,48 @@ pub async fn zvirt_machine(client: &Client, ns: &str, name: &str, profile: &str)
             &PostParams::default(),
             &serde_json::from_value(json!({
                 "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": "zvirt"}},
+                "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
                 "spec": {
-                    "clusterName": "zvirt",
+                    "clusterName": cluster,
                     "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
-                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "ZvirtMachine", "name": name},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": infra.machine_kind, "name": name},
                 },
             }))
             .expect("machine"),
         )
         .await
         .expect("create the Machine");
-    let zms: Api<overcast_capi::crd::zvirt::ZvirtMachine> = Api::namespaced(client.clone(), ns);
-    zms.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1", "kind": "ZvirtMachine",
-            "metadata": {"name": name, "ownerReferences": [{
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": name,
-                "uid": m.uid().expect("uid"), "controller": true, "blockOwnerDeletion": true,
-            }]},
-            "spec": {"template": "ubuntu-2204", "vnicProfileID": profile,
-                     "cpu": {"sockets": 2, "cores": 1, "threads": 1}, "memory": 4096, "rootDiskSizeGb": 30},
-        }))
-        .expect("zvirt machine"),
-    )
-    .await
-    .expect("create the ZvirtMachine");
+    infra
+        .api(client, ns, infra.machine_kind)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": infra.api_version, "kind": infra.machine_kind,
+                "metadata": {"name": name, "ownerReferences": owned_by("Machine", name, &m.uid().expect("uid"))},
+                "spec": spec,
+            }))
+            .expect("infrastructure machine"),
+        )
+        .await
+        .expect("create the infrastructure machine");
+}
+
+/// A Machine of the Cluster `zvirt` and its ZvirtMachine (the template's shape on vNIC
+/// profile `profile`).
+pub async fn zvirt_machine(client: &Client, ns: &str, name: &str, profile: &str) {
+    let spec = serde_json::json!({
+        "template": "ubuntu-2204", "vnicProfileID": profile,
+        "cpu": {"sockets": 2, "cores": 1, "threads": 1}, "memory": 4096, "rootDiskSizeGb": 30,
+    });
+    machine(client, ns, &ZVIRT, "zvirt", name, spec).await
+}
+
+/// A DeckhouseMachine's spec as node-manager renders it for a worker booting `image`
+/// (a ClusterVirtualImage): 2 cores, 4 GiB, a 1 GiB root disk.
+pub fn dvp_machine_spec(image: &str) -> serde_json::Value {
+    serde_json::json!({
+        "vmClassName": "generic", "cpu": {"cores": 2, "cpuFraction": "100%"},
+        "memory": "4Gi", "rootDiskSize": "1Gi", "rootDiskStorageClass": "",
+        "bootDiskImageRef": {"kind": "ClusterVirtualImage", "name": image},
+    })
 }

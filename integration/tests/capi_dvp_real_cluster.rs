@@ -71,91 +71,14 @@ async fn parent_calls(port: u16) -> u64 {
     .await
 }
 
-async fn cluster(client: &Client) {
-    let clusters: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns(), &capi::core("Cluster", "clusters"));
-    let c = clusters
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "dvp"},
-                "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DeckhouseCluster", "name": "dvp"}},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let dcs: Api<DeckhouseCluster> = Api::namespaced(client.clone(), ns());
-    dcs.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "DeckhouseCluster",
-            "metadata": {"name": "dvp", "ownerReferences": [{
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "dvp",
-                "uid": c.uid().unwrap(), "controller": true,
-            }]},
-            "spec": {},
-        }))
-        .unwrap(),
-    )
-    .await
-    .unwrap();
-}
-
-/// A Machine, its bootstrap Secret and its DeckhouseMachine booting `image`.
+/// A Machine, its bootstrap Secret and its DeckhouseMachine booting `image` (half a
+/// core's time, a 2 GiB root disk and one additional disk).
 async fn machine(client: &Client, name: &str, image: &str) {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns());
-    secrets
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": format!("{name}-bootstrap")},
-                "type": "cluster.x-k8s.io/secret",
-                "stringData": {"value": CLOUD_INIT, "format": "cloud-config"},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let machines: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns(), &capi::core("Machine", "machines"));
-    let m = machines
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": "dvp"}},
-                "spec": {
-                    "clusterName": "dvp",
-                    "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
-                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DeckhouseMachine", "name": name},
-                },
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let dms: Api<DeckhouseMachine> = Api::namespaced(client.clone(), ns());
-    dms.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "DeckhouseMachine",
-            "metadata": {"name": name, "ownerReferences": [{
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": name,
-                "uid": m.uid().unwrap(), "controller": true, "blockOwnerDeletion": true,
-            }]},
-            "spec": {
-                "vmClassName": "generic", "cpu": {"cores": 2, "cpuFraction": "50%"},
-                "memory": "4Gi", "rootDiskSize": "2Gi", "rootDiskStorageClass": "",
-                "bootDiskImageRef": {"kind": "ClusterVirtualImage", "name": image},
-                "additionalDisks": [{"size": "1Gi", "storageClass": ""}],
-            },
-        }))
-        .unwrap(),
-    )
-    .await
-    .unwrap();
+    let mut spec = capi::dvp_machine_spec(image);
+    spec["cpu"]["cpuFraction"] = json!("50%");
+    spec["rootDiskSize"] = json!("2Gi");
+    spec["additionalDisks"] = json!([{"size": "1Gi", "storageClass": ""}]);
+    capi::machine(client, ns(), &capi::DVP, "dvp", name, spec).await
 }
 
 async fn until(
@@ -207,7 +130,7 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
     .unwrap();
     let (mut capi_process, mut metrics) = spawn(&kubeconfig, &conf);
 
-    cluster(&client).await;
+    capi::cluster(&client, ns(), &capi::DVP, "dvp", json!({})).await;
     let dcs: Api<DeckhouseCluster> = Api::namespaced(client.clone(), ns());
     wait_for(
         "the DeckhouseCluster provisioned",

@@ -731,24 +731,16 @@ async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_ha
         return;
     };
     let _serial = KIT_NODES.lock().await;
-    let admin = real::client(&admin_path).await;
-    let admin_config = Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&admin_path).unwrap(),
-        &Default::default(),
+    let (admin, admin_config, system_secrets) = capi_setup(
+        &admin_path,
+        "dvp",
+        &[
+            "d8-node-manager-cloud-provider",
+            "d8-node-manager-cloud-provider-dvp",
+        ],
     )
-    .await
-    .unwrap();
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
-    let _ = namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NODE_MANAGER_NS}})).unwrap(),
-        )
-        .await;
-    capi::install(&admin, &capi::core_crds()).await;
+    .await;
     dvp_sim::install_crds(&admin).await;
-    unbind_capi(&admin).await;
-    real::apply_rbac_of(&admin, "dvp").await;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let pid = std::process::id();
@@ -768,101 +760,29 @@ async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_ha
         format!("namespace: {parent_ns}\nkubeconfig: |\n{indented}"),
     )
     .unwrap();
-    // What each run starts from: node-manager's Secrets absent (so they are created), the
-    // Lease absent.
-    let system_secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
-    for s in [
-        "d8-node-manager-cloud-provider",
-        "d8-node-manager-cloud-provider-dvp",
-    ] {
-        let _ = system_secrets.delete(s, &DeleteParams::default()).await;
-    }
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin.clone(), NS);
-    let _ = leases.delete(CAPI, &DeleteParams::default()).await;
-
     // Cluster API's part: the Cluster, the DeckhouseCluster, a Machine and its Secret.
     let cluster = format!("id-dvp-{pid}");
     let machine = format!("id-w-{pid}");
     let dyn_api = |kind: &str, plural: &str| -> Api<DynamicObject> {
         Api::namespaced_with(admin.clone(), NODE_MANAGER_NS, &capi::core(kind, plural))
     };
-    let c = dyn_api("Cluster", "clusters")
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": cluster},
-                "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DeckhouseCluster", "name": cluster}},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    capi::cluster(&admin, NODE_MANAGER_NS, &capi::DVP, &cluster, json!({})).await;
+    capi::mark_provisioned_named(&admin, NODE_MANAGER_NS, &cluster).await;
+    let mut spec = capi::dvp_machine_spec(&image);
+    spec["cpu"]["cores"] = json!(1);
+    capi::machine(
+        &admin,
+        NODE_MANAGER_NS,
+        &capi::DVP,
+        &cluster,
+        &machine,
+        spec,
+    )
+    .await;
     let dcs: Api<overcast_capi::crd::dvp::DeckhouseCluster> =
         Api::namespaced(admin.clone(), NODE_MANAGER_NS);
-    dcs.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "DeckhouseCluster",
-            "metadata": {"name": cluster, "ownerReferences": [{
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": cluster,
-                "uid": c.metadata.uid.clone().unwrap(), "controller": true,
-            }]},
-            "spec": {},
-        }))
-        .unwrap(),
-    )
-    .await
-    .unwrap();
-    capi::mark_provisioned_named(&admin, NODE_MANAGER_NS, &cluster).await;
-    let nm_secrets: Api<Secret> = Api::namespaced(admin.clone(), NODE_MANAGER_NS);
-    nm_secrets
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": format!("{machine}-bootstrap")},
-                "stringData": {"value": capi::CLOUD_INIT},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    let m = dyn_api("Machine", "machines")
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": machine, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
-                "spec": {
-                    "clusterName": cluster,
-                    "bootstrap": {"dataSecretName": format!("{machine}-bootstrap")},
-                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DeckhouseMachine", "name": machine},
-                },
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
     let dms: Api<overcast_capi::crd::dvp::DeckhouseMachine> =
         Api::namespaced(admin.clone(), NODE_MANAGER_NS);
-    dms.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "DeckhouseMachine",
-            "metadata": {"name": machine, "ownerReferences": [{
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": machine,
-                "uid": m.metadata.uid.clone().unwrap(), "controller": true,
-            }]},
-            "spec": {
-                "vmClassName": "generic", "cpu": {"cores": 1, "cpuFraction": "100%"},
-                "memory": "2Gi", "rootDiskSize": "1Gi", "rootDiskStorageClass": "",
-                "bootDiskImageRef": {"kind": "ClusterVirtualImage", "name": image},
-            },
-        }))
-        .unwrap(),
-    )
-    .await
-    .unwrap();
 
     // --- capi, as overcast-capi.
     let (port, heard) = recorder(anonymous(&admin_config)).await;
@@ -908,15 +828,7 @@ async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_ha
         dms.get_opt(&machine).await.ok()?.is_none().then_some(())
     })
     .await;
-    wait_for("a Lease renewal", Duration::from_secs(30), async || {
-        heard
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|h| h.method == "PUT" && h.path.ends_with(&format!("/leases/{CAPI}")))
-            .then_some(())
-    })
-    .await;
+    lease_renewed(&heard).await;
     drop(process);
 
     let heard = heard.lock().unwrap().clone();
@@ -981,25 +893,8 @@ async fn capi_on_zvirt_does_its_whole_job_with_its_own_account_and_uses_every_ri
         return;
     };
     let _serial = KIT_NODES.lock().await;
-    let admin = real::client(&admin_path).await;
-    let admin_config = Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&admin_path).unwrap(),
-        &Default::default(),
-    )
-    .await
-    .unwrap();
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
-    let _ = namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NODE_MANAGER_NS}})).unwrap(),
-        )
-        .await;
-    let mut crds = capi::core_crds();
-    crds.extend(capi::provider_crds("zvirt"));
-    capi::install(&admin, &crds).await;
-    unbind_capi(&admin).await;
-    real::apply_rbac_of(&admin, "zvirt").await;
+    let (admin, admin_config, system_secrets) =
+        capi_setup(&admin_path, "zvirt", &["d8-node-manager-cloud-provider"]).await;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (by_id, files) = (d.join("by-id"), d.join("disks"));
@@ -1030,12 +925,6 @@ async fn capi_on_zvirt_does_its_whole_job_with_its_own_account_and_uses_every_ri
         .as_str()
         .unwrap()
         .to_owned();
-    let system_secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
-    let _ = system_secrets
-        .delete("d8-node-manager-cloud-provider", &DeleteParams::default())
-        .await;
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin.clone(), NS);
-    let _ = leases.delete(CAPI, &DeleteParams::default()).await;
     // An earlier run's Cluster "zvirt" (the helpers' name) goes first.
     let clusters: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
@@ -1092,15 +981,7 @@ async fn capi_on_zvirt_does_its_whole_job_with_its_own_account_and_uses_every_ri
         zms.get_opt(&machine).await.ok()?.is_none().then_some(())
     })
     .await;
-    wait_for("a Lease renewal", Duration::from_secs(30), async || {
-        heard
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|h| h.method == "PUT" && h.path.ends_with(&format!("/leases/{CAPI}")))
-            .then_some(())
-    })
-    .await;
+    lease_renewed(&heard).await;
     drop(process);
     let heard = heard.lock().unwrap().clone();
     check_capi_rights(&admin, &admin_config, &capi_token, &heard).await;
@@ -1112,6 +993,57 @@ async fn capi_on_zvirt_does_its_whole_job_with_its_own_account_and_uses_every_ri
     let _ = machines.delete(&machine, &DeleteParams::default()).await;
     let _ = zcs.delete("zvirt", &DeleteParams::default()).await;
     let _ = clusters.delete("zvirt", &DeleteParams::default()).await;
+}
+
+/// What each capi identity test starts from, as the admin: node-manager's namespace,
+/// Cluster API's core CRDs and `cloud`'s, only `cloud`'s overlay RBAC bound to capi, and
+/// node-manager's Secrets `secrets` and capi's Lease absent (so the run creates them).
+/// Answers the admin, its config and the Secrets of kube-system.
+async fn capi_setup(
+    admin_path: &str,
+    cloud: &str,
+    secrets: &[&str],
+) -> (Client, Config, Api<Secret>) {
+    use overcast_integration::capi;
+    let admin = real::client(admin_path).await;
+    let admin_config = Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(admin_path).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+    let _ = namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NODE_MANAGER_NS}})).unwrap(),
+        )
+        .await;
+    let mut crds = capi::core_crds();
+    crds.extend(capi::provider_crds(cloud));
+    capi::install(&admin, &crds).await;
+    unbind_capi(&admin).await;
+    real::apply_rbac_of(&admin, cloud).await;
+    let system_secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
+    for s in secrets {
+        let _ = system_secrets.delete(s, &DeleteParams::default()).await;
+    }
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin.clone(), NS);
+    let _ = leases.delete(CAPI, &DeleteParams::default()).await;
+    (admin, admin_config, system_secrets)
+}
+
+/// Waits until capi has renewed its Lease (a PUT of it heard).
+async fn lease_renewed(heard: &std::sync::Mutex<Vec<Heard>>) {
+    wait_for("a Lease renewal", Duration::from_secs(30), async || {
+        heard
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|h| h.method == "PUT" && h.path.ends_with(&format!("/leases/{CAPI}")))
+            .then_some(())
+    })
+    .await;
 }
 
 /// Unbinds what either overlay bound to capi for its kinds: each test applies its own.

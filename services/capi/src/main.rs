@@ -1,8 +1,11 @@
 //! `capi`: the Cluster API infrastructure provider. `capi --cloud zvirt` runs capz's
 //! controllers (ZvirtCluster, ZvirtMachine) against the engine its cloud-config names;
 //! `capi --cloud dvp` capdvp's (DeckhouseCluster, DeckhouseMachine) against the parent
-//! cluster its cloud-config names; leader-elected on a Lease. `capi crds --cloud zvirt|dvp`
-//! prints a provider's CRDs (what `deploy/crds/` holds).
+//! cluster its cloud-config names; leader-elected on a Lease. Each also keeps
+//! node-manager's Secret. `capi --cloud openstack|vsphere|local` keeps only that Secret
+//! (node-manager orders those clouds' machines through machine-controller-manager, not
+//! Cluster API). `capi crds --cloud zvirt|dvp` prints a provider's CRDs (what
+//! `deploy/crds/` holds).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +20,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use overcast_capi::crd::zvirt::{ZvirtCluster, ZvirtMachine};
 use overcast_capi::crd::{manifest, Family};
+use overcast_capi::registration::{self, InstallerFacts, Registered, Registration};
 use overcast_capi::retry::Retries;
 use overcast_capi::zvirt::{self, Context};
 use overcast_ccm::leader::Election;
@@ -31,7 +35,8 @@ use overcast_runtime::LogFormat;
 struct Options {
     #[command(subcommand)]
     command: Option<Command>,
-    /// The cloud whose provider runs: zvirt or dvp.
+    /// The cloud whose provider runs: zvirt or dvp; openstack, vsphere or local keep
+    /// node-manager's Secret alone.
     #[arg(long, env = "OVERCAST_CLOUD", value_enum, default_value = "zvirt")]
     cloud: Cloud,
     /// The cloud's configuration: the file the csi and ccm read (zvirt: or the `ZVIRT_*`
@@ -79,13 +84,28 @@ enum Command {
 enum Cloud {
     Zvirt,
     Dvp,
+    Openstack,
+    Vsphere,
+    Local,
 }
 
 impl Cloud {
-    fn family(self) -> Family {
+    /// The Cluster API provider this cloud has, if any.
+    fn family(self) -> Option<Family> {
         match self {
-            Self::Zvirt => Family::Zvirt,
-            Self::Dvp => Family::Dvp,
+            Self::Zvirt => Some(Family::Zvirt),
+            Self::Dvp => Some(Family::Dvp),
+            Self::Openstack | Self::Vsphere | Self::Local => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Zvirt => "zvirt",
+            Self::Dvp => "dvp",
+            Self::Openstack => "openstack",
+            Self::Vsphere => "vsphere",
+            Self::Local => "local",
         }
     }
 }
@@ -94,7 +114,13 @@ impl Cloud {
 async fn main() -> anyhow::Result<()> {
     let o = Options::parse();
     if let Some(Command::Crds { cloud }) = o.command {
-        print!("{}", manifest(cloud.family()));
+        let family = cloud.family().ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} has no Cluster API provider: node-manager makes its machines through machine-controller-manager",
+                cloud.name()
+            )
+        })?;
+        print!("{}", manifest(family));
         return Ok(());
     }
     overcast_runtime::logging::init(o.log_format);
@@ -104,13 +130,7 @@ async fn main() -> anyhow::Result<()> {
     // The cloud's calls, counted as the other binaries count them (`zvirt_api_*`,
     // `dvp_api_*`).
     let mut registry = prometheus_client::registry::Registry::default();
-    let api_metrics = overcast_cloud_http::ApiMetrics::register(
-        &mut registry,
-        match o.cloud {
-            Cloud::Zvirt => "zvirt",
-            Cloud::Dvp => "dvp",
-        },
-    );
+    let api_metrics = overcast_cloud_http::ApiMetrics::register(&mut registry, o.cloud.name());
     let registry = Arc::new(registry);
     let health: overcast_runtime::http::HealthCheck = Arc::new(|| Box::pin(async { Ok(()) }));
     let at = overcast_runtime::http::serve(o.metrics_address, registry, health).await?;
@@ -151,6 +171,14 @@ async fn main() -> anyhow::Result<()> {
             tokio::select! {
                 r = run => r,
                 l = election.hold(&leases) => lost(l),
+            }
+        }
+        Cloud::Openstack | Cloud::Vsphere | Cloud::Local => {
+            let run = registration_alone(&o, client);
+            tokio::select! {
+                r = run => r,
+                l = election.hold(&leases) => lost(l),
+                _ = overcast_runtime::shutdown::signal_received() => Ok(()),
             }
         }
     };
@@ -252,12 +280,15 @@ async fn dvp_controllers(
         Arc::clone(&ctx),
     )
     .for_each(|r| said("DeckhouseCluster", r));
-    let registration = register(
-        client.clone(),
-        Family::Dvp,
-        o.registration_period,
-        |_ssh: Option<&str>, labels| overcast_capi::registration::dvp_connection(labels),
-    );
+    let registration = register(client.clone(), o.registration_period, |facts| {
+        std::future::ready(Ok(Registration {
+            cloud: Registered::Dvp,
+            zones: facts.zones(),
+            region: Some("default".into()),
+            ssh_public_key: facts.ssh_public_key(),
+            connection: registration::dvp_connection(facts.additional_vm_labels()),
+        }))
+    });
     tracing::info!(
         cloud = "dvp",
         "DeckhouseCluster and DeckhouseMachine controllers started"
@@ -319,10 +350,18 @@ async fn zvirt_controllers(
         Arc::clone(&ctx),
     )
     .for_each(|r| said("ZvirtCluster", r));
-    let registration = register(client.clone(), Family::Zvirt, o.registration_period, {
+    let registration = register(client.clone(), o.registration_period, {
         let config = config.clone();
-        move |ssh: Option<&str>, _labels| {
-            overcast_capi::registration::zvirt_connection(&config, ssh)
+        move |facts| {
+            let ssh = facts.ssh_public_key();
+            std::future::ready(Ok(Registration {
+                cloud: Registered::Zvirt,
+                zones: facts.zones(),
+                // zVirt has no regions; its module names one.
+                region: Some("default".into()),
+                connection: registration::zvirt_connection(&config, ssh.as_deref()),
+                ssh_public_key: ssh,
+            }))
         }
     });
     tracing::info!(
@@ -356,28 +395,21 @@ async fn said<T, E: std::fmt::Display>(
 
 /// Keeps node-manager's Secret as the configuration and the installer's facts say, every
 /// `period` seconds (never when 0); a failure is said and tried again next period.
-/// `connection` makes the cloud's object from the SSH key and the additional VM labels
-/// the installer recorded.
-async fn register(
-    client: kube::Client,
-    family: Family,
-    period: u64,
-    connection: impl Fn(Option<&str>, Option<serde_json::Value>) -> serde_json::Value,
-) {
-    use overcast_capi::registration::{self, Registration};
+/// `make` renders the registration from the installer's facts (an `Err` says what is
+/// missing; nothing is written then).
+async fn register<F, Fut>(client: kube::Client, period: u64, make: F)
+where
+    F: Fn(InstallerFacts) -> Fut,
+    Fut: std::future::Future<Output = Result<Registration, String>>,
+{
     if period == 0 {
         return std::future::pending().await;
     }
     loop {
-        let written: overcast_capi::Result<usize> = async {
-            let (zones, ssh, labels) = registration::installer_facts(&client).await?;
-            let r = Registration {
-                family,
-                zones,
-                connection: connection(ssh.as_deref(), labels),
-                ssh_public_key: ssh,
-            };
-            registration::publish(&client, &registration::render(&r)).await
+        let written: anyhow::Result<usize> = async {
+            let facts = registration::installer_facts(&client).await?;
+            let r = make(facts).await.map_err(anyhow::Error::msg)?;
+            Ok(registration::publish(&client, &registration::render(&r)).await?)
         }
         .await;
         match written {
@@ -386,6 +418,108 @@ async fn register(
             Err(e) => tracing::warn!(error = %e, "node-manager registration not written"),
         }
         tokio::time::sleep(Duration::from_secs(period)).await;
+    }
+}
+
+/// OpenStack, vSphere and local: node-manager's Secret alone, from the cloud-config the
+/// ccm reads (read again at each rendering, so a rotated password is carried over).
+async fn registration_alone(o: &Options, client: kube::Client) -> anyhow::Result<()> {
+    let cloud = o.cloud;
+    let path = o.cloud_config.clone();
+    let kubeconfig = o.kubeconfig.clone();
+    if o.registration_period == 0 {
+        anyhow::bail!(
+            "--registration-period 0: capi --cloud {} has nothing else to do",
+            cloud.name()
+        );
+    }
+    tracing::info!(cloud = cloud.name(), "keeping node-manager's registration");
+    register(client, o.registration_period, move |facts| {
+        let path = path.clone();
+        let kubeconfig = kubeconfig.clone();
+        async move { render_alone(cloud, path.as_deref(), kubeconfig, &facts).await }
+    })
+    .await;
+    Ok(())
+}
+
+async fn render_alone(
+    cloud: Cloud,
+    path: Option<&std::path::Path>,
+    kubeconfig: Option<PathBuf>,
+    facts: &InstallerFacts,
+) -> Result<Registration, String> {
+    match cloud {
+        Cloud::Openstack => {
+            let config = overcast_cloud_openstack::Config::load(path).map_err(|e| e.to_string())?;
+            let ca = match &config.ca_file {
+                Some(f) => Some(
+                    std::fs::read_to_string(f)
+                        .map_err(|e| format!("ca-file {}: {e}", f.display()))?,
+                ),
+                None => None,
+            };
+            Ok(Registration {
+                cloud: Registered::Openstack,
+                zones: facts.zones(),
+                region: config.region.clone(),
+                ssh_public_key: None,
+                connection: registration::openstack_connection(&config, ca, facts)?,
+            })
+        }
+        Cloud::Vsphere => {
+            use overcast_cloud_vsphere::config::Credentials;
+            let config = overcast_cloud_vsphere::Config::load(path).map_err(|e| e.to_string())?;
+            let [vc] = config.vcenters.as_slice() else {
+                return Err(format!(
+                    "node-manager's vsphere object names one vCenter; the cloud-config has {}",
+                    config.vcenters.len()
+                ));
+            };
+            let (username, password) = match &vc.credentials {
+                Credentials::Inline { user, password } => (user.clone(), password.clone()),
+                Credentials::Secret { name, namespace } => {
+                    let c = overcast_cloud_vsphere::credentials::SecretSource::new(
+                        namespace.clone(),
+                        name.clone(),
+                        kubeconfig,
+                    )
+                    .credential(&vc.server)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                    (c.user, c.password)
+                }
+                Credentials::Directory(dir) => {
+                    let c = overcast_cloud_vsphere::credentials::from_directory(dir, &vc.server)?;
+                    (c.user, c.password)
+                }
+            };
+            let login = registration::VcenterLogin {
+                server: vc.server.clone(),
+                username,
+                password,
+                insecure: vc.insecure,
+            };
+            Ok(Registration {
+                cloud: Registered::Vsphere,
+                zones: registration::strings(&facts.configuration["zones"]),
+                region: None,
+                ssh_public_key: None,
+                connection: registration::vsphere_connection(&login, &config, facts),
+            })
+        }
+        Cloud::Local => {
+            let config = overcast_cloud_local::cloud_config::LocalCloudConfig::load(path)
+                .map_err(|e| e.to_string())?;
+            Ok(Registration {
+                cloud: Registered::Local,
+                zones: vec![config.zone(None)],
+                region: Some(config.region(None)),
+                ssh_public_key: None,
+                connection: serde_json::json!({}),
+            })
+        }
+        Cloud::Zvirt | Cloud::Dvp => Err("rendered by its controllers".into()),
     }
 }
 

@@ -1,11 +1,14 @@
 //! The Secret through which a cloud registers with Deckhouse's node-manager,
 //! `kube-system/d8-node-manager-cloud-provider` (and, for DVP, its named twin
-//! `d8-node-manager-cloud-provider-dvp`): which instance class and Cluster API kinds to
-//! render, the region and zones, the SSH key, and a per-cloud connection object — the
+//! `d8-node-manager-cloud-provider-dvp`): which instance class, machine class and Cluster
+//! API kinds to render, the region and zones, the SSH key, and a per-cloud object — the
 //! fields and values of the cloud-provider modules' `registration.yaml`. Credentials go in
-//! only where upstream puts them (zVirt's `zvirt` object; DVP's carries none). Rendered
-//! from the provider's own configuration and what the installer recorded
-//! (`d8-provider-cluster-configuration`), applied when it differs.
+//! only where upstream puts them (zVirt's `zvirt`, OpenStack's `openstack.connection`,
+//! vSphere's `vsphere`; DVP's carries none). Rendered from the provider's own
+//! configuration and what the installer recorded (`d8-provider-cluster-configuration`),
+//! applied when it differs.
+
+mod connection;
 
 use std::collections::BTreeMap;
 
@@ -14,6 +17,10 @@ use k8s_openapi::ByteString;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 use kube::Client;
 use serde_json::{json, Value};
+
+pub use connection::{
+    dvp_connection, openstack_connection, vsphere_connection, zvirt_connection, VcenterLogin,
+};
 
 use crate::crd::Family;
 use crate::Result;
@@ -24,57 +31,111 @@ pub const NAME: &str = "d8-node-manager-cloud-provider";
 pub const INSTALLER_SECRET: &str = "d8-provider-cluster-configuration";
 const FIELD_MANAGER: &str = "overcast-capi";
 
+/// The cloud that registers: node-manager's `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registered {
+    Zvirt,
+    Dvp,
+    Openstack,
+    Vsphere,
+    /// Overcast's own: no Deckhouse module has it, so no instance or machine class;
+    /// node-manager learns the type, region and zones (its nodes are static).
+    Local,
+}
+
+impl Registered {
+    pub fn type_name(self) -> &'static str {
+        match self {
+            Self::Zvirt => "zvirt",
+            Self::Dvp => "dvp",
+            Self::Openstack => "openstack",
+            Self::Vsphere => "vsphere",
+            Self::Local => "local",
+        }
+    }
+}
+
+impl From<Family> for Registered {
+    fn from(f: Family) -> Self {
+        match f {
+            Family::Zvirt => Self::Zvirt,
+            Family::Dvp => Self::Dvp,
+        }
+    }
+}
+
 /// What the Secret is made from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Registration {
-    pub family: Family,
-    /// The zones node-manager may place machines in (`["default"]` when none are known).
+    pub cloud: Registered,
+    /// The zones node-manager may place machines in. zVirt and DVP write `["default"]`
+    /// when none are known, as their modules do; the others write what they are given.
     pub zones: Vec<String>,
+    /// `region`: OpenStack's own; `default` for the clouds without regions. vSphere's
+    /// module writes none (its region is inside the `vsphere` object).
+    pub region: Option<String>,
     pub ssh_public_key: Option<String>,
-    /// The per-cloud object (`zvirt`, `dvp`).
+    /// The per-cloud object (`zvirt`, `dvp`, `openstack`, `vsphere`, `local`).
     pub connection: Value,
 }
 
-/// zVirt's connection object: the engine and the credentials capz's machinery reads.
-pub fn zvirt_connection(
-    config: &overcast_cloud_zvirt::Config,
-    ssh_public_key: Option<&str>,
-) -> Value {
-    json!({
-        "sshPublicKey": ssh_public_key.unwrap_or_default(),
-        "server": config.api_url,
-        "username": config.username,
-        "password": config.password,
-        "insecure": config.insecure,
-    })
+/// What the installer recorded in `d8-provider-cluster-configuration`: the provider's
+/// cluster configuration (`cloud-provider-cluster-configuration.yaml`) and the discovery
+/// data (`cloud-provider-discovery-data.json`); `null` where absent.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InstallerFacts {
+    pub configuration: Value,
+    pub discovery: Value,
 }
 
-/// DVP's connection object: only the labels every VM gets, when the installer set them.
-pub fn dvp_connection(additional_vm_labels: Option<Value>) -> Value {
-    match additional_vm_labels {
-        Some(labels) if !labels.is_null() => json!({"additionalVMLabels": labels}),
-        _ => json!({}),
+impl InstallerFacts {
+    /// The discovery data's zones.
+    pub fn zones(&self) -> Vec<String> {
+        strings(&self.discovery["zones"])
     }
+
+    pub fn ssh_public_key(&self) -> Option<String> {
+        self.configuration["sshPublicKey"]
+            .as_str()
+            .map(str::to_owned)
+    }
+
+    /// DVP's `provider.additionalVMLabels`.
+    pub fn additional_vm_labels(&self) -> Option<Value> {
+        let labels = &self.configuration["provider"]["additionalVMLabels"];
+        (!labels.is_null()).then(|| labels.clone())
+    }
+}
+
+/// The strings of a JSON list (none when it is not one).
+pub fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|z| {
+            z.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The Secrets, in the order they are written.
 pub fn render(r: &Registration) -> Vec<Secret> {
-    let zones = if r.zones.is_empty() {
-        vec!["default".to_owned()]
-    } else {
-        r.zones.clone()
+    let zones = match r.cloud {
+        Registered::Zvirt | Registered::Dvp if r.zones.is_empty() => vec!["default".to_owned()],
+        _ => r.zones.clone(),
     };
     let mut data: BTreeMap<&str, String> = BTreeMap::new();
-    data.insert("type", r.family.provider().to_owned());
-    // Neither cloud has regions; upstream names one.
-    data.insert("region", "default".to_owned());
+    data.insert("type", r.cloud.type_name().to_owned());
+    if let Some(region) = &r.region {
+        data.insert("region", region.clone());
+    }
     data.insert("zones", serde_json::to_string(&zones).unwrap_or_default());
-    data.insert("machineClassKind", String::new());
     let group = "infrastructure.cluster.x-k8s.io";
     let mut labels = BTreeMap::new();
     let mut names = vec![NAME.to_owned()];
-    match r.family {
-        Family::Zvirt => {
+    match r.cloud {
+        Registered::Zvirt => {
+            data.insert("machineClassKind", String::new());
             data.insert("instanceClassKind", "ZvirtInstanceClass".into());
             data.insert("capiClusterKind", "ZvirtCluster".into());
             data.insert("capiClusterAPIVersion", format!("{group}/v1"));
@@ -83,7 +144,8 @@ pub fn render(r: &Registration) -> Vec<Secret> {
             data.insert("capiMachineTemplateAPIVersion", format!("{group}/v1"));
             data.insert("sshPublicKey", r.ssh_public_key.clone().unwrap_or_default());
         }
-        Family::Dvp => {
+        Registered::Dvp => {
+            data.insert("machineClassKind", String::new());
             data.insert("instanceClassAPIVersion", "v1alpha1".into());
             data.insert("instanceClassKind", "DVPInstanceClass".into());
             data.insert("capiClusterKind", "DeckhouseCluster".into());
@@ -106,10 +168,22 @@ pub fn render(r: &Registration) -> Vec<Secret> {
             );
             names.push(format!("{NAME}-dvp"));
         }
+        // Machines through machine-controller-manager's classes, not Cluster API.
+        Registered::Openstack => {
+            data.insert("instanceClassKind", "OpenStackInstanceClass".into());
+            data.insert("machineClassKind", "OpenStackMachineClass".into());
+        }
+        Registered::Vsphere => {
+            data.insert("instanceClassKind", "VsphereInstanceClass".into());
+            data.insert("machineClassKind", "VsphereMachineClass".into());
+        }
+        Registered::Local => {
+            data.insert("instanceClassKind", String::new());
+            data.insert("machineClassKind", String::new());
+        }
     }
-    let key = r.family.provider();
     data.insert(
-        key,
+        r.cloud.type_name(),
         serde_json::to_string(&r.connection).unwrap_or_default(),
     );
     let data: BTreeMap<String, ByteString> = data
@@ -132,36 +206,26 @@ pub fn render(r: &Registration) -> Vec<Secret> {
         .collect()
 }
 
-/// What the installer recorded: (zones, SSH public key, DVP's additional VM labels).
-pub async fn installer_facts(
-    client: &Client,
-) -> Result<(Vec<String>, Option<String>, Option<Value>)> {
+/// What the installer recorded (nothing when it recorded nothing: a cluster not made by
+/// dhctl).
+pub async fn installer_facts(client: &Client) -> Result<InstallerFacts> {
     let api: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
     let Some(secret) = api.get_opt(INSTALLER_SECRET).await? else {
-        return Ok((Vec::new(), None, None));
+        return Ok(InstallerFacts::default());
     };
     let data = secret.data.unwrap_or_default();
     let text = |k: &str| {
         data.get(k)
             .map(|v| String::from_utf8_lossy(&v.0).into_owned())
     };
-    let discovery: Value = text("cloud-provider-discovery-data.json")
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(Value::Null);
-    let zones = discovery["zones"]
-        .as_array()
-        .map(|z| {
-            z.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    let configuration: Value = text("cloud-provider-cluster-configuration.yaml")
-        .and_then(|t| serde_saphyr::from_str(&t).ok())
-        .unwrap_or(Value::Null);
-    let ssh = configuration["sshPublicKey"].as_str().map(str::to_owned);
-    let labels = configuration["provider"]["additionalVMLabels"].clone();
-    Ok((zones, ssh, (!labels.is_null()).then_some(labels)))
+    Ok(InstallerFacts {
+        configuration: text("cloud-provider-cluster-configuration.yaml")
+            .and_then(|t| serde_saphyr::from_str(&t).ok())
+            .unwrap_or(Value::Null),
+        discovery: text("cloud-provider-discovery-data.json")
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Value::Null),
+    })
 }
 
 /// Writes the Secrets that differ from `want`; how many were written.
@@ -217,8 +281,9 @@ mod tests {
             unknown_keys: Vec::new(),
         };
         let r = Registration {
-            family: Family::Zvirt,
+            cloud: Registered::Zvirt,
             zones: vec![],
+            region: Some("default".into()),
             ssh_public_key: Some("ssh-ed25519 AAAA".into()),
             connection: zvirt_connection(&config, Some("ssh-ed25519 AAAA")),
         };
@@ -251,8 +316,9 @@ mod tests {
     #[test]
     fn dvp_registers_twice_with_its_labels_and_no_credentials() {
         let r = Registration {
-            family: Family::Dvp,
+            cloud: Registered::Dvp,
             zones: vec!["zone-a".into(), "zone-b".into()],
+            region: Some("default".into()),
             ssh_public_key: None,
             connection: dvp_connection(Some(json!({"team": "infra"}))),
         };
@@ -283,5 +349,55 @@ mod tests {
             let labels = s.metadata.labels.clone().unwrap();
             assert_eq!(labels["cloud-provider.deckhouse.io/name"], "dvp");
         }
+    }
+
+    #[test]
+    fn openstack_vsphere_and_local_name_their_classes_as_their_modules_do() {
+        let r = |cloud, region: Option<&str>| Registration {
+            cloud,
+            zones: vec!["z1".into()],
+            region: region.map(str::to_owned),
+            ssh_public_key: None,
+            connection: json!({"k": "v"}),
+        };
+        let os = &render(&r(Registered::Openstack, Some("RegionOne")))[0];
+        assert_eq!(field(os, "type").as_deref(), Some("openstack"));
+        assert_eq!(field(os, "region").as_deref(), Some("RegionOne"));
+        assert_eq!(field(os, "zones").as_deref(), Some("[\"z1\"]"));
+        assert_eq!(
+            field(os, "instanceClassKind").as_deref(),
+            Some("OpenStackInstanceClass")
+        );
+        assert_eq!(
+            field(os, "machineClassKind").as_deref(),
+            Some("OpenStackMachineClass")
+        );
+        assert_eq!(field(os, "openstack").as_deref(), Some("{\"k\":\"v\"}"));
+        assert_eq!(field(os, "capiClusterKind"), None);
+        let vs = &render(&r(Registered::Vsphere, None))[0];
+        assert_eq!(field(vs, "type").as_deref(), Some("vsphere"));
+        assert_eq!(
+            field(vs, "region"),
+            None,
+            "vSphere's module writes no region key"
+        );
+        assert_eq!(
+            field(vs, "instanceClassKind").as_deref(),
+            Some("VsphereInstanceClass")
+        );
+        assert_eq!(
+            field(vs, "machineClassKind").as_deref(),
+            Some("VsphereMachineClass")
+        );
+        assert!(field(vs, "vsphere").is_some());
+        let no_zones = Registration {
+            zones: vec![],
+            ..r(Registered::Vsphere, None)
+        };
+        assert_eq!(field(&render(&no_zones)[0], "zones").as_deref(), Some("[]"));
+        let local = &render(&r(Registered::Local, Some("local")))[0];
+        assert_eq!(field(local, "type").as_deref(), Some("local"));
+        assert_eq!(field(local, "instanceClassKind").as_deref(), Some(""));
+        assert_eq!(field(local, "local").as_deref(), Some("{\"k\":\"v\"}"));
     }
 }
