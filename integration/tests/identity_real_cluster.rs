@@ -832,7 +832,7 @@ async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_ha
     drop(process);
 
     let heard = heard.lock().unwrap().clone();
-    check_capi_rights(&admin, &admin_config, &capi_token, &heard).await;
+    check_capi_rights(&admin, &admin_config, &capi_token, &heard, true).await;
     for name in [&machine] {
         let _ = dyn_api("Machine", "machines")
             .delete(name, &DeleteParams::default())
@@ -846,8 +846,15 @@ async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_ha
 }
 
 /// capi was refused nothing, and used every right it holds in kube-system and in
-/// node-manager's namespace beyond what every account has.
-async fn check_capi_rights(admin: &Client, admin_config: &Config, token_: &str, heard: &[Heard]) {
+/// node-manager's namespace beyond what every account has; with `provider` false (its
+/// Secret alone) it holds nothing of its own in node-manager's namespace.
+async fn check_capi_rights(
+    admin: &Client,
+    admin_config: &Config,
+    token_: &str,
+    heard: &[Heard],
+    provider: bool,
+) {
     let refused: Vec<&Heard> = heard
         .iter()
         .filter(|h| h.status == 401 || h.status == 403)
@@ -876,10 +883,15 @@ async fn check_capi_rights(admin: &Client, admin_config: &Config, token_: &str, 
             unused.is_empty(),
             "capi holds rights in {ns} its whole job never used: {unused:?}"
         );
-        assert!(
-            granted.difference(&baseline).next().is_some(),
-            "capi was granted nothing of its own in {ns}"
-        );
+        let own = granted.difference(&baseline).next().is_some();
+        if provider || ns == NS {
+            assert!(own, "capi was granted nothing of its own in {ns}");
+        } else {
+            assert!(
+                !own,
+                "capi keeping node-manager's Secret alone holds rights in {ns}"
+            );
+        }
     }
 }
 
@@ -984,7 +996,7 @@ async fn capi_on_zvirt_does_its_whole_job_with_its_own_account_and_uses_every_ri
     lease_renewed(&heard).await;
     drop(process);
     let heard = heard.lock().unwrap().clone();
-    check_capi_rights(&admin, &admin_config, &capi_token, &heard).await;
+    check_capi_rights(&admin, &admin_config, &capi_token, &heard, true).await;
     let machines: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
         NODE_MANAGER_NS,
@@ -1020,7 +1032,9 @@ async fn capi_setup(
         )
         .await;
     let mut crds = capi::core_crds();
-    crds.extend(capi::provider_crds(cloud));
+    if ["zvirt", "dvp"].contains(&cloud) {
+        crds.extend(capi::provider_crds(cloud));
+    }
     capi::install(&admin, &crds).await;
     unbind_capi(&admin).await;
     real::apply_rbac_of(&admin, cloud).await;
@@ -1046,13 +1060,139 @@ async fn lease_renewed(heard: &std::sync::Mutex<Vec<Heard>>) {
     .await;
 }
 
-/// Unbinds what either overlay bound to capi for its kinds: each test applies its own.
+/// Unbinds what any overlay bound to capi beyond its kube-system basics (its provider's
+/// kinds, node-manager's namespace, vSphere's credentials): each test applies its own.
 async fn unbind_capi(admin: &Client) {
     let bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
         Api::namespaced(admin.clone(), NODE_MANAGER_NS);
-    for cloud in ["zvirt", "dvp"] {
-        let _ = bindings
-            .delete(&format!("overcast-capi-{cloud}"), &DeleteParams::default())
+    for name in ["overcast-capi-zvirt", "overcast-capi-dvp", CAPI] {
+        let _ = bindings.delete(name, &DeleteParams::default()).await;
+    }
+    drop_vsphere_binding(admin).await;
+}
+
+/// `capi --cloud openstack` and `--cloud vsphere`, which keep node-manager's Secret alone,
+/// each with its own token and its overlay's RBAC: the Secret written (vSphere's with the
+/// credentials read from upstream's Secret), the Lease renewed — refused nothing, every
+/// right it holds in kube-system used, and nothing of its own in node-manager's namespace.
+#[tokio::test]
+async fn capi_keeping_node_manager_s_secret_alone_uses_every_right_it_has() {
+    let Some(admin_path) = real::kubeconfig("the capi registration identity test") else {
+        return;
+    };
+    let _serial = KIT_NODES.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for cloud in ["openstack", "vsphere"] {
+        let (admin, admin_config, system_secrets) =
+            capi_setup(&admin_path, cloud, &["d8-node-manager-cloud-provider"]).await;
+        let _ = system_secrets
+            .delete(
+                "d8-provider-cluster-configuration",
+                &DeleteParams::default(),
+            )
+            .await;
+        let (conf, record) = if cloud == "openstack" {
+            (
+                "[Global]\nauth-url = https://keystone.example:5000/v3\nusername = k8s\npassword = p\ntenant-name = k8s\ndomain-name = Default\nregion = RegionOne\n",
+                json!({"internalNetworkNames": ["k8s-int"], "zones": ["nova"]}),
+            )
+        } else {
+            // Upstream's credentials Secret, this server's keys added to what it holds.
+            let creds = json!({"data": {
+                "vc.overcast-it.username": base64_of("k8s@vsphere.local"),
+                "vc.overcast-it.password": base64_of("from-secret"),
+            }});
+            if system_secrets
+                .patch(
+                    "vsphere-cloud-secret",
+                    &PatchParams::default(),
+                    &Patch::Merge(&creds),
+                )
+                .await
+                .is_err()
+            {
+                let mut body = creds.clone();
+                body["metadata"] = json!({"name": "vsphere-cloud-secret"});
+                system_secrets
+                    .create(
+                        &PostParams::default(),
+                        &serde_json::from_value(body).unwrap(),
+                    )
+                    .await
+                    .unwrap();
+            }
+            (
+                "[Global]\nsecret-name = \"vsphere-cloud-secret\"\nsecret-namespace = \"kube-system\"\n\n[VirtualCenter \"vc.overcast-it\"]\ndatacenters = \"dc-1\"\n",
+                json!({}),
+            )
+        };
+        system_secrets
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": "d8-provider-cluster-configuration"},
+                    "stringData": {
+                        "cloud-provider-cluster-configuration.yaml": "region: r1\nzones: [z1]\n",
+                        "cloud-provider-discovery-data.json": record.to_string(),
+                    },
+                }))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        let path = d.join(format!("{cloud}.conf"));
+        std::fs::write(&path, conf).unwrap();
+        let (port, heard) = recorder(anonymous(&admin_config)).await;
+        let capi_token = token(&admin, CAPI).await;
+        let process = KillOnDrop(
+            Command::new(binary("capi"))
+                .arg(format!("--cloud={cloud}"))
+                .arg(format!("--cloud-config={}", path.display()))
+                .arg(format!(
+                    "--kubeconfig={}",
+                    token_kubeconfig(d, &format!("capi-{cloud}"), port, &capi_token)
+                ))
+                .arg("--registration-period=1")
+                .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+        );
+        let written = wait_for(
+            "node-manager's Secret",
+            Duration::from_secs(30),
+            async || {
+                system_secrets
+                    .get_opt("d8-node-manager-cloud-provider")
+                    .await
+                    .ok()??
+                    .data
+            },
+        )
+        .await;
+        assert_eq!(written["type"].0, cloud.as_bytes());
+        if cloud == "vsphere" {
+            let object: serde_json::Value = serde_json::from_slice(&written["vsphere"].0).unwrap();
+            assert_eq!(object["password"], "from-secret");
+        }
+        lease_renewed(&heard).await;
+        drop(process);
+        let heard = heard.lock().unwrap().clone();
+        check_capi_rights(&admin, &admin_config, &capi_token, &heard, false).await;
+        let _ = system_secrets
+            .delete(
+                "d8-provider-cluster-configuration",
+                &DeleteParams::default(),
+            )
+            .await;
+        let _ = system_secrets
+            .delete("d8-node-manager-cloud-provider", &DeleteParams::default())
             .await;
     }
+}
+
+/// `s` as a Secret's `data` holds it (base64).
+fn base64_of(s: &str) -> serde_json::Value {
+    serde_json::to_value(k8s_openapi::ByteString(s.as_bytes().to_vec())).unwrap()
 }

@@ -12,8 +12,8 @@ pub const LEASE_NAMESPACE: &str = "kube-system";
 
 const INFRA: &str = "infrastructure.cluster.x-k8s.io";
 
-/// What both providers ask.
-const COMMON: &[ApiCall] = &[
+/// What both Cluster API providers ask of node-manager's namespace.
+const CAPI_COMMON: &[ApiCall] = &[
     // core.rs: the owner Machine read; the Machine watch maps a change to its infra
     // machine.
     ApiCall {
@@ -39,6 +39,10 @@ const COMMON: &[ApiCall] = &[
         namespace: Some(NODE_MANAGER_NAMESPACE),
         names: &[],
     },
+];
+
+/// What every cloud asks, node-manager's Secret kept alone or with a provider.
+const REGISTRATION_COMMON: &[ApiCall] = &[
     // main.rs: the Lease is created once (RBAC cannot limit create by name), then read
     // and replaced by name.
     ApiCall {
@@ -151,12 +155,29 @@ const DVP: &[ApiCall] = &[
     },
 ];
 
-/// The calls `capi --cloud <cloud>` makes; `None` for a cloud it does not serve.
+/// OpenStack and vSphere: node-manager's Secret alone.
+const REGISTRATION_ALONE: &[ApiCall] = &[ApiCall {
+    group: "",
+    resource: "secrets",
+    verbs: &["get", "patch", "create"],
+    namespace: Some("kube-system"),
+    names: &["d8-node-manager-cloud-provider"],
+}];
+
+/// The calls `capi --cloud <cloud>` makes in the manifests; `None` for a cloud they do not
+/// run it for (local: no Deckhouse module reads its registration).
 pub fn for_cloud(cloud: &str) -> Option<Vec<ApiCall>> {
-    let own = match cloud {
-        "zvirt" => ZVIRT,
-        "dvp" => DVP,
+    let parts: &[&[ApiCall]] = match cloud {
+        "zvirt" => &[REGISTRATION_COMMON, CAPI_COMMON, ZVIRT],
+        "dvp" => &[REGISTRATION_COMMON, CAPI_COMMON, DVP],
+        "openstack" => &[REGISTRATION_COMMON, REGISTRATION_ALONE],
+        // The vCenter credentials of its `vsphere` object, from upstream's Secret.
+        "vsphere" => &[
+            REGISTRATION_COMMON,
+            REGISTRATION_ALONE,
+            overcast_cloud_vsphere::credentials::API_CALLS,
+        ],
         _ => return None,
     };
-    Some(COMMON.iter().chain(own).cloned().collect())
+    Some(parts.iter().flat_map(|p| p.iter()).cloned().collect())
 }
