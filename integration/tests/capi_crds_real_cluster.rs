@@ -231,8 +231,24 @@ async fn the_kinds_accept_what_node_manager_renders_and_refuse_what_deckhouse_s_
         .await
         .expect("a DeckhouseMachine from the template");
     assert_eq!(stored["spec"]["memory"], "8Gi");
+    assert_eq!(stored["spec"]["runPolicy"], "AlwaysOnUnlessStoppedManually");
+    assert!(stored["spec"].get("liveMigrationPolicy").is_none());
     let typed: dvp::DeckhouseMachine = serde_json::from_value(stored).unwrap();
     assert_eq!(typed.spec.machine.bootloader, dvp::Bootloader::Efi);
+    // Newer capdvp's policies, as a newer node-manager renders them.
+    let mut newer = machine.clone();
+    newer["metadata"]["name"] = json!("it-dvp-master-0");
+    newer["spec"]["runPolicy"] = json!("AlwaysOn");
+    newer["spec"]["liveMigrationPolicy"] = json!("AlwaysSafe");
+    let stored = create(&client, &dm, newer)
+        .await
+        .expect("a DeckhouseMachine with its policies");
+    let typed: dvp::DeckhouseMachine = serde_json::from_value(stored).unwrap();
+    assert_eq!(typed.spec.machine.run_policy, dvp::RunPolicy::AlwaysOn);
+    assert_eq!(
+        typed.spec.machine.live_migration_policy,
+        Some(dvp::LiveMigrationPolicy::AlwaysSafe)
+    );
     create(
         &client,
         &dc,
@@ -284,6 +300,20 @@ async fn the_kinds_accept_what_node_manager_renders_and_refuse_what_deckhouse_s_
             "a root disk size that is no quantity",
             spec("it-dvp-bad-6", &["rootDiskSize"], Some(json!("twenty"))),
             "spec.template.spec.rootDiskSize",
+        ),
+        (
+            "an unknown run policy",
+            spec("it-dvp-bad-7", &["runPolicy"], Some(json!("Sometimes"))),
+            "spec.template.spec.runPolicy",
+        ),
+        (
+            "an unknown live migration policy",
+            spec(
+                "it-dvp-bad-8",
+                &["liveMigrationPolicy"],
+                Some(json!("Whenever")),
+            ),
+            "spec.template.spec.liveMigrationPolicy",
         ),
     ] {
         let err = create(&client, &dt, body)

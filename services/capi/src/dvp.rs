@@ -20,9 +20,10 @@ pub struct Context {
     pub retries: crate::retry::Retries,
 }
 
-/// The parent VM a DeckhouseMachine asks for; a control-plane machine's live migration
-/// is `PreferForced` (its memory changes too fast to converge otherwise), a worker's
-/// `PreferSafe`, as capdvp chooses.
+/// The parent VM a DeckhouseMachine asks for; unless the machine names its live migration
+/// policy, a control-plane machine's is `PreferForced` (its memory changes too fast to
+/// converge otherwise) and a worker's `PreferSafe`, as capdvp chooses. The policies' Rust
+/// names are DVP's spellings.
 pub fn vm_spec(spec: &DeckhouseMachineSpecTemplate, control_plane: bool) -> Result<VmSpec, String> {
     let bytes = |what: &str, q: &str| {
         overcast_cloud_dvp::api::quantity_bytes(q)
@@ -46,13 +47,12 @@ pub fn vm_spec(spec: &DeckhouseMachineSpecTemplate, control_plane: bool) -> Resu
             Bootloader::EfiWithSecureBoot => "EFIWithSecureBoot",
         }
         .into(),
-        run_policy: "AlwaysOnUnlessStoppedManually".into(),
-        live_migration_policy: if control_plane {
-            "PreferForced"
-        } else {
-            "PreferSafe"
-        }
-        .into(),
+        run_policy: format!("{:?}", spec.run_policy),
+        live_migration_policy: match spec.live_migration_policy {
+            Some(p) => format!("{p:?}"),
+            None if control_plane => "PreferForced".into(),
+            None => "PreferSafe".into(),
+        },
         image_kind: match spec.boot_disk_image_ref.kind {
             ImageKind::ClusterVirtualImage => "ClusterVirtualImage",
             ImageKind::VirtualImage => "VirtualImage",
@@ -65,4 +65,49 @@ pub fn vm_spec(spec: &DeckhouseMachineSpecTemplate, control_plane: bool) -> Resu
             .filter(|c| !c.is_empty()),
         additional_disks: additional,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::dvp::{LiveMigrationPolicy, RunPolicy};
+
+    fn spec(extra: serde_json::Value) -> DeckhouseMachineSpecTemplate {
+        let mut v = serde_json::json!({
+            "vmClassName": "generic", "cpu": {"cores": 2, "cpuFraction": "100%"},
+            "memory": "4Gi", "rootDiskSize": "10Gi", "rootDiskStorageClass": "",
+            "bootDiskImageRef": {"kind": "ClusterVirtualImage", "name": "ubuntu"},
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_policies_are_the_machine_s_else_capdvp_s_choice_by_role() {
+        let plain = spec(serde_json::json!({}));
+        assert_eq!(plain.run_policy, RunPolicy::AlwaysOnUnlessStoppedManually);
+        let worker = vm_spec(&plain, false).unwrap();
+        assert_eq!(worker.run_policy, "AlwaysOnUnlessStoppedManually");
+        assert_eq!(worker.live_migration_policy, "PreferSafe");
+        assert_eq!(
+            vm_spec(&plain, true).unwrap().live_migration_policy,
+            "PreferForced"
+        );
+        let named =
+            spec(serde_json::json!({"runPolicy": "AlwaysOn", "liveMigrationPolicy": "AlwaysSafe"}));
+        assert_eq!(
+            named.live_migration_policy,
+            Some(LiveMigrationPolicy::AlwaysSafe)
+        );
+        let master = vm_spec(&named, true).unwrap();
+        assert_eq!(
+            (
+                master.run_policy.as_str(),
+                master.live_migration_policy.as_str()
+            ),
+            ("AlwaysOn", "AlwaysSafe")
+        );
+    }
 }

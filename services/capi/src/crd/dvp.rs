@@ -143,6 +143,30 @@ pub enum Bootloader {
     EfiWithSecureBoot,
 }
 
+/// When the VM runs (DVP's VirtualMachine `runPolicy`). capdvp's newer releases take it
+/// from the machine; without it, `AlwaysOnUnlessStoppedManually`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RunPolicy {
+    AlwaysOn,
+    AlwaysOff,
+    Manual,
+    #[default]
+    AlwaysOnUnlessStoppedManually,
+}
+
+/// How DVP live-migrates the VM (its VirtualMachine `liveMigrationPolicy`). Unset, capdvp
+/// chooses by the Machine's role: `PreferForced` for a control-plane one, else
+/// `PreferSafe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum LiveMigrationPolicy {
+    Manual,
+    Never,
+    AlwaysSafe,
+    PreferSafe,
+    AlwaysForced,
+    PreferForced,
+}
+
 /// DeckhouseMachine is the Schema for the deckhousemachines API.
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
@@ -202,6 +226,10 @@ pub struct DeckhouseMachineSpecTemplate {
     pub boot_disk_image_ref: DiskImageRef,
     #[serde(default)]
     pub bootloader: Bootloader,
+    #[serde(default)]
+    pub run_policy: RunPolicy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_migration_policy: Option<LiveMigrationPolicy>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
