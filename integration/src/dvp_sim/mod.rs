@@ -36,7 +36,8 @@
 //!   does not run — the webhook's refusal of a VirtualDisk name with a `.`.
 //!
 //! - a `VirtualMachine` a provider makes starts as the `vm` controller starts it
-//!   (`vm.rs`), and a disk made from an image waits for it (`image.rs`).
+//!   (`vm.rs`) once its VirtualMachineClass is Ready (`class.rs`; `generic` is made
+//!   Ready at start), and a disk made from an image waits for it (`image.rs`).
 //!
 //! Everything it makes on the machine (loop devices, files, links) is removed on drop.
 
@@ -56,6 +57,7 @@ use overcast_cloud_dvp::api::{self, VirtualDisk, VirtualMachine, Vmbda};
 use overcast_cloud_local::loopdev;
 use serde_json::json;
 
+mod class;
 mod disk;
 mod image;
 mod proxy;
@@ -190,6 +192,7 @@ impl DvpSim {
                 &serde_json::from_value(json!({"metadata": {"name": namespace}})).expect("ns"),
             )
             .await;
+        class::ensure_class(&client, class::GENERIC, true).await;
         let dir = tempfile::tempdir().expect("tempdir");
         let by_id = dir.path().join("by-id");
         std::fs::create_dir_all(&by_id).expect("by-id dir");

@@ -1,6 +1,7 @@
 //! The simulated VirtualMachine controller, for the VMs a provider makes (a VM
 //! [`super::DvpSim::add_vm`] made is left as the test set it): as deckhouse/virtualization's
-//! `vm` controller, a VM is `Pending` until it can start — its block devices Ready
+//! `vm` controller, a VM is `Pending` until it can start — its class Ready (`ClassReady`,
+//! [`super::class`]), its block devices Ready
 //! (`BlockDevicesReady`, reason `BlockDevicesNotReady`) and its provisioning Secret usable
 //! (`ProvisioningReady`, reason `ProvisioningNotReady`, the messages of its
 //! `provisioning.go`: a Secret not found, of an unexpected type, without a `userData`/
@@ -15,6 +16,7 @@ use kube::{Api, ResourceExt};
 use overcast_cloud_dvp::api::{VirtualDisk, VirtualMachine};
 use serde_json::json;
 
+use super::class::class_ready;
 use super::{add_finalizer, cond, due, forget, remove_finalizer, set_status, State, FINALIZER};
 
 /// On a VM a test made through `add_vm`: its status is the test's, not this controller's.
@@ -98,10 +100,16 @@ pub(super) async fn reconcile_vm(
     };
     let secrets: Api<Secret> = Api::namespaced(api.clone().into_client(), &namespace);
     let provisioning = provisioning(vm, &secrets, &namespace).await?;
-    let startable = ready == refs.len() && provisioning["status"] == "True";
+    let class = class_ready(
+        &api.clone().into_client(),
+        &vm.spec.virtual_machine_class_name,
+    )
+    .await?;
+    let startable =
+        ready == refs.len() && provisioning["status"] == "True" && class["status"] == "True";
     if !startable {
         forget(state, &key);
-        let status = json!({"phase": "Pending", "conditions": [devices, provisioning]});
+        let status = json!({"phase": "Pending", "conditions": [class, devices, provisioning]});
         // Written when it says something new (the loop runs every few milliseconds).
         let now = vm
             .status
@@ -125,7 +133,7 @@ pub(super) async fn reconcile_vm(
                 .expect("lock")
                 .contains(&name);
             if degraded {
-                json!({"phase": "Degraded", "conditions": [devices, provisioning]})
+                json!({"phase": "Degraded", "conditions": [class, devices, provisioning]})
             } else {
                 let n = {
                     let mut next = state.next_vm_address.lock().expect("lock");
@@ -134,11 +142,11 @@ pub(super) async fn reconcile_vm(
                 };
                 json!({
                     "phase": "Running", "ipAddress": format!("10.66.10.{n}"),
-                    "nodeName": "parent-a", "conditions": [devices, provisioning],
+                    "nodeName": "parent-a", "conditions": [class, devices, provisioning],
                 })
             }
         }
-        _ => json!({"phase": "Starting", "conditions": [devices, provisioning]}),
+        _ => json!({"phase": "Starting", "conditions": [class, devices, provisioning]}),
     };
     set_status(api, &name, next).await?;
     Ok(())

@@ -210,6 +210,50 @@ async fn a_machine_s_vm_is_made_started_repaired_and_removed_with_its_parts() {
     })
     .await;
 
+    // A class the parent lacks: the VM waits, saying so, until the class exists and is
+    // Ready (the vm controller's class.go).
+    let class = format!("overcast-it-class-{pid}");
+    let classless = VmSpec {
+        class: class.clone(),
+        ..machine.clone()
+    };
+    let w5 = vms
+        .create("capi-w-5", &classless, b"#cloud-config\n")
+        .await
+        .unwrap();
+    let (reason, message) = real::wait_for(
+        "the VM waiting for its class",
+        Duration::from_secs(20),
+        async || vm_condition(&world, "capi-w-5", "ClassReady").await,
+    )
+    .await;
+    assert_eq!(reason, "VirtualMachineClassNotReady");
+    assert_eq!(
+        message,
+        format!("VirtualMachineClassName {class:?} not found")
+    );
+    world.sim.set_vm_class(&class, false).await;
+    real::wait_for(
+        "the VM waiting for its class to be Ready",
+        Duration::from_secs(20),
+        async || {
+            vm_condition(&world, "capi-w-5", "ClassReady")
+                .await
+                .filter(|(_, m)| m.ends_with("is not ready"))
+        },
+    )
+    .await;
+    assert_eq!(phase(&vms, "capi-w-5").await, Some(VmPhase::Creating));
+    world.sim.set_vm_class(&class, true).await;
+    real::wait_for(
+        "the VM running in its class",
+        Duration::from_secs(30),
+        async || (phase(&vms, "capi-w-5").await == Some(VmPhase::Running)).then_some(()),
+    )
+    .await;
+    vms.remove(&w5).await.expect("remove");
+    world.sim.delete_vm_class(&class).await;
+
     // Another cluster sharing the namespace has a machine of the same name: its VM is
     // never adopted, finished or removed here, and its parts are kept.
     let other = ParentVms::new(parent.clone(), "another-cluster-uuid");
