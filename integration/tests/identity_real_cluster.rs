@@ -459,15 +459,7 @@ async fn each_program_does_its_whole_job_with_its_own_account_and_uses_every_rig
     )
     .await;
     // The Lease was created, then read and renewed by name.
-    wait_for("a renewal", Duration::from_secs(30), async || {
-        ccm_heard
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|h| h.method == "PUT" && h.path.ends_with(&format!("/leases/{CCM}")))
-            .then_some(())
-    })
-    .await;
+    lease_renewed(&ccm_heard, CCM).await;
     drop((ccm, proxy, discoverer));
 
     // Both sides, per account.
@@ -828,7 +820,7 @@ async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_ha
         dms.get_opt(&machine).await.ok()?.is_none().then_some(())
     })
     .await;
-    lease_renewed(&heard).await;
+    lease_renewed(&heard, CAPI).await;
     drop(process);
 
     let heard = heard.lock().unwrap().clone();
@@ -993,7 +985,7 @@ async fn capi_on_zvirt_does_its_whole_job_with_its_own_account_and_uses_every_ri
         zms.get_opt(&machine).await.ok()?.is_none().then_some(())
     })
     .await;
-    lease_renewed(&heard).await;
+    lease_renewed(&heard, CAPI).await;
     drop(process);
     let heard = heard.lock().unwrap().clone();
     check_capi_rights(&admin, &admin_config, &capi_token, &heard, true).await;
@@ -1047,14 +1039,14 @@ async fn capi_setup(
     (admin, admin_config, system_secrets)
 }
 
-/// Waits until capi has renewed its Lease (a PUT of it heard).
-async fn lease_renewed(heard: &std::sync::Mutex<Vec<Heard>>) {
+/// Waits until the Lease `name` has been renewed (a PUT of it heard).
+async fn lease_renewed(heard: &std::sync::Mutex<Vec<Heard>>, name: &str) {
     wait_for("a Lease renewal", Duration::from_secs(30), async || {
         heard
             .lock()
             .unwrap()
             .iter()
-            .any(|h| h.method == "PUT" && h.path.ends_with(&format!("/leases/{CAPI}")))
+            .any(|h| h.method == "PUT" && h.path.ends_with(&format!("/leases/{name}")))
             .then_some(())
     })
     .await;
@@ -1176,7 +1168,7 @@ async fn capi_keeping_node_manager_s_secret_alone_uses_every_right_it_has() {
             let object: serde_json::Value = serde_json::from_slice(&written["vsphere"].0).unwrap();
             assert_eq!(object["password"], "from-secret");
         }
-        lease_renewed(&heard).await;
+        lease_renewed(&heard, CAPI).await;
         drop(process);
         let heard = heard.lock().unwrap().clone();
         check_capi_rights(&admin, &admin_config, &capi_token, &heard, false).await;

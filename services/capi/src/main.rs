@@ -99,14 +99,19 @@ impl Cloud {
         }
     }
 
-    fn name(self) -> &'static str {
+    /// What node-manager's Secret says it is.
+    fn registered(self) -> Registered {
         match self {
-            Self::Zvirt => "zvirt",
-            Self::Dvp => "dvp",
-            Self::Openstack => "openstack",
-            Self::Vsphere => "vsphere",
-            Self::Local => "local",
+            Self::Zvirt => Registered::Zvirt,
+            Self::Dvp => Registered::Dvp,
+            Self::Openstack => Registered::Openstack,
+            Self::Vsphere => Registered::Vsphere,
+            Self::Local => Registered::Local,
         }
+    }
+
+    fn name(self) -> &'static str {
+        self.registered().type_name()
     }
 }
 
