@@ -6,7 +6,8 @@
 //! parent VM with capdvp's shape, boot disk from its image and cloud-init Secret, then its
 //! providerID, addresses, `ready` and `initialization.provisioned`; a Degraded VM fails
 //! its machine, a stopped one is not ready (not forced on); a paused Cluster and a machine
-//! at rest cost the parent no call; a name DVP would refuse fails its machine at once;
+//! at rest cost the parent no call; a VM waiting for its class says so; a name DVP would
+//! refuse fails its machine at once;
 //! another cluster's VM of a machine's name is never adopted nor removed; a `kill -9` mid-create and a restart leave one VM
 //! that comes up; deleting a machine removes its VM and parts, then the finalizer, and a
 //! parent outage during the delete keeps the finalizer until the parent answers. Needs
@@ -335,6 +336,21 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
     .await;
     assert!(foreign.spec.provider_id.is_none());
 
+    // A class the parent lacks: not ready, saying what the parent says it waits for.
+    let mut classless = capi::dvp_machine_spec(&image);
+    classless["vmClassName"] = json!("overcast-it-missing");
+    capi::machine(&client, ns(), &capi::DVP, "dvp", "w-8", classless).await;
+    until(&dms, "w-8", "the machine waiting for its class", |d| {
+        d.status.as_ref().is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.reason == "VMNotReady"
+                    && c.message
+                        .contains("VirtualMachineClassName \"overcast-it-missing\" not found")
+            })
+        })
+    })
+    .await;
+
     // The parent down during a delete: the finalizer stays until it answers.
     sim.faults
         .api_down
@@ -352,7 +368,7 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
         .store(false, std::sync::atomic::Ordering::Relaxed);
 
     // Deleted: the VM and its disks and Secret go, then the finalizer.
-    for name in ["w-1", "w-2", "w-3", "w-4", "w.6", "w-7"] {
+    for name in ["w-1", "w-2", "w-3", "w-4", "w.6", "w-7", "w-8"] {
         dms.delete(name, &DeleteParams::default()).await.unwrap();
     }
     wait_for("the machines gone", Duration::from_secs(60), async || {
@@ -398,7 +414,7 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
     let _ = images.delete(&image, &DeleteParams::default()).await;
     let machines: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns(), &capi::core("Machine", "machines"));
-    for name in ["w-1", "w-2", "w-3", "w-4", "w-5", "w.6", "w-7"] {
+    for name in ["w-1", "w-2", "w-3", "w-4", "w-5", "w.6", "w-7", "w-8"] {
         let _ = machines.delete(name, &DeleteParams::default()).await;
     }
     drop(capi_process);

@@ -274,6 +274,7 @@ async fn a_machine_s_vm_is_made_started_repaired_and_removed_with_its_parts() {
         id: "capi-shared".into(),
         name: "capi-shared".into(),
         phase: VmPhase::Creating,
+        waiting_for: None,
     };
     assert!(vms.start(&theirs, &machine, b"").await.is_err());
     assert_eq!(

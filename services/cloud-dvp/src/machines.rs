@@ -255,10 +255,30 @@ pub fn phase_of(vm: &VirtualMachine) -> VmPhase {
 }
 
 fn vm_of(vm: &VirtualMachine) -> Vm {
+    let phase = phase_of(vm);
+    // A Pending VM's first unmet condition says what it waits for.
+    let waiting_for = (phase == VmPhase::Creating)
+        .then(|| {
+            vm.status
+                .as_ref()?
+                .conditions
+                .iter()
+                .find(|c| c.status == "False")
+                .map(|c| {
+                    let said = c.message.clone().filter(|m| !m.is_empty());
+                    format!(
+                        "{}: {}",
+                        c.type_,
+                        said.or_else(|| c.reason.clone()).unwrap_or_default()
+                    )
+                })
+        })
+        .flatten();
     Vm {
         id: vm.name_any(),
         name: vm.name_any(),
-        phase: phase_of(vm),
+        phase,
+        waiting_for,
     }
 }
 

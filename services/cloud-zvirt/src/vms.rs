@@ -227,6 +227,7 @@ fn to_vm(v: &Value) -> Vm {
         id: v["id"].as_str().unwrap_or_default().to_owned(),
         name: v["name"].as_str().unwrap_or_default().to_owned(),
         phase: phase(v["status"].as_str().unwrap_or("unknown")),
+        waiting_for: None,
     }
 }
 

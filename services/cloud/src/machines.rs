@@ -30,6 +30,9 @@ pub struct Vm {
     pub id: String,
     pub name: String,
     pub phase: VmPhase,
+    /// What the cloud says the VM still waits for, when it says (DVP's first False
+    /// condition of a Pending VM: its class, disks or provisioning).
+    pub waiting_for: Option<String>,
 }
 
 /// What a removal found and did.

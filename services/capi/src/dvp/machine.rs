@@ -257,11 +257,12 @@ async fn step(
                 _ => "Pending",
             };
             pass.provisioned(false);
-            pass.mark(
-                ConditionStatus::Unknown,
-                REASON_VM_NOT_READY,
-                format!("VM is not ready, state is {state}"),
-            );
+            // capdvp's message, and what the parent says the VM waits for.
+            let message = match &vm.waiting_for {
+                Some(why) => format!("VM is not ready, state is {state}: {why}"),
+                None => format!("VM is not ready, state is {state}"),
+            };
+            pass.mark(ConditionStatus::Unknown, REASON_VM_NOT_READY, message);
             Ok(Action::requeue(ctx.poll))
         }
     }
@@ -328,6 +329,7 @@ async fn cleanup(dm: &DeckhouseMachine, ctx: &Context) -> Result<Action> {
         id: name.clone(),
         name: name.clone(),
         phase: VmPhase::Stopped,
+        waiting_for: None,
     };
     // Called even when the VM is gone: its own disks and Secret may be left over from
     // a removal that did not finish.
