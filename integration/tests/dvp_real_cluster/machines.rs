@@ -303,6 +303,29 @@ async fn a_machine_s_vm_is_made_started_repaired_and_removed_with_its_parts() {
         .remove(&theirs)
         .await
         .expect("the other cluster's removal");
+    // A user's disk already named like a machine's boot disk: never booted from.
+    let user_disks = world.disks(Duration::from_secs(30));
+    let squatter = user_disks.create_disk(spec("capi-w-6-boot")).await.unwrap();
+    let w6 = vms
+        .create("capi-w-6", &machine, b"#cloud-config\n")
+        .await
+        .expect_err("a VM on a stranger's disk");
+    assert!(
+        matches!(w6, CloudError::Conflict(_)) && w6.to_string().contains("capi-w-6-boot"),
+        "{w6}"
+    );
+    let made = Vm {
+        id: "capi-w-6".into(),
+        name: "capi-w-6".into(),
+        phase: VmPhase::Creating,
+        waiting_for: None,
+    };
+    vms.remove(&made).await.expect("the half-made VM removed");
+    assert!(
+        user_disks.disk(&squatter.id).await.is_ok(),
+        "the user's disk is kept"
+    );
+    user_disks.delete_disk(&squatter.id).await.unwrap();
     // A name whose boot disk the parent would refuse: refused before any call.
     let dotted = vms
         .create("capi.w.4", &machine, b"")

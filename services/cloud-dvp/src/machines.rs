@@ -102,6 +102,30 @@ impl ParentVms {
         obj.labels().get(CLUSTER_UUID_LABEL) == Some(&self.cluster_uuid)
     }
 
+    /// A part found under the name a VM's part has is used only when it is this cluster's
+    /// or the VM's (capdvp's parts are owned by their VM): a user's or another cluster's
+    /// disk or Secret of that name is never booted from, nor its cloud-init run.
+    fn usable<K: kube::Resource>(
+        &self,
+        obj: &K,
+        vm_uid: &str,
+        kind: &str,
+        name: &str,
+    ) -> Result<()> {
+        let owned = obj
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "VirtualMachine" && o.uid == vm_uid);
+        if self.is_ours(obj) || owned {
+            Ok(())
+        } else {
+            Err(CloudError::Conflict(format!(
+                "{kind} {name} exists in {} and is neither this cluster's nor its VM's: not used",
+                self.parent.namespace
+            )))
+        }
+    }
+
     /// The VM `name` when it is this cluster's; another cluster's is refused, naming it.
     async fn get_ours(&self, name: &str) -> Result<Option<VirtualMachine>> {
         match self.get(name).await? {
@@ -145,14 +169,16 @@ impl ParentVms {
             CLUSTER_UUID_LABEL: self.cluster_uuid,
             api::HOSTNAME_LABEL: name,
         });
+        let vm_uid = vm.uid().unwrap_or_default();
         let secret_name = cloud_init_secret(&name);
         let secrets = self.secrets();
-        if self
+        let existing = self
             .parent
             .get_opt("secret_get", &secrets, &secret_name)
-            .await?
-            .is_none()
-        {
+            .await?;
+        if let Some(s) = &existing {
+            self.usable(s, &vm_uid, "Secret", &secret_name)?;
+        } else {
             let secret: Secret = serde_json::from_value(json!({
                 "metadata": {"name": secret_name, "labels": labels, "ownerReferences": owner},
                 "type": CLOUD_INIT_TYPE,
@@ -176,12 +202,8 @@ impl ParentVms {
         }
         let vds = self.parent.dynamic(&api::virtual_disk(), true);
         for (disk, bytes, class, source) in disks {
-            if self
-                .parent
-                .get_opt("disk_get", &vds, &disk)
-                .await?
-                .is_some()
-            {
+            if let Some(d) = self.parent.get_opt("disk_get", &vds, &disk).await? {
+                self.usable(&d, &vm_uid, "VirtualDisk", &disk)?;
                 continue;
             }
             let mut claim = json!({"size": bytes.to_string()});
