@@ -171,23 +171,20 @@ impl ParentVms {
         });
         let vm_uid = vm.uid().unwrap_or_default();
         let secret_name = cloud_init_secret(&name);
-        let secrets = self.secrets();
-        let existing = self
-            .parent
-            .get_opt("secret_get", &secrets, &secret_name)
-            .await?;
-        if let Some(s) = &existing {
-            self.usable(s, &vm_uid, "Secret", &secret_name)?;
-        } else {
-            let secret: Secret = serde_json::from_value(json!({
-                "metadata": {"name": secret_name, "labels": labels, "ownerReferences": owner},
-                "type": CLOUD_INIT_TYPE,
-                "stringData": {USER_DATA_KEY: String::from_utf8_lossy(bootstrap)},
-            }))
-            .map_err(|e| CloudError::InvalidArgument(format!("cloud-init Secret: {e}")))?;
-            self.create_ok("secret_create", &secrets, &secret_name, &secret)
-                .await?;
-        }
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": secret_name, "labels": labels, "ownerReferences": owner},
+            "type": CLOUD_INIT_TYPE,
+            "stringData": {USER_DATA_KEY: String::from_utf8_lossy(bootstrap)},
+        }))
+        .map_err(|e| CloudError::InvalidArgument(format!("cloud-init Secret: {e}")))?;
+        self.ensure_part(
+            &self.secrets(),
+            ("secret_get", "secret_create"),
+            "Secret",
+            &secret,
+            &vm_uid,
+        )
+        .await?;
         let mut disks = vec![(
             boot_disk(&name),
             spec.root_disk_bytes,
@@ -202,10 +199,6 @@ impl ParentVms {
         }
         let vds = self.parent.dynamic(&api::virtual_disk(), true);
         for (disk, bytes, class, source) in disks {
-            if let Some(d) = self.parent.get_opt("disk_get", &vds, &disk).await? {
-                self.usable(&d, &vm_uid, "VirtualDisk", &disk)?;
-                continue;
-            }
             let mut claim = json!({"size": bytes.to_string()});
             if let Some(c) = class {
                 claim["storageClassName"] = json!(c);
@@ -221,18 +214,28 @@ impl ParentVms {
                 "spec": spec_json,
             }))
             .map_err(|e| CloudError::InvalidArgument(format!("VirtualDisk {disk}: {e}")))?;
-            self.create_ok("disk_create", &vds, &disk, &obj).await?;
+            self.ensure_part(
+                &vds,
+                ("disk_get", "disk_create"),
+                "VirtualDisk",
+                &obj,
+                &vm_uid,
+            )
+            .await?;
         }
         Ok(())
     }
 
-    /// Creates `obj`; one made meanwhile (a concurrent reconcile) is as good.
-    async fn create_ok<K>(
+    /// Makes the part `obj` when none of its name is there. One found — before, or made
+    /// between the look and the create (a concurrent reconcile, or a stranger) — is used
+    /// only when [`Self::usable`]: an AlreadyExists is never taken as "ours" unseen.
+    async fn ensure_part<K>(
         &self,
-        request: &'static str,
         api: &Api<K>,
-        name: &str,
+        (get, create): (&'static str, &'static str),
+        kind: &str,
         obj: &K,
+        vm_uid: &str,
     ) -> Result<()>
     where
         K: kube::Resource
@@ -241,16 +244,26 @@ impl ParentVms {
             + serde::Serialize
             + std::fmt::Debug,
     {
+        let name = obj.name_any();
+        if let Some(found) = self.parent.get_opt(get, api, &name).await? {
+            return self.usable(&found, vm_uid, kind, &name);
+        }
         match self
             .parent
             .call(
-                request,
-                &format!("create {name}"),
+                create,
+                &format!("create {kind} {name}"),
                 api.create(&PostParams::default(), obj),
             )
             .await
         {
-            Ok(_) | Err(CloudError::Conflict(_)) => Ok(()),
+            Ok(_) => Ok(()),
+            Err(CloudError::Conflict(_)) => match self.parent.get_opt(get, api, &name).await? {
+                Some(found) => self.usable(&found, vm_uid, kind, &name),
+                None => Err(CloudError::Unavailable(format!(
+                    "{kind} {name} was there at create, then gone: made again on the next pass"
+                ))),
+            },
             Err(e) => Err(e),
         }
     }
@@ -470,5 +483,117 @@ impl Machines for ParentVms {
             }
         }
         Ok(removal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The part race against a scripted API server: the part is missing at the look, then
+    //! the create answers AlreadyExists (someone made it between the two).
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    use http_body_util::Full;
+    use overcast_cloud_http::ApiMetrics;
+
+    use super::*;
+
+    /// A client answering each request with the next of `answers` (status, body), and
+    /// recording the method of each request.
+    fn scripted(answers: Vec<(u16, serde_json::Value)>) -> (kube::Client, Arc<Mutex<Vec<String>>>) {
+        let answers = Arc::new(Mutex::new(VecDeque::from(answers)));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            log.lock().expect("log").push(req.method().to_string());
+            let (status, body) = answers
+                .lock()
+                .expect("answers")
+                .pop_front()
+                .expect("a request past the script");
+            async move {
+                http::Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(Full::from(body.to_string()))
+            }
+        });
+        (kube::Client::new(service, "tenant"), seen)
+    }
+
+    fn status(code: u16, reason: &str) -> (u16, serde_json::Value) {
+        (
+            code,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                   "reason": reason, "code": code, "message": reason}),
+        )
+    }
+
+    fn secret(labels: serde_json::Value) -> (u16, serde_json::Value) {
+        (
+            200,
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": "cloud-init-m", "namespace": "tenant", "labels": labels}}),
+        )
+    }
+
+    async fn ensure(answers: Vec<(u16, serde_json::Value)>) -> (Result<()>, Vec<String>) {
+        let (client, seen) = scripted(answers);
+        let parent = Parent::new(
+            client,
+            "tenant".into(),
+            Arc::new(ApiMetrics::unregistered()),
+        );
+        let vms = ParentVms::new(parent, "uuid-1");
+        let part: Secret =
+            serde_json::from_value(json!({"metadata": {"name": "cloud-init-m"}})).expect("secret");
+        let r = vms
+            .ensure_part(
+                &vms.secrets(),
+                ("secret_get", "secret_create"),
+                "Secret",
+                &part,
+                "vm-uid",
+            )
+            .await;
+        let seen = seen.lock().expect("log").clone();
+        (r, seen)
+    }
+
+    #[tokio::test]
+    async fn a_strangers_part_made_between_look_and_create_is_refused() {
+        let (r, seen) = ensure(vec![
+            status(404, "NotFound"),
+            status(409, "AlreadyExists"),
+            secret(json!({"team": "someone-else"})),
+        ])
+        .await;
+        assert!(
+            matches!(&r, Err(CloudError::Conflict(m)) if m.contains("cloud-init-m")),
+            "{r:?}"
+        );
+        assert_eq!(seen, ["GET", "POST", "GET"]);
+    }
+
+    #[tokio::test]
+    async fn this_clusters_part_made_meanwhile_is_used() {
+        let (r, _) = ensure(vec![
+            status(404, "NotFound"),
+            status(409, "AlreadyExists"),
+            secret(json!({CLUSTER_UUID_LABEL: "uuid-1"})),
+        ])
+        .await;
+        assert!(r.is_ok(), "{r:?}");
+    }
+
+    #[tokio::test]
+    async fn a_part_gone_after_already_exists_is_retried_not_taken() {
+        let (r, _) = ensure(vec![
+            status(404, "NotFound"),
+            status(409, "AlreadyExists"),
+            status(404, "NotFound"),
+        ])
+        .await;
+        assert!(matches!(r, Err(CloudError::Unavailable(_))), "{r:?}");
     }
 }
