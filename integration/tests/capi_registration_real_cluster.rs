@@ -199,6 +199,29 @@ async fn capi_keeps_node_manager_s_secret_for_openstack_vsphere_and_local() {
                                       "template": "Templates/ubuntu", "datastore": "ds-1"},
         })
     );
+    // The credentials Secret deleted, then the configuration changed: the next rendering
+    // keeps the credentials last read (as the ccm does), not the last Secret.
+    secrets
+        .delete("overcast-it-vsphere-creds", &DeleteParams::default())
+        .await
+        .unwrap();
+    let mut configuration = json!({
+        "apiVersion": "deckhouse.io/v1", "kind": "VsphereClusterConfiguration",
+        "region": "moscow", "zones": ["ru-central-b"], "sshPublicKey": "ssh-rsa BBB",
+        "vmFolderPath": "dev/k8s", "regionTagCategory": "k8s-region", "zoneTagCategory": "k8s-zone",
+    });
+    configuration["masterNodeGroup"] = json!({"replicas": 1, "instanceClass": {"template": "Templates/ubuntu", "datastore": "ds-1", "numCPUs": 4, "memory": 8192}});
+    installer(
+        &secrets,
+        configuration,
+        json!({"resourcePoolPath": "k8s-pool"}),
+    )
+    .await;
+    let data = registered(&secrets, "the vSphere registration re-rendered", |d| {
+        d.get("zones").map(String::as_str) == Some("[\"ru-central-b\"]")
+    })
+    .await;
+    assert_eq!(object(&data, "vsphere")["password"], "from-secret");
     drop(process);
 
     // Local: its zone and region, no classes.

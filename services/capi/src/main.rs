@@ -24,6 +24,7 @@ use overcast_capi::registration::{self, InstallerFacts, Registered, Registration
 use overcast_capi::retry::Retries;
 use overcast_capi::zvirt::{self, Context};
 use overcast_ccm::leader::Election;
+use overcast_cloud_vsphere::credentials::SecretSource;
 use overcast_runtime::LogFormat;
 
 #[derive(Debug, Parser)]
@@ -439,19 +440,47 @@ async fn registration_alone(o: &Options, client: kube::Client) -> anyhow::Result
         );
     }
     tracing::info!(cloud = cloud.name(), "keeping node-manager's registration");
+    let sources = SecretSources::default();
     register(client, o.registration_period, move |facts| {
         let path = path.clone();
         let kubeconfig = kubeconfig.clone();
-        async move { render_alone(cloud, path.as_deref(), kubeconfig, &facts).await }
+        let sources = sources.clone();
+        async move { render_alone(cloud, path.as_deref(), kubeconfig, &sources, &facts).await }
     })
     .await;
     Ok(())
+}
+
+/// vSphere's credentials Secrets, one source each for the life of the process: a source
+/// keeps the credentials last read, which a Secret deleted for a while must not take away
+/// (as the ccm keeps them).
+#[derive(Clone, Default)]
+struct SecretSources(Arc<std::sync::Mutex<SourcesByName>>);
+
+/// By the Secret's namespace and name.
+type SourcesByName = std::collections::HashMap<(String, String), Arc<SecretSource>>;
+
+impl SecretSources {
+    fn get(&self, namespace: &str, name: &str, kubeconfig: Option<PathBuf>) -> Arc<SecretSource> {
+        let mut sources = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        sources
+            .entry((namespace.to_owned(), name.to_owned()))
+            .or_insert_with(|| {
+                Arc::new(SecretSource::new(
+                    namespace.to_owned(),
+                    name.to_owned(),
+                    kubeconfig,
+                ))
+            })
+            .clone()
+    }
 }
 
 async fn render_alone(
     cloud: Cloud,
     path: Option<&std::path::Path>,
     kubeconfig: Option<PathBuf>,
+    sources: &SecretSources,
     facts: &InstallerFacts,
 ) -> Result<Registration, String> {
     match cloud {
@@ -484,14 +513,11 @@ async fn render_alone(
             let (username, password) = match &vc.credentials {
                 Credentials::Inline { user, password } => (user.clone(), password.clone()),
                 Credentials::Secret { name, namespace } => {
-                    let c = overcast_cloud_vsphere::credentials::SecretSource::new(
-                        namespace.clone(),
-                        name.clone(),
-                        kubeconfig,
-                    )
-                    .credential(&vc.server)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    let c = sources
+                        .get(namespace, name, kubeconfig)
+                        .credential(&vc.server)
+                        .await
+                        .map_err(|e| e.to_string())?;
                     (c.user, c.password)
                 }
                 Credentials::Directory(dir) => {
