@@ -74,54 +74,31 @@ async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_ha
         Api::namespaced(admin.clone(), NODE_MANAGER_NS);
 
     // --- capi, as overcast-capi.
-    let (port, heard) = recorder(anonymous(&admin_config)).await;
-    let capi_token = token(&admin, CAPI).await;
-    let process = KillOnDrop(
-        Command::new(binary("capi"))
-            .arg("--cloud=dvp")
-            .arg(format!("--cloud-config={}", conf.display()))
-            .arg(format!(
-                "--kubeconfig={}",
-                token_kubeconfig(d, "capi", port, &capi_token)
-            ))
-            .arg(format!("--namespace={NODE_MANAGER_NS}"))
-            .arg("--cluster-uuid=id-test")
-            .arg("--poll-interval=1")
-            .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
+    let run = CapiRun::start(
+        &admin,
+        &admin_config,
+        d,
+        "dvp",
+        &conf,
+        &["--cluster-uuid=id-test"],
+    )
+    .await;
     wait_for("the machine ready", Duration::from_secs(60), async || {
         dms.get(&machine).await.ok()?.status?.ready.then_some(())
     })
     .await;
-    wait_for(
-        "node-manager's Secrets",
-        Duration::from_secs(30),
-        async || {
-            for s in [
-                "d8-node-manager-cloud-provider",
-                "d8-node-manager-cloud-provider-dvp",
-            ] {
-                system_secrets.get_opt(s).await.ok()??;
-            }
-            Some(())
-        },
+    run.delete_machine_then_check(
+        &admin,
+        &admin_config,
+        &dms,
+        &machine,
+        &system_secrets,
+        &[
+            "d8-node-manager-cloud-provider",
+            "d8-node-manager-cloud-provider-dvp",
+        ],
     )
     .await;
-    dms.delete(&machine, &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for("the machine removed", Duration::from_secs(60), async || {
-        dms.get_opt(&machine).await.ok()?.is_none().then_some(())
-    })
-    .await;
-    lease_renewed(&heard, CAPI).await;
-    drop(process);
-
-    let heard = heard.lock().unwrap().clone();
-    check_capi_rights(&admin, &admin_config, &capi_token, &heard, true).await;
     for name in [&machine] {
         let _ = dyn_api("Machine", "machines")
             .delete(name, &DeleteParams::default())
@@ -132,6 +109,93 @@ async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_ha
         .delete(&cluster, &DeleteParams::default())
         .await;
     drop(sim);
+}
+
+/// capi as overcast-capi (its own token, through a recorder of what it asks the API
+/// server) in node-manager's namespace, polling each second.
+struct CapiRun {
+    process: KillOnDrop,
+    heard: std::sync::Arc<std::sync::Mutex<Vec<Heard>>>,
+    token: String,
+}
+
+impl CapiRun {
+    async fn start(
+        admin: &Client,
+        admin_config: &Config,
+        dir: &Path,
+        cloud: &str,
+        conf: &Path,
+        extra: &[&str],
+    ) -> Self {
+        let (port, heard) = recorder(anonymous(admin_config)).await;
+        let token = token(admin, CAPI).await;
+        let process = KillOnDrop(
+            Command::new(binary("capi"))
+                .arg(format!("--cloud={cloud}"))
+                .arg(format!("--cloud-config={}", conf.display()))
+                .arg(format!(
+                    "--kubeconfig={}",
+                    token_kubeconfig(dir, &format!("capi-{cloud}"), port, &token)
+                ))
+                .arg(format!("--namespace={NODE_MANAGER_NS}"))
+                .arg("--poll-interval=1")
+                .args(extra)
+                .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+        );
+        Self {
+            process,
+            heard,
+            token,
+        }
+    }
+
+    /// node-manager's `secrets` written, `machine` deleted and gone, capi's Lease renewed
+    /// since; then capi stopped and its rights checked against what it was heard to do.
+    #[allow(clippy::too_many_arguments)]
+    async fn delete_machine_then_check<K>(
+        self,
+        admin: &Client,
+        admin_config: &Config,
+        machines: &Api<K>,
+        machine: &str,
+        system_secrets: &Api<Secret>,
+        secrets: &[&str],
+    ) where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        wait_for(
+            "node-manager's Secrets",
+            Duration::from_secs(30),
+            async || {
+                for s in secrets {
+                    system_secrets.get_opt(s).await.ok()??;
+                }
+                Some(())
+            },
+        )
+        .await;
+        machines
+            .delete(machine, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for("the machine removed", Duration::from_secs(60), async || {
+            machines
+                .get_opt(machine)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        lease_renewed(&self.heard, CAPI).await;
+        drop(self.process);
+        let heard = self.heard.lock().unwrap().clone();
+        check_capi_rights(admin, admin_config, &self.token, &heard, true).await;
+    }
 }
 
 /// capi was refused nothing, and used every right it holds in kube-system and in
@@ -240,52 +304,22 @@ async fn capi_on_zvirt_does_its_whole_job_with_its_own_account_and_uses_every_ri
     capi::mark_provisioned(&admin, NODE_MANAGER_NS).await;
     capi::zvirt_machine(&admin, NODE_MANAGER_NS, &machine, &profile).await;
 
-    let (port, heard) = recorder(anonymous(&admin_config)).await;
-    let capi_token = token(&admin, CAPI).await;
-    let process = KillOnDrop(
-        Command::new(binary("capi"))
-            .arg("--cloud=zvirt")
-            .arg(format!("--cloud-config={}", conf.display()))
-            .arg(format!(
-                "--kubeconfig={}",
-                token_kubeconfig(d, "capi-zvirt", port, &capi_token)
-            ))
-            .arg(format!("--namespace={NODE_MANAGER_NS}"))
-            .arg("--poll-interval=1")
-            .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
+    let run = CapiRun::start(&admin, &admin_config, d, "zvirt", &conf, &[]).await;
     let zms: Api<overcast_capi::crd::zvirt::ZvirtMachine> =
         Api::namespaced(admin.clone(), NODE_MANAGER_NS);
     wait_for("the machine ready", Duration::from_secs(90), async || {
         zms.get(&machine).await.ok()?.status?.ready.then_some(())
     })
     .await;
-    wait_for(
-        "node-manager's Secret",
-        Duration::from_secs(30),
-        async || {
-            system_secrets
-                .get_opt("d8-node-manager-cloud-provider")
-                .await
-                .ok()?
-                .map(|_| ())
-        },
+    run.delete_machine_then_check(
+        &admin,
+        &admin_config,
+        &zms,
+        &machine,
+        &system_secrets,
+        &["d8-node-manager-cloud-provider"],
     )
     .await;
-    zms.delete(&machine, &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for("the machine removed", Duration::from_secs(60), async || {
-        zms.get_opt(&machine).await.ok()?.is_none().then_some(())
-    })
-    .await;
-    lease_renewed(&heard, CAPI).await;
-    drop(process);
-    let heard = heard.lock().unwrap().clone();
-    check_capi_rights(&admin, &admin_config, &capi_token, &heard, true).await;
     let machines: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
         NODE_MANAGER_NS,
