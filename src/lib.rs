@@ -1,5 +1,5 @@
-//! Generated protobuf and gRPC code: the CSI spec (v1.10) and kubelet's plugin
-//! registration API. Nothing hand-written lives here but the module tree and the one
+//! Generated protobuf and gRPC code: the CSI spec (v1.10), kubelet's plugin
+//! registration API and Terraform's provider plugin protocol 6. Nothing hand-written lives here but the module tree and the one
 //! constant the driver and its client share.
 
 #![allow(clippy::all, missing_docs, unreachable_pub)]
@@ -12,6 +12,17 @@ pub mod csi {
 
 pub mod pluginregistration {
     tonic::include_proto!("pluginregistration");
+}
+
+/// Terraform's provider plugin protocol, version 6 (the subset Terraform >= 1.0 and
+/// OpenTofu call; see `proto/tfplugin6/tfplugin6.proto`).
+pub mod tfplugin6 {
+    tonic::include_proto!("tfplugin6");
+}
+
+/// go-plugin's controller (`plugin.GRPCController`), which Terraform calls to end a plugin.
+pub mod goplugin {
+    tonic::include_proto!("plugin");
 }
 
 pub use csi::v1 as csi_v1;
