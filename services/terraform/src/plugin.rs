@@ -8,14 +8,21 @@
 //!
 //! go-plugin's certificates are self-signed CAs, which webpki refuses as an end entity;
 //! the client is therefore admitted by pinning its exact certificate (and checking its
-//! handshake signature), which is stricter than a chain to it.
+//! handshake signature), which is stricter than a chain to it. Their keys are ECDSA
+//! P-521, which rustls on ring cannot verify: the verifier adds P-521 with SHA-512
+//! (RustCrypto's `p521`) to ring's algorithms — without it Terraform's client, finding no
+//! offered scheme its key can sign with, sends no certificate at all.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use base64::Engine as _;
 use rustls::client::danger::HandshakeSignatureValid;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::crypto::WebPkiSupportedAlgorithms;
+use rustls::pki_types::{
+    alg_id, AlgorithmIdentifier, CertificateDer, InvalidSignature, PrivateKeyDer,
+    SignatureVerificationAlgorithm, UnixTime,
+};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
@@ -82,7 +89,7 @@ pub fn server_tls(
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier = Arc::new(Pinned {
         cert: client.into_owned(),
-        provider: Arc::clone(&provider),
+        algorithms: with_p521(&provider.signature_verification_algorithms),
     });
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
@@ -96,7 +103,51 @@ pub fn server_tls(
 #[derive(Debug)]
 struct Pinned {
     cert: CertificateDer<'static>,
-    provider: Arc<rustls::crypto::CryptoProvider>,
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+/// ECDSA on P-521 with SHA-512: go-plugin's certificates' keys.
+#[derive(Debug)]
+struct EcdsaP521Sha512;
+
+impl SignatureVerificationAlgorithm for EcdsaP521Sha512 {
+    fn verify_signature(
+        &self,
+        public_key: &[u8],
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<(), InvalidSignature> {
+        use p521::ecdsa::signature::Verifier;
+        let key =
+            p521::ecdsa::VerifyingKey::from_sec1_bytes(public_key).map_err(|_| InvalidSignature)?;
+        let signature =
+            p521::ecdsa::Signature::from_der(signature).map_err(|_| InvalidSignature)?;
+        key.verify(message, &signature)
+            .map_err(|_| InvalidSignature)
+    }
+
+    fn public_key_alg_id(&self) -> AlgorithmIdentifier {
+        alg_id::ECDSA_P521
+    }
+
+    fn signature_alg_id(&self) -> AlgorithmIdentifier {
+        alg_id::ECDSA_SHA512
+    }
+}
+
+static P521: EcdsaP521Sha512 = EcdsaP521Sha512;
+static P521_ONLY: [&dyn SignatureVerificationAlgorithm; 1] = [&P521];
+
+/// `base` and P-521. The algorithm tables are `'static` in rustls: made once a process.
+fn with_p521(base: &WebPkiSupportedAlgorithms) -> WebPkiSupportedAlgorithms {
+    let mut all: Vec<&'static dyn SignatureVerificationAlgorithm> = base.all.to_vec();
+    all.push(&P521);
+    let mut mapping = base.mapping.to_vec();
+    mapping.push((SignatureScheme::ECDSA_NISTP521_SHA512, &P521_ONLY[..]));
+    WebPkiSupportedAlgorithms {
+        all: Vec::leak(all),
+        mapping: Vec::leak(mapping),
+    }
 }
 
 impl ClientCertVerifier for Pinned {
@@ -125,12 +176,7 @@ impl ClientCertVerifier for Pinned {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -139,18 +185,11 @@ impl ClientCertVerifier for Pinned {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.algorithms.supported_schemes()
     }
 }
 
