@@ -9,6 +9,9 @@
 //! `terraform providers schema -json` read the schema over mutual TLS, and Terraform's
 //! `Shutdown` ends the process (no "failed to exit gracefully"). No automated test yet.
 
+// The resources (next) read and write their values with it.
+#[allow(dead_code)]
+mod cty;
 mod plugin;
 
 use std::pin::Pin;
