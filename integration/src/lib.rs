@@ -26,6 +26,7 @@ pub mod manifests;
 pub mod ossim;
 pub mod real;
 pub mod real_node;
+pub mod terraform;
 pub mod vcsim;
 pub mod vcsim_front;
 pub mod zvirt_sim;

@@ -243,7 +243,8 @@ fn html_page() -> Answer {
 const API: &str = "/ovirt-engine/api";
 /// The engine's one cluster, as a fresh install names it.
 pub const CLUSTER: &str = "Default";
-const CLUSTER_ID: &str = "a7d6ba4e-8d2b-11ee-9f3c-00163e000001";
+/// Its id.
+pub const CLUSTER_ID: &str = "a7d6ba4e-8d2b-11ee-9f3c-00163e000001";
 const DATA_CENTER_ID: &str = "a7d6ba4e-8d2b-11ee-9f3c-00163e000002";
 /// The engine's data center, as a fresh install names it.
 pub const DATA_CENTER: &str = "Default";

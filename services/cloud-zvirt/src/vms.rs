@@ -202,7 +202,7 @@ impl EngineVms {
 }
 
 /// `search=<key>="<value>"`, encoded.
-fn search(key: &str, value: &str) -> String {
+pub fn search(key: &str, value: &str) -> String {
     form_urlencoded::Serializer::new(String::new())
         .append_pair("search", &format!("{key}=\"{value}\""))
         .finish()

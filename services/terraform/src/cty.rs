@@ -347,6 +347,15 @@ fn put(out: &mut Vec<u8>, v: &Value, ty: &Type) {
                 put(out, item, et);
             }
         }
+        // An object is written with exactly its type's attributes: one the value lacks
+        // is null (Terraform refuses an object missing any).
+        (Value::Map(m), Type::Object(attrs)) => {
+            put_len(out, attrs.len(), 0x80, 15, 0xde, 0xdf);
+            for (k, at) in attrs {
+                put_str(out, k.as_bytes());
+                put(out, m.get(k).unwrap_or(&Value::Null), at);
+            }
+        }
         (Value::Map(m), t) => {
             put_len(out, m.len(), 0x80, 15, 0xde, 0xdf);
             for (k, item) in m {
@@ -360,6 +369,45 @@ fn put(out: &mut Vec<u8>, v: &Value, ty: &Type) {
             }
         }
     }
+}
+
+/// A value from its JSON (a state Terraform kept as JSON: `UpgradeResourceState`'s raw
+/// state), read against `ty`.
+pub fn from_json(j: &serde_json::Value, ty: &Type) -> Result<Value, String> {
+    use serde_json::Value as J;
+    Ok(match (j, ty) {
+        (J::Null, _) => Value::Null,
+        (J::Bool(b), Type::Bool | Type::Dynamic) => Value::Bool(*b),
+        (J::Number(n), Type::Number | Type::Dynamic) => Value::Number(n.clone()),
+        (J::String(s), Type::String | Type::Dynamic) => Value::String(s.clone()),
+        (J::String(s), Type::Number) => Value::Number(
+            s.parse()
+                .map_err(|_| format!("{s:?} where a number belongs"))?,
+        ),
+        (J::Array(a), Type::List(e) | Type::Set(e)) => Value::List(
+            a.iter()
+                .map(|v| from_json(v, e))
+                .collect::<Result<_, _>>()?,
+        ),
+        (J::Array(a), Type::Tuple(ts)) if a.len() == ts.len() => Value::List(
+            a.iter()
+                .zip(ts)
+                .map(|(v, t)| from_json(v, t))
+                .collect::<Result<_, _>>()?,
+        ),
+        (J::Object(o), Type::Map(e)) => Value::Map(
+            o.iter()
+                .map(|(k, v)| Ok((k.clone(), from_json(v, e)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+        (J::Object(o), Type::Object(attrs)) => Value::Map(
+            attrs
+                .iter()
+                .map(|(k, t)| Ok((k.clone(), from_json(o.get(k).unwrap_or(&J::Null), t)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+        (j, ty) => return Err(format!("{j} where the schema says {}", ty.to_json())),
+    })
 }
 
 /// Writes `v` of type `ty` as a DynamicValue's msgpack.

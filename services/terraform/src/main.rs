@@ -9,90 +9,23 @@
 //! `terraform providers schema -json` read the schema over mutual TLS, and Terraform's
 //! `Shutdown` ends the process (no "failed to exit gracefully"). No automated test yet.
 
-// The resources (next) read and write their values with it.
-#[allow(dead_code)]
 mod cty;
 mod plugin;
+mod resource;
+mod schema;
+mod server;
+mod zvirt;
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use overcast_api::goplugin::grpc_controller_server::{GrpcController, GrpcControllerServer};
-use overcast_api::tfplugin6::provider_server::{Provider, ProviderServer};
-use overcast_api::tfplugin6::{self as tf, schema};
+use overcast_api::tfplugin6::provider_server::ProviderServer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::UnixListener;
 use tokio::sync::Notify;
 use tonic::{Request, Response, Status};
-
-/// The provider's own configuration block, with the oVirt provider's names.
-fn provider_schema() -> tf::Schema {
-    let attr = |name: &str, ty: &str, required: bool, sensitive: bool, description: &str| {
-        schema::Attribute {
-            name: name.into(),
-            r#type: ty.as_bytes().to_vec(),
-            description: description.into(),
-            required,
-            optional: !required,
-            sensitive,
-            ..Default::default()
-        }
-    };
-    tf::Schema {
-        version: 0,
-        block: Some(schema::Block {
-            attributes: vec![
-                attr("url", "\"string\"", true, false, "The engine's API URL."),
-                attr("username", "\"string\"", true, false, "The engine user."),
-                attr(
-                    "password",
-                    "\"string\"",
-                    true,
-                    true,
-                    "The engine user's password.",
-                ),
-                attr(
-                    "insecure",
-                    "\"bool\"",
-                    false,
-                    false,
-                    "Skip the TLS certificate check.",
-                ),
-                attr(
-                    "ca_bundle",
-                    "\"string\"",
-                    false,
-                    false,
-                    "PEM certificates the engine's is signed by.",
-                ),
-            ],
-            ..Default::default()
-        }),
-    }
-}
-
-struct Overcast;
-
-#[tonic::async_trait]
-impl Provider for Overcast {
-    async fn get_provider_schema(
-        &self,
-        _request: Request<tf::get_provider_schema::Request>,
-    ) -> Result<Response<tf::get_provider_schema::Response>, Status> {
-        Ok(Response::new(tf::get_provider_schema::Response {
-            provider: Some(provider_schema()),
-            ..Default::default()
-        }))
-    }
-
-    async fn stop_provider(
-        &self,
-        _request: Request<tf::stop_provider::Request>,
-    ) -> Result<Response<tf::stop_provider::Response>, Status> {
-        Ok(Response::new(tf::stop_provider::Response::default()))
-    }
-}
 
 /// go-plugin's controller: Terraform's `Shutdown` ends the server.
 struct Controller(Arc<Notify>);
@@ -188,7 +121,7 @@ async fn main() -> anyhow::Result<()> {
     let stop = Arc::new(Notify::new());
     let stopped = Arc::clone(&stop);
     tonic::transport::Server::builder()
-        .add_service(ProviderServer::new(Overcast))
+        .add_service(ProviderServer::new(zvirt::server()))
         .add_service(GrpcControllerServer::new(Controller(stop)))
         .serve_with_incoming_shutdown(incoming, async move {
             tokio::select! {

