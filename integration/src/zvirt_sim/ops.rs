@@ -37,9 +37,10 @@ impl Engine {
     pub(super) fn add_disk(&self, st: &mut State, doc: &Value) -> Answer {
         let alias = doc["alias"].as_str().or(doc["name"].as_str()).unwrap_or("");
         let size = number(&doc["provisioned_size"]);
-        let domain_name = doc["storage_domains"]["storage_domain"][0]["name"]
-            .as_str()
-            .unwrap_or("");
+        // The engine takes the storage domain by id or by name.
+        let domain_ref = &doc["storage_domains"]["storage_domain"][0];
+        let domain_id = domain_ref["id"].as_str().unwrap_or("");
+        let domain_name = domain_ref["name"].as_str().unwrap_or(domain_id);
         let (Some(size), false) = (size, alias.is_empty()) else {
             return fault(
                 400,
@@ -74,7 +75,11 @@ impl Engine {
                 "Disk description must be formed only from alpha-numeric characters and special characters that conform to the standard ASCII character set.",
             );
         }
-        let Some(domain) = st.domains.iter_mut().find(|d| d.name == domain_name) else {
+        let Some(domain) = st
+            .domains
+            .iter_mut()
+            .find(|d| d.name == domain_name || (!domain_id.is_empty() && d.id == domain_id))
+        else {
             return fault(
                 400,
                 &format!("Cannot add Virtual Disk. Storage Domain {domain_name} does not exist"),
@@ -131,8 +136,24 @@ impl Engine {
                 "Cannot edit Virtual Disk. Related operation is currently in progress. Please try again later.",
             );
         }
+        // An alias is renamed at once (BaseDisk's rules, as at add).
+        if let Some(alias) = doc["alias"].as_str() {
+            if alias.is_empty()
+                || alias.chars().count() > 255
+                || !alias
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            {
+                return fault(
+                    400,
+                    "Disk alias name must be formed of alpha-numeric characters or \"-_.\"",
+                );
+            }
+            d.alias = alias.to_owned();
+        }
         let Some(size) = number(&doc["provisioned_size"]) else {
-            return answer(200, Value::Null);
+            let d = &st.disks[id];
+            return answer(200, self.disk_json(st, d, false));
         };
         if size < d.size {
             return fault(

@@ -204,6 +204,16 @@ impl Engine {
                 None => not_found(id),
             },
             ("POST", ["vms", id, "nics"]) => self.add_nic(&mut st, id, &doc),
+            ("DELETE", ["vms", id, "nics", nic]) => match st.vms.get_mut(*id) {
+                Some(vm) => match vm.nics.iter().position(|n| n.id == *nic) {
+                    Some(i) => {
+                        vm.nics.remove(i);
+                        answer(200, json!({}))
+                    }
+                    None => not_found(nic),
+                },
+                None => not_found(id),
+            },
             ("POST", ["vms"]) => {
                 let clone = form_value(&query, "clone").is_some_and(|v| v.is_empty() || v == "true");
                 self.add_vm_from_template(&mut st, &doc, clone)

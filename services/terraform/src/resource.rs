@@ -76,6 +76,15 @@ pub trait Resource<C: Send + Sync>: Send + Sync {
         Ok(planned.clone())
     }
 
+    /// The state an import of `id` starts from (then read): the id alone, unless the
+    /// resource's id names its parent too (`<vm_id>/<nic_id>`).
+    fn import(&self, id: &str) -> Outcome<Obj> {
+        Ok(Obj::from([(
+            "id".to_owned(),
+            crate::cty::Value::String(id.to_owned()),
+        )]))
+    }
+
     /// Removes the object; one already gone is not an error.
     async fn delete(&self, cloud: &C, state: &Obj) -> Outcome<()>;
 }

@@ -25,6 +25,9 @@ pub struct Attr {
     pub sensitive: bool,
     /// A change makes a new object (the cloud cannot change it in place).
     pub force_new: bool,
+    /// The value when the configuration gives none (the attribute is then also
+    /// "computed" to Terraform, which lets a plan hold a value the user did not write).
+    pub default: Option<Value>,
     pub description: &'static str,
 }
 
@@ -41,6 +44,7 @@ fn attr(name: &'static str, ty: Type, usage: Use, description: &'static str) -> 
         usage,
         sensitive: false,
         force_new: false,
+        default: None,
         description,
     }
 }
@@ -57,6 +61,10 @@ pub fn computed(name: &'static str, ty: Type, description: &'static str) -> Attr
 impl Attr {
     pub fn force_new(mut self) -> Self {
         self.force_new = true;
+        self
+    }
+    pub fn default(mut self, v: Value) -> Self {
+        self.default = Some(v);
         self
     }
     pub fn sensitive(mut self) -> Self {
@@ -100,7 +108,7 @@ impl Block {
                     description: a.description.into(),
                     required: a.usage == Use::Required,
                     optional: a.usage == Use::Optional,
-                    computed: a.usage == Use::Computed,
+                    computed: a.usage == Use::Computed || a.default.is_some(),
                     sensitive: a.sensitive,
                     ..Default::default()
                 })
@@ -115,6 +123,20 @@ impl Block {
             version: 0,
             block: Some(self.to_proto()),
         }
+    }
+
+    /// `proposed` with each defaulted attribute the configuration leaves out at its
+    /// default (Terraform proposes the prior value for those: a drifted one would never
+    /// show).
+    pub fn with_defaults(&self, config: &Obj, mut proposed: Obj) -> Obj {
+        for a in &self.attrs {
+            if let Some(d) = &a.default {
+                if matches!(config.get(a.name), None | Some(Value::Null)) {
+                    proposed.insert(a.name.to_owned(), d.clone());
+                }
+            }
+        }
+        proposed
     }
 
     /// The planned object for a new resource: what the user set, the provider's

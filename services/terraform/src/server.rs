@@ -283,7 +283,9 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
             let block = res.schema();
             let ty = block.ty();
             let prior = decode(r.prior_state.as_ref(), &ty)?;
-            let proposed = decode(r.proposed_new_state.as_ref(), &ty)?;
+            let config = decode(r.config.as_ref(), &ty)?.unwrap_or_default();
+            let proposed = decode(r.proposed_new_state.as_ref(), &ty)?
+                .map(|p| block.with_defaults(&config, p));
             let (planned, replace) = match (&prior, proposed) {
                 (_, None) => (None, Vec::new()),
                 (None, Some(p)) => (Some(block.plan_create(&p)), Vec::new()),
@@ -376,23 +378,25 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
         r: Request<tf::import_resource_state::Request>,
     ) -> Result<Response<tf::import_resource_state::Response>, Status> {
         let r = r.into_inner();
-        Ok(Response::new(match self.resource_of(&r.type_name) {
-            Ok(res) => {
-                let state = Obj::from([("id".to_owned(), Value::String(r.id))]);
-                tf::import_resource_state::Response {
+        Ok(Response::new(
+            match self
+                .resource_of(&r.type_name)
+                .and_then(|res| Ok((res, res.import(&r.id)?)))
+            {
+                Ok((res, state)) => tf::import_resource_state::Response {
                     imported_resources: vec![tf::import_resource_state::ImportedResource {
                         type_name: r.type_name,
                         state: Some(encode(Some(&state), &res.schema().ty())),
                         private: Vec::new(),
                     }],
                     diagnostics: Vec::new(),
-                }
-            }
-            Err(d) => tf::import_resource_state::Response {
-                imported_resources: Vec::new(),
-                diagnostics: diags([d]),
+                },
+                Err(d) => tf::import_resource_state::Response {
+                    imported_resources: Vec::new(),
+                    diagnostics: diags([d]),
+                },
             },
-        }))
+        ))
     }
 
     async fn read_data_source(

@@ -3,7 +3,7 @@
 use http::Method;
 use overcast_cloud_zvirt::client::{boolean as engine_bool, members};
 
-use super::{check_uuid, uuid_of, Cloud};
+use super::{check_uuid, until, uuid_of, Cloud};
 use crate::cty::{Type, Value};
 use crate::resource::{DataSource, Diag, Outcome};
 use crate::schema::{boolean, computed, id, optional, required, s, string, Block, Obj};
@@ -151,6 +151,110 @@ impl DataSource<Cloud> for DiskAttachments {
         let mut out = config.clone();
         out.insert("id".into(), s(vm));
         out.insert("attachments".into(), Value::List(list));
+        Ok(out)
+    }
+}
+
+// --- ovirt_wait_for_ip ------------------------------------------------------------
+
+/// Waits until the VM's guest agent reports a non-local address.
+pub struct WaitForIp;
+
+fn interface_type() -> Type {
+    let set = || Type::Set(Box::new(Type::String));
+    Type::Object(
+        [
+            ("name".into(), Type::String),
+            ("ipv4_addresses".into(), set()),
+            ("ipv6_addresses".into(), set()),
+        ]
+        .into(),
+    )
+}
+
+/// The guest's interfaces with their non-local addresses (loopback, link-local and
+/// unspecified are not reachable from outside the VM).
+fn interfaces(doc: &serde_json::Value) -> Vec<Value> {
+    use std::net::IpAddr;
+    members(doc, "reported_device")
+        .filter_map(|dev| {
+            let (mut v4, mut v6) = (Vec::new(), Vec::new());
+            for ip in members(&dev["ips"], "ip") {
+                match ip["address"]
+                    .as_str()
+                    .and_then(|a| a.parse::<IpAddr>().ok())
+                {
+                    Some(IpAddr::V4(a))
+                        if !(a.is_loopback() || a.is_link_local() || a.is_unspecified()) =>
+                    {
+                        v4.push(s(a.to_string()))
+                    }
+                    Some(IpAddr::V6(a))
+                        if !(a.is_loopback()
+                            || a.is_unspecified()
+                            || a.is_unicast_link_local()) =>
+                    {
+                        v6.push(s(a.to_string()))
+                    }
+                    _ => {}
+                }
+            }
+            (!v4.is_empty() || !v6.is_empty()).then(|| {
+                Value::Map(
+                    [
+                        ("name".into(), s(dev["name"].as_str().unwrap_or_default())),
+                        ("ipv4_addresses".into(), Value::List(v4)),
+                        ("ipv6_addresses".into(), Value::List(v6)),
+                    ]
+                    .into(),
+                )
+            })
+        })
+        .collect()
+}
+
+#[async_trait::async_trait]
+impl DataSource<Cloud> for WaitForIp {
+    fn schema(&self) -> Block {
+        Block::new(
+            "Waits for a VM to report an address.",
+            vec![
+                id("The VM's id."),
+                required("vm_id", Type::String, "The VM."),
+                computed(
+                    "interfaces",
+                    Type::Set(Box::new(interface_type())),
+                    "Its interfaces with addresses.",
+                ),
+            ],
+        )
+    }
+
+    fn validate(&self, config: &Obj) -> Vec<Diag> {
+        let mut out = Vec::new();
+        check_uuid(config, "vm_id", &mut out);
+        out
+    }
+
+    async fn read(&self, engine: &Cloud, config: &Obj) -> Outcome<Obj> {
+        let vm = uuid_of(config, "vm_id")?;
+        let found = until(&format!("VM {vm} to report an address"), || async {
+            let doc = engine
+                .json(
+                    "reporteddevice_list",
+                    Method::GET,
+                    &format!("/vms/{vm}/reporteddevices"),
+                    None,
+                )
+                .await
+                .map_err(|e| Diag::cloud("read the VM's reported devices", e))?;
+            let found = interfaces(&doc);
+            Ok((!found.is_empty()).then_some(found))
+        })
+        .await?;
+        let mut out = config.clone();
+        out.insert("id".into(), s(&vm));
+        out.insert("interfaces".into(), Value::List(found));
         Ok(out)
     }
 }

@@ -2,12 +2,14 @@
 //! names and schemas (oVirt/terraform-provider-ovirt v2: `internal/ovirt/*.go`), so
 //! layouts written for it run unchanged.
 //!
-//! Served: the provider block, `ovirt_vm`, the data sources `ovirt_templates` and
-//! `ovirt_disk_attachments`. Missing (said in the README): `ovirt_nic`, `ovirt_disk`,
-//! `ovirt_disk_attachment`, `ovirt_disk_resize`, `ovirt_vm_start`, `ovirt_wait_for_ip`,
-//! and Deckhouse's fork's `initialization_dns` / `initialization_nic`.
+//! Served: the provider block; `ovirt_vm`, `ovirt_vm_start`, `ovirt_nic`, `ovirt_disk`,
+//! `ovirt_disk_attachment`, `ovirt_disk_resize`; the data sources `ovirt_templates`,
+//! `ovirt_disk_attachments`, `ovirt_wait_for_ip`. Missing (said in the README): the
+//! Deckhouse fork's `initialization_dns` / `initialization_nic` on `ovirt_vm`, and the
+//! oVirt provider's other resources (tags, affinity groups, templates, …).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use overcast_cloud::CloudError;
 use overcast_cloud_zvirt::{Config, Engine};
@@ -18,6 +20,7 @@ use crate::schema::{boolean, optional, required, string, Block, Obj};
 use crate::server::Server;
 
 mod data;
+mod disks;
 mod vm;
 
 pub type Cloud = Arc<Engine>;
@@ -103,8 +106,58 @@ fn configure(c: &Obj) -> Outcome<Cloud> {
 pub fn server() -> Server<Cloud> {
     Server::new(provider_block(), Box::new(configure))
         .resource("ovirt_vm", vm::Vm)
+        .resource("ovirt_vm_start", vm::VmStart)
+        .resource("ovirt_nic", vm::Nic)
+        .resource("ovirt_disk", disks::Disk)
+        .resource("ovirt_disk_attachment", disks::DiskAttachment)
+        .resource("ovirt_disk_resize", disks::DiskResize)
         .data_source("ovirt_templates", data::Templates)
         .data_source("ovirt_disk_attachments", data::DiskAttachments)
+        .data_source("ovirt_wait_for_ip", data::WaitForIp)
+}
+
+/// How long a wait for the engine lasts (a clone, a start, a removal), and how often
+/// it looks.
+pub(crate) const WAIT: Duration = Duration::from_secs(600);
+pub(crate) const POLL: Duration = Duration::from_millis(500);
+
+/// Looks with `look` every [`POLL`] until it answers something, for at most [`WAIT`];
+/// `what` is what was waited for, said when it never came.
+pub(crate) async fn until<T, F, Fut>(what: &str, mut look: F) -> Outcome<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Outcome<Option<T>>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(v) = look().await? {
+            return Ok(v);
+        }
+        if started.elapsed() > WAIT {
+            return Err(Diag::new(
+                "Timed out",
+                format!("waited {} s for {what}", WAIT.as_secs()),
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits until `path` answers 404 (a removal the engine runs as a job).
+pub(crate) async fn gone(
+    engine: &Cloud,
+    name: &'static str,
+    path: &str,
+    what: &str,
+) -> Outcome<()> {
+    until(what, || async {
+        match engine.json(name, http::Method::GET, path, None).await {
+            Err(e) if not_found(&e) => Ok(Some(())),
+            Err(e @ CloudError::Unavailable(_)) => Err(Diag::cloud(&format!("see {what}"), e)),
+            _ => Ok(None),
+        }
+    })
+    .await
 }
 
 pub(crate) fn not_found(e: &CloudError) -> bool {

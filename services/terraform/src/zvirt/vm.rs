@@ -1,10 +1,10 @@
 //! VMs.
 
 use http::Method;
-use overcast_cloud_zvirt::client::{boolean as engine_bool, number};
+use overcast_cloud_zvirt::client::{boolean as engine_bool, members, number};
 use serde_json::{json, Value as J};
 
-use super::{check_uuid, not_found, uuid_of, Cloud};
+use super::{check_uuid, gone, not_found, until, uuid_of, Cloud};
 use crate::cty::{Type, Value};
 use crate::resource::{Diag, Outcome, Resource};
 use crate::schema::{boolean, computed, id, int, n, optional, required, s, string, Block, Obj};
@@ -347,27 +347,15 @@ impl Resource<Cloud> for Vm {
             Err(e) => return Err(Diag::cloud("remove the VM", e)),
         }
         // The engine removes a VM (and its disks) as a job: done when it is gone.
-        for _ in 0..(WAIT.as_millis() / POLL.as_millis()) {
-            match engine
-                .json("vm_get", Method::GET, &format!("/vms/{id}"), None)
-                .await
-            {
-                Err(e) if not_found(&e) => return Ok(()),
-                _ => tokio::time::sleep(POLL).await,
-            }
-        }
-        Err(Diag::new(
-            "The VM was not removed",
-            format!(
-                "VM {id} still exists {} s after its removal",
-                WAIT.as_secs()
-            ),
-        ))
+        gone(
+            engine,
+            "vm_get",
+            &format!("/vms/{id}"),
+            &format!("VM {id} removed"),
+        )
+        .await
     }
 }
-
-const WAIT: std::time::Duration = std::time::Duration::from_secs(600);
-const POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The provider's attributes from the engine's VM.
 fn observe(state: &mut Obj, vm: &J) {
@@ -381,49 +369,281 @@ fn observe(state: &mut Obj, vm: &J) {
 }
 
 async fn wait_unlocked(engine: &Cloud, id: &str) -> Outcome<J> {
-    let started = std::time::Instant::now();
-    loop {
-        let vm = engine
-            .json("vm_get", Method::GET, &format!("/vms/{id}"), None)
-            .await
-            .map_err(|e| Diag::cloud("read the new VM", e))?;
-        if vm["status"].as_str() != Some("image_locked") {
-            return Ok(vm);
-        }
-        if started.elapsed() > WAIT {
-            return Err(Diag::new(
-                "The VM's disks are still being copied",
-                format!(
-                    "VM {id} is image_locked {} s after its creation",
-                    WAIT.as_secs()
-                ),
+    until(
+        &format!("VM {id}'s disks copied (no longer image_locked)"),
+        || async {
+            let vm = engine
+                .json("vm_get", Method::GET, &format!("/vms/{id}"), None)
+                .await
+                .map_err(|e| Diag::cloud("read the new VM", e))?;
+            Ok((vm["status"].as_str() != Some("image_locked")).then_some(vm))
+        },
+    )
+    .await
+}
+
+/// Waits until the VM is `want`; `Ok(None)` when it is gone. A VM that falls back to
+/// `down` while it should come `up` failed to start (the engine says why in its events).
+async fn wait_status(engine: &Cloud, id: &str, want: &'static str) -> Outcome<Option<J>> {
+    let mut seen_other = false;
+    until(&format!("VM {id} {want}"), || {
+        let seen_before = seen_other;
+        let fut = async move {
+            match engine
+                .json("vm_get", Method::GET, &format!("/vms/{id}"), None)
+                .await
+            {
+                Ok(vm) if vm["status"].as_str() == Some(want) => Ok(Some(Some(vm))),
+                Ok(vm) if want == "up" && seen_before && vm["status"].as_str() == Some("down") => {
+                    Err(Diag::new(
+                        "The VM did not start",
+                        format!("VM {id} went back to down after it was started"),
+                    ))
+                }
+                Ok(_) => Ok(None),
+                Err(e) if not_found(&e) => Ok(Some(None)),
+                Err(e) => Err(Diag::cloud("read the VM", e)),
+            }
+        };
+        seen_other = true;
+        fut
+    })
+    .await
+}
+
+// --- ovirt_vm_start ---------------------------------------------------------------
+
+/// Starts a VM when made, stops it when destroyed.
+pub struct VmStart;
+
+#[async_trait::async_trait]
+impl Resource<Cloud> for VmStart {
+    fn schema(&self) -> Block {
+        Block::new(
+            "Starts a VM when created and stops it when destroyed.",
+            vec![
+                id("The VM's id."),
+                required("vm_id", Type::String, "The VM to start.").force_new(),
+                optional(
+                    "status",
+                    Type::String,
+                    "The VM's wanted status: only \"up\".",
+                )
+                .force_new()
+                .default(s("up")),
+                optional(
+                    "stop_behavior",
+                    Type::String,
+                    "\"stop\" powers the VM off; \"shutdown\" asks the guest (ACPI).",
+                )
+                .default(s("shutdown")),
+                optional("force_stop", Type::Bool, "Stop even while a backup runs.")
+                    .default(Value::Bool(false)),
+            ],
+        )
+    }
+
+    fn validate(&self, c: &Obj) -> Vec<Diag> {
+        let mut out = Vec::new();
+        check_uuid(c, "vm_id", &mut out);
+        if let Some(st) = string(c, "status").filter(|st| *st != "up") {
+            out.push(Diag::at(
+                "status",
+                "Invalid status",
+                format!("{st:?}: the only status is \"up\""),
             ));
         }
-        tokio::time::sleep(POLL).await;
+        if let Some(b) = string(c, "stop_behavior").filter(|b| !["stop", "shutdown"].contains(b)) {
+            out.push(Diag::at(
+                "stop_behavior",
+                "Invalid stop_behavior",
+                format!("{b:?} is neither \"stop\" nor \"shutdown\""),
+            ));
+        }
+        out
+    }
+
+    async fn create(&self, engine: &Cloud, p: &Obj) -> Result<Obj, (Option<Obj>, Diag)> {
+        let vm = uuid_of(p, "vm_id").map_err(|d| (None, d))?;
+        let mut state = p.clone();
+        state.insert("id".into(), s(&vm));
+        let now = engine
+            .json("vm_get", Method::GET, &format!("/vms/{vm}"), None)
+            .await
+            .map_err(|e| (None, Diag::cloud("read the VM", e)))?;
+        // Already running (a re-run after an outage): nothing to start.
+        if now["status"].as_str() != Some("up") {
+            engine
+                .json(
+                    "vm_start",
+                    Method::POST,
+                    &format!("/vms/{vm}/start"),
+                    Some(&json!({})),
+                )
+                .await
+                .map_err(|e| (None, Diag::cloud("start the VM", e)))?;
+        }
+        match wait_status(engine, &vm, "up").await {
+            Ok(Some(_)) => Ok(state),
+            Ok(None) => Err((
+                None,
+                Diag::new(
+                    "The VM is gone",
+                    format!("VM {vm} was removed while it started"),
+                ),
+            )),
+            Err(d) => Err((Some(state), d)),
+        }
+    }
+
+    async fn read(&self, engine: &Cloud, state: &Obj) -> Outcome<Option<Obj>> {
+        let vm = uuid_of(state, "id")?;
+        match engine
+            .json("vm_get", Method::GET, &format!("/vms/{vm}"), None)
+            .await
+        {
+            Ok(v) => Ok(Some(Obj::from([
+                ("id".into(), s(&vm)),
+                ("vm_id".into(), s(&vm)),
+                (
+                    "status".into(),
+                    s(v["status"].as_str().unwrap_or("unknown")),
+                ),
+            ]))),
+            Err(e) if not_found(&e) => Ok(None),
+            Err(e) => Err(Diag::cloud("read the VM", e)),
+        }
+    }
+
+    async fn delete(&self, engine: &Cloud, state: &Obj) -> Outcome<()> {
+        let vm = uuid_of(state, "id")?;
+        let action = match string(state, "stop_behavior") {
+            Some("stop") => "stop",
+            _ => "shutdown",
+        };
+        let force = boolean(state, "force_stop").unwrap_or(false);
+        match engine
+            .json(
+                if action == "stop" {
+                    "vm_stop"
+                } else {
+                    "vm_shutdown"
+                },
+                Method::POST,
+                &format!("/vms/{vm}/{action}"),
+                Some(&json!({"force": force.to_string()})),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if not_found(&e) => return Ok(()),
+            Err(e) => return Err(Diag::cloud(&format!("{action} the VM"), e)),
+        }
+        wait_status(engine, &vm, "down").await.map(drop)
     }
 }
 
-async fn wait_status(engine: &Cloud, id: &str, want: &str) -> Outcome<()> {
-    let started = std::time::Instant::now();
-    loop {
-        match engine
-            .json("vm_get", Method::GET, &format!("/vms/{id}"), None)
+// --- ovirt_nic --------------------------------------------------------------------
+
+/// A NIC of a VM on a vNIC profile.
+pub struct Nic;
+
+#[async_trait::async_trait]
+impl Resource<Cloud> for Nic {
+    fn schema(&self) -> Block {
+        Block::new(
+            "A network interface of a VM.",
+            vec![
+                id("The NIC's id."),
+                required("vm_id", Type::String, "The VM.").force_new(),
+                required(
+                    "vnic_profile_id",
+                    Type::String,
+                    "The vNIC profile (network) it is on.",
+                )
+                .force_new(),
+                required("name", Type::String, "The NIC's name in the VM (nic1).").force_new(),
+            ],
+        )
+    }
+
+    fn validate(&self, c: &Obj) -> Vec<Diag> {
+        let mut out = Vec::new();
+        check_uuid(c, "vm_id", &mut out);
+        check_uuid(c, "vnic_profile_id", &mut out);
+        out
+    }
+
+    fn import(&self, id: &str) -> Outcome<Obj> {
+        let (vm, nic) = id.split_once('/').ok_or_else(|| {
+            Diag::at(
+                "id",
+                "Import a NIC as <vm_id>/<nic_id>",
+                format!("{id:?} names no VM"),
+            )
+        })?;
+        Ok(Obj::from([("id".into(), s(nic)), ("vm_id".into(), s(vm))]))
+    }
+
+    async fn create(&self, engine: &Cloud, p: &Obj) -> Result<Obj, (Option<Obj>, Diag)> {
+        let vm = uuid_of(p, "vm_id").map_err(|d| (None, d))?;
+        let profile = uuid_of(p, "vnic_profile_id").map_err(|d| (None, d))?;
+        let made = engine
+            .json(
+                "nic_add",
+                Method::POST,
+                &format!("/vms/{vm}/nics"),
+                Some(&json!({"name": string(p, "name").unwrap_or_default(), "vnic_profile": {"id": profile}})),
+            )
+            .await
+            .map_err(|e| (None, Diag::cloud("add the NIC", e)))?;
+        let mut state = p.clone();
+        state.insert("id".into(), s(made["id"].as_str().unwrap_or_default()));
+        Ok(state)
+    }
+
+    async fn read(&self, engine: &Cloud, state: &Obj) -> Outcome<Option<Obj>> {
+        let vm = uuid_of(state, "vm_id")?;
+        let nic = uuid_of(state, "id")?;
+        let doc = match engine
+            .json("nic_list", Method::GET, &format!("/vms/{vm}/nics"), None)
             .await
         {
-            Ok(vm) if vm["status"].as_str() == Some(want) => return Ok(()),
-            Ok(vm) if started.elapsed() > WAIT => {
-                return Err(Diag::new(
-                    format!("The VM is not {want}"),
-                    format!(
-                        "VM {id} is {} {} s later",
-                        vm["status"].as_str().unwrap_or("?"),
-                        WAIT.as_secs()
-                    ),
-                ))
-            }
-            Ok(_) => tokio::time::sleep(POLL).await,
-            Err(e) if not_found(&e) => return Ok(()),
-            Err(e) => return Err(Diag::cloud("read the VM", e)),
+            Ok(d) => d,
+            Err(e) if not_found(&e) => return Ok(None),
+            Err(e) => return Err(Diag::cloud("list the VM's NICs", e)),
+        };
+        let found = members(&doc, "nic")
+            .find(|n| n["id"].as_str() == Some(nic.as_str()))
+            .map(|n| {
+                let mut seen = Obj::from([
+                    ("id".into(), s(&nic)),
+                    ("vm_id".into(), s(&vm)),
+                    ("name".into(), s(n["name"].as_str().unwrap_or_default())),
+                ]);
+                if let Some(p) = n["vnic_profile"]["id"].as_str() {
+                    seen.insert("vnic_profile_id".into(), s(p));
+                }
+                seen
+            });
+        Ok(found)
+    }
+
+    async fn delete(&self, engine: &Cloud, state: &Obj) -> Outcome<()> {
+        let vm = uuid_of(state, "vm_id")?;
+        let nic = uuid_of(state, "id")?;
+        match engine
+            .json(
+                "nic_remove",
+                Method::DELETE,
+                &format!("/vms/{vm}/nics/{nic}"),
+                None,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if not_found(&e) => Ok(()),
+            Err(e) => Err(Diag::cloud("remove the NIC", e)),
         }
     }
 }
