@@ -30,6 +30,24 @@ pub fn binary(what: &str) -> Option<PathBuf> {
     on_path
 }
 
+/// A copy of the repository's `deploy/terraform/<cloud>` in `root` (symlinks kept), so
+/// Terraform's `.terraform` and state stay out of the tree.
+pub fn copy_layouts(cloud: &str, root: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .join("deploy/terraform")
+        .join(cloud);
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(&src)
+        .arg(root)
+        .status()
+        .expect("cp");
+    assert!(status.success(), "copy {}", src.display());
+    root.join(cloud)
+}
+
 /// One module's working directory, with a plugin directory holding our provider as
 /// `registry.terraform.io/<namespace>/<type>`.
 pub struct Workspace {
@@ -82,6 +100,15 @@ impl Workspace {
         for (file, text) in files {
             std::fs::write(dir.join(file), text).expect("module file");
         }
+        Self::module(terraform, root, dir, provider)
+    }
+
+    /// The module in `dir` (a layout's folder), its plugin directory under `root`.
+    pub fn module(terraform: &Path, root: &Path, dir: PathBuf, provider: (&str, &str)) -> Self {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let plugins = root.join(format!("plugins-{name}"));
         let (namespace, ty) = provider;
         let at = plugins

@@ -132,6 +132,16 @@ impl Engine {
         }
     }
 
+    /// The id of the storage domain `name`.
+    pub fn storage_domain_id(&self, name: &str) -> String {
+        let st = self.state.lock().expect("state");
+        st.domains
+            .iter()
+            .find(|d| d.name == name)
+            .map(|d| d.id.clone())
+            .unwrap_or_else(|| panic!("no storage domain {name}"))
+    }
+
     /// Removes a VM (its attachments' devices go with it).
     pub fn remove_vm(&self, id: &str) {
         let mut st = self.state.lock().expect("state");

@@ -136,7 +136,7 @@ impl Engine {
             "id": disk,
             "active": (a.device.is_some() || a.bootable).to_string(),
             "bootable": a.bootable.to_string(),
-            "interface": "virtio_scsi",
+            "interface": a.interface,
             "pass_discard": "false",
             "read_only": a.read_only.to_string(),
             "uses_scsi_reservation": "false",

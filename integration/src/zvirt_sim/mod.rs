@@ -112,6 +112,8 @@ struct SimAttachment {
     /// The loop device, once active.
     device: Option<u32>,
     read_only: bool,
+    /// As asked at attach (`virtio_scsi` for a template's disk).
+    interface: String,
 }
 
 struct SimVm {

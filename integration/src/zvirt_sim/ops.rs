@@ -284,9 +284,10 @@ impl Engine {
         }
         let a = SimAttachment {
             active_at: Instant::now() + self.latency.activate,
-            bootable: false,
+            bootable: doc["bootable"].as_str() == Some("true") || doc["bootable"] == json!(true),
             device: None,
             read_only: doc["read_only"].as_str() == Some("true"),
+            interface: doc["interface"].as_str().unwrap_or_default().to_owned(),
         };
         let out = Self::attachment_json(vm, &disk_id, &a);
         vm.attachments.insert(disk_id, a);

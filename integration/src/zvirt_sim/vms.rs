@@ -206,6 +206,7 @@ impl Engine {
                     device: None,
                     read_only: false,
                     bootable: true,
+                    interface: "virtio_scsi".into(),
                 },
             );
         }

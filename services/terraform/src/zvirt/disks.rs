@@ -283,6 +283,20 @@ impl Resource<Cloud> for DiskAttachment {
             .map_err(|e| (None, Diag::cloud("attach the disk", e)))?;
         let mut state = p.clone();
         state.insert("id".into(), s(&disk));
+        // The engine plugs the disk a moment later: the attachment is made when it is
+        // active (else the next refresh would see it inactive and plan it again).
+        if boolean(p, "active").unwrap_or(true) {
+            let look = until(&format!("disk {disk} active on VM {vm}"), || async {
+                Ok(self
+                    .read(engine, &state)
+                    .await?
+                    .filter(|a| boolean(a, "active") == Some(true)))
+            })
+            .await;
+            if let Err(d) = look {
+                return Err((Some(state), d));
+            }
+        }
         Ok(state)
     }
 

@@ -338,6 +338,50 @@ impl Resource<Cloud> for Vm {
             }
             Ok(_) => {}
         }
+        // The engine removes a VM's attached disks with it: only its boot disk (the
+        // template's copy) goes; any other disk is detached first and stays (a data disk
+        // another resource or a user holds is never lost with the VM).
+        let attached = match engine
+            .json(
+                "diskattachment_list",
+                Method::GET,
+                &format!("/vms/{id}/diskattachments"),
+                None,
+            )
+            .await
+        {
+            Ok(doc) => members(&doc, "disk_attachment")
+                .filter(|a| !engine_bool(&a["bootable"]))
+                .filter_map(|a| {
+                    a["disk"]["id"]
+                        .as_str()
+                        .or(a["id"].as_str())
+                        .map(str::to_owned)
+                })
+                .collect::<Vec<_>>(),
+            Err(e) if not_found(&e) => return Ok(()),
+            Err(e) => return Err(Diag::cloud("list the VM's disks", e)),
+        };
+        for disk in attached {
+            match engine
+                .json(
+                    "diskattachment_remove",
+                    Method::DELETE,
+                    &format!("/vms/{id}/diskattachments/{disk}"),
+                    None,
+                )
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if not_found(&e) => {}
+                Err(e) => {
+                    return Err(Diag::cloud(
+                        &format!("detach disk {disk} before removing the VM"),
+                        e,
+                    ))
+                }
+            }
+        }
         match engine
             .json("vm_delete", Method::DELETE, &format!("/vms/{id}"), None)
             .await
