@@ -240,6 +240,32 @@ mod tests {
     }
 
     #[test]
+    fn a_default_is_planned_from_the_configuration_so_drift_shows() {
+        let b = Block::new(
+            "",
+            vec![optional("status", Type::String, "")
+                .force_new()
+                .default(s("up"))],
+        );
+        // The user wrote nothing; Terraform proposes the drifted prior value.
+        let proposed = Obj::from([("status".into(), s("down"))]);
+        let planned = b.with_defaults(&Obj::new(), proposed.clone());
+        assert_eq!(planned["status"], s("up"));
+        let prior = proposed;
+        assert_eq!(b.replacing(&prior, &planned), ["status"]);
+        // What the user wrote wins.
+        let config = Obj::from([("status".into(), s("down"))]);
+        assert_eq!(
+            b.with_defaults(&config, config.clone())["status"],
+            s("down")
+        );
+        assert!(
+            b.to_proto().attributes[0].computed,
+            "a defaulted attribute is computed"
+        );
+    }
+
+    #[test]
     fn the_proto_says_who_sets_what() {
         let p = block().to_proto();
         let status = p.attributes.iter().find(|a| a.name == "status").unwrap();

@@ -431,3 +431,63 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
         Ok(Response::new(tf::stop_provider::Response::default()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{computed, optional, required, s};
+
+    fn block() -> Block {
+        Block::new(
+            "",
+            vec![
+                computed("id", Type::String, ""),
+                required("name", Type::String, ""),
+                optional("memory", Type::Number, ""),
+                optional("script", Type::String, ""),
+                computed("status", Type::String, ""),
+            ],
+        )
+    }
+
+    #[test]
+    fn a_refresh_shows_drift_of_what_was_set_and_never_the_cloud_s_defaults() {
+        let state = Obj::from([
+            ("id".into(), s("1")),
+            ("name".into(), s("a")),
+            ("memory".into(), Value::Null),
+            ("script".into(), s("#!")),
+            ("status".into(), s("down")),
+        ]);
+        let seen = Obj::from([
+            ("name".into(), s("b")),
+            ("memory".into(), crate::schema::n(1024)),
+            ("status".into(), s("up")),
+        ]);
+        let out = refreshed(&block(), &state, seen);
+        assert_eq!(out["name"], s("b"), "drift of what was set shows");
+        assert_eq!(
+            out["memory"],
+            Value::Null,
+            "the cloud's default is not the user's"
+        );
+        assert_eq!(
+            out["script"],
+            s("#!"),
+            "what the cloud does not say is kept"
+        );
+        assert_eq!(out["status"], s("up"));
+    }
+
+    #[test]
+    fn an_import_takes_everything_the_cloud_says() {
+        let state = Obj::from([("id".into(), s("1"))]);
+        let seen = Obj::from([
+            ("name".into(), s("b")),
+            ("memory".into(), crate::schema::n(1024)),
+        ]);
+        let out = refreshed(&block(), &state, seen);
+        assert_eq!(out["name"], s("b"));
+        assert_eq!(out["memory"], crate::schema::n(1024));
+    }
+}

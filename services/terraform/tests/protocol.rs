@@ -1,7 +1,7 @@
 //! The provider binary as Terraform drives it, without Terraform: started with the magic
 //! cookie and a client certificate, it prints go-plugin's handshake line, serves the
 //! Provider service over mutual TLS on the socket it names, answers the schema, answers
-//! an RPC it does not serve with UNIMPLEMENTED (not a crash), refuses a client holding
+//! bad requests with diagnostics (not a crash), refuses a client holding
 //! another certificate, and ends on go-plugin's `Shutdown`. Without the cookie it says it
 //! is a plugin and exits 1.
 
@@ -16,7 +16,10 @@ use std::time::Duration;
 use base64::Engine as _;
 use overcast_api::goplugin::grpc_controller_client::GrpcControllerClient;
 use overcast_api::tfplugin6::provider_client::ProviderClient;
-use overcast_api::tfplugin6::{get_provider_schema, read_resource};
+use overcast_api::tfplugin6::{
+    attribute_path, get_provider_schema, read_data_source, read_resource, validate_resource_config,
+    DynamicValue,
+};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
@@ -167,14 +170,77 @@ async fn it_serves_the_protocol_over_mutual_tls_to_terraform_s_certificate_only(
         .find(|a| a.name == "password")
         .unwrap();
     assert!(password.sensitive && password.required);
-    let unserved = provider
+    // Bad requests get diagnostics, never a crash: a value that is not msgpack, a type
+    // it has not, a configuration it refuses (naming the attribute), a call before the
+    // provider is configured.
+    let garbage = provider
         .read_resource(read_resource::Request {
             type_name: "ovirt_vm".into(),
+            current_state: Some(DynamicValue {
+                msgpack: vec![0xc1, 0xff, 0x00],
+                json: Vec::new(),
+            }),
             ..Default::default()
         })
         .await
-        .expect_err("not served yet");
-    assert_eq!(unserved.code(), tonic::Code::Unimplemented);
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        garbage.diagnostics[0].summary, "Malformed value from Terraform",
+        "{garbage:?}"
+    );
+    let unknown = provider
+        .validate_resource_config(validate_resource_config::Request {
+            type_name: "ovirt_nothing".into(),
+            config: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        unknown.diagnostics[0].summary.contains("ovirt_nothing"),
+        "{unknown:?}"
+    );
+    // {"vm_type": "huge"} in msgpack.
+    let mut config = vec![0x81, 0xa7];
+    config.extend_from_slice(b"vm_type");
+    config.push(0xa4);
+    config.extend_from_slice(b"huge");
+    let refused = provider
+        .validate_resource_config(validate_resource_config::Request {
+            type_name: "ovirt_vm".into(),
+            config: Some(DynamicValue {
+                msgpack: config.clone(),
+                json: Vec::new(),
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let at = refused.diagnostics[0].attribute.clone().unwrap();
+    assert_eq!(
+        at.steps[0].selector,
+        Some(attribute_path::step::Selector::AttributeName(
+            "vm_type".into()
+        )),
+        "{refused:?}"
+    );
+    let early = provider
+        .read_data_source(read_data_source::Request {
+            type_name: "ovirt_templates".into(),
+            config: Some(DynamicValue {
+                msgpack: vec![0x80],
+                json: Vec::new(),
+            }),
+            provider_meta: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        early.diagnostics[0].summary.contains("not configured"),
+        "{early:?}"
+    );
 
     // Someone else's certificate: the TLS handshake fails, nothing is served.
     let (_, other_cert, other_key) = identity();
