@@ -21,7 +21,9 @@ use crate::server::Server;
 
 mod data;
 mod disks;
+mod nic;
 mod vm;
+mod vm_start;
 
 pub type Cloud = Arc<Engine>;
 
@@ -106,8 +108,8 @@ fn configure(c: &Obj) -> Outcome<Cloud> {
 pub fn server() -> Server<Cloud> {
     Server::new(provider_block(), Box::new(configure))
         .resource("ovirt_vm", vm::Vm)
-        .resource("ovirt_vm_start", vm::VmStart)
-        .resource("ovirt_nic", vm::Nic)
+        .resource("ovirt_vm_start", vm_start::VmStart)
+        .resource("ovirt_nic", nic::Nic)
         .resource("ovirt_disk", disks::Disk)
         .resource("ovirt_disk_attachment", disks::DiskAttachment)
         .resource("ovirt_disk_resize", disks::DiskResize)
