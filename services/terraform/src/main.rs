@@ -1,13 +1,11 @@
 //! `terraform-provider-overcast`: a Terraform/OpenTofu provider speaking plugin protocol 6,
 //! started by Terraform as go-plugin starts a provider ([`plugin`]).
 //!
-//! WORK IN PROGRESS (issue 34, branch `wip/terraform`): the plugin's transport — the
-//! handshake, AutoMTLS (the client pinned to Terraform's certificate, P-521 verified), the
-//! Provider service and go-plugin's controller on a Unix socket — and the provider schema
-//! of `ovirt`; no resource or data source yet (every other RPC answers UNIMPLEMENTED).
-//! Checked by hand with the real Terraform 1.0.3: `terraform init -plugin-dir` and
-//! `terraform providers schema -json` read the schema over mutual TLS, and Terraform's
-//! `Shutdown` ends the process (no "failed to exit gracefully"). No automated test yet.
+//! The provider it serves is `ovirt` ([`zvirt`]), with the oVirt provider's names and
+//! schemas, on Overcast's zVirt engine client; [`server`] plans and applies the same way
+//! for every resource. The transport ([`plugin`]): go-plugin's handshake, AutoMTLS (the
+//! client pinned to Terraform's certificate, P-521 verified), the Provider service and
+//! go-plugin's controller on a Unix socket.
 
 mod cty;
 mod plugin;
