@@ -65,6 +65,7 @@ mod sweep;
 mod tenant;
 mod vm;
 mod vmbda;
+mod vmip;
 
 use disk::reconcile_disk;
 pub use sweep::sweep;
@@ -144,6 +145,8 @@ pub struct Faults {
     /// The parent's API, as the provider reaches it through [`DvpSim::api_proxy`], is
     /// down: every request answers 503 with an HTML page, as a broken ingress does.
     pub api_down: AtomicBool,
+    /// The requests the proxy passed on (what a provider behind it asked the parent).
+    pub proxied: std::sync::atomic::AtomicU64,
 }
 
 struct Attached {
@@ -360,6 +363,13 @@ async fn run(client: Client, namespace: String, state: Arc<State>) {
     let w2 = reflector::store::Writer::new(api::vmbda());
     let w3 = reflector::store::Writer::new(api::virtual_machine());
     let (disk_store, vmbda_store, vm_store) = (w1.as_reader(), w2.as_reader(), w3.as_reader());
+    let vmips: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &namespace,
+        &api::virtual_machine_ip_address(),
+    );
+    let w5 = reflector::store::Writer::new(api::virtual_machine_ip_address());
+    let vmip_store = w5.as_reader();
     let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
     let w4 = reflector::store::Writer::<Service>::default();
     let service_store = w4.as_reader();
@@ -384,6 +394,7 @@ async fn run(client: Client, namespace: String, state: Arc<State>) {
         feed!(vmbdas, w2),
         feed!(vms, w3),
         feed!(services, w4),
+        feed!(vmips, w5),
     ];
     let _guard = AbortOnDrop(feeders.into_iter().collect());
     loop {
@@ -397,8 +408,14 @@ async fn run(client: Client, namespace: String, state: Arc<State>) {
             }
         }
         let disk_list = disk_store.state();
+        let vmip_list = vmip_store.state();
+        for ip in &vmip_list {
+            if let Err(e) = vmip::reconcile_vmip(&vmips, ip, &vmip_list, &vm_list, &state).await {
+                eprintln!("dvp-sim: VirtualMachineIPAddress {}: {e}", ip.name_any());
+            }
+        }
         for vm in &vm_list {
-            if let Err(e) = reconcile_vm(&vms, vm, &disk_list, &state).await {
+            if let Err(e) = reconcile_vm(&vms, vm, &disk_list, &vmip_list, &state).await {
                 eprintln!("dvp-sim: VirtualMachine {}: {e}", vm.name_any());
             }
         }

@@ -40,6 +40,7 @@ impl DvpSim {
                                         .expect("response"),
                                 );
                             }
+                            faults.proxied.fetch_add(1, Ordering::Relaxed);
                             let (mut parts, body) = req.into_parts();
                             // The proxy speaks as the admin: the caller's token stays here.
                             parts.headers.remove(hyper::header::AUTHORIZATION);

@@ -8,7 +8,8 @@
 //! `userdata` key) — then `Starting`, then `Running` on a parent node with an address
 //! from 10.66.10.0/24, each after the latency. A VM named in `Faults::degraded_vms` goes
 //! `Degraded` instead of `Running`; one in `Faults::stopped_vms` is `Stopped` (as by hand)
-//! until taken out, then starts again. Deleted, it is `Terminating` for the latency, then its
+//! until taken out, then starts again. A VM naming a VirtualMachineIPAddress also waits
+//! for it (`VirtualMachineIPAddressReady`, [`super::vmip`]) and runs with its address. Deleted, it is `Terminating` for the latency, then its
 //! finalizer goes. Nothing else is made: disks and Secrets are the provider's.
 
 use k8s_openapi::api::core::v1::Secret;
@@ -17,6 +18,7 @@ use overcast_cloud_dvp::api::{VirtualDisk, VirtualMachine};
 use serde_json::json;
 
 use super::class::class_ready;
+use super::vmip::ip_address_ready;
 use super::{add_finalizer, cond, due, forget, remove_finalizer, set_status, State, FINALIZER};
 
 /// On a VM a test made through `add_vm`: its status is the test's, not this controller's.
@@ -29,6 +31,7 @@ pub(super) async fn reconcile_vm(
     api: &Api<VirtualMachine>,
     vm: &VirtualMachine,
     disks: &[std::sync::Arc<VirtualDisk>],
+    vmips: &[std::sync::Arc<kube::api::DynamicObject>],
     state: &State,
 ) -> anyhow::Result<()> {
     if vm.annotations().contains_key(STATIC_ANNOTATION) {
@@ -105,11 +108,20 @@ pub(super) async fn reconcile_vm(
         &vm.spec.virtual_machine_class_name,
     )
     .await?;
-    let startable =
-        ready == refs.len() && provisioning["status"] == "True" && class["status"] == "True";
+    // A VM naming its VirtualMachineIPAddress waits for it (ipam.go).
+    let ipam = ip_address_ready(vm, vmips);
+    let ip_ready = ipam.as_ref().is_none_or(|(c, _)| c["status"] == "True");
+    let mut conditions = vec![class.clone(), devices.clone(), provisioning.clone()];
+    if let Some((c, _)) = &ipam {
+        conditions.push(c.clone());
+    }
+    let startable = ready == refs.len()
+        && provisioning["status"] == "True"
+        && class["status"] == "True"
+        && ip_ready;
     if !startable {
         forget(state, &key);
-        let status = json!({"phase": "Pending", "conditions": [class, devices, provisioning]});
+        let status = json!({"phase": "Pending", "conditions": conditions});
         // Written when it says something new (the loop runs every few milliseconds).
         let now = vm
             .status
@@ -133,20 +145,23 @@ pub(super) async fn reconcile_vm(
                 .expect("lock")
                 .contains(&name);
             if degraded {
-                json!({"phase": "Degraded", "conditions": [class, devices, provisioning]})
+                json!({"phase": "Degraded", "conditions": conditions})
             } else {
-                let n = {
-                    let mut next = state.next_vm_address.lock().expect("lock");
-                    *next = next.wrapping_add(1).max(1);
-                    *next
+                let address = match ipam.and_then(|(_, a)| a) {
+                    Some(a) => a,
+                    None => {
+                        let mut next = state.next_vm_address.lock().expect("lock");
+                        *next = next.wrapping_add(1).max(1);
+                        format!("10.66.10.{}", *next)
+                    }
                 };
                 json!({
-                    "phase": "Running", "ipAddress": format!("10.66.10.{n}"),
-                    "nodeName": "parent-a", "conditions": [class, devices, provisioning],
+                    "phase": "Running", "ipAddress": address,
+                    "nodeName": "parent-a", "conditions": conditions,
                 })
             }
         }
-        _ => json!({"phase": "Starting", "conditions": [class, devices, provisioning]}),
+        _ => json!({"phase": "Starting", "conditions": conditions}),
     };
     set_status(api, &name, next).await?;
     Ok(())

@@ -59,6 +59,9 @@ pub fn cluster_virtual_image() -> ApiResource {
 pub fn virtual_image() -> ApiResource {
     resource("VirtualImage", "virtualimages")
 }
+pub fn virtual_machine_ip_address() -> ApiResource {
+    resource("VirtualMachineIPAddress", "virtualmachineipaddresses")
+}
 pub fn virtual_machine_class() -> ApiResource {
     resource("VirtualMachineClass", "virtualmachineclasses")
 }
@@ -196,6 +199,14 @@ pub struct VmSpec {
     pub enable_paravirtualization: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live_migration_policy: Option<String>,
+    /// The VirtualMachineIPAddress the VM takes its address from; the vm controller
+    /// makes one of the VM's name when none is named.
+    #[serde(
+        rename = "virtualMachineIPAddressName",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub virtual_machine_ip_address_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
