@@ -1,13 +1,15 @@
 //! `terraform-provider-overcast`: a Terraform/OpenTofu provider speaking plugin protocol 6,
 //! started by Terraform as go-plugin starts a provider ([`plugin`]).
 //!
-//! The provider it serves is `ovirt` ([`zvirt`]), with the oVirt provider's names and
-//! schemas, on Overcast's zVirt engine client; [`server`] plans and applies the same way
+//! Installed as `terraform-provider-ovirt` it serves `ovirt` ([`zvirt`]), with the oVirt
+//! provider's names and schemas, on Overcast's zVirt engine client; installed as
+//! `terraform-provider-dvp`, `dvp` ([`dvp`]) on its DVP client; [`server`] plans and applies the same way
 //! for every resource. The transport ([`plugin`]): go-plugin's handshake, AutoMTLS (the
 //! client pinned to Terraform's certificate, P-521 verified), the Provider service and
 //! go-plugin's controller on a Unix socket.
 
 mod cty;
+mod dvp;
 mod plugin;
 mod resource;
 mod schema;
@@ -118,8 +120,16 @@ async fn main() -> anyhow::Result<()> {
     });
     let stop = Arc::new(Notify::new());
     let stopped = Arc::clone(&stop);
-    tonic::transport::Server::builder()
-        .add_service(ProviderServer::new(zvirt::server()))
+    let mut builder = tonic::transport::Server::builder();
+    // Terraform runs the binary under the name it is installed as in the plugin
+    // directory: `terraform-provider-dvp_v…` serves `dvp`, any other name `ovirt`.
+    let installed_as = std::env::args().next().unwrap_or_default();
+    let router = if plugin::is_dvp(&installed_as) {
+        builder.add_service(ProviderServer::new(dvp::server()))
+    } else {
+        builder.add_service(ProviderServer::new(zvirt::server()))
+    };
+    router
         .add_service(GrpcControllerServer::new(Controller(stop)))
         .serve_with_incoming_shutdown(incoming, async move {
             tokio::select! {

@@ -200,9 +200,29 @@ pub fn socket_dir() -> std::io::Result<(tempfile::TempDir, PathBuf)> {
     Ok((dir, path))
 }
 
+/// Whether the binary was run as the `dvp` provider (its file name in the plugin
+/// directory: `terraform-provider-dvp_v<version>`).
+pub fn is_dvp(argv0: &str) -> bool {
+    std::path::Path::new(argv0)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n == "terraform-provider-dvp" || n.starts_with("terraform-provider-dvp_"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_installed_name_chooses_the_provider() {
+        assert!(is_dvp(
+            "/p/registry.terraform.io/overcast/dvp/1.0.0/linux_amd64/terraform-provider-dvp_v1.0.0"
+        ));
+        assert!(is_dvp("terraform-provider-dvp"));
+        assert!(!is_dvp("/p/terraform-provider-ovirt_v2.2.0"));
+        assert!(!is_dvp("/usr/bin/terraform-provider-dvpx"));
+        assert!(!is_dvp("terraform-provider-overcast"));
+    }
 
     #[test]
     fn only_terraform_s_cookie_and_protocol_make_a_plugin_run() {

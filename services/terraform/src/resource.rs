@@ -1,6 +1,8 @@
 //! What a resource and a data source do, whatever the cloud: the provider's server
 //! ([`crate::server`]) reads the values, plans and calls these.
 
+use std::time::Duration;
+
 use overcast_api::tfplugin6 as tf;
 use overcast_cloud::CloudError;
 
@@ -100,4 +102,31 @@ pub trait DataSource<C: Send + Sync>: Send + Sync {
 
     /// The data for `config`, its computed attributes filled.
     async fn read(&self, cloud: &C, config: &Obj) -> Outcome<Obj>;
+}
+
+/// How long a wait for a cloud lasts (a clone, a start, a removal), and how often it
+/// looks.
+pub const WAIT: Duration = Duration::from_secs(600);
+pub const POLL: Duration = Duration::from_millis(500);
+
+/// Looks with `look` every [`POLL`] until it answers something, for at most [`WAIT`];
+/// `what` is what was waited for, said when it never came.
+pub async fn until<T, F, Fut>(what: &str, mut look: F) -> Outcome<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Outcome<Option<T>>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(v) = look().await? {
+            return Ok(v);
+        }
+        if started.elapsed() > WAIT {
+            return Err(Diag::new(
+                "Timed out",
+                format!("waited {} s for {what}", WAIT.as_secs()),
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }

@@ -14,7 +14,13 @@ use crate::cty::{self, Type, Value};
 use crate::resource::{DataSource, Diag, Outcome, Resource};
 use crate::schema::{Block, Obj, Use};
 
-type Configure<C> = Box<dyn Fn(&Obj) -> Outcome<C> + Send + Sync>;
+/// Makes the cloud's client from the provider block (a DVP kubeconfig is read
+/// asynchronously).
+pub type Configure<C> = Box<
+    dyn Fn(Obj) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome<C>> + Send>>
+        + Send
+        + Sync,
+>;
 
 pub struct Server<C> {
     provider: Block,
@@ -225,8 +231,10 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
         &self,
         r: Request<tf::configure_provider::Request>,
     ) -> Result<Response<tf::configure_provider::Response>, Status> {
-        let out = decode(r.get_ref().config.as_ref(), &self.provider.ty())
-            .and_then(|c| (self.configure)(&c.unwrap_or_default()));
+        let out = match decode(r.get_ref().config.as_ref(), &self.provider.ty()) {
+            Ok(c) => (self.configure)(c.unwrap_or_default()).await,
+            Err(d) => Err(d),
+        };
         let d = match out {
             Ok(cloud) => {
                 *self.cloud.write().await = Some(Arc::new(cloud));

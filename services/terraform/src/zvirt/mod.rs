@@ -9,7 +9,6 @@
 //! oVirt provider's other resources (tags, affinity groups, templates, …).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use overcast_cloud::CloudError;
 use overcast_cloud_zvirt::{Config, Engine};
@@ -106,44 +105,22 @@ fn configure(c: &Obj) -> Outcome<Cloud> {
 }
 
 pub fn server() -> Server<Cloud> {
-    Server::new(provider_block(), Box::new(configure))
-        .resource("ovirt_vm", vm::Vm)
-        .resource("ovirt_vm_start", vm_start::VmStart)
-        .resource("ovirt_nic", nic::Nic)
-        .resource("ovirt_disk", disks::Disk)
-        .resource("ovirt_disk_attachment", disks::DiskAttachment)
-        .resource("ovirt_disk_resize", disks::DiskResize)
-        .data_source("ovirt_templates", data::Templates)
-        .data_source("ovirt_disk_attachments", data::DiskAttachments)
-        .data_source("ovirt_wait_for_ip", data::WaitForIp)
+    Server::new(
+        provider_block(),
+        Box::new(|c| Box::pin(std::future::ready(configure(&c)))),
+    )
+    .resource("ovirt_vm", vm::Vm)
+    .resource("ovirt_vm_start", vm_start::VmStart)
+    .resource("ovirt_nic", nic::Nic)
+    .resource("ovirt_disk", disks::Disk)
+    .resource("ovirt_disk_attachment", disks::DiskAttachment)
+    .resource("ovirt_disk_resize", disks::DiskResize)
+    .data_source("ovirt_templates", data::Templates)
+    .data_source("ovirt_disk_attachments", data::DiskAttachments)
+    .data_source("ovirt_wait_for_ip", data::WaitForIp)
 }
 
-/// How long a wait for the engine lasts (a clone, a start, a removal), and how often
-/// it looks.
-pub(crate) const WAIT: Duration = Duration::from_secs(600);
-pub(crate) const POLL: Duration = Duration::from_millis(500);
-
-/// Looks with `look` every [`POLL`] until it answers something, for at most [`WAIT`];
-/// `what` is what was waited for, said when it never came.
-pub(crate) async fn until<T, F, Fut>(what: &str, mut look: F) -> Outcome<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Outcome<Option<T>>>,
-{
-    let started = std::time::Instant::now();
-    loop {
-        if let Some(v) = look().await? {
-            return Ok(v);
-        }
-        if started.elapsed() > WAIT {
-            return Err(Diag::new(
-                "Timed out",
-                format!("waited {} s for {what}", WAIT.as_secs()),
-            ));
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
+pub(crate) use crate::resource::until;
 
 /// Waits until `path` answers 404 (a removal the engine runs as a job).
 pub(crate) async fn gone(

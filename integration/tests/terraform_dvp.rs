@@ -1,0 +1,431 @@
+//! `deploy/terraform/dvp/layouts/standard` run as dhctl runs it, with the real Terraform
+//! and `terraform-provider-overcast` installed as the `dvp` provider, against the DVP
+//! simulator on the kit's API server: the master-node module's `init -plugin-dir`,
+//! `plan -detailed-exitcode` (2), `apply` of the plan, `output -json` (the address its
+//! VirtualMachineIPAddress got, the etcd disk's path), a second plan with no change, the
+//! VM deleted out of band planned and made again, `destroy` leaving nothing in the parent
+//! namespace; a static node; wrong credentials; the parent's API down during an apply;
+//! `terraform import` of an existing disk. Needs `OVERCAST_TEST_KUBECONFIG` and Terraform;
+//! says it was skipped without them.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::ResourceExt;
+use overcast_cloud_dvp::api;
+use overcast_integration::dvp_sim::{self, DvpSim};
+use overcast_integration::real;
+use overcast_integration::terraform::{self, Run, Workspace};
+use serde_json::json;
+
+const PROVIDER: (&str, &str) = ("overcast", "dvp");
+
+fn tf<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+fn expect(run: &Run, code: i32, what: &str) {
+    assert_eq!(
+        run.code, code,
+        "{what}: exit {} (wanted {code})\n{}\n{}",
+        run.code, run.stdout, run.stderr
+    );
+}
+
+struct World {
+    sim: DvpSim,
+    kubeconfig_b64: String,
+    /// The kit's API server (for a kubeconfig with wrong credentials).
+    server: String,
+    image: String,
+    dir: tempfile::TempDir,
+}
+
+impl World {
+    async fn new(what: &str, test: &str) -> Option<(Self, std::path::PathBuf)> {
+        let bin = terraform::binary(what)?;
+        let path = real::kubeconfig(what)?;
+        let client = real::client(&path).await;
+        let server = kube::config::Kubeconfig::read_from(&path)
+            .ok()
+            .and_then(|k| k.clusters.first()?.cluster.as_ref()?.server.clone())
+            .expect("the kit's server");
+        dvp_sim::install_crds(&client).await;
+        dvp_sim::sweep(&client, &format!("overcast-it-tf-{test}-")).await;
+        let ns = format!("overcast-it-tf-{test}-{}", std::process::id());
+        let sim = DvpSim::start(client, &ns, Duration::from_millis(100)).await;
+        // Cluster-scoped: a name of this test and run.
+        let image = format!("tf-{test}-{}", std::process::id());
+        sim.add_image("ClusterVirtualImage", &image, 1 << 30, true)
+            .await;
+        let dir = tempfile::tempdir().unwrap();
+        // Through the simulator's proxy, where a test can take the parent's API down.
+        let kubeconfig = sim.api_proxy(dir.path()).await;
+        let kubeconfig_b64 =
+            base64::engine::general_purpose::STANDARD.encode(std::fs::read(kubeconfig).unwrap());
+        Some((
+            Self {
+                sim,
+                kubeconfig_b64,
+                server,
+                image,
+                dir,
+            },
+            bin,
+        ))
+    }
+
+    /// dhctl's `-var-file` for node `index` of `group` ("master" for a master).
+    fn vars(&self, index: u32, group: &str, kubeconfig_b64: &str) -> String {
+        let instance_class = json!({
+            "virtualMachine": {
+                "cpu": {"cores": 2, "coreFraction": "50%"}, "memory": {"size": "4Gi"},
+                "virtualMachineClassName": "generic", "ipAddresses": ["Auto"],
+            },
+            "rootDisk": {"size": "10Gi", "image": {"kind": "ClusterVirtualImage", "name": self.image}},
+            "etcdDisk": {"size": "2Gi"},
+        });
+        let body = json!({
+            "clusterConfiguration": {
+                "apiVersion": "deckhouse.io/v1", "kind": "ClusterConfiguration",
+                "clusterType": "Cloud", "cloud": {"provider": "DVP", "prefix": "tf"},
+            },
+            "providerClusterConfiguration": {
+                "apiVersion": "deckhouse.io/v1", "kind": "DVPClusterConfiguration",
+                "layout": "Standard", "sshPublicKey": "ssh-ed25519 AAAA test",
+                "provider": {"kubeconfigDataBase64": kubeconfig_b64, "namespace": self.sim.namespace},
+                "masterNodeGroup": {"replicas": 1, "instanceClass": instance_class},
+                "nodeGroups": [{"name": "worker", "replicas": 1, "instanceClass": instance_class}],
+            },
+            "clusterUUID": "5c4e1a7e-1111-4222-8333-944444444444",
+            "nodeIndex": index,
+            "nodeGroupName": group,
+            "cloudConfig": base64::engine::general_purpose::STANDARD.encode("runcmd:\n- echo bootstrap\n"),
+        });
+        let f = self.dir.path().join(format!(
+            "vars-{group}-{index}-{}.json",
+            kubeconfig_b64.len()
+        ));
+        std::fs::write(&f, body.to_string()).unwrap();
+        format!("-var-file={}", f.display())
+    }
+
+    fn api(&self, ar: &kube::discovery::ApiResource) -> Api<DynamicObject> {
+        Api::namespaced_with(self.sim.client.clone(), &self.sim.namespace, ar)
+    }
+
+    /// The names of what is in the parent namespace: VMs, disks, addresses, Secrets.
+    async fn objects(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (kind, ar) in [
+            ("vm", api::virtual_machine()),
+            ("vd", api::virtual_disk()),
+            ("vmip", api::virtual_machine_ip_address()),
+        ] {
+            for o in self
+                .api(&ar)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+            {
+                out.push(format!("{kind}/{}", o.name_any()));
+            }
+        }
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.sim.client.clone(), &self.sim.namespace);
+        for s in secrets.list(&ListParams::default()).await.unwrap().items {
+            if s.type_.as_deref() == Some("provisioning.virtualization.deckhouse.io/cloud-init") {
+                out.push(format!("secret/{}", s.name_any()));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn layout(&self, module: &str) -> std::path::PathBuf {
+        let root = self.dir.path();
+        if !root.join("dvp").exists() {
+            terraform::copy_layouts("dvp", root);
+        }
+        root.join("dvp/layouts/standard").join(module)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
+    let Some((w, bin)) = World::new("the DVP Terraform layout test", "layout").await else {
+        return;
+    };
+    let root = w.dir.path().to_owned();
+    let v = w.vars(0, "master", &w.kubeconfig_b64);
+
+    let base = Workspace::module(&bin, &root, w.layout("base-infrastructure"), PROVIDER);
+    tf(|| base.init());
+    tf(|| {
+        base.run(&["apply", "-input=false", "-no-color", "-auto-approve", &v])
+            .ok()
+    });
+    let out = tf(|| base.outputs());
+    assert_eq!(
+        out["cloud_discovery_data"]["value"]["kind"],
+        "DVPCloudDiscoveryData"
+    );
+    assert_eq!(
+        out["cloud_discovery_data"]["value"]["zones"],
+        json!(["default"])
+    );
+
+    let master = Workspace::module(&bin, &root, w.layout("master-node"), PROVIDER);
+    tf(|| master.init());
+    let plan = tf(|| master.plan(&[&v, "-out=tfplan"]));
+    expect(&plan, 2, "the master's first plan");
+    assert!(
+        !plan.stdout.contains(&w.kubeconfig_b64),
+        "the kubeconfig was printed"
+    );
+    tf(|| {
+        master
+            .run(&["apply", "-input=false", "-no-color", "tfplan"])
+            .ok()
+    });
+    let out = tf(|| master.outputs());
+    let vmip = w
+        .api(&api::virtual_machine_ip_address())
+        .get("tf-master-0")
+        .await
+        .unwrap();
+    let address = vmip.data["status"]["address"].as_str().unwrap().to_owned();
+    assert!(address.starts_with("10.66.20."), "{vmip:?}");
+    assert_eq!(vmip.data["status"]["phase"], "Attached");
+    assert_eq!(
+        out["master_ip_address_for_ssh"]["value"],
+        address.as_str(),
+        "{out}"
+    );
+    assert_eq!(out["node_internal_ip_address"]["value"], address.as_str());
+    assert_eq!(
+        out["kubernetes_data_device_path"]["value"],
+        "/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_vd-tf-master-0-kubernetes-data"
+    );
+    let vm = w
+        .api(&api::virtual_machine())
+        .get("tf-master-0")
+        .await
+        .unwrap();
+    assert_eq!(
+        vm.data["spec"]["cpu"],
+        json!({"cores": 2, "coreFraction": "50%"})
+    );
+    assert_eq!(
+        vm.data["spec"]["blockDeviceRefs"],
+        json!([{"kind": "VirtualDisk", "name": "tf-master-0-root"},
+               {"kind": "VirtualDisk", "name": "tf-master-0-kubernetes-data"}])
+    );
+    assert_eq!(vm.labels()["dvp.deckhouse.io/hostname"], "tf-master-0");
+    assert_eq!(
+        w.objects().await,
+        [
+            "secret/tf-master-0-cloud-init",
+            "vd/tf-master-0-kubernetes-data",
+            "vd/tf-master-0-root",
+            "vm/tf-master-0",
+            "vmip/tf-master-0",
+        ]
+    );
+    expect(&tf(|| master.plan(&[&v])), 0, "the master's second plan");
+
+    // The VM deleted behind Terraform's back: planned again, made again.
+    w.sim.delete_vm("tf-master-0").await;
+    real::wait_for("the VM gone", Duration::from_secs(30), async || {
+        w.api(&api::virtual_machine())
+            .get_opt("tf-master-0")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let replan = tf(|| master.plan(&[&v]));
+    expect(&replan, 2, "the plan after the VM was deleted out of band");
+    assert!(
+        replan
+            .stdout
+            .contains("dvp_virtual_machine.node will be created"),
+        "{}",
+        replan.stdout
+    );
+    tf(|| {
+        master
+            .run(&["apply", "-input=false", "-no-color", "-auto-approve", &v])
+            .ok()
+    });
+    assert_eq!(
+        tf(|| master.outputs())["master_ip_address_for_ssh"]["value"],
+        address.as_str()
+    );
+    expect(&tf(|| master.plan(&[&v])), 0, "the plan after the re-run");
+
+    let node = Workspace::module(&bin, &root, w.layout("static-node"), PROVIDER);
+    let nv = w.vars(0, "worker", &w.kubeconfig_b64);
+    tf(|| node.init());
+    tf(|| {
+        node.run(&["apply", "-input=false", "-no-color", "-auto-approve", &nv])
+            .ok()
+    });
+    assert!(tf(|| node.outputs())["node_internal_ip_address"]["value"]
+        .as_str()
+        .is_some_and(|a| a.starts_with("10.66.20.") && a != address));
+
+    tf(|| {
+        node.run(&["destroy", "-input=false", "-no-color", "-auto-approve", &nv])
+            .ok()
+    });
+    tf(|| {
+        master
+            .run(&["destroy", "-input=false", "-no-color", "-auto-approve", &v])
+            .ok()
+    });
+    assert_eq!(
+        w.objects().await,
+        Vec::<String>::new(),
+        "destroy left objects"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_an_outage_and_an_import() {
+    let Some((w, bin)) = World::new("the DVP Terraform faults test", "faults").await else {
+        return;
+    };
+    let root = w.dir.path().to_owned();
+    let master = Workspace::module(&bin, &root, w.layout("master-node"), PROVIDER);
+    tf(|| master.init());
+
+    // A kubeconfig whose token the parent refuses: a diagnostic, the token never printed.
+    let wrong = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: p\n  cluster:\n    server: {}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: not-a-token-7f3a\ncontexts:\n- name: c\n  context: {{cluster: p, user: u}}\ncurrent-context: c\n",
+        w.server
+    );
+    let wv = w.vars(
+        0,
+        "master",
+        &base64::engine::general_purpose::STANDARD.encode(wrong),
+    );
+    let refused = tf(|| master.run(&["apply", "-input=false", "-no-color", "-auto-approve", &wv]));
+    assert_eq!(refused.code, 1, "{}\n{}", refused.stdout, refused.stderr);
+    let said = format!("{}{}", refused.stdout, refused.stderr);
+    assert!(said.contains("Failed to create"), "{said}");
+    assert!(
+        !said.contains("not-a-token-7f3a"),
+        "the token was printed: {said}"
+    );
+    assert!(w.objects().await.is_empty());
+
+    // The parent's API down while the VM starts: a clear diagnostic, the state names what
+    // was made, a re-run once it is back converges.
+    let v = w.vars(0, "master", &w.kubeconfig_b64);
+    let apply = master
+        .command(&["apply", "-input=false", "-no-color", "-auto-approve", &v])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    real::wait_for("the VM made", Duration::from_secs(60), async || {
+        w.api(&api::virtual_machine())
+            .get_opt("tf-master-0")
+            .await
+            .ok()?
+            .map(|_| ())
+    })
+    .await;
+    w.sim
+        .faults
+        .api_down
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let out = tf(|| apply.wait_with_output().unwrap());
+    w.sim
+        .faults
+        .api_down
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "the apply succeeded through an outage: {said}"
+    );
+    assert!(
+        said.contains("503") || said.to_lowercase().contains("unavailable"),
+        "{said}"
+    );
+    let list = tf(|| master.run(&["state", "list"]).ok());
+    assert!(
+        list.stdout.contains("dvp_virtual_machine.node"),
+        "{}",
+        list.stdout
+    );
+    tf(|| {
+        master
+            .run(&["apply", "-input=false", "-no-color", "-auto-approve", &v])
+            .ok()
+    });
+    expect(&tf(|| master.plan(&[&v])), 0, "the plan after the re-run");
+
+    // An existing disk imported by name: in the state as the parent has it.
+    let imported = Workspace::new(
+        &bin,
+        &root,
+        "import",
+        PROVIDER,
+        &[(
+            "main.tf",
+            "terraform {\n  required_providers {\n    dvp = { source = \"overcast/dvp\" }\n  }\n}\nvariable \"kubeconfig\" { type = string }\nvariable \"namespace\" { type = string }\nprovider \"dvp\" {\n  kubeconfig_base64 = var.kubeconfig\n  namespace = var.namespace\n}\nresource \"dvp_virtual_disk\" \"data\" {\n  name = \"tf-master-0-kubernetes-data\"\n  size = \"2Gi\"\n}\n",
+        )],
+    );
+    let iv = [
+        format!("-var=kubeconfig={}", w.kubeconfig_b64),
+        format!("-var=namespace={}", w.sim.namespace),
+    ];
+    tf(|| imported.init());
+    let run = tf(|| {
+        imported.run(&[
+            "import",
+            "-input=false",
+            "-no-color",
+            &iv[0],
+            &iv[1],
+            "dvp_virtual_disk.data",
+            "tf-master-0-kubernetes-data",
+        ])
+    });
+    expect(&run, 0, "the import");
+    let shown = tf(|| {
+        imported
+            .run(&["state", "show", "-no-color", "dvp_virtual_disk.data"])
+            .ok()
+    });
+    assert!(shown.stdout.contains("\"2Gi\""), "{}", shown.stdout);
+    let bad = tf(|| {
+        imported.run(&[
+            "import",
+            "-input=false",
+            "-no-color",
+            &iv[0],
+            &iv[1],
+            "dvp_virtual_disk.data",
+            "../etc",
+        ])
+    });
+    assert_ne!(bad.code, 0);
+
+    tf(|| {
+        master
+            .run(&["destroy", "-input=false", "-no-color", "-auto-approve", &v])
+            .ok()
+    });
+    assert!(w.objects().await.is_empty(), "{:?}", w.objects().await);
+}

@@ -1,0 +1,283 @@
+//! `dvp_virtual_machine`: a VirtualMachine booting the disks it names, provisioned from
+//! a cloud-init Secret, its address from a VirtualMachineIPAddress; done when `Running`
+//! with an address. While it waits, a timeout says the first condition DVP left unmet
+//! (its class, its disks, its provisioning, its address); `Degraded` fails at once.
+
+use kube::api::DynamicObject;
+use kube::Api;
+use overcast_cloud_dvp::api;
+use serde_json::json;
+
+use super::disk::labels_patch;
+use super::{
+    check_name, create, delete, dynamic, get, labels_of, labels_type, labels_value, name_of, patch,
+    waiting_for, Cloud,
+};
+use crate::cty::{Type, Value};
+use crate::resource::{until, Diag, Outcome, Resource};
+use crate::schema::{computed, id, int, n, optional, required, s, string, Block, Obj};
+
+const BOOTLOADERS: [&str; 3] = ["BIOS", "EFI", "EFIWithSecureBoot"];
+const RUN_POLICIES: [&str; 4] = [
+    "AlwaysOn",
+    "AlwaysOff",
+    "Manual",
+    "AlwaysOnUnlessStoppedManually",
+];
+
+pub struct VirtualMachine;
+
+fn vm_api(parent: &Cloud) -> Api<DynamicObject> {
+    parent.dynamic(&api::virtual_machine(), true)
+}
+
+fn strings(o: &Obj, name: &str) -> Vec<String> {
+    match o.get(name) {
+        Some(Value::List(l)) => l
+            .iter()
+            .filter_map(|v| match v {
+                Value::String(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[async_trait::async_trait]
+impl Resource<Cloud> for VirtualMachine {
+    fn schema(&self) -> Block {
+        let list = || Type::List(Box::new(Type::String));
+        Block::new(
+            "A VirtualMachine in the parent namespace.",
+            vec![
+                id("The VM's name."),
+                // DVP applies a new shape at the VM's restart; Overcast replaces the VM
+                // instead (in-place changes are missing, said in the README).
+                required("name", Type::String, "Its name.").force_new(),
+                required("class_name", Type::String, "Its VirtualMachineClass.").force_new(),
+                required("cores", Type::Number, "CPU cores.").force_new(),
+                optional(
+                    "core_fraction",
+                    Type::String,
+                    "The guaranteed share of each core (100%).",
+                )
+                .force_new()
+                .default(s("100%")),
+                required("memory", Type::String, "Memory, a quantity (8Gi).").force_new(),
+                optional(
+                    "bootloader",
+                    Type::String,
+                    "BIOS, EFI or EFIWithSecureBoot.",
+                )
+                .force_new()
+                .default(s("EFI")),
+                optional("run_policy", Type::String, "DVP's run policy.")
+                    .force_new()
+                    .default(s("AlwaysOnUnlessStoppedManually")),
+                optional(
+                    "live_migration_policy",
+                    Type::String,
+                    "DVP's live migration policy.",
+                )
+                .force_new(),
+                required(
+                    "disks",
+                    list(),
+                    "The VirtualDisks it boots from, the first first.",
+                )
+                .force_new(),
+                optional(
+                    "ip_address_name",
+                    Type::String,
+                    "The VirtualMachineIPAddress it takes its address from.",
+                )
+                .force_new(),
+                optional(
+                    "cloud_init_secret",
+                    Type::String,
+                    "The cloud-init Secret it is provisioned from.",
+                )
+                .force_new(),
+                optional("labels", labels_type(), "Labels of the VM."),
+                computed("phase", Type::String, "Pending, Starting, Running, …"),
+                computed("ip_address", Type::String, "Its address."),
+                computed("node_name", Type::String, "The parent node it runs on."),
+            ],
+        )
+    }
+
+    fn validate(&self, c: &Obj) -> Vec<Diag> {
+        let mut out = Vec::new();
+        check_name(c, "name", &mut out);
+        check_name(c, "ip_address_name", &mut out);
+        check_name(c, "cloud_init_secret", &mut out);
+        if int(c, "cores").is_some_and(|v| v <= 0) {
+            out.push(Diag::at("cores", "cores must be positive", ""));
+        }
+        if let Some(m) =
+            string(c, "memory").filter(|m| super::disk::bytes(m).is_none_or(|b| b == 0))
+        {
+            out.push(Diag::at(
+                "memory",
+                "memory is not a quantity",
+                format!("{m:?}: write it as 8Gi"),
+            ));
+        }
+        for (attr, allowed) in [
+            ("bootloader", &BOOTLOADERS[..]),
+            ("run_policy", &RUN_POLICIES[..]),
+        ] {
+            if let Some(v) = string(c, attr).filter(|v| !allowed.contains(v)) {
+                out.push(Diag::at(
+                    attr,
+                    format!("Unknown {attr}"),
+                    format!("{v:?} is not one of {}", allowed.join(", ")),
+                ));
+            }
+        }
+        if matches!(c.get("disks"), Some(Value::List(l)) if l.is_empty()) {
+            out.push(Diag::at("disks", "A VM needs a disk to boot from", ""));
+        }
+        out
+    }
+
+    async fn create(&self, parent: &Cloud, p: &Obj) -> Result<Obj, (Option<Obj>, Diag)> {
+        let name = name_of(p, "name").map_err(|d| (None, d))?;
+        let refs: Vec<_> = strings(p, "disks")
+            .into_iter()
+            .map(|d| json!({"kind": "VirtualDisk", "name": d}))
+            .collect();
+        let mut spec = json!({
+            "virtualMachineClassName": string(p, "class_name").unwrap_or_default(),
+            "cpu": {"cores": int(p, "cores").unwrap_or(1), "coreFraction": string(p, "core_fraction").unwrap_or("100%")},
+            "memory": {"size": string(p, "memory").unwrap_or_default()},
+            "bootloader": string(p, "bootloader").unwrap_or("EFI"),
+            "runPolicy": string(p, "run_policy").unwrap_or("AlwaysOnUnlessStoppedManually"),
+            "osType": "Generic",
+            "enableParavirtualization": true,
+            "blockDeviceRefs": refs,
+        });
+        if let Some(m) = string(p, "live_migration_policy") {
+            spec["liveMigrationPolicy"] = json!(m);
+        }
+        if let Some(ip) = string(p, "ip_address_name") {
+            spec["virtualMachineIPAddressName"] = json!(ip);
+        }
+        if let Some(secret) = string(p, "cloud_init_secret") {
+            spec["provisioning"] =
+                json!({"type": "UserDataRef", "userDataRef": {"kind": "Secret", "name": secret}});
+        }
+        let obj = dynamic("VirtualMachine", &name, labels_of(p), spec).map_err(|d| (None, d))?;
+        create(parent, "vm_create", &vm_api(parent), "VirtualMachine", &obj)
+            .await
+            .map_err(|d| (None, d))?;
+        let mut state = p.clone();
+        state.insert("id".into(), s(&name));
+        match running(parent, &name).await {
+            Ok(vm) => {
+                observe(&mut state, &vm);
+                Ok(state)
+            }
+            Err(d) => {
+                for k in ["phase", "ip_address", "node_name"] {
+                    state.insert(k.into(), Value::Null);
+                }
+                Err((Some(state), d))
+            }
+        }
+    }
+
+    async fn read(&self, parent: &Cloud, state: &Obj) -> Outcome<Option<Obj>> {
+        let name = name_of(state, "id")?;
+        let Some(vm) = get(parent, "vm_get", &vm_api(parent), &name).await? else {
+            return Ok(None);
+        };
+        let spec = &vm.data["spec"];
+        let mut seen = Obj::from([("id".to_owned(), s(&name)), ("name".to_owned(), s(&name))]);
+        observe(&mut seen, &vm);
+        let text = |v: &serde_json::Value| v.as_str().map(s);
+        for (attr, v) in [
+            ("class_name", &spec["virtualMachineClassName"]),
+            ("core_fraction", &spec["cpu"]["coreFraction"]),
+            ("memory", &spec["memory"]["size"]),
+            ("bootloader", &spec["bootloader"]),
+            ("run_policy", &spec["runPolicy"]),
+            ("live_migration_policy", &spec["liveMigrationPolicy"]),
+            ("ip_address_name", &spec["virtualMachineIPAddressName"]),
+            (
+                "cloud_init_secret",
+                &spec["provisioning"]["userDataRef"]["name"],
+            ),
+        ] {
+            if let Some(v) = text(v) {
+                seen.insert(attr.into(), v);
+            }
+        }
+        if let Some(c) = spec["cpu"]["cores"].as_i64() {
+            seen.insert("cores".into(), n(c));
+        }
+        if let Some(refs) = spec["blockDeviceRefs"].as_array() {
+            let disks = refs
+                .iter()
+                .filter(|r| r["kind"] == "VirtualDisk")
+                .filter_map(|r| r["name"].as_str().map(s))
+                .collect();
+            seen.insert("disks".into(), Value::List(disks));
+        }
+        seen.insert(
+            "labels".into(),
+            labels_value(state, vm.metadata.labels.as_ref()),
+        );
+        Ok(Some(seen))
+    }
+
+    async fn update(&self, parent: &Cloud, prior: &Obj, planned: &Obj) -> Outcome<Obj> {
+        let name = name_of(prior, "id")?;
+        let body = json!({"metadata": {"labels": labels_patch(prior, planned)}});
+        patch(parent, "vm_update", &vm_api(parent), &name, body).await?;
+        Ok(planned.clone())
+    }
+
+    async fn delete(&self, parent: &Cloud, state: &Obj) -> Outcome<()> {
+        let name = name_of(state, "id")?;
+        delete(parent, "vm_delete", "vm_get", &vm_api(parent), &name).await
+    }
+}
+
+fn observe(state: &mut Obj, vm: &DynamicObject) {
+    let st = &vm.data["status"];
+    let text = |v: &serde_json::Value| v.as_str().map(s).unwrap_or(Value::Null);
+    state.insert("phase".into(), text(&st["phase"]));
+    state.insert("ip_address".into(), text(&st["ipAddress"]));
+    state.insert("node_name".into(), text(&st["nodeName"]));
+}
+
+/// Waits until the VM runs with an address; a Degraded VM is an error, and a timeout
+/// says what the VM still waits for.
+async fn running(parent: &Cloud, name: &str) -> Outcome<DynamicObject> {
+    let last = std::sync::Mutex::new(String::new());
+    let out = until(&format!("VirtualMachine {name} Running"), || async {
+        let Some(vm) = get(parent, "vm_get", &vm_api(parent), name).await? else {
+            return Err(Diag::new(
+                "The VM is gone",
+                format!("VirtualMachine {name} was deleted while it started"),
+            ));
+        };
+        *last.lock().unwrap_or_else(|e| e.into_inner()) = waiting_for(&vm);
+        let st = &vm.data["status"];
+        match st["phase"].as_str() {
+            Some("Running") if st["ipAddress"].as_str().is_some_and(|a| !a.is_empty()) => {
+                Ok(Some(vm))
+            }
+            Some("Degraded") => Err(Diag::new(
+                format!("VirtualMachine {name} is Degraded"),
+                waiting_for(&vm),
+            )),
+            _ => Ok(None),
+        }
+    })
+    .await;
+    let last = last.into_inner().unwrap_or_else(|e| e.into_inner());
+    out.map_err(|d| Diag::new(d.summary, format!("{}; it waits for {last}", d.detail)))
+}
