@@ -55,6 +55,20 @@ resource "ovirt_vm" "master_vm" {
   vm_type           = "high_performance"
 
   initialization_custom_script = "#cloud-config\nhostname: ${var.name}\n"
+  initialization_dns           = "10.1.0.53 10.1.0.54"
+
+  # As Deckhouse's layouts write it (the fork's static address for cloud-init).
+  dynamic "initialization_nic" {
+    for_each = [1]
+    content {
+      name = "eth0"
+      ipv4 {
+        address = "10.1.0.5"
+        netmask = "255.255.255.0"
+        gateway = "10.1.0.1"
+      }
+    }
+  }
 }
 
 data "ovirt_disk_attachments" "boot" {
@@ -154,6 +168,14 @@ async fn dhctl_s_sequence_makes_reads_replans_and_destroys_a_vm() {
             .ok()
     });
     assert_eq!(w.engine.vm_count(), 1);
+    let init = &w.engine.vm_by_name("tf-master-0").unwrap()["initialization"];
+    assert_eq!(init["dns_servers"], "10.1.0.53 10.1.0.54", "{init}");
+    assert_eq!(
+        init["nic_configurations"]["nic_configuration"][0],
+        serde_json::json!({"name": "eth0", "on_boot": "true", "boot_protocol": "static",
+            "ip": {"address": "10.1.0.5", "netmask": "255.255.255.0", "gateway": "10.1.0.1"}}),
+        "{init}"
+    );
     let out = tf(|| ws.outputs());
     let vm_id = out["vm_id"]["value"].as_str().unwrap().to_owned();
     let disks = w.engine.disks();

@@ -31,9 +31,19 @@ pub struct Attr {
     pub description: &'static str,
 }
 
+/// A nested block given zero or more times (`initialization_nic { … }`): its value is a
+/// list of objects (empty when not given, never null).
+#[derive(Debug, Clone)]
+pub struct Nested {
+    pub name: &'static str,
+    pub block: Block,
+    pub force_new: bool,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Block {
     pub attrs: Vec<Attr>,
+    pub nested: Vec<Nested>,
     pub description: &'static str,
 }
 
@@ -80,21 +90,37 @@ pub fn id(description: &'static str) -> Attr {
 
 impl Block {
     pub fn new(description: &'static str, attrs: Vec<Attr>) -> Self {
-        Self { attrs, description }
+        Self {
+            attrs,
+            nested: Vec::new(),
+            description,
+        }
+    }
+
+    pub fn with_nested(mut self, name: &'static str, block: Block, force_new: bool) -> Self {
+        self.nested.push(Nested {
+            name,
+            block,
+            force_new,
+        });
+        self
     }
 
     pub fn attr(&self, name: &str) -> Option<&Attr> {
         self.attrs.iter().find(|a| a.name == name)
     }
 
-    /// The object type of the block's values.
+    /// The object type of the block's values; a nested block is a list of its objects.
     pub fn ty(&self) -> Type {
-        Type::Object(
-            self.attrs
-                .iter()
-                .map(|a| (a.name.to_owned(), a.ty.clone()))
-                .collect(),
-        )
+        let mut fields: BTreeMap<String, Type> = self
+            .attrs
+            .iter()
+            .map(|a| (a.name.to_owned(), a.ty.clone()))
+            .collect();
+        for n in &self.nested {
+            fields.insert(n.name.to_owned(), Type::List(Box::new(n.block.ty())));
+        }
+        Type::Object(fields)
     }
 
     pub fn to_proto(&self) -> ts::Block {
@@ -113,6 +139,16 @@ impl Block {
                     ..Default::default()
                 })
                 .collect(),
+            block_types: self
+                .nested
+                .iter()
+                .map(|n| ts::NestedBlock {
+                    type_name: n.name.into(),
+                    block: Some(n.block.to_proto()),
+                    nesting: ts::nested_block::NestingMode::List as i32,
+                    ..Default::default()
+                })
+                .collect(),
             description: self.description.into(),
             ..Default::default()
         }
@@ -122,6 +158,17 @@ impl Block {
         tf::Schema {
             version: 0,
             block: Some(self.to_proto()),
+        }
+    }
+
+    /// Nested blocks the object lacks as empty lists: Terraform holds a block list as a
+    /// list, never null (an import or a refresh knows none).
+    pub fn fill_blocks(&self, o: &mut Obj) {
+        for n in &self.nested {
+            let v = o.entry(n.name.to_owned()).or_insert(Value::Null);
+            if *v == Value::Null {
+                *v = Value::List(Vec::new());
+            }
         }
     }
 
@@ -152,7 +199,7 @@ impl Block {
         out
     }
 
-    /// The attributes the user changed between `prior` and
+    /// The attributes (and nested blocks) the user changed between `prior` and
     /// `proposed` whose change the cloud cannot make in place.
     pub fn replacing(&self, prior: &Obj, proposed: &Obj) -> Vec<&'static str> {
         let differs = |name: &str| {
@@ -165,6 +212,12 @@ impl Block {
             .iter()
             .filter(|a| a.force_new && a.usage != Use::Computed && differs(a.name))
             .map(|a| a.name)
+            .chain(
+                self.nested
+                    .iter()
+                    .filter(|n| n.force_new && differs(n.name))
+                    .map(|n| n.name),
+            )
             .collect()
     }
 }

@@ -261,10 +261,12 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
             };
             let cloud = self.cloud().await?;
             let seen = res.read(&cloud, &state).await?;
-            Ok(encode(
-                seen.map(|s| refreshed(&block, &state, s)).as_ref(),
-                &ty,
-            ))
+            let out = seen.map(|s| {
+                let mut o = refreshed(&block, &state, s);
+                block.fill_blocks(&mut o);
+                o
+            });
+            Ok(encode(out.as_ref(), &ty))
         }
         .await;
         Ok(Response::new(match out {
@@ -387,10 +389,11 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
     ) -> Result<Response<tf::import_resource_state::Response>, Status> {
         let r = r.into_inner();
         Ok(Response::new(
-            match self
-                .resource_of(&r.type_name)
-                .and_then(|res| Ok((res, res.import(&r.id)?)))
-            {
+            match self.resource_of(&r.type_name).and_then(|res| {
+                let mut state = res.import(&r.id)?;
+                res.schema().fill_blocks(&mut state);
+                Ok((res, state))
+            }) {
                 Ok((res, state)) => tf::import_resource_state::Response {
                     imported_resources: vec![tf::import_resource_state::ImportedResource {
                         type_name: r.type_name,

@@ -113,7 +113,38 @@ impl Resource<Cloud> for Vm {
                 )
                 .force_new(),
                 optional("huge_pages", int(), "Huge page size (2048 or 1048576).").force_new(),
+                // Deckhouse's layouts set these (its fork of the oVirt provider).
+                optional(
+                    "initialization_dns",
+                    Type::String,
+                    "DNS servers cloud-init sets, space-separated.",
+                )
+                .force_new(),
             ],
+        )
+        .with_nested(
+            "initialization_nic",
+            Block::new(
+                "A NIC's static address cloud-init sets.",
+                vec![required(
+                    "name",
+                    Type::String,
+                    "The guest's interface (eth0).",
+                )],
+            )
+            .with_nested(
+                "ipv4",
+                Block::new(
+                    "Its IPv4 address.",
+                    vec![
+                        optional("address", Type::String, "The address."),
+                        optional("netmask", Type::String, "The netmask."),
+                        optional("gateway", Type::String, "The gateway."),
+                    ],
+                ),
+                true,
+            ),
+            true,
         )
     }
 
@@ -208,6 +239,16 @@ impl Resource<Cloud> for Vm {
         }
         if let Some(h) = text("initialization_hostname") {
             init.insert("host_name".into(), json!(h));
+        }
+        if let Some(dns) = text("initialization_dns").filter(|d| !d.is_empty()) {
+            init.insert("dns_servers".into(), json!(dns));
+        }
+        let nics = nic_configurations(p);
+        if !nics.is_empty() {
+            init.insert(
+                "nic_configurations".into(),
+                json!({"nic_configuration": nics}),
+            );
         }
         if !init.is_empty() {
             body["initialization"] = J::Object(init);
@@ -399,6 +440,40 @@ impl Resource<Cloud> for Vm {
         )
         .await
     }
+}
+
+/// cloud-init's static addresses (`initialization_nic` blocks) as the engine's
+/// `nic_configurations`.
+fn nic_configurations(p: &Obj) -> Vec<J> {
+    let Some(Value::List(blocks)) = p.get("initialization_nic") else {
+        return Vec::new();
+    };
+    blocks
+        .iter()
+        .filter_map(|b| match b {
+            Value::Map(nic) => Some(nic),
+            _ => None,
+        })
+        .map(|nic| {
+            let mut conf = json!({
+                "name": string(nic, "name").unwrap_or_default(),
+                "on_boot": "true",
+                "boot_protocol": "static",
+            });
+            if let Some(Value::List(ips)) = nic.get("ipv4") {
+                if let Some(Value::Map(ip)) = ips.first() {
+                    let mut v = serde_json::Map::new();
+                    for k in ["address", "netmask", "gateway"] {
+                        if let Some(x) = string(ip, k).filter(|x| !x.is_empty()) {
+                            v.insert(k.into(), json!(x));
+                        }
+                    }
+                    conf["ip"] = J::Object(v);
+                }
+            }
+            conf
+        })
+        .collect()
 }
 
 /// The provider's attributes from the engine's VM.
