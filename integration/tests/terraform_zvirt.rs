@@ -27,6 +27,10 @@ variable "url" { type = string }
 variable "password" { type = string }
 variable "cluster_id" { type = string }
 variable "name" { type = string }
+variable "cores" {
+  type    = number
+  default = 4
+}
 
 provider "ovirt" {
   url      = var.url
@@ -46,7 +50,7 @@ resource "ovirt_vm" "master_vm" {
   clone       = true
 
   cpu_sockets = 1
-  cpu_cores   = 4
+  cpu_cores   = var.cores
   cpu_threads = 1
 
   memory            = 8 * 1024 * 1024 * 1024
@@ -56,6 +60,11 @@ resource "ovirt_vm" "master_vm" {
 
   initialization_custom_script = "#cloud-config\nhostname: ${var.name}\n"
   initialization_dns           = "10.1.0.53 10.1.0.54"
+
+  lifecycle {
+    # As Deckhouse's layouts: the bootstrap is read once, at first boot.
+    ignore_changes = [initialization_custom_script]
+  }
 
   # As Deckhouse's layouts write it (the fork's static address for cloud-init).
   dynamic "initialization_nic" {
@@ -205,15 +214,31 @@ async fn dhctl_s_sequence_makes_reads_replans_and_destroys_a_vm() {
     });
     assert_eq!(w.engine.vm_count(), 1);
 
-    // A change the engine cannot make in place replaces the VM.
+    // A rename is made in place (the same VM); the plan after it has no change.
     let v2 = vars(&w, &w.root, "tf-master-1", zvirt_sim::PASSWORD);
     let rename = tf(|| ws.plan(&[&v2]));
     expect(&rename, 2, "the plan of a renamed VM");
     assert!(
-        rename.stdout.contains("must be replaced"),
+        rename.stdout.contains("updated in-place"),
         "{}",
         rename.stdout
     );
+    let before = w.engine.vm_by_name("tf-master-0").unwrap()["id"].clone();
+    tf(|| {
+        ws.run(&["apply", "-input=false", "-no-color", "-auto-approve", &v2])
+            .ok()
+    });
+    assert_eq!(w.engine.vm_by_name("tf-master-1").unwrap()["id"], before);
+    expect(&tf(|| ws.plan(&[&v2])), 0, "the plan after the rename");
+    // A change the engine cannot make in place (the CPU topology) replaces the VM.
+    let replace = tf(|| ws.plan(&[&v2, "-var=cores=2"]));
+    expect(&replace, 2, "the plan of another CPU topology");
+    assert!(
+        replace.stdout.contains("must be replaced"),
+        "{}",
+        replace.stdout
+    );
+    let v = v2;
 
     tf(|| {
         ws.run(&["destroy", "-input=false", "-no-color", "-auto-approve", &v])

@@ -16,6 +16,9 @@ pub(super) fn vm_json(vm: &SimVm, follow_devices: bool) -> Value {
         "cluster": {"href": format!("{API}/clusters/{}", vm.cluster), "id": vm.cluster},
         "link": [{"href": format!("{API}/vms/{}/reporteddevices", vm.id), "rel": "reporteddevices"},
                  {"href": format!("{API}/vms/{}/diskattachments", vm.id), "rel": "diskattachments"}]});
+    if let Some(c) = vm.shape["comment"].as_str() {
+        v["comment"] = json!(c);
+    }
     if let Some(t) = vm.shape["template"].as_str() {
         v["template"] = json!({"href": format!("{API}/templates/{t}"), "id": t});
     }

@@ -196,6 +196,7 @@ impl Engine {
                 Some(vm) => answer(200, vm_json(vm, follows(&query, "reported_devices"))),
                 None => not_found(id),
             },
+            ("PUT", ["vms", id]) => self.update_vm(&mut st, id, &doc),
             ("GET", ["vms", id, "nics"]) => match st.vms.get(*id) {
                 Some(vm) => collection(
                     "nic",

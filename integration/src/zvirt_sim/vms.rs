@@ -236,11 +236,48 @@ impl Engine {
                 "memory_policy": doc["memory_policy"],
                 "topology": {"sockets": count("sockets"), "cores": count("cores"), "threads": count("threads")},
                 "template": template.0,
+                "comment": doc["comment"],
             }),
         };
         let out = vm_json(&vm, false);
         st.vms.insert(id, vm);
         answer(201, out)
+    }
+
+    /// `PUT /vms/{id}`: the engine's UpdateVm for a VM's name and comment (the name unique
+    /// among VMs, as at add: 409); what else a PUT carries is not simulated and refused.
+    pub(super) fn update_vm(&self, st: &mut State, id: &str, doc: &Value) -> Answer {
+        let name = doc["name"].as_str().map(str::to_owned);
+        if let Some(n) = &name {
+            if n.is_empty() {
+                return incomplete("Vm", "name", "update");
+            }
+            if st.vms.values().any(|v| v.id != id && &v.name == n) {
+                return fault(
+                    409,
+                    "Cannot edit VM. The VM name is already in use, please choose a unique name and try again.",
+                );
+            }
+        }
+        if let Some(other) = doc
+            .as_object()
+            .and_then(|o| o.keys().find(|k| !matches!(k.as_str(), "name" | "comment")))
+        {
+            return fault(
+                400,
+                &format!("the simulator does not update a VM's {other}"),
+            );
+        }
+        let Some(vm) = st.vms.get_mut(id) else {
+            return not_found(id);
+        };
+        if let Some(n) = name {
+            vm.name = n;
+        }
+        if let Some(c) = doc["comment"].as_str() {
+            vm.shape["comment"] = json!(c);
+        }
+        answer(200, vm_json(vm, false))
     }
 
     /// `POST /vms/{id}/{action}`: start, stop, shutdown.

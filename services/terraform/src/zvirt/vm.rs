@@ -24,10 +24,10 @@ impl Resource<Cloud> for Vm {
             "A virtual machine made from a template.",
             vec![
                 id("oVirt ID of this VM."),
-                // The engine can rename and re-comment a VM in place; Overcast does not
-                // yet (a change replaces the VM — said in the README).
-                required("name", Type::String, "The VM's name.").force_new(),
-                optional("comment", Type::String, "A comment on the VM.").force_new(),
+                // Renamed and re-commented in place (the engine's UpdateVm); the rest of
+                // a VM's shape replaces it (its memory, say, waits for a restart).
+                required("name", Type::String, "The VM's name."),
+                optional("comment", Type::String, "A comment on the VM."),
                 required("cluster_id", Type::String, "The cluster to make the VM in.").force_new(),
                 required(
                     "template_id",
@@ -355,6 +355,31 @@ impl Resource<Cloud> for Vm {
             Err(e) if not_found(&e) => Ok(None),
             Err(e) => Err(Diag::cloud("read the VM", e)),
         }
+    }
+
+    /// A new name or comment, in place.
+    async fn update(&self, engine: &Cloud, prior: &Obj, planned: &Obj) -> Outcome<Obj> {
+        let id = uuid_of(prior, "id")?;
+        let mut body = serde_json::Map::new();
+        for k in ["name", "comment"] {
+            if planned.get(k) != prior.get(k) {
+                body.insert(k.into(), json!(string(planned, k).unwrap_or_default()));
+            }
+        }
+        let mut state = planned.clone();
+        if !body.is_empty() {
+            let vm = engine
+                .json(
+                    "vm_update",
+                    Method::PUT,
+                    &format!("/vms/{id}"),
+                    Some(&J::Object(body)),
+                )
+                .await
+                .map_err(|e| Diag::cloud("update the VM", e))?;
+            observe(&mut state, &vm);
+        }
+        Ok(state)
     }
 
     async fn delete(&self, engine: &Cloud, state: &Obj) -> Outcome<()> {
