@@ -205,7 +205,9 @@ async fn dvp(bin: &std::path::Path) {
     dvp_sim::install_crds(&client).await;
     let ns = format!("overcast-bench-tf-{}", std::process::id());
     let sim = DvpSim::start(client, &ns, Duration::from_millis(100)).await;
-    sim.add_image("ClusterVirtualImage", "ubuntu-2204", 1 << 30, true)
+    // Cluster-scoped: a name of this run.
+    let image = format!("bench-tf-{}", std::process::id());
+    sim.add_image("ClusterVirtualImage", &image, 1 << 30, true)
         .await;
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -226,7 +228,7 @@ async fn dvp(bin: &std::path::Path) {
     .await
     .unwrap();
     let vms = ParentVms::new(parent, "bench");
-    let spec = overcast_integration::capi::dvp_vm_spec("ubuntu-2204", 1);
+    let spec = overcast_integration::capi::dvp_vm_spec(&image, 1);
     let poll = Duration::from_millis(100);
     let (mut make, mut make_calls, mut remove, mut remove_calls) = (vec![], vec![], vec![], vec![]);
     for _ in 0..RUNS {
@@ -270,7 +272,7 @@ async fn dvp(bin: &std::path::Path) {
     use base64::Engine as _;
     let instance_class = json!({
         "virtualMachine": {"cpu": {"cores": 2, "coreFraction": "100%"}, "memory": {"size": "4Gi"}, "virtualMachineClassName": "generic"},
-        "rootDisk": {"size": "1Gi", "image": {"kind": "ClusterVirtualImage", "name": "ubuntu-2204"}},
+        "rootDisk": {"size": "1Gi", "image": {"kind": "ClusterVirtualImage", "name": image}},
         "etcdDisk": {"size": "512Mi"},
     });
     std::fs::write(
