@@ -30,6 +30,21 @@ pub fn binary(what: &str) -> Option<PathBuf> {
     on_path
 }
 
+/// A Terraform command, run off the async runtime (a simulator in the same process
+/// serves on it meanwhile; the test's runtime must be multi-threaded).
+pub fn tf<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// `run` ended with `code`, or a panic showing what Terraform said.
+pub fn expect(run: &Run, code: i32, what: &str) {
+    assert_eq!(
+        run.code, code,
+        "{what}: exit {} (wanted {code})\n{}\n{}",
+        run.code, run.stdout, run.stderr
+    );
+}
+
 /// A copy of the repository's `deploy/terraform/<cloud>` in `root` (symlinks kept), so
 /// Terraform's `.terraform` and state stay out of the tree.
 pub fn copy_layouts(cloud: &str, root: &Path) -> PathBuf {

@@ -16,22 +16,10 @@ use kube::ResourceExt;
 use overcast_cloud_dvp::api;
 use overcast_integration::dvp_sim::{self, DvpSim};
 use overcast_integration::real;
-use overcast_integration::terraform::{self, Run, Workspace};
+use overcast_integration::terraform::{self, expect, tf, Workspace};
 use serde_json::json;
 
 const PROVIDER: (&str, &str) = ("overcast", "dvp");
-
-fn tf<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
-fn expect(run: &Run, code: i32, what: &str) {
-    assert_eq!(
-        run.code, code,
-        "{what}: exit {} (wanted {code})\n{}\n{}",
-        run.code, run.stdout, run.stderr
-    );
-}
 
 struct World {
     sim: DvpSim,

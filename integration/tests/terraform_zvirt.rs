@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use overcast_integration::terraform::{self, Run, Workspace};
+use overcast_integration::terraform::{self, expect, tf, Workspace};
 use overcast_integration::zvirt_sim::{self, Engine, Latency};
 
 const GIB: u64 = 1 << 30;
@@ -129,17 +129,30 @@ fn vars(w: &World, dir: &Path, name: &str, password: &str) -> String {
     format!("-var-file={}", file.display())
 }
 
-/// A Terraform command, run off the runtime the simulator serves on.
-fn tf<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
-fn expect(run: &Run, code: i32, what: &str) {
-    assert_eq!(
-        run.code, code,
-        "{what}: exit {} (wanted {code})\n{}\n{}",
-        run.code, run.stdout, run.stderr
+/// An engine cloning in `clone`, and MAIN_TF in the module `module` made ready (`init`),
+/// with the VM `name` and `password`: the world, the module, its `-var-file` argument.
+async fn main_tf(
+    bin: &Path,
+    clone: Duration,
+    module: &str,
+    name: &str,
+    password: &str,
+) -> (World, Workspace, String) {
+    let w = world(Latency {
+        clone,
+        ..Latency::default()
+    })
+    .await;
+    let ws = Workspace::new(
+        bin,
+        &w.root,
+        module,
+        ("ovirt", "ovirt"),
+        &[("main.tf", MAIN_TF)],
     );
+    let v = vars(&w, &w.root, name, password);
+    tf(|| ws.init());
+    (w, ws, v)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,20 +160,14 @@ async fn dhctl_s_sequence_makes_reads_replans_and_destroys_a_vm() {
     let Some(bin) = terraform::binary("the zVirt Terraform test") else {
         return;
     };
-    let w = world(Latency {
-        clone: Duration::from_millis(800),
-        ..Latency::default()
-    })
-    .await;
-    let ws = Workspace::new(
+    let (w, ws, v) = main_tf(
         &bin,
-        &w.root,
+        Duration::from_millis(800),
         "master-node",
-        ("ovirt", "ovirt"),
-        &[("main.tf", MAIN_TF)],
-    );
-    let v = vars(&w, &w.root, "tf-master-0", zvirt_sim::PASSWORD);
-    tf(|| ws.init());
+        "tf-master-0",
+        zvirt_sim::PASSWORD,
+    )
+    .await;
     let plan = tf(|| ws.plan(&[&v, "-out=tfplan"]));
     expect(&plan, 2, "the first plan");
     assert!(
@@ -252,16 +259,14 @@ async fn wrong_credentials_are_a_clear_diagnostic_and_never_printed() {
     let Some(bin) = terraform::binary("the zVirt Terraform credentials test") else {
         return;
     };
-    let w = world(Latency::default()).await;
-    let ws = Workspace::new(
+    let (w, ws, v) = main_tf(
         &bin,
-        &w.root,
+        Latency::default().clone,
         "creds",
-        ("ovirt", "ovirt"),
-        &[("main.tf", MAIN_TF)],
-    );
-    let v = vars(&w, &w.root, "tf-creds", "not-the-password");
-    tf(|| ws.init());
+        "tf-creds",
+        "not-the-password",
+    )
+    .await;
     let plan = tf(|| ws.plan(&[&v]));
     expect(&plan, 1, "a plan with a wrong password");
     let said = format!("{}{}", plan.stdout, plan.stderr);
@@ -279,20 +284,14 @@ async fn an_engine_outage_during_apply_is_said_kept_in_state_and_a_rerun_converg
         return;
     };
     // A clone slow enough to take the engine down while the VM's disks are copied.
-    let w = world(Latency {
-        clone: Duration::from_secs(4),
-        ..Latency::default()
-    })
-    .await;
-    let ws = Workspace::new(
+    let (w, ws, v) = main_tf(
         &bin,
-        &w.root,
+        Duration::from_secs(4),
         "outage",
-        ("ovirt", "ovirt"),
-        &[("main.tf", MAIN_TF)],
-    );
-    let v = vars(&w, &w.root, "tf-outage", zvirt_sim::PASSWORD);
-    tf(|| ws.init());
+        "tf-outage",
+        zvirt_sim::PASSWORD,
+    )
+    .await;
     let apply = ws
         .command(&["apply", "-input=false", "-no-color", "-auto-approve", &v])
         .stdout(std::process::Stdio::piped())

@@ -9,23 +9,11 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use overcast_integration::terraform::{self, Run, Workspace};
+use overcast_integration::terraform::{self, expect, tf, Workspace};
 use overcast_integration::zvirt_sim::{self, Engine, Latency};
 use serde_json::json;
 
 const GIB: u64 = 1 << 30;
-
-fn tf<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
-fn expect(run: &Run, code: i32, what: &str) {
-    assert_eq!(
-        run.code, code,
-        "{what}: exit {} (wanted {code})\n{}\n{}",
-        run.code, run.stdout, run.stderr
-    );
-}
 
 /// What dhctl writes to its `-var-file` for the node `index` (of `group`, when not a
 /// master).

@@ -5,17 +5,6 @@ locals {
   prefix         = var.clusterConfiguration.cloud.prefix
   instance_class = var.providerClusterConfiguration.masterNodeGroup.instanceClass
   name           = "${local.prefix}-master-${var.nodeIndex}"
-  ssh_key        = lookup(var.providerClusterConfiguration, "sshPublicKey", "")
-
-  # dhctl's bootstrap (a base64 cloud-config), with the node's hostname and key.
-  user_data = join("\n", ["#cloud-config", yamlencode(merge(
-    {
-      "hostname"             = local.name
-      "create_hostname_file" = true
-      "ssh_authorized_keys"  = local.ssh_key == "" ? [] : [local.ssh_key]
-    },
-    var.cloudConfig == "" ? {} : yamldecode(base64decode(var.cloudConfig)),
-  ))])
 }
 
 module "master" {

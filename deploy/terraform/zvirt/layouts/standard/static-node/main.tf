@@ -6,16 +6,6 @@ locals {
   group          = [for g in lookup(var.providerClusterConfiguration, "nodeGroups", []) : g if g.name == var.nodeGroupName][0]
   instance_class = local.group.instanceClass
   name           = "${local.prefix}-${var.nodeGroupName}-${var.nodeIndex}"
-  ssh_key        = lookup(var.providerClusterConfiguration, "sshPublicKey", "")
-
-  user_data = join("\n", ["#cloud-config", yamlencode(merge(
-    {
-      "hostname"             = local.name
-      "create_hostname_file" = true
-      "ssh_authorized_keys"  = local.ssh_key == "" ? [] : [local.ssh_key]
-    },
-    var.cloudConfig == "" ? {} : yamldecode(base64decode(var.cloudConfig)),
-  ))])
 }
 
 module "node" {
