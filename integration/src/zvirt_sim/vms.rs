@@ -374,10 +374,14 @@ impl Engine {
             _ => return fault(409, "Cannot remove VM. VM is running."),
         }
         let vm = st.vms.remove(id).expect("checked");
-        if !detach_only {
-            let now = Instant::now();
-            for disk in vm.attachments.keys() {
-                if let Some(d) = st.disks.get_mut(disk) {
+        let now = Instant::now();
+        // Its attachments go with it: their devices are unplugged (a removed VM's disks
+        // are plugged nowhere), whether the disks go too or stay.
+        for (disk, mut a) in vm.attachments {
+            let file = st.disks.get(&disk).map(|d| d.file.clone());
+            self.unplug(&disk, &mut a, file.as_deref());
+            if !detach_only {
+                if let Some(d) = st.disks.get_mut(&disk) {
                     d.gone_at = Some(now + self.latency.remove);
                 }
             }
