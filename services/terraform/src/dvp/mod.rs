@@ -56,12 +56,13 @@ async fn configure(c: Obj) -> Outcome<Cloud> {
                 "",
             )
         })?;
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).map_err(|e| {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).map_err(|_| {
         Diag::at(
             "kubeconfig_base64",
             "kubeconfig_base64 is not a kubeconfig",
-            // kube's message names the field, never the credentials.
-            e.to_string(),
+            // The parser's message quotes the text around the error — the kubeconfig's
+            // credentials, which are never shown.
+            "it does not parse as a kubeconfig's YAML",
         )
     })?;
     let namespace = string(&c, "namespace").unwrap_or_default().to_owned();
@@ -267,4 +268,40 @@ fn dynamic(
         "spec": spec,
     }))
     .map_err(|e| Diag::new(format!("{kind} {name}"), e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(kubeconfig: &str, namespace: &str) -> Obj {
+        Obj::from([
+            (
+                "kubeconfig_base64".to_owned(),
+                Value::String(kubeconfig.into()),
+            ),
+            ("namespace".to_owned(), Value::String(namespace.into())),
+        ])
+    }
+
+    #[tokio::test]
+    async fn a_bad_provider_block_is_a_diagnostic_naming_the_attribute_and_not_its_value() {
+        let secret = "c2VjcmV0LXRva2VuLTdmM2E6IFs=";
+        for (c, attr) in [
+            (block("not base64 !", "tenant"), "kubeconfig_base64"),
+            (block(secret, "tenant"), "kubeconfig_base64"),
+            (
+                block(
+                    &base64::engine::general_purpose::STANDARD
+                        .encode("apiVersion: v1\nkind: Config\n"),
+                    "",
+                ),
+                "namespace",
+            ),
+        ] {
+            let d = configure(c).await.expect_err("refused");
+            assert_eq!(d.attribute.as_deref(), Some(attr), "{d:?}");
+            assert!(!format!("{d:?}").contains("secret-token"), "{d:?}");
+        }
+    }
 }
