@@ -412,6 +412,16 @@ pub fn loops_under(dir: &Path) -> Vec<(u32, PathBuf)> {
         let file = PathBuf::from(file.trim_end().trim_end_matches(" (deleted)"));
         if file.starts_with(&dir) {
             out.push((index, file));
+            continue;
+        }
+        // A device bound through a mount that is gone (a controller in a mount namespace
+        // that ended) shows the path from that mount's root: found by the file's identity.
+        let Some(name) = file.file_name() else {
+            continue;
+        };
+        let ours = dir.join("disks").join(name);
+        if ours.exists() && overcast_mount::loopfile::shows(index, &file, &ours) {
+            out.push((index, ours));
         }
     }
     out.sort();

@@ -10,7 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -18,29 +18,8 @@ use nix::errno::Errno;
 const LOOP_MAJOR: u64 = 7;
 const LO_FLAGS_READ_ONLY: u32 = 1;
 const LO_FLAGS_AUTOCLEAR: u32 = 4;
-const LO_NAME_SIZE: usize = 64;
-const LO_KEY_SIZE: usize = 32;
 /// How long a detach waits for the kernel to finish unbinding.
 const DETACH_WAIT: Duration = Duration::from_secs(2);
-
-/// `struct loop_info64` from `<linux/loop.h>`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct LoopInfo64 {
-    lo_device: u64,
-    lo_inode: u64,
-    lo_rdevice: u64,
-    lo_offset: u64,
-    lo_sizelimit: u64,
-    lo_number: u32,
-    lo_encrypt_type: u32,
-    lo_encrypt_key_size: u32,
-    lo_flags: u32,
-    lo_file_name: [u8; LO_NAME_SIZE],
-    lo_crypt_name: [u8; LO_NAME_SIZE],
-    lo_encrypt_key: [u8; LO_KEY_SIZE],
-    lo_init: [u64; 2],
-}
 
 /// `struct loop_config` from `<linux/loop.h>` (kernel 5.8+).
 #[repr(C)]
@@ -52,89 +31,21 @@ struct LoopConfig {
     reserved: [u64; 8],
 }
 
+pub use overcast_mount::loopfile::{
+    backing_file, backs, bound_devices, device_path, devices_backing, shows,
+};
+use overcast_mount::loopfile::{status, LoopInfo64, LO_KEY_SIZE, LO_NAME_SIZE};
+
 nix::ioctl_none_bad!(loop_ctl_get_free, 0x4C82);
 nix::ioctl_write_int_bad!(loop_set_fd, 0x4C00);
 nix::ioctl_none_bad!(loop_clr_fd, 0x4C01);
 nix::ioctl_write_ptr_bad!(loop_set_status64, 0x4C04, LoopInfo64);
-nix::ioctl_read_bad!(loop_get_status64, 0x4C05, LoopInfo64);
 nix::ioctl_none_bad!(loop_set_capacity, 0x4C07);
 nix::ioctl_write_ptr_bad!(loop_configure, 0x4C0A, LoopConfig);
-
-/// The device node of loop device `index`.
-pub fn device_path(index: u32) -> PathBuf {
-    PathBuf::from(format!("/dev/loop{index}"))
-}
 
 /// Parses `/dev/loopN` back into `N`.
 pub fn index_of(device: &Path) -> Option<u32> {
     device.to_str()?.strip_prefix("/dev/loop")?.parse().ok()
-}
-
-/// The file loop device `index` is bound to, or `None` when it is unbound or absent.
-pub fn backing_file(index: u32) -> Option<PathBuf> {
-    let raw = std::fs::read_to_string(format!("/sys/block/loop{index}/loop/backing_file")).ok()?;
-    let raw = raw.trim_end_matches('\n');
-    // The kernel appends " (deleted)" once the file is unlinked; such a device backs no
-    // file of ours any more.
-    if raw.is_empty() || raw.ends_with(" (deleted)") {
-        return None;
-    }
-    Some(PathBuf::from(raw))
-}
-
-/// Whether loop device `index` is bound to `file`: its path, or — when the kernel shows
-/// the path through another mount namespace (the device was bound by a process whose
-/// mount of the state directory has gone, e.g. a replaced controller pod: sysfs then
-/// shows `/disks/vol-….img`) — the backing file's device and inode. A path match alone
-/// let such a device go unseen: never detached, its file deleted under it.
-pub fn backs(index: u32, file: &Path) -> bool {
-    backing_file(index).is_some_and(|shown| shows(index, &shown, file))
-}
-
-/// [`backs`], for a device whose backing path sysfs has already shown as `shown`.
-fn shows(index: u32, shown: &Path, file: &Path) -> bool {
-    if shown == file {
-        return true;
-    }
-    // Only a device showing the same file name can be the same file: the ioctl is asked
-    // of those alone.
-    if shown.file_name().is_none() || shown.file_name() != file.file_name() {
-        return false;
-    }
-    same_inode(index, file).unwrap_or(false)
-}
-
-fn same_inode(index: u32, file: &Path) -> io::Result<bool> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(file)?;
-    let device = File::open(device_path(index))?;
-    let mut info = std::mem::MaybeUninit::<LoopInfo64>::zeroed();
-    // SAFETY: LOOP_GET_STATUS64 fills a `struct loop_info64` through the pointer.
-    unsafe { loop_get_status64(device.as_raw_fd(), info.as_mut_ptr()) }.map_err(io::Error::from)?;
-    // SAFETY: zero-initialised, then filled by the kernel; every bit pattern is valid.
-    let info = unsafe { info.assume_init() };
-    // The kernel reports the backing file's device in the same encoding as st_dev.
-    Ok(info.lo_inode == meta.ino() && info.lo_device == meta.dev())
-}
-
-/// Every bound loop device and its backing file.
-///
-/// `/proc/partitions` lists block devices that have a size, so unbound loop devices
-/// (hosts keep dozens) are skipped without a sysfs lookup each: one read instead of one
-/// per device, which made this scan the larger part of a DeleteVolume. A loop device
-/// bound to an empty file has no size and is not listed; no disk file is empty.
-pub fn bound_devices() -> io::Result<Vec<(u32, PathBuf)>> {
-    let partitions = std::fs::read_to_string("/proc/partitions")?;
-    let mut out: Vec<(u32, PathBuf)> = partitions
-        .lines()
-        .filter_map(|line| {
-            let name = line.split_whitespace().nth(3)?;
-            let index = name.strip_prefix("loop")?.parse().ok()?;
-            Some((index, backing_file(index)?))
-        })
-        .collect();
-    out.sort();
-    Ok(out)
 }
 
 /// Binds `file` to a free loop device and returns the device's index. `label` is
@@ -209,14 +120,10 @@ fn bind(device: &File, backing: &File, readonly: bool, label: &str) -> Result<()
     }
 }
 
-/// Every loop device bound to `file` (normally none or one; two means the file was
-/// bound twice, which [`attach`]'s callers must never let happen).
-pub fn devices_backing(file: &Path) -> io::Result<Vec<u32>> {
-    Ok(bound_devices()?
-        .into_iter()
-        .filter(|(i, f)| shows(*i, f, file))
-        .map(|(i, _)| i)
-        .collect())
+/// Whether loop device `index` is held exclusively (mounted in any mount namespace, or
+/// held by mkfs or a stacked device): the exclusive open [`detach`] needs fails.
+pub fn held(index: u32) -> bool {
+    matches!(open_exclusive(index), Err(e) if e.raw_os_error() == Some(libc::EBUSY))
 }
 
 /// Whether loop device `index` was bound read-only.
@@ -240,11 +147,7 @@ pub fn keep_bound(index: u32, file: &Path) -> io::Result<()> {
 }
 
 fn clear_autoclear(device: &File) -> Result<(), Errno> {
-    let mut info = std::mem::MaybeUninit::<LoopInfo64>::zeroed();
-    // SAFETY: LOOP_GET_STATUS64 fills a `struct loop_info64` through the pointer.
-    unsafe { loop_get_status64(device.as_raw_fd(), info.as_mut_ptr()) }?;
-    // SAFETY: zero-initialised, then filled by the kernel; every bit pattern is valid.
-    let mut info = unsafe { info.assume_init() };
+    let mut info = status(device)?;
     if info.lo_flags & LO_FLAGS_AUTOCLEAR == 0 {
         return Ok(());
     }

@@ -164,24 +164,23 @@ pub fn find_once(by_id: &Path, hint: &PublishContext) -> Option<PathBuf> {
     None
 }
 
+/// Whether `device` (`/dev/loopN`) is bound to `file`: by path, or by the file's device
+/// and inode when sysfs shows the path as a process that is gone saw it (a replaced
+/// controller pod's device shows `/disks/vol-….img`).
 fn loop_backs(device: &Path, file: &Path) -> bool {
-    let Some(name) = device.file_name().and_then(|n| n.to_str()) else {
+    let Some(index) = device
+        .to_str()
+        .and_then(|d| d.strip_prefix("/dev/loop"))
+        .and_then(|n| n.parse().ok())
+    else {
         return false;
     };
-    read_trimmed(&format!("/sys/block/{name}/loop/backing_file"))
-        .is_some_and(|b| Path::new(&b) == file)
+    crate::loopfile::backs(index, file)
 }
 
 fn loop_for(file: &Path) -> Option<PathBuf> {
-    std::fs::read_dir("/sys/block")
-        .ok()?
-        .flatten()
-        .find_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            name.starts_with("loop").then_some(())?;
-            let backing = read_trimmed(&format!("/sys/block/{name}/loop/backing_file"))?;
-            (Path::new(&backing) == file).then(|| PathBuf::from(format!("/dev/{name}")))
-        })
+    let index = *crate::loopfile::devices_backing(file).ok()?.first()?;
+    Some(crate::loopfile::device_path(index))
 }
 
 /// `<by-id>/<bus>-<serial>` links, as udev names virtio (`virtio-<serial>`) and QEMU SCSI

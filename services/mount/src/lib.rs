@@ -5,6 +5,7 @@
 pub mod device;
 pub mod format;
 pub mod host;
+pub mod loopfile;
 pub mod mountinfo;
 pub mod mounts;
 
