@@ -312,11 +312,26 @@ impl Csi {
         self.state_dir.join("disks")
     }
 
-    /// Files in the disks directory.
+    /// The disk files (`vol-<hex>.img`) in the disks directory.
     pub fn disk_files(&self) -> Vec<String> {
+        self.files_ending(".img")
+    }
+
+    /// The disks' metadata files (`vol-<hex>.json`) beside them.
+    pub fn meta_files(&self) -> Vec<String> {
+        self.files_ending(".json")
+    }
+
+    /// Every file in the disks directory.
+    pub fn all_disk_dir_files(&self) -> Vec<String> {
+        self.files_ending("")
+    }
+
+    fn files_ending(&self, suffix: &str) -> Vec<String> {
         let mut out: Vec<String> = std::fs::read_dir(self.disks_dir())
             .map(|rd| {
                 rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|n| n.ends_with(suffix))
                     .collect()
             })
             .unwrap_or_default();

@@ -186,10 +186,14 @@ pub fn local_loops() -> Vec<String> {
         .collect()
 }
 
-/// The disk files of the local cloud on this node.
+/// The disk files of the local cloud on this node (not their metadata files).
 pub fn disk_files() -> usize {
     std::fs::read_dir("/var/lib/overcast/local/disks")
-        .map(|d| d.count())
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".img"))
+                .count()
+        })
         .unwrap_or(0)
 }
 

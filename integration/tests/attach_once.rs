@@ -98,7 +98,7 @@ async fn a_mounted_disk_is_not_detached_nor_attached_twice_and_loses_nothing() {
     k.unstage(&id).await;
     k.detach(&id).await;
     k.c.delete_volume(delete_request(&id)).await.unwrap();
-    assert!(csi.disk_files().is_empty());
+    assert!(csi.all_disk_dir_files().is_empty());
 }
 
 #[tokio::test]
@@ -170,7 +170,7 @@ async fn a_binding_nobody_recorded_is_adopted_by_publish_and_blocks_delete() {
     assert_eq!(csi.loops().len(), 1);
     k.detach(&id).await;
     k.c.delete_volume(delete_request(&id)).await.unwrap();
-    assert!(csi.loops().is_empty() && csi.disk_files().is_empty());
+    assert!(csi.loops().is_empty() && csi.all_disk_dir_files().is_empty());
 }
 
 #[tokio::test]

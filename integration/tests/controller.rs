@@ -236,7 +236,7 @@ async fn create_volume_validates_every_field() {
         assert_eq!(code(c.create_volume(req).await), want, "{what}");
     }
     assert!(
-        csi.disk_files().is_empty(),
+        csi.all_disk_dir_files().is_empty(),
         "no failed create leaves a file"
     );
 }
@@ -609,7 +609,7 @@ async fn delete_is_idempotent_and_never_trusts_an_id_as_a_path() {
     c.delete_volume(delete_request(&v.volume_id))
         .await
         .expect("twice is fine");
-    assert!(csi.disk_files().is_empty());
+    assert!(csi.all_disk_dir_files().is_empty());
 }
 
 #[tokio::test]

@@ -371,6 +371,12 @@ async fn kill_9_at_random_points_loses_nothing_acknowledged_and_leaks_nothing() 
             files, want_files,
             "round {round}: no leaked or missing files"
         );
+        let metas: BTreeSet<String> = csi.meta_files().into_iter().collect();
+        let want_metas: BTreeSet<String> = want.keys().map(|id| format!("{id}.json")).collect();
+        assert_eq!(
+            metas, want_metas,
+            "round {round}: one metadata file a disk, none left of a deleted one"
+        );
         let loops: BTreeSet<String> = csi
             .loops()
             .into_iter()

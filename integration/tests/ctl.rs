@@ -162,7 +162,7 @@ async fn a_whole_volume_lifecycle_through_the_cli() {
             .len(),
         0
     );
-    assert!(csi.loops().is_empty() && csi.disk_files().is_empty());
+    assert!(csi.loops().is_empty() && csi.all_disk_dir_files().is_empty());
 }
 
 #[tokio::test]

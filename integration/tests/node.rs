@@ -138,7 +138,7 @@ async fn lifecycle(fs: &str, size: i64, grown: i64) {
     k.detach(&id).await;
     k.c.delete_volume(delete_request(&id)).await.unwrap();
     assert!(csi.loops().is_empty());
-    assert!(csi.disk_files().is_empty());
+    assert!(csi.all_disk_dir_files().is_empty());
 }
 
 #[tokio::test]

@@ -70,8 +70,9 @@ impl Disks for LocalCloud {
             })
         };
         if let Some(id) = interrupted {
-            let (_, _busy) = self.claim(&id)?;
+            let (disk_id, _busy) = self.claim(&id)?;
             self.store.commit(Mutation::Delete(id.clone())).await?;
+            meta::remove(&self.disks_dir, &disk_id)?;
             let mut index = self.index();
             index.disks.remove(&id);
             index.by_name.remove(&spec.name);
@@ -108,17 +109,7 @@ impl Disks for LocalCloud {
         };
 
         let id = DiskId::generate();
-        let path = self.path_of(&id);
         let size = spec.size_bytes;
-        if thick {
-            // Allocating every block takes as long as the size asks: off the runtime.
-            let file = path.clone();
-            blocking(move || files::create(&file, size, true)).await?;
-        } else {
-            // A sparse file is one create and one truncate, cheaper than the hop to a
-            // blocking thread (which, on a loaded machine, waits for a core).
-            files::create(&path, size, false)?;
-        }
         let record = DiskRecord {
             id: id.as_str().to_owned(),
             name: spec.name.clone(),
@@ -130,8 +121,19 @@ impl Disks for LocalCloud {
             created_unix: now_unix(),
             attachments: vec![],
         };
+        let disk_meta = DiskMeta::of(&record);
+        if thick {
+            // Allocating every block takes as long as the size asks: off the runtime.
+            let (dir, id) = (self.disks_dir.clone(), id.clone());
+            blocking(move || make_disk_file(&dir, &id, &disk_meta, true)).await?;
+        } else {
+            // A sparse file is a few small writes, cheaper than the hop to a blocking
+            // thread (which, on a loaded machine, waits for a core).
+            make_disk_file(&self.disks_dir, &id, &disk_meta, false)?;
+        }
         if let Err(e) = self.store.commit(Mutation::Put(record.clone())).await {
-            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(self.path_of(&id));
+            let _ = meta::remove(&self.disks_dir, &id);
             return Err(e);
         }
         let mut index = self.index();
@@ -195,10 +197,14 @@ impl Disks for LocalCloud {
         self.store
             .commit(Mutation::Delete(id.as_str().to_owned()))
             .await?;
-        let mut index = self.index();
-        index.disks.remove(id.as_str());
-        index.by_name.remove(&record.name);
-        Ok(())
+        {
+            let mut index = self.index();
+            index.disks.remove(id.as_str());
+            index.by_name.remove(&record.name);
+        }
+        // Last: a crash before this leaves a metadata file without its disk file, which
+        // the next start removes (it describes nothing any more).
+        meta::remove(&self.disks_dir, &id)
     }
 
     async fn attach_disk(&self, raw_id: &str, node: &str, readonly: bool) -> Result<Attachment> {
@@ -352,6 +358,27 @@ impl Disks for LocalCloud {
             .map(drop)
             .map_err(|e| CloudError::Unavailable(format!("{}: {e}", self.disks_dir.display())))
     }
+}
+
+/// Makes the disk file of `id` with its metadata file beside it, so that a crash at any
+/// point leaves either no file under the disk's name or one whose metadata is there: the
+/// metadata first, then the file under a partial name until it is whole, then its own
+/// name. A partial file is provably never acknowledged, and the next start removes it.
+/// (No sync here: the store's commit that follows makes the create durable, see
+/// [`meta::write`].)
+fn make_disk_file(disks_dir: &Path, id: &DiskId, disk_meta: &DiskMeta, thick: bool) -> Result<()> {
+    meta::write(disks_dir, id, disk_meta)?;
+    let partial = disks_dir.join(id.partial_file_name());
+    let made = files::create(&partial, disk_meta.size_bytes, thick).and_then(|()| {
+        std::fs::rename(&partial, disks_dir.join(id.file_name()))
+            .map_err(|e| CloudError::io(format!("name {}", partial.display()), e))
+    });
+    if made.is_err() {
+        let _ = std::fs::remove_file(&partial);
+        let _ = std::fs::remove_file(disks_dir.join(id.file_name()));
+        let _ = meta::remove(disks_dir, id);
+    }
+    made
 }
 
 /// Binds `file` to a loop device unless one already reaches it, in which case that one

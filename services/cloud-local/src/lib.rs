@@ -12,6 +12,7 @@ mod id;
 pub mod instances;
 pub mod lb;
 pub mod loopdev;
+mod meta;
 pub mod provider;
 mod reconcile;
 mod store;
@@ -22,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use id::DiskId;
+use meta::DiskMeta;
 pub use provider::PROVIDER;
 use store::{AttachmentRecord, DiskRecord, Mutation, Store};
 
@@ -88,7 +90,8 @@ impl LocalCloud {
         .await
         .map_err(|e| store_error(format!("open task: {e}")))??;
 
-        let records = reconcile::run(&disks_dir, &cfg.node_name, &store, records).await?;
+        let records =
+            reconcile::run(&disks_dir, &cfg.node_name, &cfg.zone, &store, records).await?;
         let mut index = Index::default();
         for r in records {
             index.by_name.insert(r.name.clone(), r.id.clone());
@@ -222,6 +225,11 @@ fn publish_context(loop_index: u32, path: &Path) -> BTreeMap<String, String> {
 }
 
 fn condition(record: &DiskRecord, path: &Path, this_node: &str) -> DiskCondition {
+    if let Some(why) = record.metadata.get(reconcile::UNEXPLAINED) {
+        return DiskCondition::Abnormal(format!(
+            "kept at start-up, {why}; its CSI name and parameters are unknown: delete it by id once nothing uses it"
+        ));
+    }
     match std::fs::metadata(path) {
         Err(_) => {
             return DiskCondition::Abnormal(format!("backing file {} is missing", path.display()))

@@ -1,56 +1,226 @@
-//! Start-up repair: make the kernel's loop devices and the disks directory agree with
-//! the store, which holds exactly what was acknowledged.
+//! Start-up repair: make the store, the disks directory and the kernel's loop devices
+//! agree, without deleting anything on the strength of a record that lacks it.
 //!
-//! - a disk recorded as attached here is re-attached if its device is gone (a reboot),
-//!   or adopts the device that still backs its file under another number;
-//! - a loop device backing one of our files that no record claims is detached (an
-//!   attach that crashed before it was recorded, or a detach that was) — unless it is in
-//!   use, which is left alone and logged: attach adopts it, delete refuses the disk;
-//! - a file no record names is removed (a create that crashed before it was recorded,
-//!   or a delete after it was);
-//! - a record whose file vanished is kept: its condition reports it abnormal.
+//! - **Files.** A partial disk file (a create that never gave it its name) and a
+//!   temporary metadata file are removed: neither was ever acknowledged. A disk file the
+//!   store does not name is *adopted*: its record is rebuilt from the metadata file beside
+//!   it (name, place, parameters; the size is the file's, the attachments the kernel's),
+//!   so a lost store loses no disk and a repeated CreateVolume finds its disk again. One
+//!   without usable metadata (an older version's file, then its store lost) is kept under
+//!   its id and reported abnormal; only an empty one, which holds nothing, is removed. A
+//!   metadata file with neither disk file nor record describes nothing and is removed; a
+//!   record's missing metadata file is written (an upgrade, or a file lost).
+//! - **Loop devices** are matched to disk files by the file's device and inode, which the
+//!   kernel keeps whatever path it shows (a replaced controller pod's device shows
+//!   `/disks/vol-….img`, its mount of the state directory gone). A disk recorded as
+//!   attached here keeps the device that backs its file, or is re-attached when none does
+//!   (a reboot); a device backing one of our files that no record claims is detached —
+//!   unless it is in use, which is left alone and logged (attach adopts it, delete refuses
+//!   the disk while it is bound). One disk, one device.
+//! - A record whose file vanished is kept: its condition reports it abnormal.
 
-use std::collections::HashSet;
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
 use super::id::DiskId;
 use super::loopdev;
-use super::store::{DiskRecord, Mutation, Store};
-use overcast_cloud::{CloudError, Result};
+use super::meta::{self, DiskMeta};
+use super::store::{AttachmentRecord, DiskRecord, Mutation, Store};
+use overcast_cloud::{CloudError, Result, Zone};
+
+/// The metadata key of a disk kept from a file that nothing explains: its value says why,
+/// and the disk's condition repeats it (ListVolumes, ControllerGetVolume, the orphan
+/// report) until someone deletes or keeps it knowingly.
+pub const UNEXPLAINED: &str = "local.overcast.dev/unexplained";
+
+/// What the disks directory holds, by kind.
+#[derive(Default)]
+struct Files {
+    disks: BTreeSet<DiskId>,
+    metas: BTreeSet<DiskId>,
+    /// Partial disk files and temporary metadata files: never acknowledged.
+    leftovers: Vec<PathBuf>,
+}
+
+impl Files {
+    fn scan(dir: &Path) -> Result<Self> {
+        let mut files = Self::default();
+        let read = |e| CloudError::io(format!("read {}", dir.display()), e);
+        for entry in std::fs::read_dir(dir).map_err(read)? {
+            let entry = entry.map_err(read)?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else {
+                tracing::warn!(file = ?entry.path(), "leaving a file the local cloud did not make");
+                continue;
+            };
+            if let Some(id) = DiskId::from_file_name(name) {
+                files.disks.insert(id);
+            } else if let Some(id) = name.strip_suffix(".json").and_then(DiskId::parse) {
+                files.metas.insert(id);
+            } else if name
+                .strip_suffix(".img.partial")
+                .or_else(|| name.strip_suffix(".json.tmp"))
+                .and_then(DiskId::parse)
+                .is_some()
+            {
+                files.leftovers.push(entry.path());
+            } else {
+                tracing::warn!(file = ?entry.path(), "leaving a file the local cloud did not make");
+            }
+        }
+        Ok(files)
+    }
+}
+
+#[derive(Default, Debug)]
+struct Counts {
+    adopted: usize,
+    unexplained: usize,
+    metadata_written: usize,
+    reattached: usize,
+    devices_adopted: usize,
+    detached: usize,
+    left_in_use: usize,
+    removed: usize,
+}
 
 pub async fn run(
     disks_dir: &Path,
     node: &str,
+    zone: &Zone,
     store: &Store,
-    mut records: Vec<DiskRecord>,
+    records: Vec<DiskRecord>,
 ) -> Result<Vec<DiskRecord>> {
+    let mut records: BTreeMap<String, DiskRecord> =
+        records.into_iter().map(|r| (r.id.clone(), r)).collect();
+    let files = Files::scan(disks_dir)?;
+    let mut n = Counts::default();
+    for path in &files.leftovers {
+        remove(path)?;
+        n.removed += 1;
+    }
+
+    // Every bound loop device that backs one of our disk files, by the file's identity.
     let bound = loopdev::bound_devices().map_err(|e| CloudError::io("list loop devices", e))?;
     let ours: Vec<(u32, DiskId)> = bound
         .iter()
-        .filter(|(_, file)| file.parent() == Some(disks_dir))
-        .filter_map(|(i, file)| Some((*i, DiskId::from_file_name(file.file_name()?.to_str()?)?)))
+        .filter_map(|(index, shown)| {
+            let id = DiskId::from_file_name(shown.file_name()?.to_str()?)?;
+            loopdev::shows(*index, shown, &disks_dir.join(id.file_name())).then_some((*index, id))
+        })
         .collect();
+    let devices_of = |id: &DiskId| -> Vec<u32> {
+        ours.iter()
+            .filter(|(_, d)| d == id)
+            .map(|(i, _)| *i)
+            .collect()
+    };
 
+    // Disk files no record names: adopted, never removed for that alone.
+    let mut names: HashSet<String> = records.values().map(|r| r.name.clone()).collect();
+    let unrecorded: Vec<&DiskId> = files
+        .disks
+        .iter()
+        .filter(|id| !records.contains_key(id.as_str()))
+        .collect();
+    for id in unrecorded {
+        let path = disks_dir.join(id.file_name());
+        let file = std::fs::metadata(&path)
+            .map_err(|e| CloudError::io(format!("stat {}", path.display()), e))?;
+        let devices = devices_of(id);
+        let attachments = pick_device(&devices)
+            .map(|index| AttachmentRecord {
+                node: node.to_owned(),
+                loop_index: index,
+                readonly: loopdev::is_read_only(index).unwrap_or(false),
+            })
+            .into_iter()
+            .collect();
+        let record = match meta::read(disks_dir, id) {
+            Ok(Some(m)) if !names.contains(&m.name) => {
+                tracing::warn!(disk.id = %id, disk.name = %m.name, "adopted a disk the store did not hold, from its metadata file");
+                n.adopted += 1;
+                m.into_record(file.len(), attachments)
+            }
+            found => {
+                if file.len() == 0 && devices.is_empty() {
+                    // An older version's create killed between the file and its size:
+                    // it holds nothing to lose.
+                    remove(&path)?;
+                    n.removed += 1;
+                    continue;
+                }
+                let why = match found {
+                    Ok(Some(m)) => format!(
+                        "a second disk of CSI name {:?}, which another disk holds: a create interrupted before its record, whose retry made the other",
+                        m.name
+                    ),
+                    Ok(None) => "a disk file with no record and no metadata file".to_owned(),
+                    Err(e) => format!("a disk file with no record and unreadable metadata ({e})"),
+                };
+                tracing::warn!(disk.id = %id, reason = %why, "keeping a disk nothing explains; delete it by id once nothing uses it");
+                n.unexplained += 1;
+                unexplained(id, zone, &file, why, attachments)
+            }
+        };
+        names.insert(record.name.clone());
+        store.commit(Mutation::Put(record.clone())).await?;
+        records.insert(record.id.clone(), record);
+    }
+
+    // Metadata files: one for every record, none for what is gone.
+    let mut wrote = false;
+    for record in records.values() {
+        let Some(id) = DiskId::parse(&record.id) else {
+            continue;
+        };
+        let current = meta::read(disks_dir, &id);
+        if !matches!(&current, Ok(Some(m)) if m.matches(record))
+            && !record.metadata.contains_key(UNEXPLAINED)
+        {
+            meta::write(disks_dir, &id, &DiskMeta::of(record))?;
+            n.metadata_written += 1;
+            wrote = true;
+        }
+    }
+    for id in files
+        .metas
+        .iter()
+        .filter(|id| !files.disks.contains(id) && !records.contains_key(id.as_str()))
+    {
+        remove(&meta::path(disks_dir, id))?;
+        n.removed += 1;
+    }
+    if wrote || n.removed > 0 {
+        meta::sync_dir(disks_dir)?;
+    }
+
+    // Attachments: the recorded device if it still backs the file, else one that does,
+    // else a new one.
     let mut keep: HashSet<u32> = HashSet::new();
-    let (mut reattached, mut adopted, mut detached, mut busy, mut removed) = (0, 0, 0, 0, 0);
-    for record in &mut records {
+    for record in records.values_mut() {
         let Some(id) = DiskId::parse(&record.id) else {
             continue;
         };
         let path = disks_dir.join(id.file_name());
         let mut changed = false;
         for a in record.attachments.iter_mut().filter(|a| a.node == node) {
-            if ours.iter().any(|(i, d)| *i == a.loop_index && *d == id) {
+            let candidates: Vec<u32> = devices_of(&id)
+                .into_iter()
+                .filter(|i| !keep.contains(i))
+                .collect();
+            if candidates.contains(&a.loop_index) {
                 keep.insert(a.loop_index);
                 continue;
             }
-            if let Some((i, _)) = ours.iter().find(|(i, d)| *d == id && !keep.contains(i)) {
-                a.loop_index = *i;
-                adopted += 1;
+            if let Some(index) = pick_device(&candidates) {
+                a.loop_index = index;
+                n.devices_adopted += 1;
             } else if path.exists() {
                 a.loop_index = loopdev::attach(&path, a.readonly, id.as_str())
                     .map_err(|e| CloudError::io(format!("re-attach {}", path.display()), e))?;
-                reattached += 1;
+                n.reattached += 1;
             } else {
                 tracing::warn!(disk.id = %id, "disk recorded as attached but its backing file is missing");
                 continue;
@@ -64,47 +234,76 @@ pub async fn run(
     }
 
     for (index, id) in &ours {
-        if !keep.contains(index) {
-            let path = disks_dir.join(id.file_name());
-            match loopdev::detach(*index, &path) {
-                Ok(true) => detached += 1,
-                Ok(false) => {}
-                // Still mounted somewhere: leave it. Attach adopts it and delete refuses
-                // the disk while it is bound, so it can neither be doubled nor lost.
-                Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {
-                    tracing::warn!(disk.id = %id, error = %e, "leaving an unrecorded loop device that is in use");
-                    busy += 1;
-                }
-                Err(e) => return Err(CloudError::io(format!("detach /dev/loop{index}"), e)),
+        if keep.contains(index) {
+            continue;
+        }
+        let path = disks_dir.join(id.file_name());
+        match loopdev::detach(*index, &path) {
+            Ok(true) => n.detached += 1,
+            Ok(false) => {}
+            // Still mounted somewhere: leave it. Attach adopts it and delete refuses
+            // the disk while it is bound, so it can neither be doubled nor lost.
+            Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {
+                tracing::warn!(disk.id = %id, error = %e, "leaving an unrecorded loop device that is in use");
+                n.left_in_use += 1;
             }
+            Err(e) => return Err(CloudError::io(format!("detach /dev/loop{index}"), e)),
         }
     }
 
-    let known: HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
-    let entries = std::fs::read_dir(disks_dir)
-        .map_err(|e| CloudError::io(format!("read {}", disks_dir.display()), e))?;
-    for entry in entries {
-        let entry =
-            entry.map_err(|e| CloudError::io(format!("read {}", disks_dir.display()), e))?;
-        let name = entry.file_name();
-        let Some(id) = name.to_str().and_then(DiskId::from_file_name) else {
-            tracing::warn!(file = ?entry.path(), "leaving a file the local cloud did not make");
-            continue;
-        };
-        if !known.contains(id.as_str()) {
-            std::fs::remove_file(entry.path())
-                .map_err(|e| CloudError::io(format!("remove {}", entry.path().display()), e))?;
-            removed += 1;
-        }
+    let level_warn = n.adopted + n.unexplained > 0;
+    if level_warn {
+        tracing::warn!(disks = records.len(), counts = ?n, "local cloud reconciled: disks adopted from the disks directory");
+    } else {
+        tracing::info!(
+            disks = records.len(),
+            reattached = n.reattached,
+            adopted = n.devices_adopted,
+            detached = n.detached,
+            left_in_use = n.left_in_use,
+            removed_files = n.removed,
+            metadata_written = n.metadata_written,
+            "local cloud reconciled"
+        );
     }
-    tracing::info!(
-        disks = records.len(),
-        reattached,
-        adopted,
-        detached,
-        left_in_use = busy,
-        removed_files = removed,
-        "local cloud reconciled"
-    );
-    Ok(records)
+    Ok(records.into_values().collect())
+}
+
+/// Of the devices backing one file, the one to keep: one in use (a mount holds it) over
+/// an idle one, so the mount's device is the one recorded and the idle one detached.
+fn pick_device(devices: &[u32]) -> Option<u32> {
+    devices
+        .iter()
+        .copied()
+        .find(|i| loopdev::held(*i))
+        .or_else(|| devices.first().copied())
+}
+
+/// The record of a disk file nothing explains, under its id (its CSI name is unknown).
+fn unexplained(
+    id: &DiskId,
+    zone: &Zone,
+    file: &std::fs::Metadata,
+    why: String,
+    attachments: Vec<AttachmentRecord>,
+) -> DiskRecord {
+    DiskRecord {
+        id: id.as_str().to_owned(),
+        name: id.as_str().to_owned(),
+        size_bytes: file.len(),
+        zone: zone.clone(),
+        thick: file.blocks() * 512 >= file.len(),
+        parameters: BTreeMap::new(),
+        metadata: [(UNEXPLAINED.to_owned(), why)].into(),
+        created_unix: u64::try_from(file.mtime()).unwrap_or(0),
+        attachments,
+    }
+}
+
+fn remove(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(CloudError::io(format!("remove {}", path.display()), e)),
+    }
 }

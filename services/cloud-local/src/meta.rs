@@ -1,0 +1,193 @@
+//! What a disk is, kept with the disk itself: `vol-<hex>.json` beside `vol-<hex>.img`
+//! holds the CSI name, place, parameters and metadata its create was asked for.
+//!
+//! The store is the record of what was acknowledged; this file is what lets that record
+//! be rebuilt when the store is lost (a node rebuilt from a backup of `disks/` only, a
+//! store deleted by hand). A create writes it, durably, before the disk's file gets its
+//! name, so every named disk file of ours has one; a delete removes it last. Nothing in
+//! it changes after the create: the size is the file's own, the attachments the kernel's.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::id::DiskId;
+use super::store::{AttachmentRecord, DiskRecord};
+use overcast_cloud::{CloudError, Result, Zone};
+
+/// The facts of a disk that only its create knew.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskMeta {
+    pub id: String,
+    pub name: String,
+    /// The size it was made with (the file's length is the size it has now).
+    pub size_bytes: u64,
+    pub zone: Zone,
+    pub thick: bool,
+    pub parameters: BTreeMap<String, String>,
+    pub metadata: BTreeMap<String, String>,
+    pub created_unix: u64,
+}
+
+impl DiskMeta {
+    pub fn of(record: &DiskRecord) -> Self {
+        Self {
+            id: record.id.clone(),
+            name: record.name.clone(),
+            size_bytes: record.size_bytes,
+            zone: record.zone.clone(),
+            thick: record.thick,
+            parameters: record.parameters.clone(),
+            metadata: record.metadata.clone(),
+            created_unix: record.created_unix,
+        }
+    }
+
+    /// The record this disk had, with the size and attachments found on the machine.
+    pub fn into_record(self, size_bytes: u64, attachments: Vec<AttachmentRecord>) -> DiskRecord {
+        DiskRecord {
+            id: self.id,
+            name: self.name,
+            size_bytes,
+            zone: self.zone,
+            thick: self.thick,
+            parameters: self.parameters,
+            metadata: self.metadata,
+            created_unix: self.created_unix,
+            attachments,
+        }
+    }
+
+    /// Whether `record` says the same about the disk (its size and attachments aside,
+    /// which change after the create).
+    pub fn matches(&self, record: &DiskRecord) -> bool {
+        let mut of = Self::of(record);
+        of.size_bytes = self.size_bytes;
+        *self == of
+    }
+}
+
+pub fn path(disks_dir: &Path, id: &DiskId) -> PathBuf {
+    disks_dir.join(id.meta_file_name())
+}
+
+/// Writes the metadata file of `id` so that a crash of the process leaves the old one or
+/// the new one, never half of one (a temporary file, renamed).
+///
+/// Not synced: it matters only when the store is lost, and the store's own commit that
+/// follows a create (an fdatasync, which commits the filesystem's journal with these
+/// names in it) is what makes the create durable. A power cut that loses this file but
+/// keeps the record has it written again from the record at the next start; one that
+/// loses both loses a create that was never acknowledged.
+pub fn write(disks_dir: &Path, id: &DiskId, meta: &DiskMeta) -> Result<()> {
+    let target = path(disks_dir, id);
+    let tmp = disks_dir.join(format!("{}.tmp", id.meta_file_name()));
+    let bytes = serde_json::to_vec_pretty(meta)
+        .map_err(|e| CloudError::Internal(format!("encode the metadata of disk {id}: {e}")))?;
+    let written = (|| {
+        std::fs::File::create(&tmp)?.write_all(&bytes)?;
+        std::fs::rename(&tmp, &target)
+    })();
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        CloudError::io(format!("write {}", target.display()), e)
+    })
+}
+
+/// The metadata file of `id`: `Ok(None)` when there is none; an error when it cannot be
+/// read or does not parse (it is then kept, for a human, and the disk is treated as one
+/// without metadata).
+pub fn read(disks_dir: &Path, id: &DiskId) -> std::result::Result<Option<DiskMeta>, String> {
+    let path = path(disks_dir, id);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let meta: DiskMeta =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.id != id.as_str() {
+        return Err(format!("{} names disk {}", path.display(), meta.id));
+    }
+    Ok(Some(meta))
+}
+
+/// Removes the metadata file of `id`; one already gone is success.
+pub fn remove(disks_dir: &Path, id: &DiskId) -> Result<()> {
+    let path = path(disks_dir, id);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(CloudError::io(format!("remove {}", path.display()), e)),
+    }
+}
+
+/// Makes the directory's entries (new names, renames, removals) durable: after the
+/// start-up repair, which changes them without a store commit to follow.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| CloudError::io(format!("sync {}", dir.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &DiskId) -> DiskRecord {
+        DiskRecord {
+            id: id.as_str().into(),
+            name: "pvc-1".into(),
+            size_bytes: 1 << 20,
+            zone: Zone {
+                region: "r".into(),
+                zone: "z".into(),
+            },
+            thick: false,
+            parameters: [("thickProvisioning".into(), "false".into())].into(),
+            metadata: [("csi.storage.k8s.io/pvc/name".into(), "data".into())].into(),
+            created_unix: 7,
+            attachments: vec![],
+        }
+    }
+
+    #[test]
+    fn written_metadata_reads_back_and_rebuilds_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = DiskId::generate();
+        let r = record(&id);
+        assert_eq!(read(dir.path(), &id).unwrap(), None);
+        write(dir.path(), &id, &DiskMeta::of(&r)).unwrap();
+        let meta = read(dir.path(), &id).unwrap().unwrap();
+        assert!(meta.matches(&r));
+        let mut grown = r.clone();
+        grown.size_bytes = 4 << 20;
+        assert!(meta.matches(&grown), "a grown disk is the same disk");
+        assert_eq!(meta.into_record(r.size_bytes, vec![]), r);
+        assert!(
+            !dir.path()
+                .join(format!("{}.tmp", id.meta_file_name()))
+                .exists(),
+            "no temporary file is left"
+        );
+        remove(dir.path(), &id).unwrap();
+        remove(dir.path(), &id).unwrap();
+        assert_eq!(read(dir.path(), &id).unwrap(), None);
+    }
+
+    #[test]
+    fn a_damaged_or_foreign_file_is_an_error_not_an_absence() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = DiskId::generate();
+        std::fs::write(path(dir.path(), &id), b"{\"id\": ").unwrap();
+        assert!(read(dir.path(), &id).is_err());
+        let other = DiskId::generate();
+        write(dir.path(), &other, &DiskMeta::of(&record(&other))).unwrap();
+        std::fs::rename(path(dir.path(), &other), path(dir.path(), &id)).unwrap();
+        let err = read(dir.path(), &id).unwrap_err();
+        assert!(err.contains(other.as_str()), "{err}");
+    }
+}
