@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use overcast_integration::real_node::{claim, disk_files, local_loops, pod, Node, Volume, DRIVER};
 
 mod load_balancer;
+mod lost_state;
 mod volumes;
 
 const NS: &str = "overcast-it-node";
@@ -140,6 +141,8 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
     volumes::expand_in_a_running_pod(&node);
     volumes::raw_block_device(&node);
     volumes::controller_deleted_mid_provisioning(&node);
+    lost_state::grows_after_the_controller_was_replaced(&node);
+    lost_state::node_plugin_killed_during_first_mkfs(&node);
     load_balancer::a_load_balancer_service_reaches_its_pod(&node);
 
     // Everything deleted: no loop device, no disk file, no mount left.

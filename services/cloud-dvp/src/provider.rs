@@ -27,6 +27,7 @@ impl Provider for Dvp {
             node_id: s.node_name(),
             zone: None,
             instance_id_from: None,
+            disk_of_volume: overcast_cloud::DiskOfVolume::Unknown,
         })
     }
 

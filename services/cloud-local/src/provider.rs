@@ -34,6 +34,13 @@ impl Provider for Local {
                 region: file.region(s.region.as_deref()),
             }),
             instance_id_from: None,
+            // The node sees the state directory where the controller does (the node
+            // DaemonSet mounts it at the same path).
+            disk_of_volume: overcast_cloud::DiskOfVolume::BackingFile(
+                std::fs::canonicalize(&s.local.state_dir)
+                    .unwrap_or_else(|_| s.local.state_dir.clone())
+                    .join("disks"),
+            ),
         })
     }
 

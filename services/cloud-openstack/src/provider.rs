@@ -35,6 +35,7 @@ impl Provider for Openstack {
                 region: String::new(),
             }),
             instance_id_from: Some("openstack"),
+            disk_of_volume: overcast_cloud::DiskOfVolume::Serial,
         })
     }
 

@@ -110,6 +110,7 @@ impl Provider for Vsphere {
                 None => Some(Zone::default()),
             },
             instance_id_from: None,
+            disk_of_volume: overcast_cloud::DiskOfVolume::Unknown,
         })
     }
 

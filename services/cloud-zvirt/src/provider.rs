@@ -29,6 +29,7 @@ impl Provider for Zvirt {
             node_id: s.node_name(),
             zone: s.zone_flag(),
             instance_id_from: Some("zvirt"),
+            disk_of_volume: overcast_cloud::DiskOfVolume::Serial,
         })
     }
 

@@ -34,7 +34,7 @@ pub use load_balancers::{
 };
 pub use machines::{Machines, Removal, Vm, VmPhase};
 pub use name::CloudName;
-pub use publish::PublishContext;
+pub use publish::{DiskOfVolume, PublishContext};
 pub use routes::{Route, RouteTarget, Routes};
 
 /// A cloud and the capabilities it has. Services start only the controllers whose

@@ -71,9 +71,75 @@ impl PublishContext {
     }
 }
 
+/// How a node tells a volume's disk from the volume's id alone — with no record of its
+/// own and no publish context: what lets the node plugin unstage or unpublish a volume
+/// it has no record of (lost, or staged by another plugin) while never touching a mount
+/// of anything else.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum DiskOfVolume {
+    /// The id does not name the disk (DVP: the serial is a hash of the VirtualDisk's uid;
+    /// vSphere: the disk's UUID is not the CNS volume id): a mount with no record is
+    /// never taken for the volume's.
+    #[default]
+    Unknown,
+    /// The disk is the file `<dir>/<volume id>.img` (the local cloud).
+    BackingFile(PathBuf),
+    /// The disk's serial is the volume id, or its first 20 characters as a virtio guest
+    /// shows it (zVirt, OpenStack).
+    Serial,
+}
+
+impl DiskOfVolume {
+    /// The context a publish of `volume_id` gives, as far as the id alone tells it.
+    /// `None` where it does not, or where the id could not be a disk of this kind (one
+    /// that is not a plain file name is never joined into a path).
+    pub fn context(&self, volume_id: &str) -> Option<PublishContext> {
+        let plain = !volume_id.is_empty()
+            && volume_id.len() <= 128
+            && !volume_id.starts_with('.')
+            && volume_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        match self {
+            Self::Unknown => None,
+            Self::BackingFile(dir) => plain.then(|| PublishContext {
+                backing_file: Some(dir.join(format!("{volume_id}.img"))),
+                ..PublishContext::default()
+            }),
+            Self::Serial => plain.then(|| PublishContext {
+                serial: Some(volume_id.to_owned()),
+                ..PublishContext::default()
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_volume_id_names_a_disk_only_where_the_cloud_says_so_and_never_a_path() {
+        let local = DiskOfVolume::BackingFile("/var/lib/overcast/local/disks".into());
+        let id = "vol-0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            local.context(id).unwrap().backing_file.unwrap(),
+            PathBuf::from(format!("/var/lib/overcast/local/disks/{id}.img"))
+        );
+        assert_eq!(
+            DiskOfVolume::Serial
+                .context("6f1c")
+                .unwrap()
+                .serial
+                .as_deref(),
+            Some("6f1c")
+        );
+        assert_eq!(DiskOfVolume::Unknown.context(id), None);
+        for bad in ["", "../../etc/passwd", "a/b", ".hidden", "a\0b", "x y"] {
+            assert_eq!(local.context(bad), None, "{bad:?}");
+            assert_eq!(DiskOfVolume::Serial.context(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_context_reads_back_as_it_was_written() {

@@ -16,7 +16,8 @@ use tonic::transport::Server;
 
 use crate::controller::ControllerService;
 use crate::identity::IdentityService;
-use crate::node::{NodeService, NodeState, NodeZone};
+use crate::node::faults::Faults;
+use crate::node::{NodeMetrics, NodeService, NodeState, NodeZone};
 use crate::options::Options;
 use crate::validation::TopologyKeys;
 
@@ -37,8 +38,11 @@ pub struct Driver {
     /// NodeGetInfo's attach limit: the flag, else the cloud's.
     max_volumes: u64,
     rescan_on_resize: bool,
+    /// How this cloud's volume ids name their disks (for mounts with no record).
+    disk_of_volume: overcast_cloud::DiskOfVolume,
     registry: Registry,
     metrics: Arc<GrpcMetrics>,
+    node_metrics: Arc<NodeMetrics>,
 }
 
 impl Driver {
@@ -68,6 +72,7 @@ impl Driver {
             .rescan_on_resize
             .unwrap_or_else(|| overcast_clouds::default_rescan_on_resize(&settings));
         let instance_id_from = identity.instance_id_from;
+        let disk_of_volume = identity.disk_of_volume;
         let zone = match identity.zone {
             Some(zone) => NodeZone::Known(zone),
             None => NodeZone::FromNodeLabels {
@@ -85,6 +90,11 @@ impl Driver {
             .await
             .with_context(|| format!("bind {}", socket_path.display()))?;
         let metrics = GrpcMetrics::register(&mut registry, "csi");
+        let node_metrics = if options.mode.node() {
+            NodeMetrics::register(&mut registry)
+        } else {
+            Arc::new(NodeMetrics::default())
+        };
         Ok(Self {
             options,
             socket_path,
@@ -95,8 +105,10 @@ impl Driver {
             instance_id_from,
             max_volumes,
             rescan_on_resize,
+            disk_of_volume,
             registry,
             metrics,
+            node_metrics,
         })
     }
 
@@ -112,8 +124,10 @@ impl Driver {
             instance_id_from,
             max_volumes,
             rescan_on_resize,
+            disk_of_volume,
             registry,
             metrics,
+            node_metrics,
         } = self;
         let node_id = options.node_id();
 
@@ -149,6 +163,9 @@ impl Driver {
                 let state = NodeState::open(&options.node_state_dir).with_context(|| {
                     format!("open node state in {}", options.node_state_dir.display())
                 })?;
+                node_metrics.records_set_aside(state.set_aside().is_some());
+                let faults =
+                    Faults::from_env(&options.node_state_dir).map_err(anyhow::Error::msg)?;
                 let wait = std::time::Duration::from_secs(options.device_wait_seconds);
                 let service = NodeService::new(
                     node_id.clone(),
@@ -163,7 +180,10 @@ impl Driver {
                 )
                 .with_rescan_on_resize(rescan_on_resize)
                 .with_topology(topology)
-                .with_instance_id_from(instance_id_from);
+                .with_instance_id_from(instance_id_from)
+                .with_disk_of_volume(disk_of_volume)
+                .with_metrics(node_metrics)
+                .with_faults(faults);
                 Some(csi::node_server::NodeServer::new(service))
             }
             false => None,

@@ -147,10 +147,13 @@ pub fn read_only(device: &Path) -> Result<bool> {
     Ok(ro != 0)
 }
 
-/// Creates `fs_type` on a device [`probe`] found blank. A device that cannot take it —
-/// read-only, or too small for that filesystem — is refused with the reason before
-/// mkfs runs, so the answer names the state to change rather than mkfs's stderr.
-pub async fn mkfs(device: &Path, fs_type: &str) -> Result<()> {
+/// Creates `fs_type` on a device [`probe`] found blank — or, with `overwrite`, on one
+/// holding the remains of a format of ours that was interrupted (mkfs.xfs refuses to
+/// write over a signature it finds unless forced; mkfs.ext4 is always forced, having
+/// been given a blank device). A device that cannot take it — read-only, or too small
+/// for that filesystem — is refused with the reason before mkfs runs, so the answer
+/// names the state to change rather than mkfs's stderr.
+pub async fn mkfs(device: &Path, fs_type: &str, overwrite: bool) -> Result<()> {
     if !matches!(fs_type, "ext4" | "xfs") {
         return Err(MountError::Invalid(format!("cannot format {fs_type}")));
     }
@@ -170,6 +173,7 @@ pub async fn mkfs(device: &Path, fs_type: &str) -> Result<()> {
     }
     match fs_type {
         "ext4" => run("mkfs.ext4", &["-q", "-F", "--"], device, MKFS_TIMEOUT).await,
+        "xfs" if overwrite => run("mkfs.xfs", &["-q", "-f", "--"], device, MKFS_TIMEOUT).await,
         "xfs" => run("mkfs.xfs", &["-q", "--"], device, MKFS_TIMEOUT).await,
         other => Err(MountError::Invalid(format!("cannot format {other}"))),
     }
@@ -283,7 +287,7 @@ mod tests {
     #[tokio::test]
     async fn unknown_filesystems_are_refused() {
         assert!(matches!(
-            mkfs(Path::new("/dev/null"), "ntfs").await,
+            mkfs(Path::new("/dev/null"), "ntfs", false).await,
             Err(MountError::Invalid(_))
         ));
     }

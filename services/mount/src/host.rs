@@ -18,6 +18,8 @@ use crate::{device, format, mountinfo, mounts, Result};
 pub trait Host: Send + Sync + 'static {
     /// Waits up to `wait` for the device the publish context names.
     async fn find_device(&self, ctx: &PublishContext, wait: Duration) -> Result<PathBuf>;
+    /// The device the publish context names, if it is there now (no wait).
+    fn find_device_now(&self, ctx: &PublishContext) -> Option<PathBuf>;
     /// A block device's (major, minor).
     fn device_numbers(&self, dev: &Path) -> Result<(u32, u32)>;
     fn is_block_device(&self, path: &Path) -> bool;
@@ -28,9 +30,13 @@ pub trait Host: Send + Sync + 'static {
     fn device_problem(&self, major: u32, minor: u32) -> Option<String>;
     /// The mount on top at `path`, if any.
     fn top_mount(&self, path: &Path) -> Result<Option<MountInfo>>;
+    /// Every mount of the filesystem on device (major, minor), wherever it is mounted.
+    fn mounts_of(&self, major: u32, minor: u32) -> Result<Vec<MountInfo>>;
     /// What the device holds, read from the device itself.
     async fn probe(&self, dev: &Path) -> Result<Content>;
-    async fn mkfs(&self, dev: &Path, fs_type: &str) -> Result<()>;
+    /// Makes `fs_type` on `dev`; `overwrite` lets it write over what is there (a format
+    /// of ours that was interrupted), which mkfs.xfs otherwise refuses.
+    async fn mkfs(&self, dev: &Path, fs_type: &str, overwrite: bool) -> Result<()>;
     fn read_only(&self, dev: &Path) -> Result<bool>;
     async fn grow(&self, dev: &Path, mount_point: &Path, fs_type: &str) -> Result<()>;
     fn mount_fs(&self, dev: &Path, target: &Path, fs_type: &str, flags: &[String]) -> Result<()>;
@@ -65,6 +71,9 @@ impl Host for System {
     async fn find_device(&self, ctx: &PublishContext, wait: Duration) -> Result<PathBuf> {
         device::find(&self.by_id, &self.sysfs, ctx, wait).await
     }
+    fn find_device_now(&self, ctx: &PublishContext) -> Option<PathBuf> {
+        device::find_once(&self.by_id, ctx)
+    }
     fn device_numbers(&self, dev: &Path) -> Result<(u32, u32)> {
         device::numbers(dev)
     }
@@ -92,11 +101,17 @@ impl Host for System {
     fn top_mount(&self, path: &Path) -> Result<Option<MountInfo>> {
         mountinfo::top(path)
     }
+    fn mounts_of(&self, major: u32, minor: u32) -> Result<Vec<MountInfo>> {
+        Ok(mountinfo::read()?
+            .into_iter()
+            .filter(|m| (m.major, m.minor) == (major, minor))
+            .collect())
+    }
     async fn probe(&self, dev: &Path) -> Result<Content> {
         format::probe(dev).await
     }
-    async fn mkfs(&self, dev: &Path, fs_type: &str) -> Result<()> {
-        format::mkfs(dev, fs_type).await
+    async fn mkfs(&self, dev: &Path, fs_type: &str, overwrite: bool) -> Result<()> {
+        format::mkfs(dev, fs_type, overwrite).await
     }
     fn read_only(&self, dev: &Path) -> Result<bool> {
         format::read_only(dev)

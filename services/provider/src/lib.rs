@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use overcast_cloud::{Cloud, CloudName, Zone};
+use overcast_cloud::{Cloud, CloudName, DiskOfVolume, Zone};
 use overcast_cloud_http::ApiMetrics;
 
 /// What a binary runs as; each gets only the capabilities it uses.
@@ -76,6 +76,9 @@ pub struct NodeIdentity {
     /// The provider-id scheme whose instance id is the node id, when the id given is not
     /// one (OpenStack: the Nova server's id, read from the Node's `openstack:///<id>`).
     pub instance_id_from: Option<&'static str>,
+    /// How the node tells a volume's disk from the volume's id alone, for a mount it has
+    /// no record of.
+    pub disk_of_volume: DiskOfVolume,
 }
 
 /// What every binary knows that a provider may need: the cloud, its configuration file,

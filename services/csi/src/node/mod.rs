@@ -3,6 +3,9 @@
 //! context; what was staged and published where is recorded in [`state`], and the
 //! kernel's mount table is checked before every action.
 
+pub mod faults;
+mod metrics;
+mod owned;
 mod publish;
 mod stage;
 mod state;
@@ -20,6 +23,9 @@ use tonic::{Request, Response, Status};
 
 use crate::inflight::Inflight;
 use crate::validation::TopologyKeys;
+use faults::Faults;
+pub use metrics::NodeMetrics;
+use overcast_cloud::DiskOfVolume;
 pub use state::NodeState;
 pub use zone::NodeZone;
 
@@ -42,6 +48,10 @@ pub struct NodeService {
     /// The machine: devices, mounts, filesystems (`overcast_mount::System` in the
     /// binary; an in-memory host in the root-free tests).
     host: Arc<dyn Host>,
+    /// How a volume's disk is told from its id, for a mount with no record.
+    disk_of_volume: DiskOfVolume,
+    metrics: Arc<NodeMetrics>,
+    faults: Faults,
 }
 
 impl NodeService {
@@ -64,11 +74,32 @@ impl NodeService {
             device_wait,
             rescan_on_resize: false,
             host,
+            disk_of_volume: DiskOfVolume::Unknown,
+            metrics: Arc::new(NodeMetrics::default()),
+            faults: Faults::default(),
         }
     }
 }
 
 impl NodeService {
+    /// How this cloud's volume ids name their disks (its provider's `NodeIdentity`).
+    pub fn with_disk_of_volume(mut self, disk_of_volume: DiskOfVolume) -> Self {
+        self.disk_of_volume = disk_of_volume;
+        self
+    }
+
+    /// Where the node's own counts go (the binary's `/metrics`).
+    pub fn with_metrics(mut self, metrics: Arc<NodeMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Fault points a test armed (`OVERCAST_FAULTS`).
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
+    }
+
     /// The zone keys NodeGetInfo reports (the replaced driver's too).
     pub fn with_topology(mut self, topology: TopologyKeys) -> Self {
         self.topology = topology;

@@ -1,7 +1,8 @@
 //! NodePublishVolume / NodeUnpublishVolume: bind the staged filesystem (or the device,
 //! for a block volume) into the pod's target path, truly read-only when asked; and
 //! take it away again, leaving nothing behind — but only at a target this driver
-//! recorded for that volume: any other path is not ours to unmount or delete.
+//! recorded for that volume, or, without a record, one whose mount is the volume's own
+//! disk: any other mount is not ours to unmount or delete.
 
 use std::path::Path;
 
@@ -9,6 +10,7 @@ use overcast_api::csi_v1 as csi;
 use tonic::Status;
 use tracing::instrument;
 
+use super::owned::Seen;
 use super::{io_status, mount_status, not_a_symlink, path_field, NodeService};
 use crate::validation;
 
@@ -33,10 +35,13 @@ impl NodeService {
                 .is_some_and(|m| m.mode() == Mode::SingleNodeReaderOnly);
         let op = format!("publish volume {id} at {}", target.display());
         let _guard = self.inflight.volume(id)?;
-        let record = self
+        let mut record = self
             .state
             .get(id)
             .filter(|v| v.staging.as_deref() == Some(staging.as_path()));
+        if record.is_none() {
+            record = self.adopt_stage(&op, id, &staging, &cap.access_type)?;
+        }
 
         match &cap.access_type {
             Some(AccessType::Block(_)) => {
@@ -154,6 +159,48 @@ impl NodeService {
         Ok(csi::NodePublishVolumeResponse {})
     }
 
+    /// A stage this node has no record of (its records lost, or another plugin staged
+    /// the volume), recorded as this node's when what is there is the volume's own disk:
+    /// the filesystem mounted at `staging`, or — a block volume, whose stage mounts
+    /// nothing — the volume's device attached here. `None` when neither is.
+    fn adopt_stage(
+        &self,
+        op: &str,
+        id: &str,
+        staging: &Path,
+        access: &Option<AccessType>,
+    ) -> Result<Option<super::state::NodeVolume>, Status> {
+        let (device, block, fs_type) = match access {
+            Some(AccessType::Mount(_)) => match self.mount_of_volume(op, id, staging) {
+                Ok(Seen::Volume(found)) if !found.block => {
+                    (found.device, false, found.mount.fs_type)
+                }
+                _ => return Ok(None),
+            },
+            Some(AccessType::Block(_)) => {
+                let Some(device) = self
+                    .disk_of_volume
+                    .context(id)
+                    .and_then(|ctx| self.host.find_device_now(&ctx))
+                else {
+                    return Ok(None);
+                };
+                (device, true, String::new())
+            }
+            None => return Ok(None),
+        };
+        tracing::warn!(staging = %staging.display(), device = %device.display(), "publishing from a stage this node had no record of: its disk is the volume's");
+        self.state
+            .update(id, |v| {
+                v.staging = Some(staging.to_owned());
+                v.device = Some(device.clone());
+                v.block = block;
+                v.fs_type = fs_type.clone();
+            })
+            .map_err(|e| io_status(&format!("record stage of volume {id}"), e))?;
+        Ok(self.state.get(id))
+    }
+
     /// The target is already a mount: the same publish again is OK, anything else is
     /// ALREADY_EXISTS.
     fn already_published(
@@ -211,9 +258,15 @@ impl NodeService {
             .state
             .get(id)
             .is_some_and(|v| v.targets.contains_key(&target))
+            // No record of this target (lost, or another plugin published it): only a
+            // mount of the volume's own disk is taken away. Nothing mounted, or another
+            // disk, is the spec's idempotent success (the volume is not there; the other
+            // mount stays); a mount that cannot be told apart is refused.
+            && !matches!(
+                self.mount_of_volume(&op, id, &target)?,
+                Seen::Volume(_)
+            )
         {
-            // Not a target this driver published this volume at (or already cleaned
-            // up): the spec's idempotent success, and whatever is there stays.
             return Ok(csi::NodeUnpublishVolumeResponse {});
         }
         self.host

@@ -1,15 +1,20 @@
 //! NodeStageVolume / NodeUnstageVolume: find the volume's own disk, format it only when
-//! it is provably blank, mount it at the staging path; and undo that — only where this
-//! driver staged that volume, and never under a live publish.
+//! it is provably blank (or holds the remains of a format of ours that was interrupted),
+//! mount it at the staging path; and undo that — only where this volume's own disk is
+//! mounted (by this node's record, or, without one, by what the kernel says of the
+//! device), and never under a live publish.
 
 use std::path::Path;
 
 use overcast_api::csi_v1 as csi;
 use overcast_mount::device;
 use overcast_mount::format::Content;
+use overcast_mount::mountinfo::MountInfo;
 use tonic::Status;
 use tracing::instrument;
 
+use super::owned::Seen;
+use super::state::FormatIntent;
 use super::{io_status, mount_status, not_a_symlink, path_field, NodeService};
 use crate::validation;
 
@@ -122,10 +127,11 @@ impl NodeService {
         // unstage knows to be ours.
         self.record_stage(id, &staging, &dev, false, fs_type)?;
         if let Err(e) = self
-            .format_and_mount(&op, &dev, &staging, fs_type, &mount.mount_flags)
+            .format_and_mount(&op, id, &dev, &staging, fs_type, &mount.mount_flags)
             .await
         {
-            // Nothing was mounted: the record would claim a path that is not ours.
+            // Nothing was mounted: the record would claim a path that is not ours. (A
+            // format intent stays: mkfs may have written part of its output.)
             let _ = self.state.update(id, |v| {
                 if v.staging.as_deref() == Some(staging.as_path()) {
                     v.staging = None;
@@ -136,38 +142,52 @@ impl NodeService {
         Ok(csi::NodeStageVolumeResponse {})
     }
 
-    /// Formats `dev` only when [`format::probe`] read it and found it empty, then mounts.
+    /// Formats `dev` only when [`format::probe`] read it and found it empty — or when
+    /// this node's record says a format of its own was begun there and not finished
+    /// (whatever it holds then is what that mkfs left) — then mounts.
     async fn format_and_mount(
         &self,
         op: &str,
+        id: &str,
         dev: &Path,
         staging: &Path,
         fs_type: &str,
         flags: &[String],
     ) -> Result<(), Status> {
-        match self
-            .host
-            .probe(dev)
-            .await
-            .map_err(|e| mount_status(op, e))?
-        {
-            Content::Blank => self
-                .host
-                .mkfs(dev, fs_type)
+        let intent = self.state.get(id).and_then(|v| v.formatting);
+        match (
+            self.host
+                .probe(dev)
                 .await
                 .map_err(|e| mount_status(op, e))?,
-            Content::Filesystem(found) if found == fs_type => {}
-            Content::Filesystem(found) => {
+            intent,
+        ) {
+            (Content::Blank, _) => self.format(op, id, dev, fs_type, false).await?,
+            // Never mounted since (the intent is cleared before the mount): nothing of
+            // anyone's is on it but the interrupted mkfs's own output.
+            (found, Some(intent)) => {
+                tracing::warn!(
+                    device = %dev.display(),
+                    found = ?found,
+                    began_as = %intent.fs_type,
+                    since_unix = intent.since_unix,
+                    "formatting again: this node's own format of the volume was interrupted"
+                );
+                self.metrics.format_resumed();
+                self.format(op, id, dev, fs_type, true).await?
+            }
+            (Content::Filesystem(found), None) if found == fs_type => {}
+            (Content::Filesystem(found), None) => {
                 return Err(Status::failed_precondition(format!(
                     "{op}: the device holds {found}, not {fs_type}"
                 )))
             }
-            Content::PartitionTable(t) => {
+            (Content::PartitionTable(t), None) => {
                 return Err(Status::failed_precondition(format!(
                     "{op}: the device holds a {t} partition table"
                 )))
             }
-            Content::Unknown(what) => {
+            (Content::Unknown(what), None) => {
                 return Err(Status::failed_precondition(format!(
                     "{op}: the device holds data blkid cannot name ({what})"
                 )))
@@ -183,6 +203,40 @@ impl NodeService {
         self.host
             .mount_fs(dev, staging, fs_type, &flags)
             .map_err(|e| mount_status(op, e))
+    }
+
+    /// Runs mkfs with its intent recorded around it: synced before mkfs starts, cleared
+    /// only once it succeeded, so a kill or a failure in between leaves a disk the next
+    /// stage knows to be its own unfinished work.
+    async fn format(
+        &self,
+        op: &str,
+        id: &str,
+        dev: &Path,
+        fs_type: &str,
+        overwrite: bool,
+    ) -> Result<(), Status> {
+        let since_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        self.state
+            .update(id, |v| {
+                v.formatting = Some(FormatIntent {
+                    fs_type: fs_type.to_owned(),
+                    device: dev.to_owned(),
+                    since_unix,
+                })
+            })
+            .map_err(|e| io_status(&format!("record the format of volume {id}"), e))?;
+        self.faults.during_mkfs(dev);
+        self.host
+            .mkfs(dev, fs_type, overwrite)
+            .await
+            .map_err(|e| mount_status(op, e))?;
+        self.state
+            .update(id, |v| v.formatting = None)
+            .map_err(|e| io_status(&format!("record the format of volume {id}"), e))
     }
 
     fn record_stage(
@@ -217,8 +271,24 @@ impl NodeService {
             .get(id)
             .filter(|v| v.staging.as_deref() == Some(staging.as_path()))
         else {
-            // Not a path this driver staged this volume at (or already unstaged): the
-            // spec's idempotent success, and nothing there is touched.
+            // No record of this volume there (lost, or another plugin staged it): what
+            // is mounted there is taken away only when it is the volume's own disk.
+            // Nothing mounted, or another disk, is the spec's idempotent success: the
+            // volume is not staged there (and the other mount stays).
+            let found = match self.mount_of_volume(&op, id, &staging)? {
+                Seen::Volume(found) => found,
+                Seen::Nothing => return Ok(csi::NodeUnstageVolumeResponse {}),
+                Seen::Other(what) => {
+                    tracing::info!("{what}");
+                    return Ok(csi::NodeUnstageVolumeResponse {});
+                }
+            };
+            if !found.block {
+                self.not_mounted_elsewhere(&op, &found.mount, &staging)?;
+            }
+            self.host
+                .unmount_all(&staging)
+                .map_err(|e| mount_status(&op, e))?;
             return Ok(csi::NodeUnstageVolumeResponse {});
         };
 
@@ -259,6 +329,9 @@ impl NodeService {
                         top.major, top.minor
                     )));
                 }
+                // Targets the record does not list (published before its records were
+                // lost) are still binds of this filesystem: the kernel lists them.
+                self.not_mounted_elsewhere(&op, &top, &staging)?;
             }
             self.host
                 .unmount_all(&staging)
@@ -272,5 +345,31 @@ impl NodeService {
             })
             .map_err(|e| io_status(&op, e))?;
         Ok(csi::NodeUnstageVolumeResponse {})
+    }
+
+    /// Refuses while the filesystem mounted at `staging` is also mounted anywhere else
+    /// (a pod's bind of it): the staging mount must be the last to go.
+    fn not_mounted_elsewhere(
+        &self,
+        op: &str,
+        staged: &MountInfo,
+        staging: &Path,
+    ) -> Result<(), Status> {
+        let elsewhere: Vec<String> = self
+            .host
+            .mounts_of(staged.major, staged.minor)
+            .map_err(|e| mount_status(op, e))?
+            .into_iter()
+            .filter(|m| m.mount_point != staging)
+            .map(|m| m.mount_point.display().to_string())
+            .collect();
+        if elsewhere.is_empty() {
+            Ok(())
+        } else {
+            Err(Status::failed_precondition(format!(
+                "{op}: still mounted at {}; unpublish first",
+                elsewhere.join(", ")
+            )))
+        }
     }
 }

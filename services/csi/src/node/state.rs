@@ -6,6 +6,10 @@
 //! Written whole to a temporary file, synced, renamed, and the directory synced: a crash
 //! or a power cut leaves the old or the new file, never half of one, and an answered
 //! call is on disk.
+//!
+//! The file is a convenience, never the only truth: when it is gone the node calls work
+//! from what is mounted (`owned.rs`), and a file that does not parse is set aside beside
+//! it (kept for a human) rather than stop the plugin from serving.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,27 +26,81 @@ pub struct NodeVolume {
     pub fs_type: String,
     /// Published targets and whether each is read-only.
     pub targets: BTreeMap<PathBuf, bool>,
+    /// A format of this volume's disk begun and not known to have finished: recorded
+    /// (synced) before mkfs starts, cleared once it has succeeded. Its data is ours, so a
+    /// later stage formats it again instead of refusing a disk that holds half a
+    /// filesystem. Kept when the stage fails, since mkfs may have written part of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub formatting: Option<FormatIntent>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FormatIntent {
+    pub fs_type: String,
+    /// The device mkfs was given, for a human reading the file.
+    pub device: PathBuf,
+    pub since_unix: u64,
+}
+
+/// Where a damaged records file was put, and why it did not parse.
+#[derive(Debug, Clone)]
+pub struct SetAside {
+    pub path: PathBuf,
+    pub error: String,
 }
 
 pub struct NodeState {
     file: PathBuf,
     volumes: Mutex<BTreeMap<String, NodeVolume>>,
+    set_aside: Option<SetAside>,
 }
 
 impl NodeState {
+    /// Reads the records in `dir`. A file that does not parse (a disk that lost a write,
+    /// a hand edit) is renamed to `volumes.json.damaged-<unix time>` and the node starts
+    /// with no records: its calls then work from what is mounted. A crash-looping plugin
+    /// would serve nothing at all.
     pub fn open(dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let file = dir.join("volumes.json");
+        let mut set_aside = None;
         let volumes = match std::fs::read(&file) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| std::io::Error::other(format!("{}: {e}", file.display())))?,
+            Ok(bytes) => match serde_json::from_slice(&bytes) {
+                Ok(volumes) => volumes,
+                Err(e) => {
+                    let unix = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_secs())
+                        .unwrap_or(0);
+                    let path = dir.join(format!("volumes.json.damaged-{unix}"));
+                    std::fs::rename(&file, &path)?;
+                    std::fs::File::open(dir)?.sync_all()?;
+                    tracing::error!(
+                        file = %file.display(),
+                        kept_as = %path.display(),
+                        error = %e,
+                        "the node's records do not parse: set aside; serving from what is mounted"
+                    );
+                    set_aside = Some(SetAside {
+                        path,
+                        error: e.to_string(),
+                    });
+                    BTreeMap::new()
+                }
+            },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
             Err(e) => return Err(e),
         };
         Ok(Self {
             file,
             volumes: Mutex::new(volumes),
+            set_aside,
         })
+    }
+
+    /// The damaged records file this start set aside, if it did.
+    pub fn set_aside(&self) -> Option<&SetAside> {
+        self.set_aside.as_ref()
     }
 
     pub fn get(&self, volume_id: &str) -> Option<NodeVolume> {
@@ -59,7 +117,7 @@ impl NodeState {
         let mut entry = volumes.get(volume_id).cloned().unwrap_or_default();
         change(&mut entry);
         let mut next = volumes.clone();
-        if entry.staging.is_none() && entry.targets.is_empty() {
+        if entry.staging.is_none() && entry.targets.is_empty() && entry.formatting.is_none() {
             next.remove(volume_id);
         } else {
             next.insert(volume_id.to_owned(), entry);
@@ -118,5 +176,44 @@ mod tests {
             })
             .unwrap();
         assert_eq!(NodeState::open(dir.path()).unwrap().get("v"), None);
+    }
+
+    #[test]
+    fn a_format_intent_keeps_the_record_until_it_is_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = NodeState::open(dir.path()).unwrap();
+        let intent = FormatIntent {
+            fs_type: "ext4".into(),
+            device: "/dev/loop3".into(),
+            since_unix: 1,
+        };
+        state
+            .update("v", |v| v.formatting = Some(intent.clone()))
+            .unwrap();
+        let again = NodeState::open(dir.path()).unwrap();
+        assert_eq!(again.get("v").unwrap().formatting, Some(intent));
+        again.update("v", |v| v.formatting = None).unwrap();
+        assert_eq!(NodeState::open(dir.path()).unwrap().get("v"), None);
+    }
+
+    #[test]
+    fn a_damaged_file_is_set_aside_and_the_node_starts_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("volumes.json"), b"{\"v\": {\"staging\": ").unwrap();
+        let state = NodeState::open(dir.path()).unwrap();
+        let aside = state.set_aside().expect("set aside").clone();
+        assert_eq!(state.get("v"), None);
+        assert_eq!(
+            std::fs::read(&aside.path).unwrap(),
+            b"{\"v\": {\"staging\": ",
+            "kept as it was, for a human"
+        );
+        assert!(!dir.path().join("volumes.json").exists());
+        state
+            .update("w", |v| v.staging = Some("/s".into()))
+            .unwrap();
+        let again = NodeState::open(dir.path()).unwrap();
+        assert!(again.set_aside().is_none());
+        assert!(again.get("w").is_some());
     }
 }

@@ -7,6 +7,7 @@ use overcast_api::csi_v1 as csi;
 use tonic::Status;
 use tracing::instrument;
 
+use super::owned::Seen;
 use super::state::NodeVolume;
 use super::{mount_status, NodeService};
 use crate::validation;
@@ -48,14 +49,43 @@ fn recorded_path(field: &str, value: &str) -> Result<PathBuf, Status> {
 }
 
 impl NodeService {
-    /// The record of `id` if `path` is one of its staging or target paths.
-    fn recorded(&self, id: &str, path: &Path) -> Option<(NodeVolume, Option<bool>)> {
-        let v = self.state.get(id)?;
-        if let Some(ro) = v.targets.get(path) {
-            let ro = Some(*ro);
-            return Some((v, ro));
+    /// The record of `id` if `path` is one of its staging or target paths — or, with no
+    /// record, what is mounted there when it is the volume's own disk (its read-only
+    /// flag then taken as asked for: nothing says otherwise). A mount of anything else is
+    /// NOT_FOUND, as the spec says of a volume not at that path.
+    fn recorded(
+        &self,
+        op: &str,
+        id: &str,
+        path: &Path,
+    ) -> Result<Option<(NodeVolume, Option<bool>)>, Status> {
+        if let Some(v) = self.state.get(id) {
+            if let Some(ro) = v.targets.get(path) {
+                let ro = Some(*ro);
+                return Ok(Some((v, ro)));
+            }
+            if v.staging.as_deref() == Some(path) {
+                return Ok(Some((v, None)));
+            }
         }
-        (v.staging.as_deref() == Some(path)).then_some((v, None))
+        let seen = self
+            .mount_of_volume(op, id, path)
+            .map_err(|s| Status::not_found(s.message().to_owned()))?;
+        let found = match seen {
+            Seen::Volume(found) => Some(found),
+            Seen::Nothing => None,
+            Seen::Other(what) => return Err(Status::not_found(what)),
+        };
+        Ok(found.map(|f| {
+            let readonly = Some(f.mount.readonly());
+            let v = NodeVolume {
+                device: Some(f.device),
+                block: f.block,
+                fs_type: f.mount.fs_type,
+                ..NodeVolume::default()
+            };
+            (v, readonly)
+        }))
     }
 
     #[instrument(skip_all, fields(volume.id = %req.volume_id))]
@@ -66,7 +96,7 @@ impl NodeService {
         let id = validation::require("volume_id", &req.volume_id)?;
         let path = recorded_path("volume_path", &req.volume_path)?;
         let op = format!("stats of volume {id} at {}", path.display());
-        let Some((record, readonly)) = self.recorded(id, &path) else {
+        let Some((record, readonly)) = self.recorded(&op, id, &path)? else {
             return Err(Status::not_found(format!(
                 "{op}: not a path this volume is staged or published at"
             )));
@@ -163,7 +193,7 @@ impl NodeService {
         let (required, limit) = validation::range_bounds(req.capacity_range.as_ref())?;
         let op = format!("expand volume {id} at {}", path.display());
         let _guard = self.inflight.volume(id)?;
-        let Some((record, _)) = self.recorded(id, &path) else {
+        let Some((record, _)) = self.recorded(&op, id, &path)? else {
             return Err(Status::not_found(format!(
                 "{op}: not a path this volume is staged or published at"
             )));

@@ -30,6 +30,8 @@ struct FakeHost {
     mounts: Mutex<Vec<MountInfo>>,
     formatted: Mutex<Vec<(PathBuf, String)>>,
     rescans: Mutex<Vec<PathBuf>>,
+    /// mkfs fails half-way: it leaves data no tool can name.
+    mkfs_breaks: Mutex<bool>,
 }
 
 impl FakeHost {
@@ -82,6 +84,14 @@ impl Host for FakeHost {
             .map(|d| d.dev.clone())
             .ok_or(MountError::DeviceNotFound(serial))
     }
+    fn find_device_now(&self, ctx: &PublishContext) -> Option<PathBuf> {
+        let serial = ctx.serial.clone()?;
+        self.disks
+            .lock()
+            .unwrap()
+            .get(&serial)
+            .map(|d| d.dev.clone())
+    }
     fn device_numbers(&self, dev: &Path) -> overcast_mount::Result<(u32, u32)> {
         self.by_dev(dev, |d| d.numbers).ok_or_else(|| unknown(dev))
     }
@@ -114,11 +124,32 @@ impl Host for FakeHost {
             .find(|m| m.mount_point == path)
             .cloned())
     }
+    fn mounts_of(&self, major: u32, minor: u32) -> overcast_mount::Result<Vec<MountInfo>> {
+        Ok(self
+            .mounts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|m| (m.major, m.minor) == (major, minor))
+            .cloned()
+            .collect())
+    }
     async fn probe(&self, dev: &Path) -> overcast_mount::Result<Content> {
         self.by_dev(dev, |d| d.content.clone())
             .ok_or_else(|| unknown(dev))
     }
-    async fn mkfs(&self, dev: &Path, fs_type: &str) -> overcast_mount::Result<()> {
+    async fn mkfs(&self, dev: &Path, fs_type: &str, _: bool) -> overcast_mount::Result<()> {
+        if *self.mkfs_breaks.lock().unwrap() {
+            self.by_dev(dev, |d| {
+                d.content = Content::Unknown("half a filesystem".into())
+            })
+            .ok_or_else(|| unknown(dev))?;
+            return Err(MountError::Command {
+                command: "mkfs".into(),
+                status: "signal: 9".into(),
+                stderr: String::new(),
+            });
+        }
         self.by_dev(dev, |d| d.content = Content::Filesystem(fs_type.into()))
             .ok_or_else(|| unknown(dev))?;
         self.formatted
@@ -381,4 +412,180 @@ async fn expand_rescans_a_lagging_disk_only_when_asked_to() {
         assert_eq!(done.capacity_bytes, 1 << 30);
         assert_eq!(n.host.rescans.lock().unwrap().len(), want.len());
     }
+}
+
+/// A format this node began and that failed half-way is its own to finish: the next
+/// stage formats again, while data nobody's format left is still refused.
+#[tokio::test]
+async fn an_interrupted_format_of_our_own_is_made_again_and_nothing_else_is() {
+    let n = node();
+    n.host.disk("s1", 1, Content::Blank);
+    *n.host.mkfs_breaks.lock().unwrap() = true;
+    let e = n.stage("s1", "ext4").await.unwrap_err();
+    assert_eq!(e.code(), Code::Internal, "{e}");
+    let intent = n.node.state.get(VOL).and_then(|v| v.formatting);
+    assert_eq!(intent.map(|i| i.fs_type).as_deref(), Some("ext4"));
+    assert_eq!(n.host.mounted_at(&n.staging()), 0);
+
+    *n.host.mkfs_breaks.lock().unwrap() = false;
+    n.stage("s1", "ext4").await.unwrap();
+    assert_eq!(n.host.mounted_at(&n.staging()), 1);
+    let record = n.node.state.get(VOL).unwrap();
+    assert_eq!(
+        record.formatting, None,
+        "the intent is cleared once mkfs succeeded"
+    );
+    assert_eq!(n.host.formatted.lock().unwrap().len(), 1);
+
+    // The same remains with no intent (another node's, or a user's data): refused.
+    let other = node();
+    other
+        .host
+        .disk("s1", 1, Content::Unknown("half a filesystem".into()));
+    let e = other.stage("s1", "ext4").await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    assert!(other.host.formatted.lock().unwrap().is_empty());
+}
+
+impl Node {
+    /// This node with its records lost: a fresh service on the same host, with a cloud
+    /// whose volume ids are their disks' serials.
+    fn forgetful(&self, disk_of_volume: overcast_cloud::DiskOfVolume) -> NodeService {
+        let dir = self.dir.path().join(format!("state-{}", rand_suffix()));
+        NodeService::new(
+            "n1".into(),
+            16,
+            NodeZone::Known(Zone::default()),
+            NodeState::open(&dir).unwrap(),
+            Duration::from_millis(10),
+            Arc::clone(&self.host) as Arc<dyn Host>,
+        )
+        .with_disk_of_volume(disk_of_volume)
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+fn unpublish_req(n: &Node) -> csi::NodeUnpublishVolumeRequest {
+    csi::NodeUnpublishVolumeRequest {
+        volume_id: VOL.into(),
+        target_path: n.target().display().to_string(),
+    }
+}
+
+fn unstage_req(n: &Node) -> csi::NodeUnstageVolumeRequest {
+    csi::NodeUnstageVolumeRequest {
+        volume_id: VOL.into(),
+        staging_target_path: n.staging().display().to_string(),
+    }
+}
+
+/// With its records gone, the node unpublishes and unstages a mount of the volume's own
+/// disk (by its serial, the id), serves its stats, refuses to unstage under a live bind,
+/// keeps a mount of any other disk, and refuses one it cannot tell apart.
+#[tokio::test]
+async fn without_records_only_the_volume_s_own_disk_is_unmounted() {
+    use overcast_cloud::DiskOfVolume;
+    let n = node();
+    n.host.disk(VOL, 1, Content::Blank);
+    n.stage(VOL, "ext4").await.unwrap();
+    n.publish().await.unwrap();
+
+    // A cloud whose ids do not name their disks: nothing is taken.
+    let blind = n.forgetful(DiskOfVolume::Unknown);
+    let e = blind.unpublish(unpublish_req(&n)).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    assert!(e.message().contains("cannot be told"), "{e}");
+    assert_eq!(n.host.mounted_at(&n.target()), 1);
+
+    let node = n.forgetful(DiskOfVolume::Serial);
+    let stats = node
+        .stats(csi::NodeGetVolumeStatsRequest {
+            volume_id: VOL.into(),
+            volume_path: n.target().display().to_string(),
+            ..Default::default()
+        })
+        .await;
+    // statvfs of a path the fake host only pretends is mounted: found, then the real
+    // call fails; what matters is that it is not NOT_FOUND.
+    assert_ne!(stats.err().map(|e| e.code()), Some(Code::NotFound));
+    let e = node.unstage(unstage_req(&n)).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    assert!(e.message().contains("still mounted at"), "{e}");
+    assert_eq!(n.host.mounted_at(&n.staging()), 1);
+
+    node.unpublish(unpublish_req(&n)).await.unwrap();
+    assert_eq!(n.host.mounted_at(&n.target()), 0);
+    node.unstage(unstage_req(&n)).await.unwrap();
+    assert!(n.host.mounts.lock().unwrap().is_empty());
+    // Again: nothing there, the spec's idempotent success.
+    node.unpublish(unpublish_req(&n)).await.unwrap();
+    node.unstage(unstage_req(&n)).await.unwrap();
+
+    // Another disk mounted where this volume would be: the volume is not there (the
+    // spec's OK), and the other mount stays.
+    n.host
+        .disk("someone-else", 2, Content::Filesystem("ext4".into()));
+    n.host
+        .mount_fs(Path::new("/dev/sd2"), &n.staging(), "ext4", &[])
+        .unwrap();
+    n.host
+        .mount_fs(Path::new("/dev/sd2"), &n.target(), "ext4", &[])
+        .unwrap();
+    node.unstage(unstage_req(&n)).await.unwrap();
+    node.unpublish(unpublish_req(&n)).await.unwrap();
+    assert_eq!(n.host.mounted_at(&n.staging()), 1);
+    assert_eq!(n.host.mounted_at(&n.target()), 1);
+    let e = node
+        .stats(csi::NodeGetVolumeStatsRequest {
+            volume_id: VOL.into(),
+            volume_path: n.target().display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e}");
+}
+
+/// A stage made by someone else (or before the records were lost) is published from
+/// when its mount is the volume's disk, and recorded as this node's.
+#[tokio::test]
+async fn a_publish_adopts_a_stage_of_the_volume_s_own_disk() {
+    use overcast_cloud::DiskOfVolume;
+    let n = node();
+    n.host.disk(VOL, 1, Content::Filesystem("ext4".into()));
+    std::fs::create_dir_all(n.staging()).unwrap();
+    n.host
+        .mount_fs(Path::new("/dev/sd1"), &n.staging(), "ext4", &[])
+        .unwrap();
+    let blind = n.forgetful(DiskOfVolume::Unknown);
+    let e = blind
+        .publish(csi::NodePublishVolumeRequest {
+            volume_id: VOL.into(),
+            staging_target_path: n.staging().display().to_string(),
+            target_path: n.target().display().to_string(),
+            volume_capability: Some(mount_cap("ext4")),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    let node = n.forgetful(DiskOfVolume::Serial);
+    node.publish(csi::NodePublishVolumeRequest {
+        volume_id: VOL.into(),
+        staging_target_path: n.staging().display().to_string(),
+        target_path: n.target().display().to_string(),
+        volume_capability: Some(mount_cap("ext4")),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(n.host.mounted_at(&n.target()), 1);
+    let record = node.state.get(VOL).unwrap();
+    assert_eq!(record.staging.as_deref(), Some(n.staging().as_path()));
+    assert_eq!(record.device.as_deref(), Some(Path::new("/dev/sd1")));
 }
