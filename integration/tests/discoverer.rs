@@ -2,7 +2,7 @@
 //! the disks: the discovery Secret, conditions ConfigMap and instance-type catalog are
 //! published, unchanged data is not rewritten, a cloud failure keeps the last good
 //! Secret and shows in the metrics, and disks no PersistentVolume references are
-//! reported as orphans.
+//! reported as orphans — also one the driver kept at start without knowing whose it is.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -34,7 +34,7 @@ fn secret_writes(api: &FakeApi) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discoverer_publishes_what_changed_reports_orphans_and_survives_cloud_errors() {
-    let csi = Csi::start(&[]).await;
+    let mut csi = Csi::start(&[]).await;
     let mut c = csi.controller().await;
     let mut ids = Vec::new();
     for (name, pv) in [("a", Some("pv-a")), ("b", Some("pv-b")), ("manual", None)] {
@@ -53,6 +53,16 @@ async fn discoverer_publishes_what_changed_reports_orphans_and_survives_cloud_er
                 .volume_id,
         );
     }
+    // A disk file nothing explains (no record, no metadata), kept at the driver's start.
+    csi.kill9();
+    let unexplained = "vol-66666666666666666666666666666666";
+    std::fs::write(
+        csi.disks_dir().join(format!("{unexplained}.img")),
+        vec![1u8; 1 << 20],
+    )
+    .unwrap();
+    csi.resume().await;
+    ids.push(unexplained.to_owned());
     let inventory = csi.state_dir.join("inventory.json");
     let listed = || {
         std::fs::read_to_string(&inventory)
@@ -142,6 +152,13 @@ async fn discoverer_publishes_what_changed_reports_orphans_and_survives_cloud_er
     let metrics = http_get(port, "/metrics").1;
     assert!(
         !metrics.contains(&ids[0]) && !metrics.contains(&ids[2]),
+        "{metrics}"
+    );
+    // The kept disk nothing explains is reported too, under its id.
+    assert!(
+        metrics.contains(&format!(
+            "cloud_data_discovery_orphaned_disk_info{{id=\"{unexplained}\",name=\"{unexplained}\"}} 1"
+        )),
         "{metrics}"
     );
     assert!(metrics.contains("cloud_data_discovery_cloud_request_error{type=\"discovery_data\"} 0"));

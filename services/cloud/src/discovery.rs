@@ -34,6 +34,12 @@ impl CloudCondition {
     }
 }
 
+/// The metadata key a provider sets on a disk it found and kept without knowing whose it
+/// is (the local cloud: a disk file with no record and no metadata file). Its value says
+/// why. The orphan report lists every such disk no PersistentVolume names, as it lists
+/// the cluster's own, so that a kept disk is seen rather than silently held.
+pub const UNEXPLAINED: &str = "overcast.dev/unexplained";
+
 /// A disk with the metadata the CSI driver recorded on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterDisk {

@@ -325,7 +325,8 @@ impl Publisher {
         Ok(true)
     }
 
-    /// Disks the cluster made that no PersistentVolume references: (id, name).
+    /// Disks the cluster made, or a provider kept without knowing whose they are, that no
+    /// PersistentVolume references: (id, name).
     async fn orphans(&self) -> anyhow::Result<Vec<(String, String)>> {
         let disks = self.cloud.cluster_disks().await?;
         let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
@@ -338,7 +339,12 @@ impl Publisher {
             .collect();
         Ok(disks
             .into_iter()
-            .filter(|d| d.metadata.contains_key(PV_NAME_KEY) && !handles.contains(&d.id))
+            .filter(|d| {
+                (d.metadata.contains_key(PV_NAME_KEY)
+                    || d.metadata
+                        .contains_key(overcast_cloud::discovery::UNEXPLAINED))
+                    && !handles.contains(&d.id)
+            })
             .map(|d| (d.id, d.name))
             .collect())
     }
