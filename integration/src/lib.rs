@@ -322,6 +322,12 @@ impl Csi {
         self.files_ending(".json")
     }
 
+    /// The metadata file of disk `id`, parsed.
+    pub fn disk_meta(&self, id: &str) -> Option<serde_json::Value> {
+        let bytes = std::fs::read(self.disks_dir().join(format!("{id}.json"))).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
     /// Every file in the disks directory.
     pub fn all_disk_dir_files(&self) -> Vec<String> {
         self.files_ending("")

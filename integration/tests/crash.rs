@@ -377,6 +377,13 @@ async fn kill_9_at_random_points_loses_nothing_acknowledged_and_leaks_nothing() 
             metas, want_metas,
             "round {round}: one metadata file a disk, none left of a deleted one"
         );
+        for id in want.keys() {
+            assert_eq!(
+                csi.disk_meta(id).map(|m| m["id"].clone()),
+                Some(serde_json::json!(id)),
+                "round {round}: disk {id} carries its metadata"
+            );
+        }
         let loops: BTreeSet<String> = csi
             .loops()
             .into_iter()

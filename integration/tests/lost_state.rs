@@ -118,24 +118,25 @@ async fn a_lost_store_is_rebuilt_from_the_disks_and_nothing_is_deleted() {
     assert!(csi.all_disk_dir_files().is_empty());
 }
 
-/// What the disks directory holds after crashes and older versions, at start: a partial
-/// file and a half-written metadata file (never acknowledged) are removed, an empty
-/// unrecorded file (it holds nothing) too; a disk file with neither record nor metadata
-/// is kept, listed under its id as abnormal, and deletable; a record whose metadata file
-/// is missing gets it back.
+/// What the disks directory holds after crashes and older versions, at start: a disk
+/// file shorter than its metadata says, an empty one (a create never gave either its
+/// size: never acknowledged), a temporary metadata file and one beside no disk are
+/// removed; a disk file with neither record nor metadata is kept, listed under its id as
+/// abnormal, and deletable; a recorded disk whose metadata is missing gets it back.
 #[tokio::test]
 async fn files_nothing_explains_are_kept_and_reported_and_leftovers_removed() {
     let mut csi = Csi::start(&[]).await;
     let mut c = csi.controller().await;
     let old = volume(&mut c, "pvc-old", 4 * MIB).await;
+    let cut = volume(&mut c, "pvc-cut-short", 4 * MIB).await;
+    let cut_meta = csi.disk_meta(&cut).expect("a disk has its metadata file");
     csi.kill9();
     let disks = csi.disks_dir();
-    let partial = disks.join("vol-11111111111111111111111111111111.img.partial");
     let tmp = disks.join("vol-22222222222222222222222222222222.json.tmp");
     let empty = disks.join("vol-33333333333333333333333333333333.img");
     let stray = "vol-44444444444444444444444444444444";
     let lonely_meta = disks.join("vol-55555555555555555555555555555555.json");
-    for (f, len) in [(&partial, 1 << 20), (&tmp, 10), (&empty, 0)] {
+    for (f, len) in [(&tmp, 10), (&empty, 0)] {
         std::fs::File::create(f).unwrap().set_len(len).unwrap();
     }
     std::fs::write(disks.join(format!("{stray}.img")), vec![7u8; 2 << 20]).unwrap();
@@ -144,12 +145,13 @@ async fn files_nothing_explains_are_kept_and_reported_and_leftovers_removed() {
     std::fs::remove_file(disks.join(format!("{old}.json"))).unwrap();
     csi.resume().await;
 
-    for gone in [&partial, &tmp, &empty, &lonely_meta] {
+    for gone in [&tmp, &empty, &lonely_meta] {
         assert!(!gone.exists(), "{} removed", gone.display());
     }
-    assert!(
-        disks.join(format!("{old}.json")).exists(),
-        "a record's missing metadata file is written"
+    assert_eq!(
+        csi.disk_meta(&old).map(|m| m["name"].clone()),
+        Some(serde_json::json!("pvc-old")),
+        "a recorded disk's missing metadata is written again"
     );
     let mut c = csi.controller().await;
     let entries = listed(&mut c).await;
@@ -171,13 +173,35 @@ async fn files_nothing_explains_are_kept_and_reported_and_leftovers_removed() {
         condition.message
     );
     assert_eq!(kept.volume.as_ref().unwrap().capacity_bytes, 2 << 20);
+
+    // `cut` as a create killed before it sized its file: no record, its metadata beside a
+    // file shorter than it says — both removed at start, never adopted at a size it never
+    // had.
+    c.delete_volume(delete_request(&cut)).await.unwrap();
+    csi.kill9();
+    let cut_file = disks.join(format!("{cut}.img"));
+    std::fs::File::create(&cut_file)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    std::fs::write(
+        disks.join(format!("{cut}.json")),
+        cut_meta.to_string().as_bytes(),
+    )
+    .unwrap();
+    csi.resume().await;
+    assert!(!cut_file.exists(), "an unfinished create is removed");
+    assert!(csi.disk_meta(&cut).is_none(), "with its metadata file");
     // Kept across another start, with its data.
-    csi.restart().await;
     assert_eq!(
         std::fs::read(disks.join(format!("{stray}.img"))).unwrap(),
         vec![7u8; 2 << 20]
     );
     let mut c = csi.controller().await;
+    assert!(listed(&mut c)
+        .await
+        .iter()
+        .all(|e| e.volume.as_ref().unwrap().volume_id != cut));
     for id in [stray, old.as_str()] {
         c.delete_volume(delete_request(id)).await.unwrap();
     }

@@ -202,8 +202,8 @@ impl Disks for LocalCloud {
             index.disks.remove(id.as_str());
             index.by_name.remove(&record.name);
         }
-        // Last: a crash before this leaves a metadata file without its disk file, which
-        // the next start removes (it describes nothing any more).
+        // Last: a crash before this leaves a metadata file without its disk, which the
+        // next start removes (it describes nothing any more).
         meta::remove(&self.disks_dir, &id)
     }
 
@@ -360,22 +360,15 @@ impl Disks for LocalCloud {
     }
 }
 
-/// Makes the disk file of `id` with its metadata file beside it, so that a crash at any
-/// point leaves either no file under the disk's name or one whose metadata is there: the
-/// metadata first, then the file under a partial name until it is whole, then its own
-/// name. A partial file is provably never acknowledged, and the next start removes it.
-/// (No sync here: the store's commit that follows makes the create durable, see
-/// [`meta::write`].)
+/// Makes the disk file of `id` with its metadata file beside it: the metadata first,
+/// then the file, whose size comes last — so a crash at any point leaves no disk file, or
+/// one shorter than its metadata says (never acknowledged: the next start removes both),
+/// or a whole disk with its metadata. (No sync here: the store's commit that follows
+/// makes the create durable, see [`meta::create`].)
 fn make_disk_file(disks_dir: &Path, id: &DiskId, disk_meta: &DiskMeta, thick: bool) -> Result<()> {
-    meta::write(disks_dir, id, disk_meta)?;
-    let partial = disks_dir.join(id.partial_file_name());
-    let made = files::create(&partial, disk_meta.size_bytes, thick).and_then(|()| {
-        std::fs::rename(&partial, disks_dir.join(id.file_name()))
-            .map_err(|e| CloudError::io(format!("name {}", partial.display()), e))
-    });
+    meta::create(disks_dir, id, disk_meta)?;
+    let made = files::create(&disks_dir.join(id.file_name()), disk_meta.size_bytes, thick);
     if made.is_err() {
-        let _ = std::fs::remove_file(&partial);
-        let _ = std::fs::remove_file(disks_dir.join(id.file_name()));
         let _ = meta::remove(disks_dir, id);
     }
     made

@@ -52,12 +52,6 @@ impl DiskId {
     pub fn meta_file_name(&self) -> String {
         format!("{}.json", self.0)
     }
-
-    /// The disk's file while a create is still making it: it gets its own name only once
-    /// it is whole and its metadata file is written.
-    pub fn partial_file_name(&self) -> String {
-        format!("{}.img.partial", self.0)
-    }
 }
 
 impl fmt::Display for DiskId {
@@ -77,9 +71,8 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(DiskId::parse(a.as_str()), Some(a.clone()));
         assert_eq!(DiskId::from_file_name(&a.file_name()), Some(a.clone()));
-        // The other files of a disk are never taken for its disk file.
+        // The metadata file beside a disk is never taken for its disk file.
         assert_eq!(DiskId::from_file_name(&a.meta_file_name()), None);
-        assert_eq!(DiskId::from_file_name(&a.partial_file_name()), None);
     }
 
     #[test]

@@ -1,15 +1,15 @@
 //! Start-up repair: make the store, the disks directory and the kernel's loop devices
 //! agree, without deleting anything on the strength of a record that lacks it.
 //!
-//! - **Files.** A partial disk file (a create that never gave it its name) and a
-//!   temporary metadata file are removed: neither was ever acknowledged. A disk file the
-//!   store does not name is *adopted*: its record is rebuilt from the metadata file beside
-//!   it (name, place, parameters; the size is the file's, the attachments the kernel's),
-//!   so a lost store loses no disk and a repeated CreateVolume finds its disk again. One
-//!   without usable metadata (an older version's file, then its store lost) is kept under
-//!   its id and reported abnormal; only an empty one, which holds nothing, is removed. A
-//!   metadata file with neither disk file nor record describes nothing and is removed; a
-//!   record's missing metadata file is written (an upgrade, or a file lost).
+//! - **Files.** A disk file the store does not name is *adopted*: its record is rebuilt
+//!   from the metadata file beside it (name, place, parameters; the size is the file's,
+//!   the attachments the kernel's), so a lost store loses no disk and a repeated
+//!   CreateVolume finds its disk. One shorter than its metadata says, or empty, was never
+//!   finished — a create gives a file its size last — hence never acknowledged, and is
+//!   removed. One without usable metadata (an older version's file, then its store lost)
+//!   is kept under its id and reported abnormal. A metadata file beside no disk describes
+//!   nothing and is removed, as is a temporary one; a record's missing metadata file is
+//!   written again (an upgrade, or a power cut).
 //! - **Loop devices** are matched to disk files by the file's device and inode, which the
 //!   kernel keeps whatever path it shows (a replaced controller pod's device shows
 //!   `/disks/vol-….img`, its mount of the state directory gone). A disk recorded as
@@ -30,16 +30,16 @@ use super::store::{AttachmentRecord, DiskRecord, Mutation, Store};
 use overcast_cloud::{CloudError, Result, Zone};
 
 /// The metadata key of a disk kept from a file that nothing explains: its value says why,
-/// and the disk's condition repeats it (ListVolumes, ControllerGetVolume, the orphan
-/// report) until someone deletes or keeps it knowingly.
-pub const UNEXPLAINED: &str = "local.overcast.dev/unexplained";
+/// and the disk's condition repeats it (ListVolumes, ControllerGetVolume), as does the
+/// discoverer's orphan report, until someone deletes it.
+pub use overcast_cloud::discovery::UNEXPLAINED;
 
 /// What the disks directory holds, by kind.
 #[derive(Default)]
 struct Files {
     disks: BTreeSet<DiskId>,
     metas: BTreeSet<DiskId>,
-    /// Partial disk files and temporary metadata files: never acknowledged.
+    /// Temporary metadata files: never acknowledged.
     leftovers: Vec<PathBuf>,
 }
 
@@ -59,8 +59,7 @@ impl Files {
             } else if let Some(id) = name.strip_suffix(".json").and_then(DiskId::parse) {
                 files.metas.insert(id);
             } else if name
-                .strip_suffix(".img.partial")
-                .or_else(|| name.strip_suffix(".json.tmp"))
+                .strip_suffix(".json.tmp")
                 .and_then(DiskId::parse)
                 .is_some()
             {
@@ -137,26 +136,37 @@ pub async fn run(
             })
             .into_iter()
             .collect();
-        let record = match meta::read(disks_dir, id) {
-            Ok(Some(m)) if !names.contains(&m.name) => {
+        let found = meta::read(disks_dir, id);
+        // A create gives the file its size last: one shorter than its metadata says (or
+        // empty) never finished, so it was never acknowledged, never bound, and holds
+        // nothing anyone wrote.
+        let unfinished = match &found {
+            Ok(Some(m)) => file.len() < m.size_bytes,
+            _ => file.len() == 0,
+        };
+        if unfinished && devices.is_empty() {
+            remove(&path)?;
+            meta::remove(disks_dir, id)?;
+            n.removed += 1;
+            continue;
+        }
+        let record = match found {
+            Ok(Some(m)) if !names.contains(&m.name) && !unfinished => {
                 tracing::warn!(disk.id = %id, disk.name = %m.name, "adopted a disk the store did not hold, from its metadata file");
                 n.adopted += 1;
                 m.into_record(file.len(), attachments)
             }
             found => {
-                if file.len() == 0 && devices.is_empty() {
-                    // An older version's create killed between the file and its size:
-                    // it holds nothing to lose.
-                    remove(&path)?;
-                    n.removed += 1;
-                    continue;
-                }
                 let why = match found {
+                    Ok(Some(m)) if unfinished => format!(
+                        "a disk of CSI name {:?} whose create never gave it its size, yet bound to a loop device",
+                        m.name
+                    ),
                     Ok(Some(m)) => format!(
                         "a second disk of CSI name {:?}, which another disk holds: a create interrupted before its record, whose retry made the other",
                         m.name
                     ),
-                    Ok(None) => "a disk file with no record and no metadata file".to_owned(),
+                    Ok(None) => "a disk file with no record and no metadata".to_owned(),
                     Err(e) => format!("a disk file with no record and unreadable metadata ({e})"),
                 };
                 tracing::warn!(disk.id = %id, reason = %why, "keeping a disk nothing explains; delete it by id once nothing uses it");
@@ -169,7 +179,7 @@ pub async fn run(
         records.insert(record.id.clone(), record);
     }
 
-    // Metadata files: one for every record, none for what is gone.
+    // Metadata files: one for every recorded disk, none for what is gone.
     let mut wrote = false;
     for record in records.values() {
         let Some(id) = DiskId::parse(&record.id) else {
@@ -178,6 +188,7 @@ pub async fn run(
         let current = meta::read(disks_dir, &id);
         if !matches!(&current, Ok(Some(m)) if m.matches(record))
             && !record.metadata.contains_key(UNEXPLAINED)
+            && disks_dir.join(id.file_name()).exists()
         {
             meta::write(disks_dir, &id, &DiskMeta::of(record))?;
             n.metadata_written += 1;
@@ -189,7 +200,7 @@ pub async fn run(
         .iter()
         .filter(|id| !files.disks.contains(id) && !records.contains_key(id.as_str()))
     {
-        remove(&meta::path(disks_dir, id))?;
+        meta::remove(disks_dir, id)?;
         n.removed += 1;
     }
     if wrote || n.removed > 0 {
