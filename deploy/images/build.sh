@@ -17,6 +17,7 @@ export DEBIAN_FRONTEND=noninteractive
 need=()
 for tool in mmdebstrap buildah podman; do command -v "$tool" >/dev/null || need+=("$tool"); done
 if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq
   apt-get install -y -qq --no-install-recommends mmdebstrap buildah podman uidmap >/dev/null
 fi
 
@@ -32,7 +33,7 @@ case "$profile" in
   *) echo "OVERCAST_IMAGE_PROFILE is release or debug, not $profile" >&2; exit 2 ;;
 esac
 rm -rf dist && mkdir -p dist
-for bin in "${bins[@]}"; do cp "target/$profile/$bin" dist/; done
+for bin in "${bins[@]}"; do cp "${CARGO_TARGET_DIR:-target}/$profile/$bin" dist/; done
 
 # The machine's own package sources (deb822 or one-line), so nothing here names a mirror.
 sources=/etc/apt/sources.list.d/debian.sources
@@ -43,6 +44,21 @@ slim=(--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/sha
 work=$(mktemp -d /tmp/overcast-images.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
+# OVERCAST_IMAGE_BASE_CACHE (a directory; .ci/run sets it) keeps the two bases between
+# builds, keyed on what makes them: this script, the xfsprogs trim, the package sources
+# and the archive's Release files this machine last fetched (a new package version in
+# the archive changes them).
+base_cache=${OVERCAST_IMAGE_BASE_CACHE:-}
+base_key=$( (cat deploy/images/build.sh deploy/images/trim-xfsprogs.sh "$sources"; cat /var/lib/apt/lists/*Release 2>/dev/null) |
+  sha256sum | cut -c1-16)
+cached_bases=""
+if [ -n "$base_cache" ] && [ -f "$base_cache/$base_key/csi-base.tar" ] && [ -f "$base_cache/$base_key/ccm-base.tar" ]; then
+  cp "$base_cache/$base_key/csi-base.tar" "$base_cache/$base_key/ccm-base.tar" "$work/"
+  cached_bases=1
+  echo "== the images' Debian bases from $base_cache/$base_key" >&2
+fi
+
+if [ -z "$cached_bases" ]; then
 echo "== base of the csi image: Debian minbase + e2fsprogs, xfsprogs, util-linux, mount (xfs_scrub and its python3 and ICU taken out)" >&2
 mmdebstrap --quiet --variant=minbase --mode=root "${slim[@]}" \
   --include=e2fsprogs,xfsprogs,util-linux,mount \
@@ -66,6 +82,12 @@ chown 65532:65532 "$root/home/nonroot"
 chmod 1777 "$root/tmp"
 printf 'libc6\nlibgcc-s1\nca-certificates\ntzdata\nnetbase\n' > "$root/.packages"
 tar -cf "$work/ccm-base.tar" -C "$root" .
+if [ -n "$base_cache" ]; then
+  # Only one key's bases are kept: an older one is of a stale archive.
+  rm -rf "$base_cache" && mkdir -p "$base_cache/$base_key"
+  cp "$work/csi-base.tar" "$work/ccm-base.tar" "$base_cache/$base_key/"
+fi
+fi
 
 for image in csi ccm; do
   podman import --quiet "$work/$image-base.tar" "localhost/overcast-$image-base:bookworm" >/dev/null
