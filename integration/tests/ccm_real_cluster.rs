@@ -521,3 +521,143 @@ async fn heartbeats_do_not_list_the_cloud_on_a_real_api_server() {
         let _ = nodes.delete(n, &DeleteParams::default()).await;
     }
 }
+
+/// A node the ccm initializes while a LoadBalancer Service exists joins the Service's pool
+/// at once — a connection through the balancer reaches the node's NodePort within
+/// seconds — not at the Services' next resync (300 s): the node getting its providerID
+/// and addresses wakes the Services. (Before: only a readiness change did, and a node
+/// that was Ready before the ccm gave it addresses waited for the resync.)
+#[tokio::test]
+async fn a_node_initialized_while_a_service_exists_joins_its_pool_at_once() {
+    let Ok(kubeconfig) = std::env::var(ENV) else {
+        say_skipped(&format!(
+            "set {ENV} to a disposable cluster's kubeconfig to run the CCM against a real API server"
+        ));
+        return;
+    };
+    let _turn = CLUSTER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let instances = dir.path().join("instances.json");
+    let node_ip = "127.0.0.91";
+    std::fs::write(
+        &instances,
+        json!([{"name": "overcast-it-pool", "addresses": [{"type": "InternalIP", "address": node_ip}]}])
+            .to_string(),
+    )
+    .unwrap();
+    let c = client(&kubeconfig).await;
+    let nodes: Api<Node> = Api::all(c.clone());
+    let services: Api<Service> = Api::namespaced(c.clone(), "default");
+    let _ = nodes
+        .delete("overcast-it-pool", &DeleteParams::default())
+        .await;
+    // A run that failed left its Service with the finalizer of a ccm that is gone.
+    let _ = services
+        .delete("overcast-it-pool", &DeleteParams::default())
+        .await;
+    let _ = services
+        .patch(
+            "overcast-it-pool",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
+    wait_for("an earlier run's Service gone", async || {
+        services
+            .get_opt("overcast-it-pool")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let _ccm = Ccm(Command::new(binary("ccm"))
+        .arg(format!("--kubeconfig={kubeconfig}"))
+        .arg(format!("--instances-file={}", instances.display()))
+        .arg("--node-name=overcast-it-host")
+        .arg("--zone=zone-a")
+        .arg("--region=region-1")
+        .arg("--lb-pool=127.243.0.0/24")
+        .arg("--node-sync-period=2")
+        .arg("--leader-elect-lease-name=overcast-it-ccm-pool")
+        .arg(format!("--metrics-address=127.0.0.1:{}", free_port()))
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap());
+    let svc: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "overcast-it-pool"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "none"}, "ports": [{"port": 18090, "protocol": "TCP"}]},
+    }))
+    .unwrap();
+    services.create(&PostParams::default(), &svc).await.unwrap();
+    let (ip, node_port) = wait_for("an ingress address", async || {
+        let s = services.get("overcast-it-pool").await.ok()?;
+        let ip = s.status?.load_balancer?.ingress?.first()?.ip.clone()?;
+        Some((ip, s.spec?.ports?.first()?.node_port?))
+    })
+    .await;
+    // The node's NodePort, played by the test: what the balancer forwards to.
+    let listener = tokio::net::TcpListener::bind((node_ip, node_port as u16))
+        .await
+        .expect("the NodePort's stand-in");
+
+    // A kubelet registers the node, Ready, waiting for the ccm.
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "overcast-it-pool"},
+        "spec": {"taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}]},
+    }))
+    .unwrap();
+    let registered = std::time::Instant::now();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    nodes
+        .patch_status(
+            "overcast-it-pool",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}})),
+        )
+        .await
+        .unwrap();
+    let joined = overcast_integration::real::wait_for(
+        "a connection through the balancer to the new node",
+        Duration::from_secs(30),
+        async || {
+            let mut s = tokio::time::timeout(
+                Duration::from_millis(500),
+                tokio::net::TcpStream::connect((ip.as_str(), 18090)),
+            )
+            .await
+            .ok()?
+            .ok()?;
+            let accepted = tokio::time::timeout(Duration::from_millis(500), listener.accept())
+                .await
+                .ok()?
+                .ok()?;
+            use tokio::io::AsyncWriteExt;
+            let _ = s.write_all(b"x").await;
+            drop(accepted);
+            Some(registered.elapsed())
+        },
+    )
+    .await;
+    eprintln!(
+        "the new node joined the pool {} ms after it registered",
+        joined.as_millis()
+    );
+    assert!(joined < Duration::from_secs(30));
+    services
+        .delete("overcast-it-pool", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the finalizer released", async || {
+        services
+            .get_opt("overcast-it-pool")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let _ = nodes
+        .delete("overcast-it-pool", &DeleteParams::default())
+        .await;
+}

@@ -47,8 +47,14 @@ fn node(name: &str) -> Node {
 
 /// The ccm binary as the openstack overlay runs it, syncing every 2 s.
 fn ccm(kubeconfig: &str, conf: &std::path::Path, lease: &str) -> KillOnDrop {
+    ccm_with(kubeconfig, conf, lease, &[])
+}
+
+/// The real ccm as [`ccm`] starts it, with `extra` arguments.
+fn ccm_with(kubeconfig: &str, conf: &std::path::Path, lease: &str, extra: &[&str]) -> KillOnDrop {
     KillOnDrop(
         Command::new(binary("ccm"))
+            .args(extra)
             .arg("--cloud=openstack")
             .arg(format!("--cloud-config={}", conf.display()))
             .arg(format!("--kubeconfig={kubeconfig}"))
@@ -459,4 +465,94 @@ async fn a_wrong_or_missing_answer_from_nova_or_keystone_deletes_no_node() {
     drop(ccm_proc);
     cloud.delete_server(&keeper).await;
     keystone.drop_region();
+}
+
+/// A Node as it stands after another ccm initialized it: its providerID set (spelled as
+/// that ccm spells it), no taint, and — its kubelet down, a reboot — NotReady.
+fn initialized_node(name: &str, provider_id: &str) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "spec": {"providerID": provider_id},
+        "status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]},
+    }))
+    .unwrap()
+}
+
+/// Nodes of a live server, NotReady, whose providerIDs OCCM spelled — regional
+/// (`OS_CCM_REGIONAL=true`), non-regional, the bare `/<id>` some kubelets wrote — are
+/// kept, as is one naming another region (an error for that node, as OCCM's, never
+/// "gone"); the node of a server that does not exist goes, so the ccm was deciding.
+/// (Before: providerIDs were compared as strings, and the regional node of a running
+/// server was deleted as "whose instance no longer exists".)
+#[tokio::test]
+async fn nodes_of_live_servers_are_kept_however_their_provider_id_is_spelled() {
+    let _turn = CLOUD.lock().await;
+    let Some((cloud, kubeconfig, nodes)) = setup().await else {
+        return;
+    };
+    let server = cloud.boot("overcast-it-os-spelled").await;
+    let region = cloud.env["OS_REGION_NAME"].clone();
+    let spellings = [
+        (
+            "overcast-it-os-regional",
+            format!("openstack://{region}/{server}"),
+        ),
+        ("overcast-it-os-plain", format!("openstack:///{server}")),
+        ("overcast-it-os-bare", format!("/{server}")),
+        (
+            "overcast-it-os-elsewhere",
+            format!("openstack://another-region/{server}"),
+        ),
+    ];
+    let gone = "overcast-it-os-gone";
+    for (name, pid) in spellings
+        .iter()
+        .map(|(n, p)| (*n, p.as_str()))
+        .chain([(gone, "openstack:///00000000-0000-4000-8000-000000000000")])
+    {
+        let made = nodes
+            .create(&PostParams::default(), &initialized_node(name, pid))
+            .await
+            .unwrap();
+        // The status is the kubelet's to write: set it through the status subresource.
+        let status = json!({"status": initialized_node(name, pid).status});
+        nodes
+            .patch_status(
+                &made.metadata.name.unwrap(),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&status),
+            )
+            .await
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let conf = cloud_conf(&cloud.env, dir.path());
+    // The deletion guard off: what keeps a live server's node here is its identity alone
+    // (before the fix, three spellings read as missing, and only the guard, refusing all
+    // deletions at once, would have hidden it).
+    let _ccm = ccm_with(
+        &kubeconfig,
+        &conf,
+        "overcast-it-os-ccm-spelled",
+        &["--node-deletion-max-percent=100"],
+    );
+
+    wait(
+        "the node of the server that does not exist deleted",
+        60,
+        async || nodes.get_opt(gone).await.ok()?.is_none().then_some(()),
+    )
+    .await;
+    // Several syncs more (every 2 s): every spelling of the live server stays.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    for (name, pid) in &spellings {
+        let n = nodes
+            .get_opt(name)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name} ({pid}) of a running server was deleted"));
+        assert!(!tainted(&n, SHUTDOWN_TAINT), "{name}: its server runs");
+    }
+    delete_nodes(&nodes, "overcast-it-os-").await;
+    cloud.delete_server(&server).await;
 }

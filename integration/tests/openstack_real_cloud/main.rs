@@ -72,6 +72,19 @@ async fn the_openstack_provider_passes_the_conformance_suite_on_real_services() 
         held_for: Duration::from_secs(3),
     })
     .await;
+    // The instance rules, with providerIDs as OCCM writes them either way (plain, and
+    // regional under OS_CCM_REGIONAL=true): each upstream form of the live server found.
+    let name = format!("overcast-it-{}", std::process::id());
+    let region = cloud.env.get("OS_REGION_NAME").cloned();
+    for regional in [false, true] {
+        let nova = overcast_cloud_openstack::NovaInstances::new(
+            Arc::clone(&cloud.os),
+            overcast_cloud_openstack::config::Networking::default(),
+            region.clone(),
+            regional,
+        );
+        conformance::instances(&nova, &name).await;
+    }
     cloud.delete_server(&server).await;
     // Counted by request name, with OCCM's names under the `openstack` prefix.
     assert!(cloud.metrics.requests("identity_token_create") >= 1);

@@ -53,8 +53,21 @@ pub fn ccm(
     metrics_port: u16,
     stderr: Stdio,
 ) -> KillOnDrop {
+    ccm_with(conf, kubeconfig, lease, metrics_port, stderr, &[])
+}
+
+/// The real ccm as [`ccm`] starts it, with `extra` arguments.
+pub fn ccm_with(
+    conf: &std::path::Path,
+    kubeconfig: &str,
+    lease: &str,
+    metrics_port: u16,
+    stderr: Stdio,
+    extra: &[&str],
+) -> KillOnDrop {
     KillOnDrop(
         Command::new(binary("ccm"))
+            .args(extra)
             .arg("--cloud=vsphere")
             .arg(format!("--cloud-config={}", conf.display()))
             .arg(format!("--kubeconfig={kubeconfig}"))
@@ -225,5 +238,96 @@ async fn the_ccm_initializes_nodes_from_vcenter_and_deletes_none_while_it_is_sil
         nodes.get_opt("overcast-it-vs-a").await.unwrap().is_some(),
         "a silent vCenter deleted a node"
     );
+    delete_nodes(&nodes).await;
+}
+
+/// Nodes of a running VM, NotReady, whose providerIDs were spelled as other providers and
+/// older VM hardware spell them — the BIOS UUID in upper case, or with its first three
+/// fields byte-swapped (cloud-provider-vsphere lower-cases one and retries the other,
+/// `nodemanager.go`) — are kept; the node of a UUID no VM has goes, so the ccm was
+/// deciding. (Before: providerIDs were compared as strings, and both nodes of the running
+/// VM were deleted as "whose instance no longer exists".)
+#[tokio::test]
+async fn nodes_of_a_running_vm_are_kept_however_their_provider_id_is_spelled() {
+    let Some((sim, kubeconfig, _kit)) = kit_and_vcsim("ccm on vsphere, spellings", &[]).await
+    else {
+        return;
+    };
+    let nodes: Api<Node> = Api::all(overcast_integration::real::client(&kubeconfig).await);
+    delete_nodes(&nodes).await;
+    let admin = vcenter(&sim, &Arc::new(ApiMetrics::unregistered()));
+    let snap =
+        overcast_cloud_vsphere::vms::snapshot(&overcast_cloud_vsphere::inventory::View::new(
+            Arc::clone(&admin),
+            overcast_cloud_vsphere::vms::VIEW_TYPES,
+        ))
+        .await
+        .unwrap();
+    let uuid = snap
+        .vms
+        .iter()
+        .find_map(|v| v.uuid.clone())
+        .expect("a VM with a BIOS UUID");
+    use overcast_cloud_vsphere::instances::swap_uuid_byte_order;
+    let spellings = [
+        (
+            "overcast-it-vs-upper",
+            format!("vsphere://{}", uuid.to_ascii_uppercase()),
+        ),
+        (
+            "overcast-it-vs-swapped",
+            format!("vsphere://{}", swap_uuid_byte_order(&uuid)),
+        ),
+        (
+            "overcast-it-vs-swapped-upper",
+            format!(
+                "vsphere://{}",
+                swap_uuid_byte_order(&uuid).to_ascii_uppercase()
+            ),
+        ),
+    ];
+    let gone = (
+        "overcast-it-vs-gone",
+        "vsphere://00000000-0000-4000-8000-000000000000".to_owned(),
+    );
+    for (name, pid) in spellings.iter().chain(std::iter::once(&gone)) {
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "spec": {"providerID": pid},
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+        let status = json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]}});
+        nodes
+            .patch_status(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&status),
+            )
+            .await
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let conf = sim.conf(dir.path(), "");
+    // The deletion guard off: what keeps a running VM's node here is its identity alone.
+    let _ccm = ccm_with(
+        &conf,
+        &kubeconfig,
+        "overcast-it-vs-ccm-spelled",
+        free_port(),
+        Stdio::inherit(),
+        &["--node-deletion-max-percent=100"],
+    );
+    wait("the node of a UUID no VM has deleted", 60, async || {
+        nodes.get_opt(gone.0).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    for (name, pid) in &spellings {
+        assert!(
+            nodes.get_opt(name).await.unwrap().is_some(),
+            "{name} ({pid}) of a running VM was deleted"
+        );
+    }
     delete_nodes(&nodes).await;
 }

@@ -20,11 +20,10 @@ use futures::StreamExt;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Node, NodeAddress as K8sAddress, Taint};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Resource, ResourceExt};
-use overcast_cloud::instances::{ambiguous, find};
-use overcast_cloud::{Instance, InstanceState, Instances};
+use overcast_cloud::{Instance, InstanceIndex, InstanceState, Instances};
 use serde_json::json;
 
 use crate::addresses::AddressPolicy;
@@ -123,11 +122,40 @@ fn has_taint(node: &Node, key: &str) -> bool {
 /// nodes still waiting for initialization are handled at once; everything else waits for
 /// the periodic sync, unless they turn Ready or NotReady (what the lifecycle controller
 /// acts on). The Service controller hears only what changes the backends: a node
-/// coming, going, or turning Ready or NotReady.
+/// coming, going, turning Ready or NotReady, or changing what a pool takes it by — its
+/// providerID, addresses, exclusion label or deletion (the upstream service controller
+/// re-syncs on a providerID change; a node the ccm has just initialized gets its
+/// addresses that way, and joins the pools at once instead of at the next resync).
 #[derive(Debug, Default)]
 pub struct WatchTriage {
-    /// By uid: (Ready, uninitialized) as last seen.
-    seen: std::collections::HashMap<String, (bool, bool)>,
+    /// By uid: what was last seen.
+    seen: std::collections::HashMap<String, Seen>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    ready: bool,
+    uninitialized: bool,
+    /// A hash of what the balancers' backends take from the node.
+    backend: u64,
+}
+
+/// A hash of what a node's place in the load balancers' pools depends on (besides its
+/// readiness): its providerID, addresses, exclusion label and deletion.
+fn backend_facts(node: &Node) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    provider_id(node).hash(&mut h);
+    if let Some(addresses) = node.status.as_ref().and_then(|s| s.addresses.as_ref()) {
+        for a in addresses {
+            (&a.type_, &a.address).hash(&mut h);
+        }
+    }
+    node.labels()
+        .contains_key(crate::services::EXCLUDE_LABEL)
+        .hash(&mut h);
+    node.meta().deletion_timestamp.is_some().hash(&mut h);
+    h.finish()
 }
 
 /// What the node cache keeps of a Node: what the controllers read — metadata (name, uid,
@@ -172,14 +200,18 @@ pub struct Wake {
 impl WatchTriage {
     pub fn applied(&mut self, node: &Node) -> Wake {
         let key = node.metadata.uid.clone().unwrap_or_else(|| node.name_any());
-        let state = (ready(node), has_taint(node, UNINITIALIZED_TAINT));
+        let state = Seen {
+            ready: ready(node),
+            uninitialized: has_taint(node, UNINITIALIZED_TAINT),
+            backend: backend_facts(node),
+        };
         let before = self.seen.insert(key, state);
         // Readiness flips are rare (not heartbeats) and are what the lifecycle
         // controller acts on.
-        let readiness_changed = before.map(|b| b.0) != Some(state.0);
+        let readiness_changed = before.map(|b| b.ready) != Some(state.ready);
         Wake {
-            nodes: before.is_none() || state.1 || readiness_changed,
-            services: readiness_changed,
+            nodes: before.is_none() || state.uninitialized || readiness_changed,
+            services: readiness_changed || before.map(|b| b.backend) != Some(state.backend),
         }
     }
 
@@ -247,7 +279,8 @@ impl NodeSync<'_> {
     async fn sync<N: Borrow<Node> + Sync>(&self, nodes: &[N]) -> Result<SyncReport> {
         self.metrics.cloud_call("list_instances");
         // One answer for every node; on error nothing below runs (uncertain is not gone).
-        let instances = self.cloud.list_instances().await?;
+        let listed = self.cloud.list_instances().await?;
+        let instances = InstanceIndex::new(self.cloud, &listed);
         let deletions = self.admit_deletions(nodes, &instances);
         let mut report = SyncReport::default();
         let mut first_error = None;
@@ -282,7 +315,7 @@ impl NodeSync<'_> {
 
     /// Whether this sync may delete the nodes the listing says are gone: asked of the
     /// guard once, for all of them, with how much of the cluster the listing lacks.
-    fn admit_deletions<N: Borrow<Node>>(&self, nodes: &[N], instances: &[Instance]) -> bool {
+    fn admit_deletions<N: Borrow<Node>>(&self, nodes: &[N], instances: &InstanceIndex) -> bool {
         if !self.parts.lifecycle {
             return true;
         }
@@ -294,9 +327,11 @@ impl NodeSync<'_> {
             .collect();
         let missing: Vec<&&Node> = ours
             .iter()
+            // Only a listing that positively lacks the node's instance: a providerID the
+            // provider cannot read is no answer about it.
             .filter(|n| {
-                find(instances, &n.name_any(), provider_id(n)).is_none()
-                    && !ambiguous(instances, &n.name_any(), provider_id(n))
+                matches!(instances.find(&n.name_any(), provider_id(n)), Ok(None))
+                    && !instances.ambiguous(&n.name_any(), provider_id(n))
             })
             .collect();
         let gone = missing.iter().filter(|n| !ready(n)).count();
@@ -333,7 +368,7 @@ impl NodeSync<'_> {
     async fn named(
         &self,
         node: &Node,
-        instances: &[Instance],
+        instances: &InstanceIndex<'_>,
         may_delete: bool,
     ) -> (String, Result<Vec<Outcome>>) {
         let name = node.name_any();
@@ -359,15 +394,29 @@ impl NodeSync<'_> {
     async fn sync_node(
         &self,
         node: &Node,
-        instances: &[Instance],
+        instances: &InstanceIndex<'_>,
         may_delete: bool,
     ) -> Result<Vec<Outcome>> {
         let name = node.name_any();
-        if ambiguous(instances, &name, provider_id(node)) {
+        if instances.ambiguous(&name, provider_id(node)) {
             tracing::warn!(node = %name, "several instances carry this node's name: not initialized, not deleted, until it has a providerID or the others are renamed");
             return Ok(vec![Outcome::WaitingForInstance]);
         }
-        let instance = find(instances, &name, provider_id(node));
+        let instance = match instances.find(&name, provider_id(node)) {
+            Ok(found) => found,
+            // Not "gone": the node is neither initialized, nor tainted, nor deleted, and
+            // says why.
+            Err(e) if is_ours(node, self.cloud.provider_name()) => {
+                self.event(
+                    node,
+                    "ProviderIDUnreadable",
+                    format!("{e}; the node is left as it is"),
+                )
+                .await;
+                return Err(e.into());
+            }
+            Err(_) => return Ok(vec![]),
+        };
         if has_taint(node, UNINITIALIZED_TAINT) {
             if !self.parts.initialize {
                 return Ok(vec![]);
@@ -480,8 +529,18 @@ impl NodeSync<'_> {
             }
             None if !ready(node) => {
                 tracing::info!(node = %name, "deleting a NotReady node whose instance no longer exists");
+                // Only the node this answer was about: one re-registered under the name
+                // (another uid), or changed since it was read (a providerID rewritten,
+                // Ready again), is a 409 and is looked at again next pass.
+                let exact = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: node.metadata.uid.clone(),
+                        resource_version: node.metadata.resource_version.clone(),
+                    }),
+                    ..DeleteParams::default()
+                };
                 self.api
-                    .delete(&name, &DeleteParams::default())
+                    .delete(&name, &exact)
                     .await
                     .map(drop)
                     .or_else(ignore_not_found)?;

@@ -214,14 +214,15 @@ mod tests {
         assert_eq!(all.len(), 2);
         assert_eq!(all[1].state, InstanceState::Shutdown);
         assert_eq!(all[1].zone.as_ref().unwrap().zone, "z2");
+        let index = overcast_cloud::InstanceIndex::new(&cloud, &all);
         assert_eq!(
-            overcast_cloud::instances::find(&all, "n2", None)
-                .unwrap()
-                .provider_id,
+            index.find("n2", None).unwrap().unwrap().provider_id,
             "local://n2"
         );
         assert_eq!(
-            overcast_cloud::instances::find(&all, "x", Some("local://n2"))
+            index
+                .find("x", Some("local://n2"))
+                .unwrap()
                 .unwrap()
                 .node_name,
             "n2"

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use http::Method;
-use overcast_cloud::instances::{Instance, InstanceState, Instances};
+use overcast_cloud::instances::{Instance, InstanceKey, InstanceState, Instances};
 use overcast_cloud::{CloudError, Result, Zone};
 use serde::Deserialize;
 use tokio::sync::Mutex;
@@ -316,6 +316,55 @@ impl NovaInstances {
 impl Instances for NovaInstances {
     fn provider_name(&self) -> &'static str {
         PROVIDER
+    }
+
+    /// OCCM's reading (`instanceIDFromProviderID`, `^openstack://([^/]*)/([^/]+)$`):
+    /// `openstack:///<id>`, `openstack://<region>/<id>` (what OCCM writes with
+    /// `OS_CCM_REGIONAL=true`), and `/<id>`, which it reads as the first (kubernetes#85731).
+    /// A region other than this ccm's is an error, as OCCM's "didn't match supported
+    /// region": another region's server is not this cloud's to call gone.
+    fn instance_keys(&self, provider_id: &str) -> Result<Vec<InstanceKey>> {
+        let full;
+        let pid = if provider_id.is_empty() || provider_id.contains("://") {
+            provider_id
+        } else {
+            full = format!("{PROVIDER}://{provider_id}");
+            &full
+        };
+        let (region, id) = pid
+            .strip_prefix(PROVIDER)
+            .and_then(|r| r.strip_prefix("://"))
+            .and_then(|r| r.split_once('/'))
+            .filter(|(_, id)| !id.is_empty() && !id.contains('/'))
+            .ok_or_else(|| {
+                CloudError::InvalidArgument(format!(
+                    "providerID {provider_id:?} is not of the form {PROVIDER}://[<region>]/<server id>"
+                ))
+            })?;
+        if !region.is_empty() && Some(region) != self.region.as_deref() {
+            return Err(CloudError::FailedPrecondition(format!(
+                "providerID {provider_id:?} names region {region:?}; this cloud is region {:?}",
+                self.region.as_deref().unwrap_or_default()
+            )));
+        }
+        Ok(vec![InstanceKey(id.to_owned())])
+    }
+
+    fn upstream_forms(&self, instance: &Instance) -> Vec<String> {
+        let Ok(keys) = self.instance_keys(&instance.provider_id) else {
+            return vec![instance.provider_id.clone()];
+        };
+        let id = &keys[0].0;
+        let mut forms = vec![
+            instance.provider_id.clone(),
+            format!("{PROVIDER}:///{id}"),
+            format!("/{id}"),
+        ];
+        if let Some(region) = &self.region {
+            forms.push(format!("{PROVIDER}://{region}/{id}"));
+        }
+        forms.dedup();
+        forms
     }
 
     async fn list_instances(&self) -> Result<Vec<Instance>> {

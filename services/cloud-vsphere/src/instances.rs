@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use overcast_cloud::{CloudError, Instance, InstanceState, Instances, Result, Zone};
+use overcast_cloud::{CloudError, Instance, InstanceKey, InstanceState, Instances, Result, Zone};
 
 use crate::config::{Config, IpFamily, Nodes};
 use crate::inventory::View;
@@ -193,10 +193,72 @@ fn uncertain(server: &str, vm: &Vm) -> CloudError {
     ))
 }
 
+/// cloud-provider-vsphere's `ConvertK8sUUIDtoNormal`: a BIOS UUID as some guests and the
+/// in-tree provider read it (the first three fields byte-swapped, as SMBIOS stores them
+/// little-endian) turned into vCenter's, and back again (the swap is its own inverse).
+/// Anything shorter than a UUID is left as it is.
+pub fn swap_uuid_byte_order(uuid: &str) -> String {
+    if uuid.len() < 36 || !uuid.is_ascii() {
+        return uuid.to_owned();
+    }
+    let pair = |i: usize| &uuid[i..i + 2];
+    format!(
+        "{}{}{}{}-{}{}-{}{}{}",
+        pair(6),
+        pair(4),
+        pair(2),
+        pair(0),
+        pair(11),
+        pair(9),
+        pair(16),
+        pair(14),
+        &uuid[18..]
+    )
+}
+
 #[async_trait]
 impl Instances for VsphereInstances {
     fn provider_name(&self) -> &'static str {
         PROVIDER
+    }
+
+    /// cloud-provider-vsphere's reading (`GetUUIDFromProviderID`): the UUID after
+    /// `vsphere://`, trimmed and lower-cased — and, as its node manager retries a lookup
+    /// that found nothing, the same UUID in the other byte order (in-tree and older VM
+    /// hardware wrote it so).
+    fn instance_keys(&self, provider_id: &str) -> Result<Vec<InstanceKey>> {
+        let uuid = provider_id
+            .strip_prefix(PROVIDER)
+            .and_then(|r| r.strip_prefix("://"))
+            .map(|r| r.trim().to_ascii_lowercase())
+            .filter(|u| !u.is_empty() && !u.contains('/'))
+            .ok_or_else(|| {
+                CloudError::InvalidArgument(format!(
+                    "providerID {provider_id:?} is not of the form {PROVIDER}://<bios uuid>"
+                ))
+            })?;
+        let swapped = swap_uuid_byte_order(&uuid);
+        let mut keys = vec![InstanceKey(uuid)];
+        if swapped != keys[0].0 {
+            keys.push(InstanceKey(swapped));
+        }
+        Ok(keys)
+    }
+
+    fn upstream_forms(&self, instance: &Instance) -> Vec<String> {
+        let uuid = instance
+            .provider_id
+            .strip_prefix("vsphere://")
+            .unwrap_or_default();
+        vec![
+            instance.provider_id.clone(),
+            format!("{PROVIDER}://{}", uuid.to_ascii_uppercase()),
+            format!("{PROVIDER}://{}", swap_uuid_byte_order(uuid)),
+            format!(
+                "{PROVIDER}://{}",
+                swap_uuid_byte_order(uuid).to_ascii_uppercase()
+            ),
+        ]
     }
 
     /// Every vCenter's VMs; any vCenter that does not answer fails the listing (an
@@ -213,6 +275,16 @@ impl Instances for VsphereInstances {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// cloud-provider-vsphere's own example (`util.go`), both ways.
+    #[test]
+    fn a_k8s_uuid_turns_into_vcenter_s_and_back() {
+        let k8s = "56492e42-22ad-3911-6d72-59cc8f26bc90";
+        let vmware = "422e4956-ad22-1139-6d72-59cc8f26bc90";
+        assert_eq!(swap_uuid_byte_order(k8s), vmware);
+        assert_eq!(swap_uuid_byte_order(vmware), k8s);
+        assert_eq!(swap_uuid_byte_order("short"), "short");
+    }
     use crate::vms::Entity;
 
     fn snap(vms: Vec<Vm>) -> Snapshot {

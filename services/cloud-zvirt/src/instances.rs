@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use http::Method;
-use overcast_cloud::{AddressType, Instance, InstanceState, Instances, NodeAddress, Result, Zone};
+use overcast_cloud::{
+    AddressType, Instance, InstanceKey, InstanceState, Instances, NodeAddress, Result, Zone,
+};
 use serde_json::Value;
 
 use crate::client::{members, number, Engine};
@@ -95,6 +97,14 @@ pub fn shape(vm: &Value) -> String {
 impl Instances for EngineInstances {
     fn provider_name(&self) -> &'static str {
         PROVIDER
+    }
+
+    /// `zvirt://<vm id>`, as Deckhouse's zVirt ccm writes and reads it; the id is a UUID,
+    /// the same in any case.
+    fn instance_keys(&self, provider_id: &str) -> Result<Vec<InstanceKey>> {
+        let mut keys = overcast_cloud::instances::plain_keys(PROVIDER, provider_id)?;
+        keys[0].0.make_ascii_lowercase();
+        Ok(keys)
     }
 
     async fn list_instances(&self) -> Result<Vec<Instance>> {

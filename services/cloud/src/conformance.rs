@@ -523,7 +523,10 @@ pub async fn list_names_every_disk_once(h: &DiskHarness) {
 
 /// The instance rules: the node a CSI node plugin reports (`node`) is an instance whose
 /// node name it is, listed once, with a providerID of the provider's scheme; looking a
-/// node up by name or by providerID finds the same instance.
+/// node up by name or by providerID finds the same instance — by every providerID form
+/// the provider's upstream writes for it, so that no spelling of a live instance is ever
+/// taken for one that is gone; and a providerID the provider cannot read is an error,
+/// never "not listed".
 pub async fn instances(instances: &dyn Instances, node: &str) {
     let all = instances.list_instances().await.expect("list instances");
     let mine: Vec<_> = all.iter().filter(|i| i.node_name == node).collect();
@@ -535,11 +538,27 @@ pub async fn instances(instances: &dyn Instances, node: &str) {
         "providerID {} has the scheme {scheme}",
         me.provider_id
     );
-    let by_name = crate::instances::find(&all, node, None).expect("found by name");
-    let by_id = crate::instances::find(&all, "renamed", Some(&me.provider_id))
-        .expect("found by providerID");
+    let index = crate::InstanceIndex::new(instances, &all);
+    let by_name = index
+        .find(node, None)
+        .expect("a lookup by name answers")
+        .expect("found by name");
     assert_eq!(by_name, me);
-    assert_eq!(by_id, me);
+    let forms = instances.upstream_forms(me);
+    assert!(forms.contains(&me.provider_id), "{forms:?}");
+    for form in &forms {
+        let by_id = index
+            .find("renamed", Some(form))
+            .unwrap_or_else(|e| panic!("providerID {form:?} of a live instance: {e}"))
+            .unwrap_or_else(|| panic!("providerID {form:?} of a live instance is not found"));
+        assert_eq!(by_id, me, "{form}");
+    }
+    for unreadable in [scheme.clone(), "no-such-scheme://x".to_owned()] {
+        assert!(
+            index.find("renamed", Some(&unreadable)).is_err(),
+            "{unreadable:?} is an error, not an absent instance"
+        );
+    }
     let mut ids: Vec<&str> = all.iter().map(|i| i.provider_id.as_str()).collect();
     ids.sort_unstable();
     let n = ids.len();

@@ -27,7 +27,9 @@ pub use config::ConfigError;
 pub use discovery::{CloudCondition, ClusterDisk, Discovery, InstanceType};
 pub use disks::{Attachment, Disk, DiskCondition, DiskSpec, Disks, Zone};
 pub use error::{CloudError, Result};
-pub use instances::{AddressType, Instance, InstanceState, Instances, NodeAddress};
+pub use instances::{
+    AddressType, Instance, InstanceIndex, InstanceKey, InstanceState, Instances, NodeAddress,
+};
 pub use load_balancers::{
     Backend, LbPort, LoadBalancerRef, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers,
     Protocol, ServiceRef,

@@ -67,7 +67,7 @@ fn instance(name: &str, state: InstanceState) -> Instance {
 fn node(name: &str, taints: &[&str], ready: bool, provider_id: Option<&str>) -> Node {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "resourceVersion": "42"},
+        "metadata": {"name": name, "resourceVersion": "42", "uid": format!("uid-{name}")},
         "spec": {
             "providerID": provider_id,
             "taints": taints.iter().map(|k| json!({"key": k, "effect": "NoSchedule"})).collect::<Vec<_>>(),
@@ -250,7 +250,13 @@ async fn lifecycle_deletes_gone_not_ready_nodes_and_taints_shut_down_ones() {
         node("fine", &[], true, Some("fake://fine")),
     ];
     let calls = vec![
-        Call::new("DELETE", "/api/v1/nodes/gone", node_json("gone")),
+        // Only the node that was looked at: its uid and the version read.
+        Call::new("DELETE", "/api/v1/nodes/gone", node_json("gone")).checking(|b| {
+            assert_eq!(
+                b["preconditions"],
+                json!({"uid": "uid-gone", "resourceVersion": "42"})
+            );
+        }),
         Call::new("PATCH", "/api/v1/nodes/off", node_json("off")).checking(|b| {
             assert_eq!(
                 b["spec"]["taints"],
@@ -485,4 +491,61 @@ fn the_slim_node_answers_every_controller_question_as_the_full_one() {
     let before = serde_json::to_vec(&full).unwrap().len();
     let after = serde_json::to_vec(&slim_node).unwrap().len();
     assert!(after * 5 < before, "{before} → {after} bytes");
+}
+
+/// A providerID the provider cannot read is an error for that node, never "gone": a
+/// NotReady node carrying one is neither deleted nor tainted (before, its string matched
+/// no instance's, and it was deleted).
+#[tokio::test]
+async fn an_unreadable_provider_id_is_an_error_never_gone() {
+    let cloud = FakeCloud::with(vec![instance("n1", InstanceState::Running)]);
+    let nodes = vec![
+        node("n1", &[], true, Some("fake://n1")),
+        node("odd", &[], false, Some("fake://a/b")),
+    ];
+    let (report, served) = run(&cloud, nodes, vec![], ALL).await;
+    let err = report.unwrap_err().to_string();
+    assert!(err.contains("fake://a/b"), "{err}");
+    assert_eq!(served, 0, "neither deleted nor tainted");
+}
+
+/// The Services hear of a node changing what a pool takes it by — its providerID and
+/// addresses, set by the ccm's initialization — not only of readiness flips; heartbeats
+/// still wake nothing.
+#[test]
+fn a_node_getting_its_identity_and_addresses_wakes_the_services() {
+    use crate::nodes::{Wake, WatchTriage};
+    let node = |pid: Option<&str>, ip: Option<&str>| -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n", "uid": "u2"},
+            "spec": {"providerID": pid},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "addresses": ip.map(|ip| json!([{"type": "InternalIP", "address": ip}])).unwrap_or(json!([])),
+            },
+        }))
+        .unwrap()
+    };
+    let mut t = WatchTriage::default();
+    t.applied(&node(None, None));
+    assert_eq!(t.applied(&node(None, None)), Wake::default(), "a heartbeat");
+    assert!(
+        t.applied(&node(Some("fake://n"), None)).services,
+        "providerID set"
+    );
+    assert!(
+        t.applied(&node(Some("fake://n"), Some("10.0.0.9")))
+            .services,
+        "an address set"
+    );
+    assert_eq!(
+        t.applied(&node(Some("fake://n"), Some("10.0.0.9"))),
+        Wake::default(),
+        "a heartbeat"
+    );
+    assert!(
+        t.applied(&node(Some("fake://n"), Some("10.0.0.10")))
+            .services,
+        "the address changed"
+    );
 }
