@@ -361,3 +361,127 @@ async fn a_new_load_balancer_is_made_in_one_call() {
     .await;
     assert!(named(&cloud, &name).await.is_empty());
 }
+
+/// Octavia's own record of a load balancer set to `status`, as a worker that died mid-flow
+/// leaves it (the simulator keeps Octavia's database in SQLite beside its openrc).
+fn set_provisioning_status(lb: &str, status: &str) {
+    let openrc = std::env::var("OVERCAST_TEST_OPENSTACK_OPENRC").expect("the openrc");
+    let db = std::path::Path::new(&openrc)
+        .parent()
+        .unwrap()
+        .join("octavia/octavia.db");
+    for attempt in 1..=20 {
+        let out = std::process::Command::new("sqlite3")
+            .arg(&db)
+            .arg(format!(
+                "PRAGMA busy_timeout=5000; UPDATE load_balancer SET provisioning_status='{status}' WHERE id='{lb}';"
+            ))
+            .output()
+            .expect("sqlite3");
+        if out.status.success() {
+            return;
+        }
+        eprintln!(
+            "sqlite3 (attempt {attempt}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!("could not set {lb} to {status}");
+}
+
+/// A Service's load balancer in ERROR, with the annotations the ccm wrote on the Service:
+/// the ccm's own balancer is deleted and made anew, the annotation follows the new one,
+/// and the ingress names the new balancer's address. An id annotation the user wrote,
+/// naming a balancer that is gone, is NOT_FOUND saying so — never replaced. (Before: the
+/// balancer was deleted, and every pass after it looked up the id the ccm itself had
+/// written, got 404 and stopped: the Service had no balancer at all.)
+#[tokio::test]
+async fn a_balancer_in_error_is_made_again_and_the_annotation_follows_it() {
+    let _turn = CLOUD.lock().await;
+    let Some(cloud) = Cloud::new() else {
+        return;
+    };
+    sweep(&cloud).await;
+    let lbs = lbs(
+        &cloud,
+        LoadBalancerOpts {
+            provider_requires_serial_api_calls: true,
+            subnet_id: Some(cloud.env["OSSIM_SUBNET_ID"].clone()),
+            ..LoadBalancerOpts::default()
+        },
+    );
+    let mut spec = service(
+        "broken",
+        &[(Protocol::Tcp, 80, 30080)],
+        &[("node-a", "10.0.0.9")],
+    );
+    spec.annotations.insert(
+        "service.beta.kubernetes.io/openstack-internal-load-balancer".into(),
+        "true".into(),
+    );
+    let id_key = "loadbalancer.openstack.org/load-balancer-id";
+    let status = retried("ensure", async || lbs.ensure_load_balancer(&spec).await).await;
+    // What the ccm then writes on the Service.
+    spec.annotations.extend(status.annotations.clone());
+    let first = status.annotations[id_key].clone();
+    set_provisioning_status(&first, "ERROR");
+
+    // The ccm's next passes, each with the Service's annotations as the last left them.
+    let mut made = None;
+    for pass in 1..=8 {
+        match lbs.ensure_load_balancer(&spec).await {
+            Ok(s) => {
+                spec.annotations.extend(s.annotations.clone());
+                made = Some(s);
+                break;
+            }
+            Err(CloudError::Unavailable(e)) => eprintln!("pass {pass}: {e}"),
+            Err(e) => panic!("pass {pass} after ERROR: {e}"),
+        }
+    }
+    let status = made.expect("a balancer made again");
+    let second = status.annotations[id_key].clone();
+    assert_ne!(second, first, "a new balancer");
+    assert_eq!(
+        spec.annotations[id_key], second,
+        "the annotation follows it"
+    );
+    let (code, lb) = octavia(
+        &cloud,
+        Method::GET,
+        &format!("/v2/lbaas/loadbalancers/{second}"),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(lb["loadbalancer"]["provisioning_status"], "ACTIVE");
+    assert_eq!(
+        status.ingress_ips,
+        vec![lb["loadbalancer"]["vip_address"]
+            .as_str()
+            .unwrap()
+            .to_owned()],
+        "the ingress names the live balancer"
+    );
+    let name = load_balancer_name(CLUSTER, &spec.service);
+    assert_eq!(named(&cloud, &name).await.len(), 1, "one balancer");
+
+    // The user's own annotation naming a balancer that is gone: said, not replaced.
+    let mut theirs = service("theirs", &[(Protocol::Tcp, 80, 30081)], &[]);
+    theirs
+        .annotations
+        .insert(id_key.into(), "00000000-0000-4000-8000-000000000000".into());
+    match lbs.ensure_load_balancer(&theirs).await {
+        Err(CloudError::NotFound { id, .. }) => {
+            assert!(id.contains("not written by this ccm"), "{id}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(named(&cloud, &load_balancer_name(CLUSTER, &theirs.service))
+        .await
+        .is_empty());
+    lbs.delete_load_balancer(&spec.reference())
+        .await
+        .expect("delete");
+}

@@ -37,7 +37,7 @@ use crate::client::OpenStack;
 use crate::config::LoadBalancerOpts;
 use crate::volumes::encode;
 use api::{LoadBalancer, Octavia, Waits};
-use conf::{Features, ServiceConf, FIP_DESCRIPTION, LOAD_BALANCER_ID};
+use conf::{Features, ServiceConf, FIP_DESCRIPTION, LOAD_BALANCER_ID, LOAD_BALANCER_ID_WRITTEN};
 
 /// OCCM's names are cut to Octavia's 255 characters (`Sprintf255`).
 pub(crate) fn cut255(s: String) -> String {
@@ -116,23 +116,32 @@ impl OctaviaLoadBalancers {
     }
 
     /// The Service's load balancer: the one its annotation names, else by OCCM's name,
-    /// else by the legacy name; one being deleted does not count.
+    /// else by the legacy name; one being deleted does not count. An annotation naming a
+    /// balancer that is gone is judged by who wrote it: this ccm (the id it recorded
+    /// beside it) — the balancer it made is gone, and is found by name or made anew —
+    /// or anyone else, whose balancer this ccm never replaces (NOT_FOUND, said on the
+    /// Service).
     async fn find(
         &self,
         lb: &LoadBalancerRef,
         lb_id: Option<&str>,
     ) -> Result<Option<LoadBalancer>> {
         if let Some(id) = lb_id {
-            return match self.api.load_balancer(id).await? {
-                Some(found) => Ok(Some(found)),
-                None => Err(CloudError::NotFound {
-                    kind: "load balancer",
-                    id: format!(
-                        "{id} (named by {LOAD_BALANCER_ID} on {}; remove the annotation to have one made)",
-                        lb.service
-                    ),
-                }),
-            };
+            match self.api.load_balancer(id).await? {
+                Some(found) => return Ok(Some(found)),
+                None if lb.annotations.get(LOAD_BALANCER_ID_WRITTEN).map(String::as_str) == Some(id) => {
+                    tracing::warn!(service = %lb.service, load_balancer = %id, "the load balancer this ccm made for the Service is gone: looking for it by name, else making it anew");
+                }
+                None => {
+                    return Err(CloudError::NotFound {
+                        kind: "load balancer",
+                        id: format!(
+                            "{id} (named by {LOAD_BALANCER_ID} on {}, not written by this ccm: it is not replaced; remove the annotation to have one made)",
+                            lb.service
+                        ),
+                    })
+                }
+            }
         }
         let name = load_balancer_name(&self.cluster, &lb.service);
         for candidate in [name.as_str(), lb.name.as_str()] {

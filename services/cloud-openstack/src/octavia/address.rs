@@ -7,7 +7,9 @@ use overcast_cloud::{CloudError, LoadBalancerSpec, LoadBalancerStatus, Result};
 use serde_json::json;
 
 use super::api::LoadBalancer;
-use super::conf::{ServiceConf, FIP_DESCRIPTION, LOAD_BALANCER_ADDRESS, LOAD_BALANCER_ID};
+use super::conf::{
+    ServiceConf, FIP_DESCRIPTION, LOAD_BALANCER_ADDRESS, LOAD_BALANCER_ID, LOAD_BALANCER_ID_WRITTEN,
+};
 use super::{neutron, OctaviaLoadBalancers};
 
 impl OctaviaLoadBalancers {
@@ -106,6 +108,7 @@ impl OctaviaLoadBalancers {
         let mut status = LoadBalancerStatus {
             annotations: BTreeMap::from([
                 (LOAD_BALANCER_ID.to_owned(), lb.id.clone()),
+                (LOAD_BALANCER_ID_WRITTEN.to_owned(), lb.id.clone()),
                 (LOAD_BALANCER_ADDRESS.to_owned(), address.to_owned()),
             ]),
             ..LoadBalancerStatus::default()

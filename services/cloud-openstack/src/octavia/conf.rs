@@ -12,6 +12,11 @@ pub const INTERNAL: &str = "service.beta.kubernetes.io/openstack-internal-load-b
 const PREFIX: &str = "loadbalancer.openstack.org/";
 pub const LOAD_BALANCER_ID: &str = "loadbalancer.openstack.org/load-balancer-id";
 pub const LOAD_BALANCER_ADDRESS: &str = "loadbalancer.openstack.org/load-balancer-address";
+/// The id this ccm wrote to [`LOAD_BALANCER_ID`], written beside it: an id the ccm wrote
+/// names a balancer the ccm made, which it makes anew when that one is gone; any other
+/// id is the user's (a shared balancer) or OCCM's, and its balancer gone is said, not
+/// replaced.
+pub const LOAD_BALANCER_ID_WRITTEN: &str = "openstack.overcast.dev/load-balancer-id";
 pub const KEEP_FLOATING_IP: &str = "loadbalancer.openstack.org/keep-floatingip";
 /// A floating IP we made says so in its description (OCCM deletes only those).
 pub const FIP_DESCRIPTION: &str = "Floating IP for Kubernetes external service";
