@@ -331,3 +331,97 @@ async fn the_ccm_routes_a_node_s_pod_cidr_and_removes_it_with_the_node() {
         .contains(&("192.168.78.0/24".to_owned(), other_ip.clone())));
     clean(&cloud, &router).await;
 }
+
+/// A route exists only with its port pair. A pair update Neutron refuses (another writer
+/// changed the port between the read and the write: revision bumped) takes the route out
+/// again, as OCCM's CreateRoute does, so the next pass makes both; and a route a crash left
+/// without its pair is listed as incomplete, so the next pass adds the pair. (Before: the
+/// route stayed, the ccm found it present, marked the node's network available, and port
+/// security dropped the pods' traffic.)
+#[tokio::test]
+async fn a_route_is_there_only_with_its_port_pair() {
+    let _turn = CLOUD.lock().await;
+    let Some(cloud) = Cloud::new() else {
+        return;
+    };
+    let router = router_id(&cloud).await;
+    clean(&cloud, &router).await;
+    let (port, ip) = nic(&cloud, "paired").await;
+    let t = target("n1", &ip);
+    let cidr = "10.244.9.0/24";
+
+    // Another writer renames the port between our read and our write, once.
+    let mut routes = NeutronRoutes::new(Arc::clone(&cloud.os), router.clone());
+    let os = Arc::clone(&cloud.os);
+    let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let once = Arc::clone(&fired);
+    routes.between_port_read_and_write = Some(Arc::new(move |port: String| {
+        let os = Arc::clone(&os);
+        let once = Arc::clone(&once);
+        Box::pin(async move {
+            if once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            os.call(
+                Service::Network,
+                "it_port_update",
+                Method::PUT,
+                &format!("/v2.0/ports/{port}"),
+                Some(&json!({"port": {"description": "changed by another writer"}})),
+                None,
+            )
+            .await
+            .expect("the other writer's update");
+        })
+    }));
+    let refused = routes.create_route(&t, cidr).await;
+    assert!(
+        matches!(refused, Err(overcast_cloud::CloudError::Conflict(_))),
+        "{refused:?}"
+    );
+    assert!(fired.load(std::sync::atomic::Ordering::SeqCst));
+    assert!(
+        !router_routes(&cloud, &router)
+            .await
+            .iter()
+            .any(|r| r.0 == cidr),
+        "the route is taken out again with its pair refused"
+    );
+    assert!(!pairs(&cloud, &port).await.contains(&cidr.to_owned()));
+    // The next pass: both.
+    routes.create_route(&t, cidr).await.expect("the next pass");
+    assert!(router_routes(&cloud, &router)
+        .await
+        .contains(&(cidr.to_owned(), ip.clone())));
+    assert!(pairs(&cloud, &port).await.contains(&cidr.to_owned()));
+    let listed = routes.list_routes(std::slice::from_ref(&t)).await.unwrap();
+    assert!(listed
+        .iter()
+        .any(|r| r.destination_cidr == cidr && r.complete));
+
+    // A crash between the route and the pair: the pair is taken away behind our back.
+    neutron(
+        &cloud,
+        Method::PUT,
+        &format!("/v2.0/ports/{port}"),
+        Some(&json!({"port": {"allowed_address_pairs": []}})),
+    )
+    .await;
+    let listed = routes.list_routes(std::slice::from_ref(&t)).await.unwrap();
+    let ours = listed
+        .iter()
+        .find(|r| r.destination_cidr == cidr)
+        .expect("listed");
+    assert!(!ours.complete, "a route without its pair is incomplete");
+    routes.create_route(&t, cidr).await.expect("repaired");
+    assert!(pairs(&cloud, &port).await.contains(&cidr.to_owned()));
+    assert_eq!(
+        router_routes(&cloud, &router)
+            .await
+            .iter()
+            .filter(|r| r.0 == cidr)
+            .count(),
+        1
+    );
+    clean(&cloud, &router).await;
+}

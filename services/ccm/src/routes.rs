@@ -102,8 +102,11 @@ impl RouteSync {
         let targets: Vec<RouteTarget> = nodes.iter().map(|n| target(n)).collect();
         self.metrics.cloud_call("list_routes");
         let routes = self.cloud.list_routes(&targets).await?;
+        // Only a complete route counts as made: one whose port pairs are missing (a
+        // failed update, a crash between the two) is made again, which repairs it.
         let have: BTreeSet<(String, (IpAddr, u8))> = routes
             .iter()
+            .filter(|r| r.complete)
             .filter_map(|r| Some((r.node.clone()?, network(&r.destination_cidr)?)))
             .collect();
         let mut report = RouteReport::default();

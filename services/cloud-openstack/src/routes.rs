@@ -44,6 +44,8 @@ struct Port {
     #[serde(default)]
     allowed_address_pairs: Vec<Value>,
     #[serde(default)]
+    fixed_ips: Vec<Value>,
+    #[serde(default)]
     revision_number: Option<u64>,
 }
 
@@ -61,7 +63,15 @@ pub struct NeutronRoutes {
     /// Tests: write the whole list with a revision check even where `extraroute-atomic`
     /// exists.
     pub force_revision_writes: bool,
+    /// Tests: run between reading a port and writing its address pairs (another writer
+    /// changing the port there).
+    pub between_port_read_and_write: Option<PortHook>,
 }
+
+/// What a test runs between a port's read and its write (the port's id).
+pub type PortHook = Arc<
+    dyn Fn(String) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync,
+>;
 
 impl NeutronRoutes {
     pub fn new(os: Arc<OpenStack>, router: String) -> Self {
@@ -70,6 +80,7 @@ impl NeutronRoutes {
             router,
             extensions: OnceCell::new(),
             force_revision_writes: false,
+            between_port_read_and_write: None,
         }
     }
 
@@ -191,6 +202,24 @@ impl NeutronRoutes {
         Ok(if ports.len() == 1 { ports.pop() } else { None })
     }
 
+    /// Every server port (one listing, only the fields the routes need).
+    async fn server_ports(&self) -> Result<Vec<Port>> {
+        let resp = self
+            .os
+            .expect(
+                Service::Network,
+                "port_list",
+                Method::GET,
+                "/v2.0/ports?fields=id&fields=device_owner&fields=fixed_ips&fields=allowed_address_pairs&fields=port_security_enabled&fields=revision_number",
+                None,
+                &[200],
+            )
+            .await?;
+        let mut ports: Vec<Port> = json_at("port_list", &resp, "ports")?;
+        ports.retain(|p| p.device_owner.starts_with("compute:"));
+        Ok(ports)
+    }
+
     /// Adds or removes `cidr` in the allowed address pairs of the port holding `address`.
     async fn pair(&self, address: &str, cidr: &str, add: bool) -> Result<()> {
         if !self.extensions().await?.address_pairs {
@@ -218,6 +247,9 @@ impl NeutronRoutes {
         if add {
             pairs.push(json!({"ip_address": cidr}));
         }
+        if let Some(hook) = &self.between_port_read_and_write {
+            hook(port.id.clone()).await;
+        }
         self.os
             .expect_at_revision(
                 Service::Network,
@@ -227,6 +259,31 @@ impl NeutronRoutes {
                 port.revision_number,
             )
             .await
+    }
+}
+
+/// Whether the one server port holding the route's next hop lets its CIDR through:
+/// port security off, or the CIDR among its allowed address pairs. No single such port
+/// (the hop is not a server's, or several claim it) leaves nothing a pair could fix: the
+/// route counts as complete, as `pair` then adds none.
+fn lets_through(ports: &[Port], route: &RouterRoute) -> bool {
+    let holding: Vec<&Port> = ports
+        .iter()
+        .filter(|p| {
+            p.fixed_ips
+                .iter()
+                .any(|ip| ip["ip_address"] == route.nexthop.as_str())
+        })
+        .collect();
+    match holding.as_slice() {
+        [port] => {
+            port.port_security_enabled == Some(false)
+                || port
+                    .allowed_address_pairs
+                    .iter()
+                    .any(|p| p["ip_address"] == route.destination.as_str())
+        }
+        _ => true,
     }
 }
 
@@ -246,18 +303,31 @@ fn next_hop(target: &RouteTarget, cidr: &str) -> Option<String> {
 
 #[async_trait]
 impl Routes for NeutronRoutes {
+    /// The router's routes, each complete only when its next hop's port lets the CIDR
+    /// through (one port listing for all of them).
     async fn list_routes(&self, nodes: &[RouteTarget]) -> Result<Vec<Route>> {
         let router = self.router().await?;
+        let ports = if self.extensions().await?.address_pairs && !router.routes.is_empty() {
+            Some(self.server_ports().await?)
+        } else {
+            None
+        };
         Ok(router
             .routes
             .into_iter()
-            .map(|r| Route {
-                node: nodes
+            .map(|r| {
+                let node = nodes
                     .iter()
                     .find(|n| n.addresses.iter().any(|a| a.address == r.nexthop))
-                    .map(|n| n.node.clone()),
-                destination_cidr: r.destination,
-                next_hop: r.nexthop,
+                    .map(|n| n.node.clone());
+                let complete =
+                    node.is_none() || ports.as_ref().is_none_or(|ports| lets_through(ports, &r));
+                Route {
+                    node,
+                    destination_cidr: r.destination,
+                    next_hop: r.nexthop,
+                    complete,
+                }
             })
             .collect())
     }
@@ -269,15 +339,21 @@ impl Routes for NeutronRoutes {
                 target.node
             ))
         })?;
-        self.change(
-            RouterRoute {
-                destination: cidr.to_owned(),
-                nexthop: hop.clone(),
-            },
-            true,
-        )
-        .await?;
-        self.pair(&hop, cidr, true).await
+        let route = RouterRoute {
+            destination: cidr.to_owned(),
+            nexthop: hop.clone(),
+        };
+        self.change(route.clone(), true).await?;
+        // As OCCM's CreateRoute: a route whose port pair could not be added is taken out
+        // again, so the next pass makes both (a route without its pair routes traffic
+        // that port security then drops).
+        if let Err(e) = self.pair(&hop, cidr, true).await {
+            if let Err(undo) = self.change(route, false).await {
+                tracing::warn!(%cidr, next_hop = %hop, error = %undo, "could not take out a route whose port pair failed; the next pass sees it incomplete and repairs it");
+            }
+            return Err(e);
+        }
+        Ok(())
     }
 
     async fn delete_route(&self, route: &Route) -> Result<()> {

@@ -22,6 +22,11 @@ pub struct Route {
     pub destination_cidr: String,
     /// The cloud's next hop as it holds it, so exactly this route is deleted.
     pub next_hop: String,
+    /// Whether what else the route needs to carry traffic is in place (OpenStack: the
+    /// next hop's port lets the CIDR through its port security). An incomplete route is
+    /// made again — creating is idempotent — and its node's network is not called
+    /// available until it is.
+    pub complete: bool,
 }
 
 #[async_trait]

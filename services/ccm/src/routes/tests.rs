@@ -65,6 +65,7 @@ fn route(node: Option<&str>, cidr: &str) -> Route {
         node: node.map(str::to_owned),
         destination_cidr: cidr.into(),
         next_hop: "10.0.0.5".into(),
+        complete: true,
     }
 }
 
