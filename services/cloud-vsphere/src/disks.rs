@@ -16,17 +16,18 @@ use async_trait::async_trait;
 use overcast_cloud::{Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, Result, Zone};
 use tokio::sync::Mutex;
 
-use crate::cns::{Cns, CreateSpec, Filter, Volume};
+use crate::cns::{Cns, Filter, Volume};
 use crate::creates::InFlight;
 use crate::inventory::{properties, View};
 use crate::pbm::Pbm;
 use crate::search;
 use crate::soap::Moref;
 
+mod create;
 mod devices;
 pub mod placement;
 use devices::{attachment, disk_uuid, no_instance, not_found, volume_disks, volume_id};
-use placement::{same_url, Places, Topology};
+use placement::{Places, Topology};
 
 use crate::config::Config;
 use crate::tags::Tags;
@@ -139,41 +140,6 @@ impl VsphereDisks {
     pub fn with_state_dir(mut self, dir: PathBuf) -> Self {
         self.in_flight = InFlight::new(Some(dir.join("vsphere-creates")));
         self
-    }
-
-    /// The volume a recorded create's task made, once it has succeeded; `None` when
-    /// there is no record or its task is gone (what it made is then found by name).
-    /// A task that failed is that create's error; one still running, or not read, keeps
-    /// its record for the next retry.
-    ///
-    /// A vCenter reuses task ids after a restart: a recorded id may name another task by
-    /// then. Only a create's task that made a volume of this name is taken as this
-    /// create's; anything else is forgotten and the name looked up.
-    async fn awaited(&self, name: &str, task: Moref) -> Result<Option<Volume>> {
-        match self.cns.created(&task).await {
-            Ok(Some(id)) => {
-                let v = self.volume(&id).await;
-                self.in_flight.forget(name);
-                match v {
-                    Ok(v) if v.name == name => Ok(Some(v)),
-                    Ok(_) | Err(CloudError::NotFound { .. }) => Ok(None),
-                    Err(e) => Err(e),
-                }
-            }
-            Ok(None) => {
-                self.in_flight.forget(name);
-                Ok(None)
-            }
-            Err(CloudError::NotFound { .. }) => {
-                self.in_flight.forget(name);
-                Ok(None)
-            }
-            Err(e @ (CloudError::Unavailable(_) | CloudError::DeadlineExceeded(_))) => Err(e),
-            Err(e) => {
-                self.in_flight.forget(name);
-                Err(e)
-            }
-        }
     }
 
     /// The VMs and their virtual disks (where volumes are attached), or the datastores:
@@ -351,117 +317,7 @@ impl Disks for VsphereDisks {
     }
 
     async fn create_disk(&self, spec: DiskSpec) -> Result<Disk> {
-        self.validate_parameters(&spec.parameters)?;
-        let lock = {
-            let mut map = self.creating.lock().await;
-            Arc::clone(map.entry(spec.name.clone()).or_default())
-        };
-        let _held = lock.lock().await;
-        // A create of this name already under way (its caller gave up, or the process
-        // was restarted): its task decides, no second create is started.
-        if let Some(task) = self.in_flight.get(&spec.name) {
-            if let Some(v) = self.awaited(&spec.name, task).await? {
-                let places = self.places().await?;
-                return Ok(self.disk_of(
-                    v,
-                    &Inventory::default(),
-                    places.as_ref(),
-                    Some(&spec.zone),
-                ));
-            }
-        }
-        if let Some(v) = self.by_name(&spec.name).await? {
-            let inv = self.read(Parts::Vms).await?;
-            let places = self.places().await?;
-            return Ok(self.disk_of(v, &inv, places.as_ref(), Some(&spec.zone)));
-        }
-        let places = match self.places().await? {
-            Some(p) => p,
-            None => self.read(Parts::Datastores).await?.places(),
-        };
-        let url = spec
-            .parameters
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(PARAM_DATASTORE_URL))
-            .map(|(_, v)| v.as_str());
-        let mut candidates: Vec<&placement::Datastore> = places
-            .shared(&spec.zone)
-            .into_iter()
-            .filter(|d| url.is_none_or(|u| same_url(&d.url, u)))
-            .collect();
-        if candidates.is_empty() {
-            let place = format!("{}/{}", spec.zone.region, spec.zone.zone);
-            return Err(match url {
-                Some(u) if !places.datastores.iter().any(|d| same_url(&d.url, u)) => {
-                    CloudError::InvalidArgument(format!(
-                        "{PARAM_DATASTORE_URL} {u:?} names no accessible datastore"
-                    ))
-                }
-                // The CSI spec's code for "cannot be made in the accessible topology".
-                Some(u) => CloudError::ResourceExhausted(format!(
-                    "{PARAM_DATASTORE_URL} {u:?} is not mounted on every host of zone {place}"
-                )),
-                None if spec.zone == Zone::default() => {
-                    CloudError::ResourceExhausted("no accessible datastore".into())
-                }
-                None => CloudError::ResourceExhausted(format!(
-                    "no accessible datastore is mounted on every host of zone {place}"
-                )),
-            });
-        }
-        // A storage policy by name (upstream's `storagepolicyname`), as its profile id.
-        let profile_id = match spec
-            .parameters
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(PARAM_STORAGE_POLICY))
-        {
-            Some((_, name)) => Some(
-                self.pbm
-                    .policies()
-                    .await?
-                    .into_iter()
-                    .find(|p| &p.name == name)
-                    .map(|p| p.id)
-                    .ok_or_else(|| {
-                        CloudError::InvalidArgument(format!(
-                            "{PARAM_STORAGE_POLICY} {name:?} names no storage policy"
-                        ))
-                    })?,
-            ),
-            None => None,
-        };
-        // With a policy, CNS picks among the candidates the one that complies; without,
-        // the freest is named alone (one datastore is one volume: vcsim makes one on each
-        // datastore it is given).
-        if profile_id.is_none() {
-            candidates.sort_by_key(|d| std::cmp::Reverse(d.free));
-            candidates.truncate(1);
-        }
-        let datastores: Vec<Moref> = candidates.iter().map(|d| d.moref.clone()).collect();
-        let user = self.cns.vcenter().credential().await?.user;
-        let task = self
-            .cns
-            .start_create(&CreateSpec {
-                name: spec.name.clone(),
-                capacity_mb: spec.size_bytes.div_ceil(MIB),
-                datastores,
-                profile_id,
-                cluster_id: self.cluster_id.clone(),
-                vsphere_user: user,
-                metadata: spec.metadata.clone(),
-            })
-            .await?;
-        // Recorded before it is awaited: if this call is dropped here, the retry waits.
-        self.in_flight.record(&spec.name, &task);
-        // Made just now: attached nowhere, no VM needs reading.
-        let v = self.awaited(&spec.name, task).await?.ok_or_else(|| {
-            CloudError::Unavailable(format!(
-                "vsphere: the create of {:?} lost its task; retry",
-                spec.name
-            ))
-        })?;
-        let places = self.topology.is_some().then_some(&places);
-        Ok(self.disk_of(v, &Inventory::default(), places, Some(&spec.zone)))
+        self.create(spec).await
     }
 
     async fn disk(&self, id: &str) -> Result<Disk> {
