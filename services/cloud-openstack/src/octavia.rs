@@ -233,19 +233,25 @@ impl LoadBalancers for OctaviaLoadBalancers {
             .collect();
         let found = self.find(&spec.reference(), c.lb_id.as_deref()).await?;
         let (lb, owner, created) = match found {
+            Some(lb)
+                if lb.provisioning_status == "ERROR"
+                    && owns(&lb.name, &self.cluster, &spec.service, &spec.name) =>
+            {
+                // OCCM leaves such a Service broken until someone deletes the load
+                // balancer by hand; it is ours, so it goes (the delete waits until Octavia
+                // has removed it, and its VIP port with it) and is made again in this same
+                // pass, so the Service's ingress and annotations name the new one at once
+                // (its floating IP is found again by the Service's address).
+                tracing::warn!(service = %spec.service, load_balancer = %lb.id, "load balancer in ERROR: deleting it to make it again");
+                self.api.delete_load_balancer(&lb.id, true).await?;
+                (
+                    self.create(spec, &c, f, &name, &nodes).await?,
+                    true,
+                    !self.opts.provider_requires_serial_api_calls,
+                )
+            }
             Some(lb) => {
                 let owner = owns(&lb.name, &self.cluster, &spec.service, &spec.name);
-                if owner && lb.provisioning_status == "ERROR" {
-                    // OCCM leaves such a Service broken until someone deletes the load
-                    // balancer by hand; it is ours, so it goes, and the next pass makes it
-                    // again (its floating IP is found again by the Service's address).
-                    tracing::warn!(service = %spec.service, load_balancer = %lb.id, "load balancer in ERROR: deleting it to make it again");
-                    self.api.delete_load_balancer(&lb.id, true).await?;
-                    return Err(CloudError::Unavailable(format!(
-                        "openstack: load balancer {} was in ERROR; deleted, it is made again",
-                        lb.id
-                    )));
-                }
                 (self.settled(lb).await?, owner, false)
             }
             None => (
