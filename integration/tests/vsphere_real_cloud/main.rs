@@ -71,6 +71,8 @@ mod csi;
 mod discovery;
 /// CNS volumes as the CSI controller's disks: the conformance suite.
 mod disks;
+/// A create whose task failed: not replayed, one volume once there is space.
+mod failed_creates;
 /// The CPI's instances: identity, addresses, tag zones, sessions, outages.
 mod instances;
 /// Instances: the inventory in one call, sessions.

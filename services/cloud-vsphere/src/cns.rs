@@ -11,7 +11,7 @@ use overcast_cloud::CloudError;
 
 use crate::session::{Endpoint, Vcenter};
 use crate::soap::{el, fault_error, Fault, Moref};
-use crate::task;
+use crate::task::{self, TaskError};
 use crate::xml::Element;
 
 /// How long a CNS task is waited for before the call says DeadlineExceeded (the caller's
@@ -131,7 +131,7 @@ impl Cns {
 
     /// The id of the volume a create's task made, once it has succeeded; `None` when its
     /// result names no volume (not a create's task).
-    pub async fn created(&self, task: &Moref) -> Result<Option<String>, CloudError> {
+    pub async fn created(&self, task: &Moref) -> Result<Option<String>, TaskError> {
         let r = self.finish("CnsCreateVolume", task).await?;
         Ok(r.text_at(&["volumeId", "id"])
             .filter(|id| !id.is_empty())
@@ -237,7 +237,7 @@ impl Cns {
     /// A change of one volume: sent, its task awaited.
     async fn change_one(&self, method: &'static str, specs: &str) -> Result<Element, CloudError> {
         let t = self.start(method, specs).await?;
-        self.finish(method, &t).await
+        Ok(self.finish(method, &t).await?)
     }
 
     /// Sends a change; its task.
@@ -253,7 +253,7 @@ impl Cns {
     }
 
     /// Waits for a change's task: its one result, that result's fault as the error.
-    async fn finish(&self, method: &'static str, t: &Moref) -> Result<Element, CloudError> {
+    async fn finish(&self, method: &'static str, t: &Moref) -> Result<Element, TaskError> {
         let result = task::wait(&self.vc, t, method, TASK_LIMIT).await?;
         let one = result
             .as_ref()
@@ -272,7 +272,11 @@ impl Cns {
                     .to_owned(),
                 object: None,
             };
-            return Err(fault_error(self.vc.server(), method, &fault));
+            return Err(TaskError::Failed(fault_error(
+                self.vc.server(),
+                method,
+                &fault,
+            )));
         }
         Ok(one)
     }

@@ -167,10 +167,31 @@ pub fn fault_error(host: &str, method: &str, f: &Fault) -> CloudError {
         "InsufficientResourcesFault" | "OutOfBounds" | "NoDiskSpace" => {
             CloudError::ResourceExhausted(msg)
         }
+        // CNS says most of what went wrong in one fault type, its message telling which:
+        // a datastore without the space is the provisioner's RESOURCE_EXHAUSTED (its
+        // backoff, and an event saying so), not a retry that will fail the same way.
+        // (vsphere-csi-driver answers INTERNAL for every CNS fault.)
+        "CnsFault" if no_space(&f.message) => CloudError::ResourceExhausted(msg),
+        // A datastore the hosts cannot reach now: transient, retried.
+        "InaccessibleDatastore" | "DatastoreNotWritableOnHost" => CloudError::Unavailable(msg),
         "RequestCanceled" | "HostCommunication" | "HostNotConnected" | "SystemError"
         | "RuntimeFault" => CloudError::Unavailable(msg),
         _ => CloudError::Unavailable(msg),
     }
+}
+
+/// Whether a CNS fault's message says the datastore lacks the space.
+fn no_space(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "insufficient disk space",
+        "insufficient space",
+        "no space",
+        "not enough space",
+        "nodiskspace",
+    ]
+    .iter()
+    .any(|s| m.contains(s))
 }
 
 #[cfg(test)]
@@ -213,6 +234,39 @@ mod tests {
             assert!(
                 !matches!(fault_error("vc", "x", &f), CloudError::NotFound { .. }),
                 "{kind} must not read as gone"
+            );
+        }
+    }
+
+    #[test]
+    fn a_cns_fault_saying_no_space_is_resource_exhausted_others_stay_retryable() {
+        let fault = |kind: &str, message: &str| Fault {
+            kind: kind.into(),
+            message: message.into(),
+            object: None,
+        };
+        let space = fault(
+            "CnsFault",
+            "CnsFault error: Failed to create disk: Insufficient disk space on datastore 'ds-1'.",
+        );
+        assert!(matches!(
+            fault_error("vc", "CnsCreateVolume", &space),
+            CloudError::ResourceExhausted(m) if m.contains("Insufficient disk space")
+        ));
+        assert!(matches!(
+            fault_error("vc", "CnsCreateVolume", &fault("NoDiskSpace", "")),
+            CloudError::ResourceExhausted(_)
+        ));
+        for other in [
+            fault("CnsFault", "failed to add task to list view"),
+            fault("InaccessibleDatastore", "datastore ds-1 is not accessible"),
+        ] {
+            assert!(
+                matches!(
+                    fault_error("vc", "CnsCreateVolume", &other),
+                    CloudError::Unavailable(_)
+                ),
+                "{other:?}"
             );
         }
     }

@@ -10,6 +10,7 @@ use super::placement::{self, same_url};
 use super::{Inventory, Parts, VsphereDisks, MIB, PARAM_DATASTORE_URL, PARAM_STORAGE_POLICY};
 use crate::cns::{CreateSpec, Volume};
 use crate::soap::Moref;
+use crate::task::TaskError;
 
 impl VsphereDisks {
     /// A volume of `spec`'s name, made once: a create of that name under way is waited
@@ -25,7 +26,13 @@ impl VsphereDisks {
         // A create of this name already under way (its caller gave up, or the process
         // was restarted): its task decides, no second create is started.
         if let Some(task) = self.in_flight.get(&spec.name) {
-            if let Some(v) = self.awaited(&spec.name, task).await? {
+            // A task an earlier call started that ended in error is that call's news,
+            // not this one's: its record is gone, and this call decides afresh below.
+            let found = match self.awaited(&spec.name, task).await {
+                Err(TaskError::Failed(_)) => None,
+                other => other?,
+            };
+            if let Some(v) = found {
                 let places = self.places().await?;
                 return Ok(self.disk_of(
                     v,
@@ -131,13 +138,19 @@ impl VsphereDisks {
 
     /// The volume a recorded create's task made, once it has succeeded; `None` when
     /// there is no record or its task is gone (what it made is then found by name).
-    /// A task that failed is that create's error; one still running, or not read, keeps
-    /// its record for the next retry.
+    /// A task that ended in error loses its record: the call that started it answers
+    /// its fault, and a later call (a retry, a restarted process) decides afresh, by name
+    /// first, as vsphere-csi-driver resumes only a task still pending (`IsTaskPending`).
+    /// Only a task still running, or one that could not be read, keeps its record.
     ///
     /// A vCenter reuses task ids after a restart: a recorded id may name another task by
     /// then. Only a create's task that made a volume of this name is taken as this
     /// create's; anything else is forgotten and the name looked up.
-    async fn awaited(&self, name: &str, task: Moref) -> Result<Option<Volume>> {
+    async fn awaited(
+        &self,
+        name: &str,
+        task: Moref,
+    ) -> std::result::Result<Option<Volume>, TaskError> {
         match self.cns.created(&task).await {
             Ok(Some(id)) => {
                 let v = self.volume(&id).await;
@@ -145,21 +158,24 @@ impl VsphereDisks {
                 match v {
                     Ok(v) if v.name == name => Ok(Some(v)),
                     Ok(_) | Err(CloudError::NotFound { .. }) => Ok(None),
-                    Err(e) => Err(e),
+                    Err(e) => Err(TaskError::Unread(e)),
                 }
             }
             Ok(None) => {
                 self.in_flight.forget(name);
                 Ok(None)
             }
-            Err(CloudError::NotFound { .. }) => {
+            // vCenter no longer knows the task (it keeps finished ones for minutes): what
+            // it did is found by name.
+            Err(TaskError::Unread(CloudError::NotFound { .. })) => {
                 self.in_flight.forget(name);
                 Ok(None)
             }
-            Err(e @ (CloudError::Unavailable(_) | CloudError::DeadlineExceeded(_))) => Err(e),
-            Err(e) => {
+            Err(TaskError::Unread(e)) => Err(TaskError::Unread(e)),
+            Err(TaskError::Failed(e)) => {
+                tracing::warn!(volume = name, error = %e, "a create's task ended in error; its record is dropped and the next create decides afresh");
                 self.in_flight.forget(name);
-                Err(e)
+                Err(TaskError::Failed(e))
             }
         }
     }
