@@ -52,6 +52,8 @@ const MAX_DISK: u64 = 62 << 40;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Parts {
     Vms,
+    /// The VMs' names alone (no devices): finding one VM by node name.
+    Names,
     Datastores,
 }
 
@@ -151,6 +153,7 @@ impl VsphereDisks {
                 "VirtualMachine",
                 &["name", "guest.hostName", "config.hardware.device"],
             ),
+            Parts::Names => ("VirtualMachine", &["name", "guest.hostName"]),
             Parts::Datastores => ("Datastore", &["summary"]),
         };
         let props = self.view.retrieve(&[spec]).await?;
@@ -192,14 +195,24 @@ impl VsphereDisks {
     }
 
     /// The node's VM: by its guest's host name through the SearchIndex (one call, not
-    /// the inventory), else from the inventory, which also knows a VM by its name (a
-    /// guest whose tools report no host name) and settles two VMs answering to one.
+    /// the inventory), else from the VMs' names (no devices), which also know a VM by
+    /// its name (a guest whose tools report no host name) and settle two VMs answering
+    /// to one.
     async fn node_vm(&self, node: &str) -> Result<Option<Moref>> {
         let found = search::vms_by_dns_name(self.cns.vcenter(), None, node).await?;
         if let [one] = found.as_slice() {
             return Ok(Some(one.clone()));
         }
-        Ok(self.read(Parts::Vms).await?.vms.get(node).cloned())
+        Ok(self.read(Parts::Names).await?.vms.get(node).cloned())
+    }
+
+    /// The volumes one VM holds (volume id, disk UUID), from its own devices alone; a VM
+    /// that is gone is `NotFound`.
+    async fn vm_volumes(&self, vm: &Moref) -> Result<Vec<(String, String)>> {
+        let p = properties(self.cns.vcenter(), vm, &["config.hardware.device"]).await?;
+        Ok(p.get("config.hardware.device")
+            .map(volume_disks)
+            .unwrap_or_default())
     }
 
     /// `v` as a disk, placed where `places` say its datastore is reached (`prefer`:
@@ -369,35 +382,34 @@ impl Disks for VsphereDisks {
         self.cns.delete(id).await
     }
 
+    /// The node's VM found by its name and its own devices read (upstream reads the one
+    /// VM concerned too): calls and bytes do not grow with the inventory. Whether another
+    /// VM holds the volume is CNS's to say: it refuses the attach (`ResourceInUse`).
     async fn attach_disk(&self, id: &str, node: &str, _readonly: bool) -> Result<Attachment> {
-        let inv = self.read(Parts::Vms).await?;
-        let vm = inv
-            .vms
-            .get(node)
-            .cloned()
-            .ok_or_else(|| no_instance(node))?;
+        let vm = self.node_vm(node).await?.ok_or_else(|| no_instance(node))?;
         self.volume(id).await?;
-        let holders = inv.attached.get(id).cloned().unwrap_or_default();
-        if let Some((_, uuid)) = holders.iter().find(|(n, _)| n == node) {
+        let held = match self.vm_volumes(&vm).await {
+            Err(CloudError::NotFound { .. }) => return Err(no_instance(node)),
+            other => other?,
+        };
+        if let Some((_, uuid)) = held.iter().find(|(v, _)| v == id) {
             return Ok(attachment(node, uuid));
         }
-        if let Some((other, _)) = holders.first() {
-            return Err(CloudError::FailedPrecondition(format!(
-                "volume {id} is attached to {other}; a block volume is attached to one node"
-            )));
-        }
-        let on_node = inv
-            .attached
-            .values()
-            .filter(|h| h.iter().any(|(n, _)| n == node))
-            .count() as u64;
-        if on_node >= self.max_attachments {
+        if held.len() as u64 >= self.max_attachments {
             return Err(CloudError::ResourceExhausted(format!(
-                "node {node} holds {on_node} volumes, its limit"
+                "node {node} holds {} volumes, its limit",
+                held.len()
             )));
         }
-        let uuid = self.cns.attach(id, &vm).await?;
-        Ok(attachment(node, &disk_uuid(&uuid)))
+        match self.cns.attach(id, &vm).await {
+            Ok(uuid) => Ok(attachment(node, &disk_uuid(&uuid))),
+            Err(CloudError::Busy(m)) if m.contains("ResourceInUse") => {
+                Err(CloudError::FailedPrecondition(format!(
+                    "volume {id} is attached to another VM; a block volume is attached to one node ({m})"
+                )))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// A VM that is gone, or a volume not on it, is detached already.
@@ -406,7 +418,7 @@ impl Disks for VsphereDisks {
             return Err(not_found(id));
         }
         // The node's VM through the SearchIndex and then its devices alone; else (no guest
-        // host name, or two VMs answering to it) the inventory, which holds both.
+        // host name, or two VMs answering to it) the VMs' names, then its devices alone.
         let found = search::vms_by_dns_name(self.cns.vcenter(), None, node).await?;
         let (vm, held) = if let [vm] = found.as_slice() {
             match properties(self.cns.vcenter(), vm, &["config.hardware.device"]).await {
@@ -420,15 +432,17 @@ impl Disks for VsphereDisks {
                 Err(e) => return Err(e),
             }
         } else {
-            let inv = self.read(Parts::Vms).await?;
-            let Some(vm) = inv.vms.get(node).cloned() else {
+            let Some(vm) = self.read(Parts::Names).await?.vms.get(node).cloned() else {
                 return Ok(());
             };
-            let held = inv
-                .attached
-                .get(id)
-                .is_some_and(|h| h.iter().any(|(n, _)| n == node));
-            (vm, held)
+            match self.vm_volumes(&vm).await {
+                Ok(held) => {
+                    let held = held.iter().any(|(v, _)| v == id);
+                    (vm, held)
+                }
+                Err(CloudError::NotFound { .. }) => return Ok(()),
+                Err(e) => return Err(e),
+            }
         };
         if !held {
             return Ok(());
