@@ -126,3 +126,177 @@ async fn a_pinned_thumbprint_admits_the_vcenter_s_certificate_and_no_other() {
     let e = vc.content().await.unwrap_err().to_string();
     assert!(e.contains("thumbprint"), "{e}");
 }
+
+/// A vCenter that pages its answers, as a real one does past its own limit (vcsim here
+/// answers everything at once, whatever `maxObjects` asks): a front splits each view read
+/// into pages of `page` objects with a token, and answers `ContinueRetrievePropertiesEx`
+/// from what it kept — or, asked to, loses the second page (a 503 page from a proxy).
+struct Pager {
+    page: usize,
+    lose_second: bool,
+    kept: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
+    continued: std::sync::atomic::AtomicUsize,
+}
+
+impl Pager {
+    /// The `<objects>` elements of an answer, and the answer without them.
+    fn split(text: &str) -> (Vec<String>, String) {
+        let mut objects = Vec::new();
+        let mut rest_out = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("<objects") {
+            let Some(len) = rest[at..].find("</objects>") else {
+                break;
+            };
+            let end = at + len + "</objects>".len();
+            rest_out.push_str(&rest[..at]);
+            objects.push(rest[at..end].to_owned());
+            rest = &rest[end..];
+        }
+        rest_out.push_str(rest);
+        (objects, rest_out)
+    }
+
+    /// `objects`' first page, the rest kept under a new token (in `<token>`).
+    fn page_of(&self, mut objects: Vec<String>) -> String {
+        let rest = objects.split_off(objects.len().min(self.page));
+        let mut out = objects.concat();
+        if !rest.is_empty() {
+            let mut kept = self.kept.lock().unwrap();
+            let token = format!("overcast-page-{}", kept.len() + 1);
+            kept.insert(token.clone(), rest);
+            out.push_str(&format!("<token>{token}</token>"));
+        }
+        out
+    }
+}
+
+#[async_trait::async_trait]
+impl overcast_integration::vcsim_front::Part for Pager {
+    async fn request(&self, _path: &str, body: hyper::body::Bytes) -> hyper::body::Bytes {
+        let text = String::from_utf8_lossy(&body);
+        // vcsim does not know our tokens: it is asked something harmless, the token
+        // riding along in a comment for the answer.
+        if text.contains("ContinueRetrievePropertiesEx") {
+            let token = text
+                .split("<token>")
+                .nth(1)
+                .and_then(|t| t.split("</token>").next())
+                .unwrap_or_default()
+                .to_owned();
+            return hyper::body::Bytes::from(format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\"><soapenv:Body><RetrieveServiceContent xmlns=\"urn:vim25\"><_this type=\"ServiceInstance\">ServiceInstance</_this></RetrieveServiceContent></soapenv:Body></soapenv:Envelope><!--token:{token}-->"
+            ));
+        }
+        body
+    }
+
+    async fn answer(
+        &self,
+        _path: &str,
+        request: &[u8],
+        _status: u16,
+        body: hyper::body::Bytes,
+    ) -> hyper::body::Bytes {
+        let req = String::from_utf8_lossy(request);
+        if let Some(token) = req
+            .split("<!--token:")
+            .nth(1)
+            .and_then(|t| t.split("-->").next())
+        {
+            let n = self
+                .continued
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if self.lose_second && n == 0 {
+                return hyper::body::Bytes::from_static(
+                    b"<html><body><h1>503 Service Unavailable</h1></body></html>",
+                );
+            }
+            let objects = self.kept.lock().unwrap().remove(token).unwrap_or_default();
+            let page = self.page_of(objects);
+            return hyper::body::Bytes::from(format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\" xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\"><soapenv:Body><ContinueRetrievePropertiesExResponse xmlns=\"urn:vim25\"><returnval>{page}</returnval></ContinueRetrievePropertiesExResponse></soapenv:Body></soapenv:Envelope>"
+            ));
+        }
+        if req.contains("RetrievePropertiesEx") && req.contains("ContainerView") {
+            let text = String::from_utf8_lossy(&body).into_owned();
+            let (objects, without) = Self::split(&text);
+            if objects.len() <= self.page {
+                return body;
+            }
+            let page = self.page_of(objects);
+            return hyper::body::Bytes::from(without.replacen(
+                "</returnval>",
+                &format!("{page}</returnval>"),
+                1,
+            ));
+        }
+        body
+    }
+}
+
+/// Every VM read across a paged answer, the same as in one; and a continuation that
+/// fails fails the whole listing — the ccm sees an error, never a listing short of a
+/// page's VMs (whose nodes would look gone).
+#[tokio::test]
+async fn a_paged_answer_is_read_whole_and_a_lost_page_fails_the_listing() {
+    use overcast_cloud::Instances;
+    use overcast_cloud_vsphere::instances::{Source, VsphereInstances};
+    use overcast_integration::vcsim_front::VcsimFront;
+    let Some(sim) = Vcsim::start("paging", &["-vm", "10"]) else {
+        return;
+    };
+    let vc = vcenter(&sim, &Arc::new(ApiMetrics::unregistered()));
+    let whole = snapshot(&View::new(Arc::clone(&vc), VIEW_TYPES))
+        .await
+        .unwrap();
+    assert!(whole.vms.len() >= 20, "{}", whole.vms.len());
+    let names = |s: &overcast_cloud_vsphere::vms::Snapshot| {
+        let mut v: Vec<String> = s.vms.iter().map(|vm| vm.moref.to_string()).collect();
+        v.sort();
+        v
+    };
+    let pager = |lose_second| {
+        Arc::new(Pager {
+            page: 7,
+            lose_second,
+            kept: Default::default(),
+            continued: Default::default(),
+        })
+    };
+
+    let paging = pager(false);
+    let front = VcsimFront::start(&sim, Arc::clone(&paging) as _).await;
+    let metrics = Arc::new(ApiMetrics::unregistered());
+    let through = vcenter_at(&sim, front.port, &metrics);
+    let paged = snapshot(&View::new(Arc::clone(&through), VIEW_TYPES))
+        .await
+        .unwrap();
+    assert!(
+        metrics.requests("ContinueRetrievePropertiesEx") >= 3,
+        "the front did not page"
+    );
+    assert_eq!(names(&paged), names(&whole), "a VM lost across the pages");
+    drop(front);
+
+    let front = VcsimFront::start(&sim, pager(true) as _).await;
+    let through = vcenter_at(&sim, front.port, &Arc::new(ApiMetrics::unregistered()));
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        overcast_cloud_vsphere::config::Config::load_with(Some(&sim.conf(dir.path(), "")), &|_| {
+            None
+        })
+        .unwrap();
+    let instances =
+        VsphereInstances::new(vec![Source::new(through, Vec::new(), Vec::new())], &config);
+    match instances.list_instances().await {
+        Err(e) => assert!(
+            matches!(e, overcast_cloud::CloudError::Unavailable(_)),
+            "{e}"
+        ),
+        Ok(list) => panic!(
+            "a listing with a page lost answered {} instances",
+            list.len()
+        ),
+    }
+}

@@ -126,6 +126,9 @@ impl View {
             .vc
             .call(Endpoint::Vim, "RetrievePropertiesEx", &params, true)
             .await?;
+        // Every page or none: a continuation that fails fails the whole read (a listing
+        // short of a page would make its VMs' nodes look gone). Tested through a front
+        // that pages (vcsim answers everything at once).
         let mut token = read_page(r.child("returnval"), &mut out);
         while let Some(t) = token {
             let params = collector.xml("_this") + &el("token", &t);
