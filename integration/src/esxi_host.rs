@@ -32,6 +32,8 @@ pub struct EsxiHost {
 
 struct State {
     admin: Arc<Vcenter>,
+    /// A real CNS refuses to delete a volume the guest holds; vcsim's does not.
+    refusals: crate::vcsim_front::RefusedDeletes,
     by_id: PathBuf,
     files: PathBuf,
     /// Volume id → the guest's loop device index.
@@ -53,6 +55,7 @@ impl EsxiHost {
     pub async fn start(sim: &Vcsim, admin: Arc<Vcenter>, by_id: &Path, files: &Path) -> Self {
         let state = Arc::new(State {
             admin,
+            refusals: Default::default(),
             by_id: by_id.to_owned(),
             files: files.to_owned(),
             plugged: Mutex::new(HashMap::new()),
@@ -67,7 +70,17 @@ impl EsxiHost {
 
 #[async_trait::async_trait]
 impl Part for State {
+    async fn request(&self, path: &str, body: Bytes) -> Bytes {
+        match crate::vcsim_front::RefusedDeletes::deleted_volume(path, &body) {
+            Some(volume) if self.plugged.lock().unwrap().contains_key(&volume) => {
+                crate::vcsim_front::RefusedDeletes::refused(&body)
+            }
+            _ => body,
+        }
+    }
+
     async fn answer(&self, path: &str, request: &[u8], _status: u16, body: Bytes) -> Bytes {
+        let body = self.refusals.answer(path, request, body);
         if path.starts_with("/vsanHealth") {
             let text = String::from_utf8_lossy(request);
             if text.contains("CnsAttachVolume") || text.contains("CnsDetachVolume") {

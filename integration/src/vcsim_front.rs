@@ -147,3 +147,127 @@ impl Front {
         builder.body(Full::new(out)).unwrap()
     }
 }
+
+/// A real CNS refuses to delete a volume a VM holds: the task fails with `ResourceInUse`
+/// ("The resource 'volume' is in use."); vcsim's CNS deletes it. A [`Part`] plays the
+/// refusal with this: a `CnsDeleteVolume` of a held volume reaches vcsim naming no volume
+/// (its task then does nothing), and its task's info reads back as a real CNS's.
+#[derive(Default)]
+pub struct RefusedDeletes {
+    tasks: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+/// Marks a rewritten delete for its answer.
+const REFUSED: &str = "<!--overcast-refused-delete-->";
+
+impl RefusedDeletes {
+    /// The volume a request to `path` deletes, if it is a CNS delete.
+    pub fn deleted_volume(path: &str, body: &[u8]) -> Option<String> {
+        if !path.starts_with("/vsanHealth")
+            || !String::from_utf8_lossy(body).contains("CnsDeleteVolume")
+        {
+            return None;
+        }
+        overcast_cloud_vsphere::xml::Element::parse(body)
+            .ok()?
+            .text_at(&["Body", "CnsDeleteVolume", "volumeIds", "id"])
+            .map(str::to_owned)
+    }
+
+    /// The delete to send on instead: the same call naming no volume.
+    pub fn refused(body: &[u8]) -> Bytes {
+        let text = String::from_utf8_lossy(body);
+        let (Some(start), Some(end)) = (text.find("<volumeIds"), text.find("</volumeIds>")) else {
+            return Bytes::copy_from_slice(body);
+        };
+        Bytes::from(format!(
+            "{}{}{REFUSED}",
+            &text[..start],
+            &text[end + "</volumeIds>".len()..]
+        ))
+    }
+
+    /// The answer to give back for `request` (as sent on).
+    pub fn answer(&self, path: &str, request: &[u8], body: Bytes) -> Bytes {
+        let req = String::from_utf8_lossy(request);
+        if path.starts_with("/vsanHealth") && req.contains(REFUSED) {
+            let task = overcast_cloud_vsphere::xml::Element::parse(&body)
+                .ok()
+                .and_then(|e| {
+                    e.at(&["Body"])
+                        .and_then(|b| b.children.first())
+                        .and_then(|r| r.child("returnval"))
+                        .and_then(overcast_cloud_vsphere::soap::Moref::of)
+                });
+            if let Some(task) = task {
+                self.tasks.lock().unwrap().insert(task.id);
+            }
+            return body;
+        }
+        if path.starts_with("/sdk") && req.contains("type=\"Task\"") {
+            let refused = self
+                .tasks
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|t| req.contains(&format!(">{t}<")));
+            if refused {
+                return Bytes::from(String::from_utf8_lossy(&body).replace(
+                    "<state>success</state>",
+                    "<state>error</state><error><fault xsi:type=\"ResourceInUse\"><name>volume</name></fault>\
+                     <localizedMessage>The resource &apos;volume&apos; is in use.</localizedMessage></error>",
+                ));
+            }
+        }
+        body
+    }
+}
+
+/// A front's whole part: vCenter's refusal to delete a volume a VM holds, the VMs' devices
+/// read on the test's own session (`admin`) at each delete.
+pub struct HeldVolumes {
+    admin: Arc<overcast_cloud_vsphere::session::Vcenter>,
+    refused: RefusedDeletes,
+}
+
+impl HeldVolumes {
+    pub fn new(admin: Arc<overcast_cloud_vsphere::session::Vcenter>) -> Arc<Self> {
+        Arc::new(Self {
+            admin,
+            refused: RefusedDeletes::default(),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Part for HeldVolumes {
+    async fn request(&self, path: &str, body: Bytes) -> Bytes {
+        let Some(volume) = RefusedDeletes::deleted_volume(path, &body) else {
+            return body;
+        };
+        let view = overcast_cloud_vsphere::inventory::View::new(
+            Arc::clone(&self.admin),
+            &["VirtualMachine"],
+        );
+        let vms = view
+            .retrieve(&[("VirtualMachine", &["config.hardware.device"])])
+            .await
+            .unwrap_or_default();
+        let held = vms.iter().any(|p| {
+            p.get("config.hardware.device").is_some_and(|d| {
+                d.children
+                    .iter()
+                    .any(|dev| dev.text_at(&["vDiskId", "id"]) == Some(volume.as_str()))
+            })
+        });
+        if held {
+            RefusedDeletes::refused(&body)
+        } else {
+            body
+        }
+    }
+
+    async fn answer(&self, path: &str, request: &[u8], _status: u16, body: Bytes) -> Bytes {
+        self.refused.answer(path, request, body)
+    }
+}

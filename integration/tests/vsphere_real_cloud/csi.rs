@@ -50,7 +50,13 @@ async fn the_csi_driver_runs_a_volume_s_life_on_vcsim() {
     let _cleanup = Cleanup(dir.path().to_owned());
     let by_id = dir.path().join("by-id");
     std::fs::create_dir_all(&by_id).unwrap();
-    let conf = vsphere_conf(dir.path(), sim.port, &sim.ca_file);
+    // vCenter's refusal to delete a held volume, which vcsim leaves out, played in front.
+    let front = overcast_integration::vcsim_front::VcsimFront::start(
+        &sim,
+        overcast_integration::vcsim_front::HeldVolumes::new(Arc::clone(&admin)),
+    )
+    .await;
+    let conf = vsphere_conf(dir.path(), front.port, &sim.ca_file);
     let driver = Csi::start_with_env(
         &[
             "--cloud=vsphere",

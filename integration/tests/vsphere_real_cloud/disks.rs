@@ -128,7 +128,18 @@ async fn the_vsphere_provider_passes_the_conformance_suite_on_vcsim() {
     let (vm_name, vm) = super::sim::vms(&vc).await[0].clone();
     let node = "overcast-it-node".to_owned();
     overcast_integration::vcsim::set_host_name(&vc, &vm, &node).await;
-    let disks = VsphereDisks::new(Cns::new(Arc::clone(&vc)), "overcast-it".into(), 59);
+    // The provider talks to vcsim through a front playing vCenter's refusal to delete a
+    // held volume; the host's part goes straight to vcsim.
+    let front = overcast_integration::vcsim_front::VcsimFront::start(
+        &sim,
+        overcast_integration::vcsim_front::HeldVolumes::new(vcenter(
+            &sim,
+            &Arc::new(ApiMetrics::unregistered()),
+        )),
+    )
+    .await;
+    let through = vcenter_at(&sim, front.port, &metrics);
+    let disks = VsphereDisks::new(Cns::new(through), "overcast-it".into(), 59);
     let harness = DiskHarness {
         disks: Arc::new(Host {
             disks,
