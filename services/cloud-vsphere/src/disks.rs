@@ -82,6 +82,9 @@ pub struct VsphereDisks {
     cns: Cns,
     pbm: Pbm,
     view: View,
+    /// The datastores alone: a create's placement reads them without the vCenter walking
+    /// every VM of the inventory.
+    datastores: View,
     cluster_id: String,
     max_attachments: u64,
     /// One create of a name at a time in this process (CNS does not refuse a second
@@ -108,6 +111,7 @@ impl VsphereDisks {
         );
         Self {
             pbm: Pbm::new(Arc::clone(cns.vcenter())),
+            datastores: View::new(Arc::clone(cns.vcenter()), &["Datastore"]),
             cns,
             view,
             cluster_id,
@@ -156,7 +160,11 @@ impl VsphereDisks {
             Parts::Names => ("VirtualMachine", &["name", "guest.hostName"]),
             Parts::Datastores => ("Datastore", &["summary"]),
         };
-        let props = self.view.retrieve(&[spec]).await?;
+        let view = match parts {
+            Parts::Datastores => &self.datastores,
+            Parts::Vms | Parts::Names => &self.view,
+        };
+        let props = view.retrieve(&[spec]).await?;
         let mut inv = Inventory::default();
         for p in props {
             if p.obj.kind == "Datastore" {
