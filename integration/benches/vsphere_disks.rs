@@ -25,16 +25,21 @@ use overcast_integration::vcsim::{plug_disk, set_host_name, unplug_disk, vms, Vc
 #[derive(Default)]
 struct Op {
     calls: Vec<u64>,
+    bytes: Vec<u64>,
     times: Vec<Duration>,
 }
 
 impl Op {
     fn row(&self, name: &str) {
-        let mut calls = self.calls.clone();
-        calls.sort();
+        let mid = |v: &[u64]| {
+            let mut v = v.to_vec();
+            v.sort();
+            v.get(v.len() / 2).copied().unwrap_or(0)
+        };
         println!(
-            "| {name} | {} | {} |",
-            calls[calls.len() / 2],
+            "| {name} | {} | {:.1} KiB | {} |",
+            mid(&self.calls),
+            mid(&self.bytes) as f64 / 1024.0,
             ms(median(self.times.clone()))
         );
     }
@@ -45,11 +50,12 @@ async fn measure<T>(
     op: &mut Op,
     f: impl std::future::Future<Output = T>,
 ) -> T {
-    let before = metrics.total();
+    let (before, bytes) = (metrics.total(), metrics.bytes());
     let t = Instant::now();
     let out = f.await;
     op.times.push(t.elapsed());
     op.calls.push(metrics.total() - before);
+    op.bytes.push(metrics.bytes() - bytes);
     out
 }
 
@@ -107,6 +113,7 @@ async fn main() {
         .unwrap();
         to_publish.times.push(t.elapsed());
         to_publish.calls.push(create.calls[i] + attach.calls[i]);
+        to_publish.bytes.push(create.bytes[i] + attach.bytes[i]);
         plug_disk(
             &admin,
             &vm,
@@ -156,8 +163,8 @@ async fn main() {
             .unwrap();
         zoned.delete_disk(&d.id).await.unwrap();
     }
-    println!("| operation ({n} volumes, median) | SOAP + CNS calls | time |");
-    println!("|---|---|---|");
+    println!("| operation ({n} volumes, median) | SOAP + CNS calls | bytes (bodies, both ways) | time |");
+    println!("|---|---|---|---|");
     create.row("create (CreateVolume)");
     zoned_create.row("create with volume topology");
     attach.row("attach (ControllerPublish)");
@@ -167,7 +174,7 @@ async fn main() {
     detach.row("detach (ControllerUnpublish)");
     delete.row("delete");
     println!(
-        "| baseline: one bare CnsQueryVolume by id | 1 | {} |",
+        "| baseline: one bare CnsQueryVolume by id | 1 | | {} |",
         ms(median(bare))
     );
 }

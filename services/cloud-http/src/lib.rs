@@ -94,6 +94,9 @@ pub struct ApiMetrics {
     errors: Family<RequestLabel, Counter>,
     /// Every request under any name (benchmarks count calls per operation).
     total: std::sync::atomic::AtomicU64,
+    /// Bytes sent and received in request and answer bodies (benchmarks: what an
+    /// operation moves).
+    bytes: std::sync::atomic::AtomicU64,
 }
 
 impl ApiMetrics {
@@ -123,6 +126,7 @@ impl ApiMetrics {
     pub fn unregistered() -> Self {
         Self {
             total: std::sync::atomic::AtomicU64::new(0),
+            bytes: std::sync::atomic::AtomicU64::new(0),
             duration: Family::new_with_constructor(|| {
                 Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0])
             }),
@@ -160,6 +164,11 @@ impl ApiMetrics {
         self.requests.get_or_create(label).inc();
         self.total
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Body bytes sent and received so far, over every request.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Requests made under any name so far.
@@ -297,6 +306,14 @@ impl HttpClient {
             self.metrics.count(&label);
             let one = Instant::now();
             let result = tokio::time::timeout(limit, self.attempt(&req)).await;
+            let moved = req.body.len()
+                + match &result {
+                    Ok(Ok(resp)) => resp.body.len(),
+                    _ => 0,
+                };
+            self.metrics
+                .bytes
+                .fetch_add(moved as u64, std::sync::atomic::Ordering::Relaxed);
             self.metrics
                 .duration
                 .get_or_create(&label)
