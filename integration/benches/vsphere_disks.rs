@@ -163,7 +163,9 @@ async fn main() {
             .unwrap();
         zoned.delete_disk(&d.id).await.unwrap();
     }
-    println!("| operation ({n} volumes, median) | SOAP + CNS calls | bytes (bodies, both ways) | time |");
+    println!(
+        "| operation ({n} volumes, median) | SOAP + CNS calls | bytes (bodies, both ways) | time |"
+    );
     println!("|---|---|---|---|");
     create.row("create (CreateVolume)");
     zoned_create.row("create with volume topology");

@@ -246,3 +246,97 @@ async fn a_create_that_failed_is_not_replayed_and_one_volume_is_made_once_there_
     assert_eq!(named(&admin, "pvc-full-2").await, vec![made.id.clone()]);
     assert_eq!(records(state.path()), 0, "a record outlived its create");
 }
+
+/// The same through the real `csi` binary, as the provisioner meets it: CreateVolume
+/// answers RESOURCE_EXHAUSTED while the datastore is full and, once there is space, makes
+/// one volume; the binary killed while a refused create's task runs and started again
+/// with the same `--controller-state-dir` makes the volume, once, when the task has ended
+/// in its fault and the space is there.
+#[tokio::test]
+async fn the_csi_binary_says_resource_exhausted_then_makes_one_volume_across_a_restart() {
+    use overcast_integration::Csi;
+    let Some(sim) = Vcsim::start("csi creates that fail", &[]) else {
+        return;
+    };
+    let admin = vcenter(&sim, &Arc::new(ApiMetrics::unregistered()));
+    let (node, _) = super::sim::vms(&admin).await[0].clone();
+    let hold = Duration::from_secs(2);
+    let full = Arc::new(FullDatastore {
+        full: Mutex::new(HashSet::from([
+            "pvc-csi-full-1".to_owned(),
+            "pvc-csi-full-2".to_owned(),
+        ])),
+        hold,
+        refused: Mutex::new(Vec::new()),
+    });
+    let front = VcsimFront::start(&sim, Arc::clone(&full) as Arc<dyn Part>).await;
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("vsphere.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[Global]\nport = {}\nca-file = {}\n[VirtualCenter \"127.0.0.1\"]\nuser = k8s\n\
+             password = pw\ndatacenters = DC0\n",
+            front.port,
+            sim.ca_file.display()
+        ),
+    )
+    .unwrap();
+    let state = dir.path().join("controller");
+    let mut driver = Csi::start(&[
+        "--cloud=vsphere",
+        &format!("--cloud-config={}", conf.display()),
+        &format!("--node-id={node}"),
+        "--cluster=overcast-it",
+        &format!("--controller-state-dir={}", state.display()),
+    ])
+    .await;
+    const GIB: i64 = 1 << 30;
+
+    let create = overcast_integration::create_request("pvc-csi-full-1", GIB);
+    let mut c = driver.controller().await;
+    let refused = c.create_volume(create.clone()).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("Insufficient disk space"),
+        "{refused:?}"
+    );
+    full.full.lock().unwrap().remove("pvc-csi-full-1");
+    let made = c
+        .create_volume(create)
+        .await
+        .expect("the create once there is space")
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(named(&admin, "pvc-csi-full-1").await, vec![made.volume_id]);
+
+    // Killed while the refused create's task runs: its record is on disk.
+    let mut c2 = driver.controller().await;
+    let pending = tokio::spawn(async move {
+        c2.create_volume(overcast_integration::create_request("pvc-csi-full-2", GIB))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    driver.kill9();
+    let _ = pending.await;
+    assert_eq!(records(&state), 1, "the create in flight was not recorded");
+    tokio::time::sleep(hold).await;
+    full.full.lock().unwrap().remove("pvc-csi-full-2");
+    driver.resume().await;
+    let made = driver
+        .controller()
+        .await
+        .create_volume(overcast_integration::create_request("pvc-csi-full-2", GIB))
+        .await
+        .expect("the restarted driver's create")
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(named(&admin, "pvc-csi-full-2").await, vec![made.volume_id]);
+    assert_eq!(records(&state), 0, "a record outlived its create");
+}
