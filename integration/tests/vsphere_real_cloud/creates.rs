@@ -106,7 +106,7 @@ fn without_volume(text: &str, name: &str) -> String {
     out
 }
 
-fn spec(name: &str) -> DiskSpec {
+pub(super) fn spec(name: &str) -> DiskSpec {
     DiskSpec {
         name: name.into(),
         size_bytes: 1 << 30,
@@ -118,7 +118,7 @@ fn spec(name: &str) -> DiskSpec {
 }
 
 /// The volumes CNS holds under `name`, asked of vcsim itself.
-async fn named(admin: &Arc<Vcenter>, name: &str) -> Vec<String> {
+pub(super) async fn named(admin: &Arc<Vcenter>, name: &str) -> Vec<String> {
     Cns::new(Arc::clone(admin))
         .query(&Filter {
             names: vec![name.into()],

@@ -6,18 +6,19 @@
 //! datastore (vcsim then makes nothing), its task runs for `hold` as a real one does, and
 //! its result carries the per-volume `CnsFault` a real CNS answers.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Instant;
 
 use hyper::body::Bytes;
-use overcast_cloud::{CloudError, DiskSpec, Disks, Zone};
-use overcast_cloud_vsphere::cns::{Cns, Filter};
+use overcast_cloud::{CloudError, Disks};
+use overcast_cloud_vsphere::cns::Cns;
 use overcast_cloud_vsphere::disks::VsphereDisks;
 use overcast_cloud_vsphere::soap::Moref;
 use overcast_cloud_vsphere::xml::Element;
 use overcast_integration::vcsim_front::{Part, VcsimFront};
 
+use super::creates::{named, spec};
 use super::*;
 
 const NO_SPACE: &str =
@@ -139,30 +140,6 @@ fn with_fault(text: &str) -> String {
             .map_or(rest.len(), |close| close + "</result>".len())
     };
     format!("{head}{fault}{}", &rest[end..])
-}
-
-fn spec(name: &str) -> DiskSpec {
-    DiskSpec {
-        name: name.into(),
-        size_bytes: 1 << 30,
-        zone: Zone::default(),
-        parameters: BTreeMap::new(),
-        metadata: BTreeMap::new(),
-        source: None,
-    }
-}
-
-async fn named(admin: &Arc<Vcenter>, name: &str) -> Vec<String> {
-    Cns::new(Arc::clone(admin))
-        .query(&Filter {
-            names: vec![name.into()],
-            ..Filter::default()
-        })
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|v| v.id)
-        .collect()
 }
 
 fn records(state: &std::path::Path) -> usize {

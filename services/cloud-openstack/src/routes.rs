@@ -186,31 +186,19 @@ impl NeutronRoutes {
     /// networks; a compute port with that address is the same port).
     async fn port_of(&self, address: &str) -> Result<Option<Port>> {
         let filter = encode(&format!("ip_address={address}"));
-        let resp = self
-            .os
-            .expect(
-                Service::Network,
-                "port_list",
-                Method::GET,
-                &format!("/v2.0/ports?fixed_ips={filter}"),
-                None,
-                &[200],
-            )
-            .await?;
-        let mut ports: Vec<Port> = json_at("port_list", &resp, "ports")?;
-        ports.retain(|p| p.device_owner.starts_with("compute:"));
+        let mut ports = self.server_ports(&format!("fixed_ips={filter}")).await?;
         Ok(if ports.len() == 1 { ports.pop() } else { None })
     }
 
-    /// Every server port (one listing, only the fields the routes need).
-    async fn server_ports(&self) -> Result<Vec<Port>> {
+    /// The server (compute) ports a port listing with `query` answers.
+    async fn server_ports(&self, query: &str) -> Result<Vec<Port>> {
         let resp = self
             .os
             .expect(
                 Service::Network,
                 "port_list",
                 Method::GET,
-                "/v2.0/ports?fields=id&fields=device_owner&fields=fixed_ips&fields=allowed_address_pairs&fields=port_security_enabled&fields=revision_number",
+                &format!("/v2.0/ports?{query}"),
                 None,
                 &[200],
             )
@@ -308,7 +296,14 @@ impl Routes for NeutronRoutes {
     async fn list_routes(&self, nodes: &[RouteTarget]) -> Result<Vec<Route>> {
         let router = self.router().await?;
         let ports = if self.extensions().await?.address_pairs && !router.routes.is_empty() {
-            Some(self.server_ports().await?)
+            Some(
+                // Every server port, once, with only the fields a route's pair needs.
+                self.server_ports(
+                    "fields=id&fields=device_owner&fields=fixed_ips&fields=allowed_address_pairs\
+                     &fields=port_security_enabled&fields=revision_number",
+                )
+                .await?,
+            )
         } else {
             None
         };
