@@ -20,6 +20,10 @@ pub const BACKING_FILE: &str = "backingFile";
 pub const SERIAL: &str = "serial";
 /// The disk's WWN (`/dev/disk/by-id/wwn-<wwn>`, sysfs `wwid`).
 pub const WWN: &str = "wwn";
+/// vsphere-csi-driver's key for the same: the disk's UUID, lower-case, no dashes, which
+/// its node finds as `/dev/disk/by-id/wwn-0x<uuid>`. Read as the WWN, so a volume that
+/// driver attached before a cluster switched stages with ours.
+pub const VSPHERE_DISK_UUID: &str = "diskUUID";
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PublishContext {
@@ -55,6 +59,7 @@ impl PublishContext {
     /// version's) are ignored, empty values are absent.
     pub fn from_map<'a>(map: impl IntoIterator<Item = (&'a String, &'a String)>) -> Self {
         let mut out = Self::default();
+        let mut disk_uuid = None;
         for (key, value) in map {
             if value.is_empty() {
                 continue;
@@ -64,9 +69,11 @@ impl PublishContext {
                 BACKING_FILE => out.backing_file = Some(PathBuf::from(value)),
                 SERIAL => out.serial = Some(value.clone()),
                 WWN => out.wwn = Some(value.clone()),
+                VSPHERE_DISK_UUID => disk_uuid = Some(value.clone()),
                 _ => {}
             }
         }
+        out.wwn = out.wwn.or(disk_uuid);
         out
     }
 }
@@ -139,6 +146,36 @@ mod tests {
             assert_eq!(local.context(bad), None, "{bad:?}");
             assert_eq!(DiskOfVolume::Serial.context(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_contexts_other_drivers_attached_with_read_as_far_as_they_name_a_disk() {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        // vsphere-csi-driver: its disk UUID is the WWN its node looks for.
+        let uuid = "6000c29a5b1d8e3f9c2b7a4d1e0f3a5b";
+        let vsphere = map(&[("type", "vSphere CNS Block Volume"), ("diskUUID", uuid)]);
+        assert_eq!(
+            PublishContext::from_map(&vsphere),
+            PublishContext {
+                wwn: Some(uuid.into()),
+                ..Default::default()
+            }
+        );
+        // cinder-csi-plugin's Nova device name (its own node ignores it), the oVirt and
+        // DVP drivers' empty context: nothing that names a disk.
+        assert_eq!(
+            PublishContext::from_map(&map(&[("DevicePath", "/dev/vdb")])),
+            PublishContext::default()
+        );
+        assert_eq!(
+            PublishContext::from_map(&BTreeMap::new()),
+            PublishContext::default()
+        );
     }
 
     #[test]

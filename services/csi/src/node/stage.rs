@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use overcast_api::csi_v1 as csi;
+use overcast_cloud::DiskOfVolume;
 use overcast_mount::device;
 use overcast_mount::format::Content;
 use overcast_mount::mountinfo::MountInfo;
@@ -31,10 +32,7 @@ impl NodeService {
         let id = validation::require("volume_id", &req.volume_id)?;
         let staging = path_field("staging_target_path", &req.staging_target_path)?;
         let cap = validation::capability(req.volume_capability.as_ref())?;
-        let hint =
-            device::from_context(&req.publish_context).map_err(|e| mount_status("stage", e))?;
-        device::check_volume(&hint, id)
-            .map_err(|e| mount_status(&format!("stage volume {id}"), e))?;
+        let hint = self.disk_named(id, &req.publish_context)?;
         let op = format!("stage volume {id} at {}", staging.display());
         let _guard = self.inflight.volume(id)?;
 
@@ -140,6 +138,40 @@ impl NodeService {
             return Err(e);
         }
         Ok(csi::NodeStageVolumeResponse {})
+    }
+
+    /// The disk the publish context names as the volume's. A context that names no disk
+    /// in any form this driver reads is another driver's attachment, made before the
+    /// cluster switched (cinder-csi-plugin's Nova `DevicePath`, which its own node
+    /// ignores; the oVirt and DVP drivers' empty one): on a cloud whose volume ids are
+    /// their disks' serials (OpenStack, zVirt), the disk is the one the id names — as
+    /// those drivers' own nodes find it.
+    fn disk_named(
+        &self,
+        id: &str,
+        context: &std::collections::HashMap<String, String>,
+    ) -> Result<overcast_cloud::PublishContext, Status> {
+        if overcast_cloud::PublishContext::from_map(context) == Default::default() {
+            match (&self.disk_of_volume, self.disk_of_volume.context(id)) {
+                (DiskOfVolume::Serial, Some(hint)) => return Ok(hint),
+                (DiskOfVolume::Unknown, _) => {
+                    return Err(Status::failed_precondition(format!(
+                        "stage volume {id}: the publish context names no disk ({}) — another driver's attachment — and this cloud's volume ids do not name their disks; detach the volume (drain the node) so that this driver attaches it again",
+                        if context.is_empty() {
+                            "it is empty".to_owned()
+                        } else {
+                            let keys: Vec<&str> = context.keys().map(String::as_str).collect();
+                            format!("its keys: {}", keys.join(", "))
+                        }
+                    )))
+                }
+                _ => {}
+            }
+        }
+        let hint = device::from_context(context).map_err(|e| mount_status("stage", e))?;
+        device::check_volume(&hint, id)
+            .map_err(|e| mount_status(&format!("stage volume {id}"), e))?;
+        Ok(hint)
     }
 
     /// Formats `dev` only when [`format::probe`] read it and found it empty — or when

@@ -589,3 +589,6 @@ async fn a_publish_adopts_a_stage_of_the_volume_s_own_disk() {
     assert_eq!(record.staging.as_deref(), Some(n.staging().as_path()));
     assert_eq!(record.device.as_deref(), Some(Path::new("/dev/sd1")));
 }
+
+/// Volumes the upstream node plugins staged and published, met by ours after a switch.
+mod upstream;
