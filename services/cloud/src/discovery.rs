@@ -40,6 +40,10 @@ impl CloudCondition {
 /// the cluster's own, so that a kept disk is seen rather than silently held.
 pub const UNEXPLAINED: &str = "overcast.dev/unexplained";
 
+/// The metadata key a provider sets on a disk another CSI driver made (a cluster switched
+/// from it), recognised as that driver recognises its own; its value names the driver.
+pub const MADE_BY: &str = "overcast.dev/made-by";
+
 /// A disk with the metadata the CSI driver recorded on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterDisk {

@@ -8,7 +8,11 @@ impl EngineDisks {
         let _slot = self.creating.claim(&spec.name)?;
         if let Some(found) = self.by_alias(&spec.name).await?.into_iter().next() {
             let disk = self.to_disk(&found);
-            if disk.size_bytes < spec.size_bytes || disk.parameters != spec.parameters {
+            // The oVirt CSI driver's disk (a create it began before the switch, repeated
+            // to us) records no parameters: its size is all there is to compare, as that
+            // driver compares nothing.
+            let unlike = !read::upstream_made(&found) && disk.parameters != spec.parameters;
+            if disk.size_bytes < spec.size_bytes || unlike {
                 return Err(CloudError::ParameterMismatch {
                     name: spec.name,
                     reason: format!(

@@ -1,5 +1,16 @@
 //! Reading a disk the engine answered: what it is to CSI, and whether it is this
 //! cluster's.
+//!
+//! A cluster switched from the oVirt CSI driver (Deckhouse's zVirt module deploys
+//! openshift/ovirt-csi-driver as `csi.ovirt.org`) has disks that driver made: aliased by
+//! their PV's name (`pvc-<PVC uid>`, the external-provisioner's), with no description at
+//! all — that driver writes none, and recognises its disks by the alias alone. Those are
+//! taken as this cluster's too: listed, reported, published, expanded and deleted like
+//! ours. The alias is all there is to go by, so a disk of another cluster on the same
+//! engine made by that driver is listed as well; it is only ever reported (no PV names
+//! it), never deleted by anything but a DeleteVolume of its id.
+
+use overcast_cloud::discovery::MADE_BY;
 
 use super::*;
 
@@ -25,6 +36,12 @@ impl EngineDisks {
             .as_str()
             .or(d["name"].as_str())
             .unwrap_or_default();
+        let mut metadata = description.metadata;
+        if upstream_made(d) {
+            // Its alias is its PV's name: what the orphan report matches PVs by.
+            metadata.insert(PV_NAME_KEY.to_owned(), alias.to_owned());
+            metadata.insert(MADE_BY.to_owned(), UPSTREAM_DRIVER.to_owned());
+        }
         Disk {
             id: d["id"].as_str().unwrap_or_default().to_owned(),
             name: description.name.unwrap_or_else(|| alias.to_owned()),
@@ -34,7 +51,7 @@ impl EngineDisks {
                 zone: String::new(),
             },
             parameters: description.parameters,
-            metadata: description.metadata,
+            metadata,
             attachments,
             condition,
             source: None,
@@ -42,10 +59,11 @@ impl EngineDisks {
     }
 
     pub(super) fn ours(&self, d: &Value) -> bool {
-        d["description"]
-            .as_str()
-            .and_then(|s| serde_json::from_str::<Description>(s).ok())
-            .is_some_and(|desc| desc.cluster == self.cluster)
+        upstream_made(d)
+            || d["description"]
+                .as_str()
+                .and_then(|s| serde_json::from_str::<Description>(s).ok())
+                .is_some_and(|desc| desc.cluster == self.cluster)
     }
 
     /// The disks of this cluster made for CSI volume `name`: searched by their alias
@@ -92,5 +110,51 @@ impl EngineDisks {
             written.clear();
         }
         written.insert(name.to_owned(), id.to_owned());
+    }
+}
+
+/// The driver whose disks are recognised beside ours.
+pub(super) const UPSTREAM_DRIVER: &str = "ovirt-csi-driver";
+/// The external-provisioner's metadata key for the PV name (`--extra-create-metadata`).
+const PV_NAME_KEY: &str = "csi.storage.k8s.io/pv/name";
+
+/// A disk as the oVirt CSI driver makes it: no description, aliased `pvc-<uuid>`.
+pub(super) fn upstream_made(d: &Value) -> bool {
+    let described = d["description"].as_str().is_some_and(|s| !s.is_empty());
+    !described
+        && d["alias"]
+            .as_str()
+            .and_then(|a| a.strip_prefix("pvc-"))
+            .is_some_and(is_uuid)
+}
+
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.chars().enumerate().all(|(i, c)| {
+            matches!(i, 8 | 13 | 18 | 23) == (c == '-') && (c == '-' || c.is_ascii_hexdigit())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ovirt_csi_driver_s_disks_are_told_by_their_alias_and_empty_description() {
+        let upstream = |alias: &str, description: Option<&str>| {
+            let mut d = json!({"id": "11111111-2222-3333-4444-555555555555", "alias": alias});
+            if let Some(text) = description {
+                d["description"] = json!(text);
+            }
+            upstream_made(&d)
+        };
+        let pv = "pvc-0b3c1f4e-6a8d-4c1e-9f2a-7d5e3b9c1a20";
+        assert!(upstream(pv, None));
+        assert!(upstream(pv, Some("")));
+        // Ours (a description), a user's disk, another naming: not that driver's.
+        assert!(!upstream(pv, Some("{\"cluster\":\"c\"}")));
+        assert!(!upstream("data-disk", None));
+        assert!(!upstream("pvc-not-a-uid", None));
+        assert!(!upstream("PVC-0b3c1f4e-6a8d-4c1e-9f2a-7d5e3b9c1a20", None));
     }
 }
