@@ -22,6 +22,8 @@ const GIB: u64 = 1 << 30;
 mod engine_rules;
 /// The provider's VMs for Cluster API.
 mod machines;
+/// A volume the oVirt CSI driver made, after the switch to ours.
+mod upstream;
 mod vm_lifecycle;
 
 struct Sim {

@@ -114,7 +114,14 @@ impl ControllerService {
             .map_err(|e| to_status(&op, e))?
         {
             let fits = validation::size_fits(disk.size_bytes, req.capacity_range.as_ref())?;
-            let same_params = disk.parameters == parameters && disk.source == source_id;
+            // A disk another driver made (a create it began before the cluster switched,
+            // repeated to us) records no parameters of ours: its size and source are what
+            // there is to compare, as that driver compares.
+            let foreign = disk
+                .metadata
+                .contains_key(overcast_cloud::discovery::MADE_BY);
+            let same_params =
+                (foreign || disk.parameters == parameters) && disk.source == source_id;
             // A disk without a zone is reachable from every topology.
             let placed = match &req.accessibility_requirements {
                 _ if disk.zone == Zone::default() => true,
