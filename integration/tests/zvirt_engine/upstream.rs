@@ -127,7 +127,7 @@ async fn a_volume_the_ovirt_csi_driver_made_and_mounted_lives_on_with_ours() {
     assert_eq!(entry.volume.as_ref().unwrap().capacity_bytes, GIB as i64);
     assert_eq!(
         entry.status.as_ref().unwrap().published_node_ids,
-        [vm.clone()]
+        vec![vm.as_str()]
     );
     // A create that driver began before the switch, repeated to ours: the same disk.
     let mut create = overcast_integration::create_request(PV, GIB as i64);
