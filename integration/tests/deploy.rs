@@ -234,8 +234,11 @@ fn liveness_port(pod: &Pod, c: &Container) -> (i32, String) {
 fn driver_name(cloud: &str) -> String {
     match cloud {
         "dvp" => "csi.dvp.deckhouse.io".into(),
-        // Deckhouse's cloud-provider-zvirt names its StorageClasses' provisioner so.
-        "zvirt" => "csi.zvirt.deckhouse.io".into(),
+        // Deckhouse's zVirt module deploys openshift/ovirt-csi-driver under this name
+        // (its templates/csi/csidriver.yaml and storage-classes.yaml).
+        "zvirt" => "csi.ovirt.org".into(),
+        // cinder-csi-plugin's (and Deckhouse's openstack module's).
+        "openstack" => "cinder.csi.openstack.org".into(),
         // vsphere-csi-driver's name, on every vSphere PV it made.
         "vsphere" => "csi.vsphere.vmware.com".into(),
         other => format!("{other}.csi.overcast.dev"),
