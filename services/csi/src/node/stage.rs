@@ -354,7 +354,14 @@ impl NodeService {
                     .device
                     .as_deref()
                     .and_then(|d| self.host.device_numbers(d).ok())
-                    .is_none_or(|numbers| numbers == (top.major, top.minor));
+                    .is_none_or(|numbers| numbers == (top.major, top.minor))
+                    // A record older than the mount (kept across a time the node plugin
+                    // ran without it, while the disk came back as another device): what
+                    // is mounted is still this volume's when its device is the disk.
+                    || matches!(
+                        self.mount_of_volume(&op, id, &staging),
+                        Ok(Seen::Volume(_))
+                    );
                 if !ours {
                     return Err(Status::failed_precondition(format!(
                         "{op}: the staging path holds a mount of {}:{} that this driver did not make",

@@ -592,3 +592,6 @@ async fn a_publish_adopts_a_stage_of_the_volume_s_own_disk() {
 
 /// Volumes the upstream node plugins staged and published, met by ours after a switch.
 mod upstream;
+
+/// Records older than what is mounted.
+mod stale;
