@@ -143,6 +143,7 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
     volumes::controller_deleted_mid_provisioning(&node);
     lost_state::grows_after_the_controller_was_replaced(&node);
     lost_state::node_plugin_killed_during_first_mkfs(&node);
+    lost_state::node_plugin_without_records(&node);
     load_balancer::a_load_balancer_service_reaches_its_pod(&node);
 
     // Everything deleted: no loop device, no disk file, no mount left.
