@@ -40,6 +40,8 @@ mod listing;
 mod octavia;
 /// Pod routes on a Neutron router, and the ccm's route controller.
 mod routes;
+/// A volume cinder-csi-plugin made, after the switch to ours.
+mod upstream;
 
 use cloud::*;
 
