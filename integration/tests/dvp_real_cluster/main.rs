@@ -30,6 +30,8 @@ static PARENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 mod create_rules;
 /// The Cluster API provider's VMs.
 mod machines;
+/// A volume Deckhouse's dvp-csi-driver made, after the switch to ours.
+mod upstream;
 
 fn waits(attach: Duration) -> Waits {
     Waits {
