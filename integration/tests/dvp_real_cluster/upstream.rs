@@ -126,6 +126,29 @@ async fn a_volume_the_dvp_csi_driver_made_and_attached_lives_on_with_ours() {
         entry.status.as_ref().unwrap().published_node_ids,
         vec![NODE_ID]
     );
+    // Reported as that driver's disk under its PV's name (what the orphan report
+    // matches PVs by); a create it began before the switch, repeated to ours, answers
+    // with it.
+    let reported = world
+        .disks(Duration::from_secs(30))
+        .list_disks()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|d| d.id == pv)
+        .unwrap();
+    assert_eq!(reported.metadata["csi.storage.k8s.io/pv/name"], pv);
+    assert_eq!(reported.metadata["overcast.dev/made-by"], "dvp-csi-driver");
+    let mut create = overcast_integration::create_request(pv, 32 << 20);
+    create
+        .parameters
+        .insert("dvpStorageClass".into(), class.clone());
+    let again = c
+        .create_volume(create)
+        .await
+        .expect("create again")
+        .into_inner();
+    assert_eq!(again.volume.unwrap().volume_id, pv);
     // The same attachment asked of ours: its own VMBDA found, nothing made.
     let ours = c
         .controller_publish_volume(overcast_integration::publish_request(pv, false))

@@ -70,6 +70,12 @@ impl Default for Waits {
     }
 }
 
+/// The driver whose disks (labelled `virtualDiskName`, without our annotations) are
+/// this cluster's too.
+const UPSTREAM_DRIVER: &str = "dvp-csi-driver";
+/// The external-provisioner's metadata key for the PV name.
+const PV_NAME_KEY: &str = "csi.storage.k8s.io/pv/name";
+
 pub struct DvpDisks {
     parent: Parent,
     nodes: ParentNodes,
@@ -182,13 +188,24 @@ impl DvpDisks {
                 condition_message(&status.conditions)
             )),
         };
+        let mut metadata = read_map(api::METADATA_ANNOTATION);
+        if !annotations.contains_key(api::PARAMETERS_ANNOTATION) {
+            // Made by Deckhouse's dvp-csi-driver (a cluster switched from it): it records
+            // neither parameters nor metadata, and names the disk after its PV — what the
+            // orphan report matches PVs by.
+            metadata.insert(
+                overcast_cloud::discovery::MADE_BY.to_owned(),
+                UPSTREAM_DRIVER.to_owned(),
+            );
+            metadata.insert(PV_NAME_KEY.to_owned(), vd.name_any());
+        }
         Disk {
             id: vd.name_any(),
             name: csi_name_of(vd),
             size_bytes,
             zone: zone_of(&annotations),
             parameters: read_map(api::PARAMETERS_ANNOTATION),
-            metadata: read_map(api::METADATA_ANNOTATION),
+            metadata,
             attachments,
             condition,
             source: None,
@@ -343,7 +360,12 @@ impl Disks for DvpDisks {
             }
         };
         let have = self.to_disk(&vd, &[]);
-        if have.parameters != spec.parameters {
+        // dvp-csi-driver's disk (a create it began before the switch, repeated to us)
+        // records no parameters: as that driver, only the name is compared.
+        let foreign = have
+            .metadata
+            .contains_key(overcast_cloud::discovery::MADE_BY);
+        if !foreign && have.parameters != spec.parameters {
             return Err(CloudError::ParameterMismatch {
                 name: spec.name,
                 reason: format!(
