@@ -81,3 +81,5 @@ mod inventory;
 mod sim;
 /// Volume topology: zones from tags, datastores every host of a zone mounts.
 mod topology;
+/// A volume vsphere-csi-driver's node staged, after the switch to ours.
+mod upstream;

@@ -1,0 +1,180 @@
+//! A volume vsphere-csi-driver's node staged and bound, met by ours after a switch under
+//! the same name (`csi.vsphere.vmware.com`), on vcsim with the test playing the ESXi host
+//! and the guest. The volume is ours' CNS volume (ours makes it as that driver's
+//! CreateVolume does: docs/migrate/vsphere.md); what is that driver's is the node's
+//! layout (the device mounted on the staging path, bound into the pod) and the
+//! attachment's publish context (`type` and `diskUUID`, no `wwn`). Without a record, ours
+//! cannot tell such a mount is the volume's (the CNS id does not name the disk): it
+//! refuses and keeps it. Once the node is drained, a new pod stages from that driver's
+//! context — its `diskUUID` read as the WWN — with the data.
+
+use std::process::Command;
+
+use overcast_integration::{csi_v1 as csi, mount_cap, Csi};
+
+use super::*;
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{cmd:?}: {out:?}");
+}
+
+struct Cleanup(std::path::PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        overcast_integration::unmount_under(&self.0);
+        overcast_integration::detach_loops_under(&self.0);
+    }
+}
+
+#[tokio::test]
+async fn a_volume_vsphere_csi_staged_and_bound_is_kept_until_drained_then_staged_from_its_context()
+{
+    let Some(sim) = Vcsim::start("a volume vsphere-csi-driver staged, with ours", &[]) else {
+        return;
+    };
+    let admin = vcenter(&sim, &Arc::new(ApiMetrics::unregistered()));
+    let (node, vm) = super::sim::vms(&admin).await[0].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let _cleanup = Cleanup(dir.path().to_owned());
+    let by_id = dir.path().join("by-id");
+    std::fs::create_dir_all(&by_id).unwrap();
+    let conf = dir.path().join("vsphere.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[Global]\nport = {}\nca-file = {}\n[VirtualCenter \"127.0.0.1\"]\nuser = k8s\n\
+             password = pw\ndatacenters = DC0\n",
+            sim.port,
+            sim.ca_file.display()
+        ),
+    )
+    .unwrap();
+    let driver = Csi::start(&[
+        "--cloud=vsphere",
+        "--driver-name=csi.vsphere.vmware.com",
+        &format!("--cloud-config={}", conf.display()),
+        &format!("--node-id={node}"),
+        "--cluster=overcast-it",
+        &format!("--device-by-id-dir={}", by_id.display()),
+    ])
+    .await;
+    let (mut c, mut n) = (driver.controller().await, driver.node().await);
+    let id = c
+        .create_volume(overcast_integration::create_request(
+            "pvc-vsphere-upstream",
+            1 << 30,
+        ))
+        .await
+        .expect("create")
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id;
+    let ours = c
+        .controller_publish_volume(overcast_integration::attach_request(
+            &id,
+            &node,
+            mount_cap("ext4"),
+        ))
+        .await
+        .expect("attach")
+        .into_inner()
+        .publish_context;
+    let uuid = ours["diskUUID"].clone();
+    super::sim::plug_disk(&admin, &vm, &node, &id, &uuid).await;
+    let file = dir.path().join("disk.img");
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    let index = overcast_cloud_local::loopdev::attach(&file, false, "overcast-it-vsphere").unwrap();
+    let device = overcast_cloud_local::loopdev::device_path(index);
+    std::os::unix::fs::symlink(&device, by_id.join(format!("wwn-0x{uuid}"))).unwrap();
+    // That driver's VolumeAttachment: its context has no `wwn`.
+    let upstream_context: std::collections::HashMap<String, String> = [
+        ("type".to_owned(), "vSphere CNS Block Volume".to_owned()),
+        ("diskUUID".to_owned(), uuid.clone()),
+    ]
+    .into();
+
+    // Its node: the device formatted and mounted on the staging path, bound into the pod.
+    let kubelet = dir.path().join("kubelet");
+    let staging = kubelet.join("plugins/kubernetes.io/csi/csi.vsphere.vmware.com/8b2c/globalmount");
+    let target = kubelet.join("pods/p1/volumes/kubernetes.io~csi/pvc-vsphere-upstream/mount");
+    std::fs::create_dir_all(&staging).unwrap();
+    std::fs::create_dir_all(&target).unwrap();
+    run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&device));
+    run(Command::new("mount").arg(&device).arg(&staging));
+    run(Command::new("mount")
+        .arg("--bind")
+        .arg(&staging)
+        .arg(&target));
+    std::fs::write(target.join("data"), b"written under vsphere-csi-driver").unwrap();
+
+    // No record, an id that does not name the disk: refused, and both mounts kept.
+    for e in [
+        n.node_unpublish_volume(overcast_integration::node_unpublish_request(&id, &target))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        n.node_unstage_volume(overcast_integration::unstage_request(&id, &staging))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+    ] {
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    }
+    assert!(overcast_integration::is_mount_point(&target));
+    assert!(overcast_integration::is_mount_point(&staging));
+
+    // Drained while that driver's plugin still ran: it unmounted its own. A new pod
+    // on the same attachment stages from that driver's context.
+    run(Command::new("umount").arg(&target));
+    run(Command::new("umount").arg(&staging));
+    let target2 = kubelet.join("pods/p2/volumes/kubernetes.io~csi/pvc-vsphere-upstream/mount");
+    n.node_stage_volume(overcast_integration::stage_request(
+        &id,
+        &upstream_context,
+        &staging,
+        mount_cap("ext4"),
+    ))
+    .await
+    .expect("stage from vsphere-csi-driver's context");
+    n.node_publish_volume(overcast_integration::node_publish_request(
+        &id,
+        &upstream_context,
+        &staging,
+        &target2,
+        mount_cap("ext4"),
+    ))
+    .await
+    .expect("publish");
+    assert_eq!(
+        std::fs::read(target2.join("data")).unwrap(),
+        b"written under vsphere-csi-driver"
+    );
+    n.node_unpublish_volume(overcast_integration::node_unpublish_request(&id, &target2))
+        .await
+        .unwrap();
+    n.node_unstage_volume(overcast_integration::unstage_request(&id, &staging))
+        .await
+        .unwrap();
+    c.controller_unpublish_volume(overcast_integration::detach_request(&id, &node))
+        .await
+        .expect("detach");
+    super::sim::unplug_disk(&admin, &vm, &id).await;
+    c.delete_volume(overcast_integration::delete_request(&id))
+        .await
+        .expect("delete");
+    let listed = c
+        .list_volumes(csi::ListVolumesRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    assert!(listed
+        .iter()
+        .all(|e| e.volume.as_ref().is_some_and(|v| v.volume_id != id)));
+}
