@@ -1265,12 +1265,16 @@ fn rbac_grants_exactly_the_api_calls_each_service_makes() {
                     _ => &[],
                 };
                 let capi_calls: Vec<ApiCall>;
+                let node_api_calls: Vec<ApiCall>;
                 let calls: &[ApiCall] = match program.rsplit('/').next() {
-                    // A node plugin that reads its zone from its Node (DVP's).
+                    // A node plugin that reads its zone from its Node (DVP's, OpenStack's)
+                    // or its volumes' attachments (vSphere's, DVP's).
                     Some("csi")
-                        if pod.name == "overcast-csi-node" && zone_from_labels(&cloud, &m) =>
+                        if pod.name == "overcast-csi-node"
+                            && !node_calls(&cloud, &m).is_empty() =>
                     {
-                        overcast_csi::api_calls::NODE_ZONE_FROM_LABELS
+                        node_api_calls = node_calls(&cloud, &m);
+                        &node_api_calls
                     }
                     // The driver and the registrar talk to no API: they hold no token.
                     Some("csi") | Some("registrar") => {
@@ -1344,7 +1348,7 @@ fn rbac_grants_exactly_the_api_calls_each_service_makes() {
         }
         // Elsewhere the node plugin talks to no API: no token, no bindings.
         let node = m.pod("overcast-csi-node");
-        if !zone_from_labels(&cloud, &m) {
+        if node_calls(&cloud, &m).is_empty() {
             assert_eq!(node.spec.automount_service_account_token, Some(false));
             assert!(grants(
                 &m,
@@ -1356,12 +1360,26 @@ fn rbac_grants_exactly_the_api_calls_each_service_makes() {
     }
 }
 
-/// Whether the overlay's node plugin reads its place from its Node, given the
-/// overlay's own cloud-config (vSphere's decides by its `[Labels]`).
-fn zone_from_labels(cloud: &str, m: &Manifests) -> bool {
-    let Ok(name) = cloud.parse::<overcast_cloud::CloudName>() else {
-        return false;
-    };
+/// The API calls the overlay's node plugin makes: its Node (its place, when its cloud
+/// does not give it), and its volumes' attachments (when its cloud's ids do not name
+/// their disks).
+fn node_calls(cloud: &str, m: &Manifests) -> Vec<ApiCall> {
+    let mut calls = Vec::new();
+    if zone_from_labels(cloud, m) {
+        calls.extend_from_slice(overcast_csi::api_calls::NODE_ZONE_FROM_LABELS);
+    }
+    let unknown = node_identity_of(cloud, m)
+        .is_some_and(|i| i.disk_of_volume == overcast_cloud::DiskOfVolume::Unknown);
+    if unknown {
+        calls.extend_from_slice(overcast_csi::api_calls::NODE_ATTACHMENTS);
+    }
+    calls
+}
+
+/// The overlay's node plugin's identity, given the overlay's own cloud-config (vSphere's
+/// place decides by its `[Labels]`).
+fn node_identity_of(cloud: &str, m: &Manifests) -> Option<overcast_clouds::NodeIdentity> {
+    let name = cloud.parse::<overcast_cloud::CloudName>().ok()?;
     let dir = tempfile::tempdir().unwrap();
     let mut s = overcast_clouds::Settings::new(name);
     if let Some(text) = cloud_config(m) {
@@ -1369,10 +1387,12 @@ fn zone_from_labels(cloud: &str, m: &Manifests) -> bool {
         std::fs::write(&path, text).unwrap();
         s.cloud_config = Some(path);
     }
-    matches!(
-        overcast_clouds::node_identity(&s),
-        Ok(overcast_clouds::NodeIdentity { zone: None, .. })
-    )
+    overcast_clouds::node_identity(&s).ok()
+}
+
+/// Whether the overlay's node plugin reads its place from its Node.
+fn zone_from_labels(cloud: &str, m: &Manifests) -> bool {
+    node_identity_of(cloud, m).is_some_and(|i| i.zone.is_none())
 }
 
 /// The local overlay brings the InstanceTypesCatalog CRD (Deckhouse brings its own): it

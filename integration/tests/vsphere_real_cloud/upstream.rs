@@ -4,9 +4,12 @@
 //! CreateVolume does: docs/migrate/vsphere.md); what is that driver's is the node's
 //! layout (the device mounted on the staging path, bound into the pod) and the
 //! attachment's publish context (`type` and `diskUUID`, no `wwn`). Without a record, ours
-//! cannot tell such a mount is the volume's (the CNS id does not name the disk): it
-//! refuses and keeps it. Once the node is drained, a new pod stages from that driver's
-//! context — its `diskUUID` read as the WWN — with the data.
+//! cannot tell from the id that such a mount is the volume's (the CNS id does not name the
+//! disk): with no VolumeAttachment to read it refuses and keeps the mount; with that
+//! driver's VolumeAttachment in the API (the kit's, when `OVERCAST_TEST_KUBECONFIG` is
+//! set) its `diskUUID` names the disk, and both mounts are taken away — the live switch.
+//! A new pod then stages from that driver's context — its `diskUUID` read as the WWN —
+//! with the data.
 
 use std::process::Command;
 
@@ -29,13 +32,28 @@ impl Drop for Cleanup {
 }
 
 #[tokio::test]
-async fn a_volume_vsphere_csi_staged_and_bound_is_kept_until_drained_then_staged_from_its_context()
+async fn a_volume_vsphere_csi_staged_and_bound_goes_by_its_attachment_and_stages_from_its_context()
 {
     let Some(sim) = Vcsim::start("a volume vsphere-csi-driver staged, with ours", &[]) else {
         return;
     };
     let admin = vcenter(&sim, &Arc::new(ApiMetrics::unregistered()));
-    let (node, vm) = super::sim::vms(&admin).await[0].clone();
+    let (vm_name, vm) = super::sim::vms(&admin).await[0].clone();
+    // A Node's name (vcsim's VM names are not: upper case, underscores) as the guest's
+    // host name, which is how the driver finds a node's VM.
+    let node = "worker-upstream".to_owned();
+    super::sim::reconfigure(
+        &admin,
+        &vm,
+        &super::sim::Guest {
+            host_name: &node,
+            ip: "10.0.0.99",
+            guest_id: "otherLinux64Guest",
+            cpus: 2,
+            memory_mb: 2048,
+        },
+    )
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let _cleanup = Cleanup(dir.path().to_owned());
     let by_id = dir.path().join("by-id");
@@ -51,15 +69,20 @@ async fn a_volume_vsphere_csi_staged_and_bound_is_kept_until_drained_then_staged
         ),
     )
     .unwrap();
-    let driver = Csi::start(&[
-        "--cloud=vsphere",
-        "--driver-name=csi.vsphere.vmware.com",
-        &format!("--cloud-config={}", conf.display()),
-        &format!("--node-id={node}"),
-        "--cluster=overcast-it",
-        &format!("--device-by-id-dir={}", by_id.display()),
-    ])
-    .await;
+    let kubeconfig = overcast_integration::real::kubeconfig("the node reading a VolumeAttachment");
+    let mut args = vec![
+        "--cloud=vsphere".to_owned(),
+        "--driver-name=csi.vsphere.vmware.com".to_owned(),
+        format!("--cloud-config={}", conf.display()),
+        format!("--node-id={node}"),
+        "--cluster=overcast-it".to_owned(),
+        format!("--device-by-id-dir={}", by_id.display()),
+    ];
+    if let Some(path) = &kubeconfig {
+        args.push(format!("--kubeconfig={path}"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let driver = Csi::start(&args).await;
     let (mut c, mut n) = (driver.controller().await, driver.node().await);
     let id = c
         .create_volume(overcast_integration::create_request(
@@ -83,7 +106,7 @@ async fn a_volume_vsphere_csi_staged_and_bound_is_kept_until_drained_then_staged
         .into_inner()
         .publish_context;
     let uuid = ours["diskUUID"].clone();
-    super::sim::plug_disk(&admin, &vm, &node, &id, &uuid).await;
+    super::sim::plug_disk(&admin, &vm, &vm_name, &id, &uuid).await;
     let file = dir.path().join("disk.img");
     std::fs::File::create(&file)
         .unwrap()
@@ -129,10 +152,53 @@ async fn a_volume_vsphere_csi_staged_and_bound_is_kept_until_drained_then_staged
     assert!(overcast_integration::is_mount_point(&target));
     assert!(overcast_integration::is_mount_point(&staging));
 
-    // Drained while that driver's plugin still ran: it unmounted its own. A new pod
-    // on the same attachment stages from that driver's context.
-    run(Command::new("umount").arg(&target));
-    run(Command::new("umount").arg(&staging));
+    match &kubeconfig {
+        // That driver's VolumeAttachment, as the attach/detach controller names it and
+        // external-attacher answers it: its diskUUID names the mounted disk.
+        Some(path) => {
+            use k8s_openapi::api::storage::v1::VolumeAttachment;
+            use kube::api::{Patch, PatchParams, PostParams};
+            let client = overcast_integration::real::client(path).await;
+            let vas: kube::Api<VolumeAttachment> = kube::Api::all(client);
+            let name = overcast_csi::node::attachment::attachment_name(
+                &id,
+                "csi.vsphere.vmware.com",
+                &node,
+            );
+            let _ = vas.delete(&name, &Default::default()).await;
+            let va: VolumeAttachment = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "spec": {"attacher": "csi.vsphere.vmware.com", "nodeName": node,
+                    "source": {"persistentVolumeName": "pvc-vsphere-upstream"}},
+            }))
+            .unwrap();
+            vas.create(&PostParams::default(), &va).await.unwrap();
+            vas.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"status": {"attached": true,
+                    "attachmentMetadata": upstream_context}})),
+            )
+            .await
+            .unwrap();
+            n.node_unpublish_volume(overcast_integration::node_unpublish_request(&id, &target))
+                .await
+                .expect("unpublish by the attachment's diskUUID");
+            n.node_unstage_volume(overcast_integration::unstage_request(&id, &staging))
+                .await
+                .expect("unstage by the attachment's diskUUID");
+            assert!(!overcast_integration::is_mount_point(&target));
+            assert!(!overcast_integration::is_mount_point(&staging));
+            vas.delete(&name, &Default::default()).await.unwrap();
+        }
+        // No API (said skipped above): drained while that driver's plugin still ran, it
+        // unmounted its own.
+        None => {
+            run(Command::new("umount").arg(&target));
+            run(Command::new("umount").arg(&staging));
+        }
+    }
+    // A new pod on the same attachment stages from that driver's context.
     let target2 = kubelet.join("pods/p2/volumes/kubernetes.io~csi/pvc-vsphere-upstream/mount");
     n.node_stage_volume(overcast_integration::stage_request(
         &id,

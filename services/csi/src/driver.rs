@@ -181,6 +181,17 @@ impl Driver {
                 .with_rescan_on_resize(rescan_on_resize)
                 .with_topology(topology)
                 .with_instance_id_from(instance_id_from)
+                .with_attachments(match disk_of_volume {
+                    // Where ids do not name disks, the attachment kubelet reads does.
+                    overcast_cloud::DiskOfVolume::Unknown => {
+                        crate::node::attachment::Attachments::Api {
+                            kubeconfig: options.kubeconfig.clone(),
+                            driver: options.driver_name.clone(),
+                            node: node_id.clone(),
+                        }
+                    }
+                    _ => crate::node::attachment::Attachments::None,
+                })
                 .with_disk_of_volume(disk_of_volume)
                 .with_metrics(node_metrics)
                 .with_faults(faults);

@@ -109,8 +109,10 @@ pub struct Options {
     #[arg(long, env = "CSI_ZONE")]
     pub zone: Option<String>,
 
-    /// Node, on a cloud whose node plugin holds no credentials (DVP): the kubeconfig to
-    /// read this node's zone labels with; in-cluster configuration when unset.
+    /// Node: the kubeconfig to read this node's zone labels with (a cloud whose node
+    /// plugin holds no credentials: DVP) and, on a cloud whose volume ids do not name
+    /// their disks (vSphere, DVP), a volume's VolumeAttachment to this node when a mount
+    /// has no record; in-cluster configuration when unset.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
 

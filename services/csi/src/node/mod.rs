@@ -3,6 +3,7 @@
 //! context; what was staged and published where is recorded in [`state`], and the
 //! kernel's mount table is checked before every action.
 
+pub mod attachment;
 pub mod faults;
 mod metrics;
 mod owned;
@@ -50,6 +51,8 @@ pub struct NodeService {
     host: Arc<dyn Host>,
     /// How a volume's disk is told from its id, for a mount with no record.
     disk_of_volume: DiskOfVolume,
+    /// Where a volume's attachment is read when its id does not name its disk.
+    attachments: attachment::Attachments,
     metrics: Arc<NodeMetrics>,
     faults: Faults,
 }
@@ -75,6 +78,7 @@ impl NodeService {
             rescan_on_resize: false,
             host,
             disk_of_volume: DiskOfVolume::Unknown,
+            attachments: attachment::Attachments::None,
             metrics: Arc::new(NodeMetrics::default()),
             faults: Faults::default(),
         }
@@ -85,6 +89,13 @@ impl NodeService {
     /// How this cloud's volume ids name their disks (its provider's `NodeIdentity`).
     pub fn with_disk_of_volume(mut self, disk_of_volume: DiskOfVolume) -> Self {
         self.disk_of_volume = disk_of_volume;
+        self
+    }
+
+    /// Where a volume's attachment is read, for a mount with no record on a cloud whose
+    /// ids do not name their disks.
+    pub fn with_attachments(mut self, attachments: attachment::Attachments) -> Self {
+        self.attachments = attachments;
         self
     }
 

@@ -40,7 +40,12 @@ impl NodeService {
     /// What is mounted at `path`, as far as volume `id` is concerned; FAILED_PRECONDITION,
     /// naming what was found, when something is mounted there that cannot be told apart
     /// from the volume's disk.
-    pub(super) fn mount_of_volume(&self, op: &str, id: &str, path: &Path) -> Result<Seen, Status> {
+    pub(super) async fn mount_of_volume(
+        &self,
+        op: &str,
+        id: &str,
+        path: &Path,
+    ) -> Result<Seen, Status> {
         let Some(mount) = self.host.top_mount(path).map_err(|e| mount_status(op, e))? else {
             return Ok(Seen::Nothing);
         };
@@ -63,13 +68,16 @@ impl NodeService {
             )
         };
         let refuse = |why: String| Status::failed_precondition(what(why));
-        let Some(ctx) = self.disk_of_volume.context(id) else {
-            return Err(refuse(match self.disk_of_volume {
-                DiskOfVolume::Unknown => {
-                    "this cloud's volume ids do not name their disks, so it cannot be told to be this volume's".to_owned()
-                }
-                _ => format!("the volume id {id:?} cannot name a disk"),
-            }));
+        let ctx = match self.disk_of_volume {
+            DiskOfVolume::Unknown => self.attached_disk(op, id).await?.ok_or_else(|| {
+                refuse(
+                    "this cloud's volume ids do not name their disks, and no attachment of it to this node names its disk, so it cannot be told to be this volume's"
+                        .to_owned(),
+                )
+            })?,
+            _ => self.disk_of_volume.context(id).ok_or_else(|| {
+                refuse(format!("the volume id {id:?} cannot name a disk"))
+            })?,
         };
         // Looked up once, without waiting: a disk that is not there now is not the one
         // mounted.
@@ -101,6 +109,36 @@ impl NodeService {
             device,
             block,
         }))
+    }
+}
+
+impl NodeService {
+    /// The disk the volume's attachment to this node names (its VolumeAttachment's
+    /// publish context), where the node reads attachments; `None` when there is no such
+    /// attachment or it names no disk (another driver's, with an empty context).
+    /// UNAVAILABLE when the API did not answer: an uncertain answer unmounts nothing.
+    pub(super) async fn attached_disk(
+        &self,
+        op: &str,
+        id: &str,
+    ) -> Result<Option<overcast_cloud::PublishContext>, Status> {
+        use super::attachment::Unread;
+        let context = match self.attachments.context(id).await {
+            Ok(context) => context,
+            // Told apart by nothing: refused as before attachments were read.
+            Err(Unread::NoClient(why)) => {
+                tracing::warn!(error = %why, "{op}: no API client to read the volume's attachment with");
+                None
+            }
+            Err(Unread::Api(why)) => {
+                return Err(Status::unavailable(format!(
+                    "{op}: the volume's attachment to this node could not be read: {why}"
+                )))
+            }
+        };
+        Ok(context
+            .map(|c| overcast_cloud::PublishContext::from_map(&c))
+            .filter(|ctx| overcast_mount::device::check_volume(ctx, id).is_ok()))
     }
 }
 

@@ -40,7 +40,9 @@ impl NodeService {
             .get(id)
             .filter(|v| v.staging.as_deref() == Some(staging.as_path()));
         if record.is_none() {
-            record = self.adopt_stage(&op, id, &staging, &cap.access_type)?;
+            record = self
+                .adopt_stage(&op, id, &staging, &cap.access_type)
+                .await?;
         }
 
         match &cap.access_type {
@@ -163,7 +165,7 @@ impl NodeService {
     /// the volume), recorded as this node's when what is there is the volume's own disk:
     /// the filesystem mounted at `staging`, or — a block volume, whose stage mounts
     /// nothing — the volume's device attached here. `None` when neither is.
-    fn adopt_stage(
+    async fn adopt_stage(
         &self,
         op: &str,
         id: &str,
@@ -171,18 +173,18 @@ impl NodeService {
         access: &Option<AccessType>,
     ) -> Result<Option<super::state::NodeVolume>, Status> {
         let (device, block, fs_type) = match access {
-            Some(AccessType::Mount(_)) => match self.mount_of_volume(op, id, staging) {
+            Some(AccessType::Mount(_)) => match self.mount_of_volume(op, id, staging).await {
                 Ok(Seen::Volume(found)) if !found.block => {
                     (found.device, false, found.mount.fs_type)
                 }
                 _ => return Ok(None),
             },
             Some(AccessType::Block(_)) => {
-                let Some(device) = self
-                    .disk_of_volume
-                    .context(id)
-                    .and_then(|ctx| self.host.find_device_now(&ctx))
-                else {
+                let ctx = match self.disk_of_volume {
+                    overcast_cloud::DiskOfVolume::Unknown => self.attached_disk(op, id).await?,
+                    _ => self.disk_of_volume.context(id),
+                };
+                let Some(device) = ctx.and_then(|ctx| self.host.find_device_now(&ctx)) else {
                     return Ok(None);
                 };
                 (device, true, String::new())
@@ -263,7 +265,7 @@ impl NodeService {
             // disk, is the spec's idempotent success (the volume is not there; the other
             // mount stays); a mount that cannot be told apart is refused.
             && !matches!(
-                self.mount_of_volume(&op, id, &target)?,
+                self.mount_of_volume(&op, id, &target).await?,
                 Seen::Volume(_)
             )
         {

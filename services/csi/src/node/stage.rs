@@ -307,7 +307,7 @@ impl NodeService {
             // is mounted there is taken away only when it is the volume's own disk.
             // Nothing mounted, or another disk, is the spec's idempotent success: the
             // volume is not staged there (and the other mount stays).
-            let found = match self.mount_of_volume(&op, id, &staging)? {
+            let found = match self.mount_of_volume(&op, id, &staging).await? {
                 Seen::Volume(found) => found,
                 Seen::Nothing => return Ok(csi::NodeUnstageVolumeResponse {}),
                 Seen::Other(what) => {
@@ -359,7 +359,7 @@ impl NodeService {
                     // ran without it, while the disk came back as another device): what
                     // is mounted is still this volume's when its device is the disk.
                     || matches!(
-                        self.mount_of_volume(&op, id, &staging),
+                        self.mount_of_volume(&op, id, &staging).await,
                         Ok(Seen::Volume(_))
                     );
                 if !ours {

@@ -53,7 +53,7 @@ impl NodeService {
     /// record, what is mounted there when it is the volume's own disk (its read-only
     /// flag then taken as asked for: nothing says otherwise). A mount of anything else is
     /// NOT_FOUND, as the spec says of a volume not at that path.
-    fn recorded(
+    async fn recorded(
         &self,
         op: &str,
         id: &str,
@@ -70,6 +70,7 @@ impl NodeService {
         }
         let seen = self
             .mount_of_volume(op, id, path)
+            .await
             .map_err(|s| Status::not_found(s.message().to_owned()))?;
         let found = match seen {
             Seen::Volume(found) => Some(found),
@@ -96,7 +97,7 @@ impl NodeService {
         let id = validation::require("volume_id", &req.volume_id)?;
         let path = recorded_path("volume_path", &req.volume_path)?;
         let op = format!("stats of volume {id} at {}", path.display());
-        let Some((record, readonly)) = self.recorded(&op, id, &path)? else {
+        let Some((record, readonly)) = self.recorded(&op, id, &path).await? else {
             return Err(Status::not_found(format!(
                 "{op}: not a path this volume is staged or published at"
             )));
@@ -193,7 +194,7 @@ impl NodeService {
         let (required, limit) = validation::range_bounds(req.capacity_range.as_ref())?;
         let op = format!("expand volume {id} at {}", path.display());
         let _guard = self.inflight.volume(id)?;
-        let Some((record, _)) = self.recorded(&op, id, &path)? else {
+        let Some((record, _)) = self.recorded(&op, id, &path).await? else {
             return Err(Status::not_found(format!(
                 "{op}: not a path this volume is staged or published at"
             )));

@@ -120,3 +120,52 @@ async fn a_volume_another_driver_attached_stages_by_the_disk_its_id_names() {
     assert_eq!(e.code(), Code::InvalidArgument, "{e}");
     assert!(n.host.formatted.lock().unwrap().is_empty());
 }
+
+/// On a cloud whose ids do not name their disks (vSphere, DVP), a mount with no record
+/// is the volume's when its attachment to this node — the VolumeAttachment kubelet reads
+/// — names the disk mounted: then it is unmounted; an attachment naming no disk
+/// (another driver's empty context) or none at all leaves it refused and kept.
+#[tokio::test]
+async fn without_records_the_attachment_names_the_disk_where_the_id_does_not() {
+    use super::super::attachment::Attachments;
+    let fixed = |context: Option<&[(&str, &str)]>| {
+        Attachments::Fixed(
+            context
+                .map(|c| HashMap::from([(VOL.to_owned(), ctx(c))]))
+                .unwrap_or_default(),
+        )
+    };
+    // (its attachment's context, whether the mount goes, the answer's code)
+    for (attachment, unmounted, code) in [
+        (None, false, Code::FailedPrecondition),
+        (Some(&[][..]), false, Code::FailedPrecondition),
+        // Another disk named: the volume is not at that path (the spec's OK), and the
+        // mount stays.
+        (Some(&[("serial", "another-disk")][..]), false, Code::Ok),
+        (Some(&[("serial", "md5-of-the-uid")][..]), true, Code::Ok),
+    ] {
+        let n = node();
+        n.host
+            .disk("md5-of-the-uid", 1, Content::Filesystem("ext4".into()));
+        n.host
+            .disk("another-disk", 2, Content::Filesystem("ext4".into()));
+        std::fs::create_dir_all(n.target()).unwrap();
+        n.host
+            .mount_fs(Path::new("/dev/sd1"), &n.target(), "ext4", &[])
+            .unwrap();
+        let dvp = n
+            .forgetful(DiskOfVolume::Unknown)
+            .with_attachments(fixed(attachment));
+        let answer = dvp.unpublish(unpublish_req(&n)).await;
+        assert_eq!(
+            answer.as_ref().err().map_or(Code::Ok, |e| e.code()),
+            code,
+            "{attachment:?}: {answer:?}"
+        );
+        assert_eq!(
+            n.host.mounted_at(&n.target()),
+            usize::from(!unmounted),
+            "{attachment:?}"
+        );
+    }
+}
