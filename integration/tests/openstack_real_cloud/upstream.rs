@@ -149,6 +149,23 @@ async fn a_volume_cinder_csi_made_attached_and_mounted_lives_on_with_ours() {
         vec![server.as_str()]
     );
 
+    // Reported to the orphan check under its PV's name: the volume's name, as that
+    // driver (without the provisioner's --extra-create-metadata) records nothing else.
+    let discovery = overcast_cloud_openstack::OpenStackDiscovery::new(
+        Arc::clone(&cloud.os),
+        cloud.disks(),
+        "overcast-it".into(),
+    );
+    use overcast_cloud::discovery::Discovery;
+    let reported = discovery
+        .cluster_disks()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|d| d.id == id)
+        .expect("reported as this cluster's");
+    assert_eq!(reported.metadata["csi.storage.k8s.io/pv/name"], pv);
+
     // The pod goes: the bind, then the staging mount, taken away by ours.
     let e = n
         .node_unstage_volume(overcast_integration::unstage_request(&id, &staging))

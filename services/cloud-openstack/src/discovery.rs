@@ -240,14 +240,29 @@ impl Discovery for OpenStackDiscovery {
         Ok(ours
             .into_iter()
             .filter(|v| v.metadata.get(CLUSTER_METADATA) == Some(&self.cluster))
-            .map(|v| ClusterDisk {
-                id: v.id,
-                name: v.name.unwrap_or_default(),
-                metadata: v.metadata,
+            .map(|v| {
+                let name = v.name.unwrap_or_default();
+                let mut metadata = v.metadata;
+                // cinder-csi-plugin (ours too) names a volume after its PV; without the
+                // provisioner's --extra-create-metadata that name is the only record of
+                // it, and the orphan report matches PVs by this key.
+                if !name.is_empty() {
+                    metadata
+                        .entry(PV_NAME_KEY.to_owned())
+                        .or_insert_with(|| name.clone());
+                }
+                ClusterDisk {
+                    id: v.id,
+                    name,
+                    metadata,
+                }
             })
             .collect())
     }
 }
+
+/// The external-provisioner's metadata key for the PV name.
+const PV_NAME_KEY: &str = "csi.storage.k8s.io/pv/name";
 
 impl OpenStackDiscovery {
     /// The quotas with nothing left (`<service> <resource>`), Cinder's and Nova's.
