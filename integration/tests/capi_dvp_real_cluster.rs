@@ -311,6 +311,26 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
         "{s:?}"
     );
     assert!(parent_vms_now.get_opt("w.6").await.unwrap().is_none());
+    // A name too long for the VM's hostname label (the parent's API server would refuse
+    // the VM on every try): failed at once too.
+    let long = format!("w-7-{}", "x".repeat(60));
+    machine(&client, &long, &image).await;
+    let refused = until(&dms, &long, "the long-named machine failed", |d| {
+        d.status
+            .as_ref()
+            .is_some_and(|s| s.failure_reason.is_some())
+    })
+    .await;
+    let s = refused.status.unwrap();
+    assert_eq!(s.failure_reason.as_deref(), Some("InvalidConfiguration"));
+    assert!(
+        s.failure_message
+            .as_deref()
+            .unwrap_or("")
+            .contains("dvp.deckhouse.io/hostname"),
+        "{s:?}"
+    );
+    assert!(parent_vms_now.get_opt(&long).await.unwrap().is_none());
 
     // Another cluster's VM of this machine's name in the shared namespace: never adopted.
     let other = ParentVms::new(
@@ -368,7 +388,7 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
         .store(false, std::sync::atomic::Ordering::Relaxed);
 
     // Deleted: the VM and its disks and Secret go, then the finalizer.
-    for name in ["w-1", "w-2", "w-3", "w-4", "w.6", "w-7", "w-8"] {
+    for name in ["w-1", "w-2", "w-3", "w-4", "w.6", "w-7", "w-8", &long] {
         dms.delete(name, &DeleteParams::default()).await.unwrap();
     }
     wait_for("the machines gone", Duration::from_secs(60), async || {
@@ -414,7 +434,9 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
     let _ = images.delete(&image, &DeleteParams::default()).await;
     let machines: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns(), &capi::core("Machine", "machines"));
-    for name in ["w-1", "w-2", "w-3", "w-4", "w-5", "w.6", "w-7", "w-8"] {
+    for name in [
+        "w-1", "w-2", "w-3", "w-4", "w-5", "w.6", "w-7", "w-8", &long,
+    ] {
         let _ = machines.delete(name, &DeleteParams::default()).await;
     }
     drop(capi_process);

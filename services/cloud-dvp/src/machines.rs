@@ -77,14 +77,26 @@ pub fn cloud_init_secret(name: &str) -> String {
     format!("cloud-init-{name}")
 }
 
-/// Why a machine of this name cannot have its VM here, if it cannot: the virtualization
-/// webhook refuses a VirtualDisk name with a '.', so `<name>-boot` would never be made
-/// (retrying cannot help; the name cannot be edited).
+/// A label value's limit (Kubernetes' `validation.LabelValueMaxLength`).
+const LABEL_VALUE_MAX: usize = 63;
+
+/// Why a machine of this name cannot have its VM here, if it cannot (retrying cannot
+/// help; the name cannot be edited): the virtualization webhook refuses a VirtualDisk
+/// name with a '.', so `<name>-boot` would never be made; and the VM carries its name as
+/// the `dvp.deckhouse.io/hostname` label's value (capdvp's and the CSI driver's way to
+/// find it), which the API server refuses past 63 characters.
 pub fn name_refusal(name: &str) -> Option<String> {
-    name.contains('.').then(|| {
-        format!(
+    if name.contains('.') {
+        return Some(format!(
             "the VM's boot disk {:?} would be refused by DVP: a VirtualDisk name may not contain '.'",
             boot_disk(name)
+        ));
+    }
+    (name.len() > LABEL_VALUE_MAX).then(|| {
+        format!(
+            "the VM's {} label takes its name, {} characters long, and a label value may have at most {LABEL_VALUE_MAX}",
+            api::HOSTNAME_LABEL,
+            name.len()
         )
     })
 }

@@ -1,5 +1,6 @@
 //! The part race against a scripted API server: the part is missing at the look, then
-//! the create answers AlreadyExists (someone made it between the two).
+//! the create answers AlreadyExists (someone made it between the two). And the names the
+//! parent would refuse.
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
@@ -105,4 +106,16 @@ async fn a_part_gone_after_already_exists_is_retried_not_taken() {
     ])
     .await;
     assert!(matches!(r, Err(CloudError::Unavailable(_))), "{r:?}");
+}
+
+#[test]
+fn a_name_the_parent_would_refuse_is_said_before_anything_is_made() {
+    assert_eq!(name_refusal("worker-0"), None);
+    assert_eq!(name_refusal(&"w".repeat(63)), None);
+    let long = name_refusal(&"w".repeat(64)).unwrap();
+    assert!(
+        long.contains("dvp.deckhouse.io/hostname") && long.contains("64"),
+        "{long}"
+    );
+    assert!(name_refusal("w.6").unwrap().contains("w.6-boot"));
 }
