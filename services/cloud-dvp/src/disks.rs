@@ -73,8 +73,6 @@ impl Default for Waits {
 /// The driver whose disks (labelled `virtualDiskName`, without our annotations) are
 /// this cluster's too.
 const UPSTREAM_DRIVER: &str = "dvp-csi-driver";
-/// The external-provisioner's metadata key for the PV name.
-const PV_NAME_KEY: &str = "csi.storage.k8s.io/pv/name";
 
 pub struct DvpDisks {
     parent: Parent,
@@ -197,7 +195,10 @@ impl DvpDisks {
                 overcast_cloud::discovery::MADE_BY.to_owned(),
                 UPSTREAM_DRIVER.to_owned(),
             );
-            metadata.insert(PV_NAME_KEY.to_owned(), vd.name_any());
+            metadata.insert(
+                overcast_cloud::discovery::PV_NAME_KEY.to_owned(),
+                vd.name_any(),
+            );
         }
         Disk {
             id: vd.name_any(),

@@ -248,7 +248,7 @@ impl Discovery for OpenStackDiscovery {
                 // it, and the orphan report matches PVs by this key.
                 if !name.is_empty() {
                     metadata
-                        .entry(PV_NAME_KEY.to_owned())
+                        .entry(overcast_cloud::discovery::PV_NAME_KEY.to_owned())
                         .or_insert_with(|| name.clone());
                 }
                 ClusterDisk {
@@ -260,9 +260,6 @@ impl Discovery for OpenStackDiscovery {
             .collect())
     }
 }
-
-/// The external-provisioner's metadata key for the PV name.
-const PV_NAME_KEY: &str = "csi.storage.k8s.io/pv/name";
 
 impl OpenStackDiscovery {
     /// The quotas with nothing left (`<service> <resource>`), Cinder's and Nova's.

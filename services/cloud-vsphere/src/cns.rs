@@ -41,7 +41,7 @@ pub struct Volume {
 }
 
 /// The CSI metadata keys the external-provisioner passes and CNS records as entities.
-pub const PV_NAME: &str = "csi.storage.k8s.io/pv/name";
+pub const PV_NAME: &str = overcast_cloud::discovery::PV_NAME_KEY;
 pub const PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
 pub const PVC_NAMESPACE: &str = "csi.storage.k8s.io/pvc/namespace";
 

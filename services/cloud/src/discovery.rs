@@ -44,6 +44,10 @@ pub const UNEXPLAINED: &str = "overcast.dev/unexplained";
 /// from it), recognised as that driver recognises its own; its value names the driver.
 pub const MADE_BY: &str = "overcast.dev/made-by";
 
+/// The external-provisioner's metadata key for a volume's PV name
+/// (`--extra-create-metadata`), which the orphan report matches PVs by.
+pub const PV_NAME_KEY: &str = "csi.storage.k8s.io/pv/name";
+
 /// A disk with the metadata the CSI driver recorded on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterDisk {

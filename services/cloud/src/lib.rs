@@ -39,6 +39,15 @@ pub use name::CloudName;
 pub use publish::{DiskOfVolume, PublishContext};
 pub use routes::{Route, RouteTarget, Routes};
 
+/// Whether `s` is a UUID in its dashed form (`8-4-4-4-12` hex digits, either case).
+pub fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
 /// A cloud and the capabilities it has. Services start only the controllers whose
 /// capability is present, and say which they skipped.
 #[derive(Clone, Default)]

@@ -18,9 +18,9 @@ pub use overcast_discoverer::api_calls::{
     INSTALLER_KEY, INSTALLER_SECRET, NAMESPACE, SECRET, SECRET_KEY,
 };
 const MANAGER: &str = "overcast-discoverer";
-/// The metadata key external-provisioner's `--extra-create-metadata` puts on every disk
-/// the cluster provisions: its presence marks a disk as the cluster's.
-const PV_NAME_KEY: &str = "csi.storage.k8s.io/pv/name";
+// The metadata key external-provisioner's `--extra-create-metadata` puts on every disk
+// the cluster provisions: its presence marks a disk as the cluster's.
+use overcast_cloud::discovery::PV_NAME_KEY;
 
 /// The installer's data with every discovered field laid over it: what only the
 /// installer knows (OpenStack's `mainNetwork`, `defaultImageName`, a layout) stays; what

@@ -49,10 +49,7 @@ pub(super) fn attachment(node: &str, uuid: &str) -> Attachment {
 
 /// A CNS volume id: a UUID (anything else names no volume of ours and is never sent).
 pub(super) fn volume_id(id: &str) -> bool {
-    id.len() == 36
-        && id.chars().enumerate().all(|(i, c)| {
-            matches!(i, 8 | 13 | 18 | 23) == (c == '-') && (c == '-' || c.is_ascii_hexdigit())
-        })
+    overcast_cloud::is_uuid(id)
 }
 
 pub(super) fn not_found(id: &str) -> CloudError {

@@ -10,7 +10,7 @@
 //! engine made by that driver is listed as well; it is only ever reported (no PV names
 //! it), never deleted by anything but a DeleteVolume of its id.
 
-use overcast_cloud::discovery::MADE_BY;
+use overcast_cloud::discovery::{MADE_BY, PV_NAME_KEY};
 
 use super::*;
 
@@ -115,8 +115,6 @@ impl EngineDisks {
 
 /// The driver whose disks are recognised beside ours.
 pub(super) const UPSTREAM_DRIVER: &str = "ovirt-csi-driver";
-/// The external-provisioner's metadata key for the PV name (`--extra-create-metadata`).
-const PV_NAME_KEY: &str = "csi.storage.k8s.io/pv/name";
 
 /// A disk as the oVirt CSI driver makes it: no description, aliased `pvc-<uuid>`.
 pub(super) fn upstream_made(d: &Value) -> bool {
@@ -125,14 +123,7 @@ pub(super) fn upstream_made(d: &Value) -> bool {
         && d["alias"]
             .as_str()
             .and_then(|a| a.strip_prefix("pvc-"))
-            .is_some_and(is_uuid)
-}
-
-fn is_uuid(s: &str) -> bool {
-    s.len() == 36
-        && s.chars().enumerate().all(|(i, c)| {
-            matches!(i, 8 | 13 | 18 | 23) == (c == '-') && (c == '-' || c.is_ascii_hexdigit())
-        })
+            .is_some_and(overcast_cloud::is_uuid)
 }
 
 #[cfg(test)]

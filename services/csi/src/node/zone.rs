@@ -123,13 +123,7 @@ async fn from_labels(
 }
 
 /// Whether `s` is a UUID (an OpenStack instance id).
-pub fn is_uuid(s: &str) -> bool {
-    s.len() == 36
-        && s.char_indices().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => c == '-',
-            _ => c.is_ascii_hexdigit(),
-        })
-}
+pub use overcast_cloud::is_uuid;
 
 /// The instance a provider id names under `scheme`: the last path segment of
 /// `<scheme>://<region?>/<id>`, when it is a UUID.
