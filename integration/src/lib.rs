@@ -27,6 +27,7 @@ pub mod ossim;
 pub mod real;
 pub mod real_node;
 pub mod terraform;
+pub mod upstream_node;
 pub mod vcsim;
 pub mod vcsim_front;
 pub mod zvirt_sim;

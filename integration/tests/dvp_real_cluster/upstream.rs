@@ -8,17 +8,11 @@
 //! saying to drain the node (docs/migrate/dvp.md); once drained, ours attaches it again
 //! and the data is there.
 
-use std::process::Command;
-
 use kube::api::PostParams;
+use overcast_integration::upstream_node::{a_pod_reads, format_ext4, mount, unmount};
 use overcast_integration::{csi_v1 as csi, mount_cap, Csi, NODE_ID};
 
 use super::*;
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{cmd:?}: {out:?}");
-}
 
 #[tokio::test]
 async fn a_volume_the_dvp_csi_driver_made_and_attached_lives_on_with_ours() {
@@ -99,8 +93,8 @@ async fn a_volume_the_dvp_csi_driver_made_and_attached_lives_on_with_ours() {
         .join(format!("pods/p1/volumes/kubernetes.io~csi/{pv}/mount"));
     std::fs::create_dir_all(&staging).unwrap();
     std::fs::create_dir_all(&target).unwrap();
-    run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&device));
-    run(Command::new("mount").arg(&device).arg(&target));
+    format_ext4(&device);
+    mount(&device, &target);
     std::fs::write(target.join("data"), b"written under dvp-csi-driver").unwrap();
 
     let config = world.cloud_config(work.path());
@@ -181,7 +175,7 @@ async fn a_volume_the_dvp_csi_driver_made_and_attached_lives_on_with_ours() {
 
     // The node drained while that driver's plugin still ran (it unmounts its own), the
     // attachment deleted by ours, then made again by ours: staged with its data.
-    run(Command::new("umount").arg(&target));
+    unmount(&target);
     c.controller_unpublish_volume(overcast_integration::detach_request(pv, NODE_ID))
         .await
         .expect("detach");
@@ -196,33 +190,15 @@ async fn a_volume_the_dvp_csi_driver_made_and_attached_lives_on_with_ours() {
     let target2 = work
         .path()
         .join(format!("pods/p2/volumes/kubernetes.io~csi/{pv}/mount"));
-    n.node_stage_volume(overcast_integration::stage_request(
-        pv,
-        &ctx,
-        &staging,
-        mount_cap("ext4"),
-    ))
-    .await
-    .expect("stage");
-    n.node_publish_volume(overcast_integration::node_publish_request(
+    a_pod_reads(
+        &mut n,
         pv,
         &ctx,
         &staging,
         &target2,
-        mount_cap("ext4"),
-    ))
-    .await
-    .expect("publish");
-    assert_eq!(
-        std::fs::read(target2.join("data")).unwrap(),
-        b"written under dvp-csi-driver"
-    );
-    n.node_unpublish_volume(overcast_integration::node_unpublish_request(pv, &target2))
-        .await
-        .unwrap();
-    n.node_unstage_volume(overcast_integration::unstage_request(pv, &staging))
-        .await
-        .unwrap();
+        b"written under dvp-csi-driver",
+    )
+    .await;
     c.controller_unpublish_volume(overcast_integration::detach_request(pv, NODE_ID))
         .await
         .expect("detach");

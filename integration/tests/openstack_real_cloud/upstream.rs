@@ -5,16 +5,10 @@
 //! the pod's and the staging mounts away, stages it again from that driver's `DevicePath`
 //! context, detaches, grows and deletes it.
 
-use std::process::Command;
-
-use overcast_integration::{csi_v1 as csi, mount_cap, Csi};
+use overcast_integration::upstream_node::{a_pod_reads, bind, format_ext4, mount};
+use overcast_integration::{csi_v1 as csi, Csi};
 
 use super::*;
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{cmd:?}: {out:?}");
-}
 
 async fn volume(cloud: &Cloud, id: &str) -> Value {
     let r = cloud
@@ -112,12 +106,9 @@ async fn a_volume_cinder_csi_made_attached_and_mounted_lives_on_with_ours() {
     let target = kubelet.join(format!("pods/p1/volumes/kubernetes.io~csi/{pv}/mount"));
     std::fs::create_dir_all(&staging).unwrap();
     std::fs::create_dir_all(&target).unwrap();
-    run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&device));
-    run(Command::new("mount").arg(&device).arg(&staging));
-    run(Command::new("mount")
-        .arg("--bind")
-        .arg(&staging)
-        .arg(&target));
+    format_ext4(&device);
+    mount(&device, &staging);
+    bind(&staging, &target);
     std::fs::write(target.join("data"), b"written under cinder-csi-plugin").unwrap();
 
     // The images switched: ours, under that driver's name.
@@ -184,33 +175,15 @@ async fn a_volume_cinder_csi_made_attached_and_mounted_lives_on_with_ours() {
     // A new pod while the attachment is still that driver's: staged from its DevicePath
     // context by the disk the id names.
     let target2 = kubelet.join(format!("pods/p2/volumes/kubernetes.io~csi/{pv}/mount"));
-    n.node_stage_volume(overcast_integration::stage_request(
-        &id,
-        &upstream_context,
-        &staging,
-        mount_cap("ext4"),
-    ))
-    .await
-    .expect("stage from cinder's DevicePath context");
-    n.node_publish_volume(overcast_integration::node_publish_request(
+    a_pod_reads(
+        &mut n,
         &id,
         &upstream_context,
         &staging,
         &target2,
-        mount_cap("ext4"),
-    ))
-    .await
-    .expect("publish");
-    assert_eq!(
-        std::fs::read(target2.join("data")).unwrap(),
-        b"written under cinder-csi-plugin"
-    );
-    n.node_unpublish_volume(overcast_integration::node_unpublish_request(&id, &target2))
-        .await
-        .unwrap();
-    n.node_unstage_volume(overcast_integration::unstage_request(&id, &staging))
-        .await
-        .unwrap();
+        b"written under cinder-csi-plugin",
+    )
+    .await;
 
     // Detached, grown, deleted by ours.
     c.controller_unpublish_volume(overcast_integration::detach_request(&id, &server))

@@ -11,16 +11,10 @@
 //! A new pod then stages from that driver's context — its `diskUUID` read as the WWN —
 //! with the data.
 
-use std::process::Command;
-
+use overcast_integration::upstream_node::{a_pod_reads, bind, format_ext4, mount, unmount};
 use overcast_integration::{csi_v1 as csi, mount_cap, Csi};
 
 use super::*;
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{cmd:?}: {out:?}");
-}
 
 struct Cleanup(std::path::PathBuf);
 
@@ -128,12 +122,9 @@ async fn a_volume_vsphere_csi_staged_and_bound_goes_by_its_attachment_and_stages
     let target = kubelet.join("pods/p1/volumes/kubernetes.io~csi/pvc-vsphere-upstream/mount");
     std::fs::create_dir_all(&staging).unwrap();
     std::fs::create_dir_all(&target).unwrap();
-    run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&device));
-    run(Command::new("mount").arg(&device).arg(&staging));
-    run(Command::new("mount")
-        .arg("--bind")
-        .arg(&staging)
-        .arg(&target));
+    format_ext4(&device);
+    mount(&device, &staging);
+    bind(&staging, &target);
     std::fs::write(target.join("data"), b"written under vsphere-csi-driver").unwrap();
 
     // No record, an id that does not name the disk: refused, and both mounts kept.
@@ -194,39 +185,21 @@ async fn a_volume_vsphere_csi_staged_and_bound_goes_by_its_attachment_and_stages
         // No API (said skipped above): drained while that driver's plugin still ran, it
         // unmounted its own.
         None => {
-            run(Command::new("umount").arg(&target));
-            run(Command::new("umount").arg(&staging));
+            unmount(&target);
+            unmount(&staging);
         }
     }
     // A new pod on the same attachment stages from that driver's context.
     let target2 = kubelet.join("pods/p2/volumes/kubernetes.io~csi/pvc-vsphere-upstream/mount");
-    n.node_stage_volume(overcast_integration::stage_request(
-        &id,
-        &upstream_context,
-        &staging,
-        mount_cap("ext4"),
-    ))
-    .await
-    .expect("stage from vsphere-csi-driver's context");
-    n.node_publish_volume(overcast_integration::node_publish_request(
+    a_pod_reads(
+        &mut n,
         &id,
         &upstream_context,
         &staging,
         &target2,
-        mount_cap("ext4"),
-    ))
-    .await
-    .expect("publish");
-    assert_eq!(
-        std::fs::read(target2.join("data")).unwrap(),
-        b"written under vsphere-csi-driver"
-    );
-    n.node_unpublish_volume(overcast_integration::node_unpublish_request(&id, &target2))
-        .await
-        .unwrap();
-    n.node_unstage_volume(overcast_integration::unstage_request(&id, &staging))
-        .await
-        .unwrap();
+        b"written under vsphere-csi-driver",
+    )
+    .await;
     c.controller_unpublish_volume(overcast_integration::detach_request(&id, &node))
         .await
         .expect("detach");

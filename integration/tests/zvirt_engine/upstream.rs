@@ -5,20 +5,14 @@
 //! expanded and deleted — with the engine's real calls and a real filesystem on the
 //! disk the engine plugs.
 
-use std::process::Command;
-
 use http::Method;
+use overcast_integration::upstream_node::{a_pod_reads, format_ext4, mount, run_ok};
 use serde_json::json;
 
 use super::*;
 
 /// The PV name external-provisioner gave it, which that driver makes the disk's alias.
 const PV: &str = "pvc-0b3c1f4e-6a8d-4c1e-9f2a-7d5e3b9c1a20";
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{cmd:?}: {out:?}");
-}
 
 #[tokio::test]
 async fn a_volume_the_ovirt_csi_driver_made_and_mounted_lives_on_with_ours() {
@@ -88,16 +82,18 @@ async fn a_volume_the_ovirt_csi_driver_made_and_mounted_lives_on_with_ours() {
     let target = work.join(format!("pods/p1/volumes/kubernetes.io~csi/{PV}/mount"));
     std::fs::create_dir_all(&staging).unwrap();
     std::fs::create_dir_all(&target).unwrap();
-    run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&device));
-    run(Command::new("mount").arg(&device).arg(&target));
+    format_ext4(&device);
+    mount(&device, &target);
     std::fs::write(target.join("data"), b"written under ovirt-csi-driver").unwrap();
     // Another pod's target of the same volume holding something else (a tmpfs): not
     // this volume's disk, so ours must keep it.
     let other = work.join(format!("pods/p2/volumes/kubernetes.io~csi/{PV}/mount"));
     std::fs::create_dir_all(&other).unwrap();
-    run(Command::new("mount")
-        .args(["-t", "tmpfs", "tmpfs"])
-        .arg(&other));
+    run_ok(
+        std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "tmpfs"])
+            .arg(&other),
+    );
 
     // The images switched: ours, under that driver's name.
     let conf = s.cloud_config();
@@ -154,35 +150,16 @@ async fn a_volume_the_ovirt_csi_driver_made_and_mounted_lives_on_with_ours() {
     // context by the disk the id names, and the data is there.
     let staging2 = work.join("plugins/kubernetes.io/csi/csi.ovirt.org/0b3c-2/globalmount");
     let target2 = work.join(format!("pods/p3/volumes/kubernetes.io~csi/{PV}/mount"));
-    std::fs::create_dir_all(&staging2).unwrap();
     let empty = std::collections::HashMap::new();
-    n.node_stage_volume(overcast_integration::stage_request(
-        &id,
-        &empty,
-        &staging2,
-        mount_cap("ext4"),
-    ))
-    .await
-    .expect("stage from the upstream's empty context");
-    n.node_publish_volume(overcast_integration::node_publish_request(
+    a_pod_reads(
+        &mut n,
         &id,
         &empty,
         &staging2,
         &target2,
-        mount_cap("ext4"),
-    ))
-    .await
-    .expect("publish");
-    assert_eq!(
-        std::fs::read(target2.join("data")).unwrap(),
-        b"written under ovirt-csi-driver"
-    );
-    n.node_unpublish_volume(overcast_integration::node_unpublish_request(&id, &target2))
-        .await
-        .unwrap();
-    n.node_unstage_volume(overcast_integration::unstage_request(&id, &staging2))
-        .await
-        .unwrap();
+        b"written under ovirt-csi-driver",
+    )
+    .await;
 
     // Detached, grown, deleted by ours.
     c.controller_unpublish_volume(overcast_integration::detach_request(&id, &vm))
@@ -199,5 +176,5 @@ async fn a_volume_the_ovirt_csi_driver_made_and_mounted_lives_on_with_ours() {
         .await
         .expect("delete");
     assert!(s.engine.disks().is_empty(), "{:?}", s.engine.disks());
-    run(Command::new("umount").arg(&other));
+    overcast_integration::upstream_node::unmount(&other);
 }
