@@ -109,7 +109,6 @@ impl Engine {
             "id": d.id,
             "name": d.alias,
             "alias": d.alias,
-            "description": d.description,
             "provisioned_size": d.size.to_string(),
             "actual_size": "0",
             "total_size": "0",
@@ -124,6 +123,11 @@ impl Engine {
             "propagate_errors": "false",
             "storage_domains": {"storage_domain": [{"href": format!("{API}/storagedomains/{}", d.domain), "id": d.domain}]},
         });
+        // The engine's JSON leaves out what is unset (the oVirt CSI driver's disks have
+        // no description at all), rather than answering an empty string.
+        if !d.description.is_empty() {
+            v["description"] = json!(d.description);
+        }
         if all_content && !vms.is_empty() {
             v["vms"] = json!({ "vm": vms });
         }
