@@ -6,10 +6,11 @@
 //! parent VM with capdvp's shape, boot disk from its image and cloud-init Secret, then its
 //! providerID, addresses, `ready` and `initialization.provisioned`; a Degraded VM fails
 //! its machine, a stopped one is not ready (not forced on); a paused Cluster and a machine
-//! at rest cost the parent no call; a VM waiting for its class says so; a name DVP would
-//! refuse fails its machine at once;
-//! another cluster's VM of a machine's name is never adopted nor removed; a `kill -9` mid-create and a restart leave one VM
-//! that comes up; deleting a machine removes its VM and parts, then the finalizer, and a
+//! at rest cost the parent no call; a class or boot image the parent lacks is refused
+//! before anything is made (capdvp's check) and retried, and a VM waiting for its class
+//! says so; a name DVP would refuse fails its machine at once; another cluster's VM of a
+//! machine's name is never adopted nor removed; a `kill -9` mid-create and a restart
+//! leave one VM that comes up; deleting a machine removes its VM and parts, then the finalizer, and a
 //! parent outage during the delete keeps the finalizer until the parent answers. Needs
 //! `OVERCAST_TEST_KUBECONFIG`.
 
@@ -356,20 +357,63 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
     .await;
     assert!(foreign.spec.provider_id.is_none());
 
-    // A class the parent lacks: not ready, saying what the parent says it waits for.
+    // A class the parent lacks: refused before anything is made, in capdvp's words, and
+    // retried: once the class is there (not ready yet), the VM is made and waits for it,
+    // saying what the parent says.
+    let class = format!("overcast-it-missing-{}", std::process::id());
     let mut classless = capi::dvp_machine_spec(&image);
-    classless["vmClassName"] = json!("overcast-it-missing");
+    classless["vmClassName"] = json!(class);
     capi::machine(&client, ns(), &capi::DVP, "dvp", "w-8", classless).await;
+    let refused = until(&dms, "w-8", "the machine refused for its class", |d| {
+        d.status.as_ref().is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.reason == "VMError"
+                    && c.message.contains(&format!(
+                        "resource validation failed: VirtualMachineClass '{class}' not found in parent DVP cluster"
+                    ))
+            })
+        })
+    })
+    .await;
+    assert!(
+        refused.status.unwrap().failure_reason.is_none(),
+        "retried, not failed"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(parent_vms_now.get_opt("w-8").await.unwrap().is_none());
+    sim.set_vm_class(&class, false).await;
     until(&dms, "w-8", "the machine waiting for its class", |d| {
         d.status.as_ref().is_some_and(|s| {
             s.conditions.iter().any(|c| {
                 c.reason == "VMNotReady"
                     && c.message
-                        .contains("VirtualMachineClassName \"overcast-it-missing\" not found")
+                        .contains(&format!("VirtualMachineClassName {class:?} is not ready"))
             })
         })
     })
     .await;
+    // A boot image the parent lacks: refused the same way, nothing made.
+    capi::machine(
+        &client,
+        ns(),
+        &capi::DVP,
+        "dvp",
+        "w-9",
+        capi::dvp_machine_spec("overcast-it-no-image"),
+    )
+    .await;
+    until(&dms, "w-9", "the machine refused for its image", |d| {
+        d.status.as_ref().is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.reason == "VMError"
+                    && c.message.contains(
+                        "ClusterVirtualImage 'overcast-it-no-image' not found in parent DVP cluster",
+                    )
+            })
+        })
+    })
+    .await;
+    assert!(parent_vms_now.get_opt("w-9").await.unwrap().is_none());
 
     // The parent down during a delete: the finalizer stays until it answers.
     sim.faults
@@ -388,7 +432,9 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
         .store(false, std::sync::atomic::Ordering::Relaxed);
 
     // Deleted: the VM and its disks and Secret go, then the finalizer.
-    for name in ["w-1", "w-2", "w-3", "w-4", "w.6", "w-7", "w-8", &long] {
+    for name in [
+        "w-1", "w-2", "w-3", "w-4", "w.6", "w-7", "w-8", "w-9", &long,
+    ] {
         dms.delete(name, &DeleteParams::default()).await.unwrap();
     }
     wait_for("the machines gone", Duration::from_secs(60), async || {
@@ -432,10 +478,11 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
         &overcast_cloud_dvp::api::cluster_virtual_image(),
     );
     let _ = images.delete(&image, &DeleteParams::default()).await;
+    sim.delete_vm_class(&class).await;
     let machines: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns(), &capi::core("Machine", "machines"));
     for name in [
-        "w-1", "w-2", "w-3", "w-4", "w-5", "w.6", "w-7", "w-8", &long,
+        "w-1", "w-2", "w-3", "w-4", "w-5", "w.6", "w-7", "w-8", "w-9", &long,
     ] {
         let _ = machines.delete(name, &DeleteParams::default()).await;
     }

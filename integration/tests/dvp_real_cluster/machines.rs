@@ -66,6 +66,23 @@ async fn a_machine_s_vm_is_made_started_repaired_and_removed_with_its_parts() {
     let vms = ParentVms::new(parent.clone(), "c0ffee00-uuid");
     let machine = vm_spec(&image);
 
+    // capdvp's check before a VM is made, as this account: without the optional
+    // ClusterRole the class and a ClusterVirtualImage cannot be read (Forbidden: not
+    // checked, never "absent"); a VirtualImage of the namespace can, and one that is not
+    // there is said.
+    assert_eq!(vms.refusal(&machine).await.expect("refusal"), None);
+    let mut namespaced = machine.clone();
+    namespaced.image_kind = "VirtualImage".into();
+    let why = vms
+        .refusal(&namespaced)
+        .await
+        .expect("refusal")
+        .expect("a VirtualImage that is not there");
+    assert!(
+        why.starts_with(&format!("VirtualImage '{image}' not found in namespace")),
+        "{why}"
+    );
+
     // Made before its image exists: the VM and its parts as capdvp makes them; the boot
     // disk waits for the image, the VM for its disks.
     let vm = vms

@@ -102,6 +102,87 @@ pub fn name_refusal(name: &str) -> Option<String> {
 }
 
 impl ParentVms {
+    /// capdvp's `validateVMResources`, before a VM is made: why the parent could not run
+    /// a VM of `spec` — its VirtualMachineClass or its boot image (a ClusterVirtualImage,
+    /// a VirtualImage of the namespace) is not there, in capdvp's words — or `None`. Only a 404 is "not there": the class and a
+    /// ClusterVirtualImage are cluster-scoped, read under the optional ClusterRole of
+    /// `deploy/parent/dvp/rbac.yaml`, and a Forbidden means "cannot tell", so the VM is
+    /// made (the parent then says what it misses on the VM). Any other error is the
+    /// parent's and retried.
+    pub async fn refusal(&self, spec: &VmSpec) -> Result<Option<String>> {
+        let class = self.parent.dynamic(&api::virtual_machine_class(), false);
+        if self
+            .look("vmclass_get", &class, &spec.class, "VirtualMachineClass")
+            .await?
+            == Some(false)
+        {
+            return Ok(Some(format!(
+                "VirtualMachineClass '{}' not found in parent DVP cluster. Please ensure the VirtualMachineClass exists before creating VMs. Available VirtualMachineClasses can be listed with: kubectl get virtualmachineclasses",
+                spec.class
+            )));
+        }
+        let ns = &self.parent.namespace;
+        let (resource, namespaced, list) = match spec.image_kind.as_str() {
+            "ClusterVirtualImage" => (
+                api::cluster_virtual_image(),
+                false,
+                "kubectl get clustervirtualimages".to_owned(),
+            ),
+            "VirtualImage" => (
+                api::virtual_image(),
+                true,
+                format!("kubectl get virtualimages -n {ns}"),
+            ),
+            // A VirtualDisk may boot from a snapshot too (capdvp refuses the kind, which
+            // its own CRD allows); not looked for, as before.
+            "VirtualDiskSnapshot" => return Ok(None),
+            other => {
+                return Ok(Some(format!(
+                    "unsupported boot disk image kind '{other}', must be either 'ClusterVirtualImage' or 'VirtualImage'"
+                )))
+            }
+        };
+        let images = self.parent.dynamic(&resource, namespaced);
+        if self
+            .look("image_get", &images, &spec.image_name, &spec.image_kind)
+            .await?
+            == Some(false)
+        {
+            let place = if namespaced {
+                format!(" in namespace '{ns}'")
+            } else {
+                String::new()
+            };
+            return Ok(Some(format!(
+                "{kind} '{name}' not found{place} in parent DVP cluster. Please ensure the image exists before creating VMs. Available {kind}s can be listed with: {list}",
+                kind = spec.image_kind,
+                name = spec.image_name,
+            )));
+        }
+        Ok(None)
+    }
+
+    /// Whether `name` is there: `Some(false)` only on a 404, `None` when this account may
+    /// not read it.
+    async fn look(
+        &self,
+        request: &'static str,
+        api: &Api<DynamicObject>,
+        name: &str,
+        kind: &str,
+    ) -> Result<Option<bool>> {
+        match self.parent.get_opt(request, api, name).await {
+            Ok(found) => Ok(Some(found.is_some())),
+            Err(CloudError::PermissionDenied(m)) => {
+                tracing::warn!(%kind, %name, "cannot check that the {kind} exists before making a VM: {m}");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl ParentVms {
     /// The VMs of the cluster `cluster_uuid` (its `d8-cluster-uuid`).
     pub fn new(parent: Parent, cluster_uuid: impl Into<String>) -> Self {
         Self {

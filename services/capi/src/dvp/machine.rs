@@ -125,18 +125,28 @@ async fn apply(
         tracing::info!(machine = %dm.name_any(), "failed: not reconciled (see its status)");
         return Ok(Action::await_change());
     }
-    let at_rest = status.ready
+    // At rest: provisioned with its providerID and address. capdvp's newer controller
+    // writes only `initialization.provisioned` (and leaves a `ready` an older one wrote,
+    // so the former wins); a machine it left is adopted as it is, the parent not asked,
+    // and only the flags this provider also keeps are written.
+    let init = status.initialization.clone().unwrap_or_default();
+    let provisioned = init.provisioned.unwrap_or(status.ready);
+    let at_rest = provisioned
         && dm.spec.provider_id.is_some()
         && status.addresses.iter().any(|a| a.type_ == "InternalIP");
-    if at_rest {
-        return Ok(Action::await_change());
-    }
     let mut pass = Pass {
         status,
         provider_id: None,
         generation: dm.metadata.generation,
         now: now(),
     };
+    if at_rest {
+        if !pass.status.ready || init.infrastructure_provisioned != Some(true) {
+            pass.provisioned(true);
+            write(dm, ctx, &pass).await?;
+        }
+        return Ok(Action::await_change());
+    }
     let action = step(dm, machine, cluster, ctx, &mut pass).await;
     write(dm, ctx, &pass).await?;
     action
@@ -197,6 +207,19 @@ async fn step(
             return Ok(Action::await_change());
         }
         None => {
+            // capdvp's `validateVMResources`: a class or image the parent lacks is said
+            // before anything is made, and retried (either may be made later).
+            match ctx.vms.refusal(&spec).await {
+                Ok(None) => {}
+                Ok(Some(why)) => {
+                    vm_error(pass, &format!("resource validation failed: {why}"));
+                    return Err(Error::Invalid(format!("DeckhouseMachine {name}: {why}")));
+                }
+                Err(e) => {
+                    vm_error(pass, &format!("resource validation failed: {e}"));
+                    return Err(e.into());
+                }
+            }
             let data = core::bootstrap_data(&ctx.client, &ns, &secret).await?;
             match ctx.vms.create(&name, &spec, &data).await {
                 Ok(vm) => {

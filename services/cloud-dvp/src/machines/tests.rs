@@ -119,3 +119,106 @@ fn a_name_the_parent_would_refuse_is_said_before_anything_is_made() {
     );
     assert!(name_refusal("w.6").unwrap().contains("w.6-boot"));
 }
+
+/// What `refusal` says of `spec` with the parent answering `answers` in turn, and the
+/// requests' methods.
+async fn refusal_of(
+    spec: &VmSpec,
+    answers: Vec<(u16, serde_json::Value)>,
+) -> (Result<Option<String>>, Vec<String>) {
+    let (client, seen) = scripted(answers);
+    let parent = Parent::new(
+        client,
+        "tenant".into(),
+        Arc::new(ApiMetrics::unregistered()),
+    );
+    let r = ParentVms::new(parent, "uuid-1").refusal(spec).await;
+    let seen = seen.lock().expect("log").clone();
+    (r, seen)
+}
+
+fn found(kind: &str) -> (u16, serde_json::Value) {
+    (
+        200,
+        json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": kind,
+               "metadata": {"name": "x"}}),
+    )
+}
+
+fn spec_booting(kind: &str) -> VmSpec {
+    VmSpec {
+        class: "generic".into(),
+        cores: 2,
+        core_fraction: "100%".into(),
+        memory: "4Gi".into(),
+        bootloader: "EFI".into(),
+        run_policy: "AlwaysOnUnlessStoppedManually".into(),
+        live_migration_policy: "PreferSafe".into(),
+        image_kind: kind.into(),
+        image_name: "ubuntu".into(),
+        root_disk_bytes: 1 << 30,
+        root_disk_storage_class: None,
+        additional_disks: Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn a_class_or_image_the_parent_lacks_is_said_in_capdvps_words() {
+    let (r, seen) = refusal_of(
+        &spec_booting("ClusterVirtualImage"),
+        vec![status(404, "NotFound")],
+    )
+    .await;
+    let why = r.unwrap().expect("refused");
+    assert!(
+        why.starts_with("VirtualMachineClass 'generic' not found in parent DVP cluster."),
+        "{why}"
+    );
+    assert_eq!(seen, ["GET"], "nothing looked at past the class");
+
+    let (r, _) = refusal_of(
+        &spec_booting("VirtualImage"),
+        vec![found("VirtualMachineClass"), status(404, "NotFound")],
+    )
+    .await;
+    let why = r.unwrap().expect("refused");
+    assert!(
+        why.starts_with(
+            "VirtualImage 'ubuntu' not found in namespace 'tenant' in parent DVP cluster."
+        ) && why.ends_with("kubectl get virtualimages -n tenant"),
+        "{why}"
+    );
+    let (r, _) = refusal_of(
+        &spec_booting("ClusterVirtualImage"),
+        vec![found("VirtualMachineClass"), found("ClusterVirtualImage")],
+    )
+    .await;
+    assert_eq!(r.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_class_this_account_may_not_read_is_not_called_absent() {
+    // Without the optional ClusterRole: the class cannot be told, the image still is.
+    let (r, seen) = refusal_of(
+        &spec_booting("VirtualImage"),
+        vec![status(403, "Forbidden"), found("VirtualImage")],
+    )
+    .await;
+    assert_eq!(r.unwrap(), None);
+    assert_eq!(seen, ["GET", "GET"]);
+    // An answer that is not "found" nor "not found": the parent's error, retried.
+    let (r, _) = refusal_of(
+        &spec_booting("VirtualImage"),
+        vec![status(503, "ServiceUnavailable")],
+    )
+    .await;
+    assert!(matches!(r, Err(CloudError::Unavailable(_))), "{r:?}");
+    // A kind DVP boots from but capdvp refuses: not looked for.
+    let (r, seen) = refusal_of(
+        &spec_booting("VirtualDiskSnapshot"),
+        vec![found("VirtualMachineClass")],
+    )
+    .await;
+    assert_eq!(r.unwrap(), None);
+    assert_eq!(seen, ["GET"]);
+}
