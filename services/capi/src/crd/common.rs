@@ -166,3 +166,11 @@ pub fn immutable(s: &mut Schema) {
         );
     }
 }
+
+/// `+kubebuilder:validation:MinProperties=1`: an initialization is written with something
+/// in it or not at all.
+pub fn at_least_one_property(s: &mut Schema) {
+    if let Some(obj) = s.as_object_mut() {
+        obj.insert("minProperties".into(), 1.into());
+    }
+}

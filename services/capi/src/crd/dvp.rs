@@ -13,6 +13,10 @@ use super::common::{require, ApiEndpoint, MachineAddress, MetaCondition, Quantit
 
 /// On a DeckhouseMachine until its VM and disks are gone.
 pub const MACHINE_FINALIZER: &str = "deckhousemachine.infrastructure.cluster.x-k8s.io";
+/// What capdvp puts on a DeckhouseCluster (its `ClusterFinalizer`). Its value is in no
+/// source the index holds; this is the kubebuilder form its machine finalizer has. This
+/// provider needs none on the cluster and releases it when the cluster is deleted.
+pub const CAPDVP_CLUSTER_FINALIZER: &str = "deckhousecluster.infrastructure.cluster.x-k8s.io";
 pub const VM_READY_CONDITION: &str = "VirtualMachineReady";
 pub const REASON_VM_NOT_READY: &str = "VMNotReady";
 pub const REASON_VM_ERROR: &str = "VMError";
@@ -53,7 +57,7 @@ pub struct DeckhouseClusterStatus {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(transform = at_least_one_property)]
+#[schemars(transform = super::common::at_least_one_property)]
 pub struct ClusterInitialization {
     /// True once the infrastructure is provisioned: what Cluster API v1beta2 reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -63,14 +67,6 @@ pub struct ClusterInitialization {
     pub infrastructure_provisioned: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_initialized: Option<bool>,
-}
-
-/// `+kubebuilder:validation:MinProperties=1`: an initialization is written with something
-/// in it or not at all.
-fn at_least_one_property(s: &mut Schema) {
-    if let Some(obj) = s.as_object_mut() {
-        obj.insert("minProperties".into(), 1.into());
-    }
 }
 
 /// The VM's CPU: cores, each given a guaranteed fraction of a physical core's time.
@@ -252,7 +248,7 @@ pub struct DeckhouseMachineStatus {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(transform = at_least_one_property)]
+#[schemars(transform = super::common::at_least_one_property)]
 pub struct MachineInitialization {
     /// True once the VM is provisioned: what Cluster API v1beta2 reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -154,6 +154,18 @@ pub struct ZvirtMachineStatus {
     pub failure_message: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<V1Beta1Condition>,
+    /// Observations of the machine's initialization: capz's v1beta2 types carry it, and
+    /// a machine capz made under them may have it and not `ready`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<ZvirtMachineInitialization>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = super::common::at_least_one_property)]
+pub struct ZvirtMachineInitialization {
+    /// True once the VM is provisioned: what Cluster API v1beta2 reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioned: Option<bool>,
 }
 
 /// ZvirtMachineTemplate is the Schema for the zvirtmachinetemplates API.

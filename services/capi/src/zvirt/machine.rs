@@ -23,9 +23,10 @@ use crate::conditions::{self, SEVERITY_ERROR, SEVERITY_INFO};
 use crate::core;
 use crate::crd::common::MachineAddress;
 use crate::crd::zvirt::{
-    ZvirtCluster, ZvirtMachine, ZvirtMachineStatus, MACHINE_FINALIZER, REASON_VM_ERROR,
-    REASON_VM_IN_FAILED_STATE, REASON_VM_NOT_READY, REASON_WAITING_FOR_BOOTSTRAP_SCRIPT,
-    REASON_WAITING_FOR_CLUSTER_INFRASTRUCTURE, VM_READY_CONDITION,
+    ZvirtCluster, ZvirtMachine, ZvirtMachineInitialization, ZvirtMachineStatus, MACHINE_FINALIZER,
+    REASON_VM_ERROR, REASON_VM_IN_FAILED_STATE, REASON_VM_NOT_READY,
+    REASON_WAITING_FOR_BOOTSTRAP_SCRIPT, REASON_WAITING_FOR_CLUSTER_INFRASTRUCTURE,
+    VM_READY_CONDITION,
 };
 use crate::{Error, Result};
 
@@ -90,10 +91,27 @@ async fn apply(zm: &ZvirtMachine, machine: Option<&Value>, ctx: &Context) -> Res
         tracing::info!(machine = %zm.name_any(), "failed: not reconciled (see its status)");
         return Ok(Action::await_change());
     }
-    let at_rest = status.ready
+    // At rest: provisioned with its providerID and address — as this provider leaves a
+    // machine, or as capz did under either of its type versions (v1beta1 `ready`, v1beta2
+    // `initialization.provisioned`, which wins where both are). One capz left is adopted
+    // as it is, the engine not asked; only the flag it lacks is written.
+    let provisioned = status
+        .initialization
+        .as_ref()
+        .and_then(|i| i.provisioned)
+        .unwrap_or(status.ready);
+    let at_rest = provisioned
         && zm.spec.provider_id.is_some()
         && status.addresses.iter().any(|a| a.type_ == "InternalIP");
     if at_rest {
+        if !status.ready || status.initialization.is_none() {
+            let mut pass = Pass {
+                status,
+                vm_id: None,
+            };
+            mark_provisioned(&mut pass.status);
+            write(zm, ctx, &pass).await?;
+        }
         return Ok(Action::await_change());
     }
     let mut pass = Pass {
@@ -298,7 +316,7 @@ async fn running(
     pass.status
         .addresses
         .push(address("ExternalIP", &ip.to_string()));
-    pass.status.ready = true;
+    mark_provisioned(&mut pass.status);
     mark(pass, "True", None, None, None);
     tracing::info!(machine = %name, vm = %vm.id, address = %ip, "machine ready");
     Ok(Action::await_change())
@@ -362,6 +380,16 @@ async fn cleanup(zm: &ZvirtMachine, ctx: &Context) -> Result<Action> {
         tracing::info!(machine = %zm.name_any(), vm = %vm.id, detached = ?removal.detached, "VM removed, its volumes detached and kept");
     }
     Ok(Action::await_change())
+}
+
+/// Provisioned in both contracts' words: `ready` (v1beta1, what this CRD's contract
+/// label has Cluster API read) and `initialization.provisioned` (v1beta2).
+fn mark_provisioned(status: &mut ZvirtMachineStatus) {
+    status.ready = true;
+    status
+        .initialization
+        .get_or_insert_with(ZvirtMachineInitialization::default)
+        .provisioned = Some(true);
 }
 
 fn address(kind: &str, value: &str) -> MachineAddress {
