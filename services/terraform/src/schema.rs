@@ -28,6 +28,10 @@ pub struct Attr {
     /// The value when the configuration gives none (the attribute is then also
     /// "computed" to Terraform, which lets a plan hold a value the user did not write).
     pub default: Option<Value>,
+    /// Optional and computed: left out of the configuration, it keeps what the state
+    /// holds (a value the cloud reported, or another provider wrote) instead of being
+    /// planned to null.
+    pub kept: bool,
     pub description: &'static str,
 }
 
@@ -55,6 +59,7 @@ fn attr(name: &'static str, ty: Type, usage: Use, description: &'static str) -> 
         sensitive: false,
         force_new: false,
         default: None,
+        kept: false,
         description,
     }
 }
@@ -79,6 +84,11 @@ impl Attr {
     }
     pub fn sensitive(mut self) -> Self {
         self.sensitive = true;
+        self
+    }
+    /// See [`Attr::kept`].
+    pub fn kept(mut self) -> Self {
+        self.kept = true;
         self
     }
 }
@@ -134,7 +144,7 @@ impl Block {
                     description: a.description.into(),
                     required: a.usage == Use::Required,
                     optional: a.usage == Use::Optional,
-                    computed: a.usage == Use::Computed || a.default.is_some(),
+                    computed: a.usage == Use::Computed || a.default.is_some() || a.kept,
                     sensitive: a.sensitive,
                     ..Default::default()
                 })
@@ -192,7 +202,7 @@ impl Block {
         let mut out = proposed.clone();
         for a in &self.attrs {
             let unset = matches!(out.get(a.name), None | Some(Value::Null));
-            if unset && a.usage == Use::Computed {
+            if unset && (a.usage == Use::Computed || a.kept) {
                 out.insert(a.name.to_owned(), Value::Unknown);
             }
         }
@@ -316,6 +326,22 @@ mod tests {
             b.to_proto().attributes[0].computed,
             "a defaulted attribute is computed"
         );
+    }
+
+    #[test]
+    fn a_kept_attribute_is_the_cloud_s_when_new_and_the_state_s_when_left_out() {
+        let b = Block::new("", vec![optional("comment", Type::String, "").kept()]);
+        let comment = &b.to_proto().attributes[0];
+        assert!(
+            comment.optional && comment.computed,
+            "optional and computed"
+        );
+        // New and not configured: the cloud says (unknown until applied).
+        let planned = b.plan_create(&Obj::from([("comment".into(), Value::Null)]));
+        assert_eq!(planned["comment"], Value::Unknown);
+        // Left out over a state holding "": Terraform proposes the prior value, kept.
+        let prior = Obj::from([("comment".into(), s(""))]);
+        assert!(b.replacing(&prior, &prior.clone()).is_empty());
     }
 
     #[test]

@@ -372,10 +372,18 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
             }
         }
         .await;
-        let (state, d) = match out {
+        let (mut state, d) = match out {
             Ok(s) => (s, None),
             Err((s, d)) => (s, Some(d)),
         };
+        // A value left unknown by the plan that the cloud did not report (a kept
+        // attribute the engine leaves out, say) is null once applied: Terraform takes no
+        // unknown after an apply.
+        for v in state.iter_mut().flat_map(|s| s.values_mut()) {
+            if *v == Value::Unknown {
+                *v = Value::Null;
+            }
+        }
         Ok(Response::new(tf::apply_resource_change::Response {
             new_state: Some(encode(state.as_ref(), &ty)),
             private: r.planned_private,

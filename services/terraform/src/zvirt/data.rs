@@ -13,8 +13,15 @@ use overcast_cloud_zvirt::vms::search;
 
 pub struct Templates;
 
+/// Upstream's element: the template's id and description (its name is the search's).
 fn template_type() -> Type {
-    Type::Object([("id".into(), Type::String), ("name".into(), Type::String)].into())
+    Type::Object(
+        [
+            ("id".into(), Type::String),
+            ("description".into(), Type::String),
+        ]
+        .into(),
+    )
 }
 
 #[async_trait::async_trait]
@@ -56,7 +63,10 @@ impl DataSource<Cloud> for Templates {
                 Value::Map(
                     [
                         ("id".into(), s(t["id"].as_str().unwrap_or_default())),
-                        ("name".into(), s(name.clone())),
+                        (
+                            "description".into(),
+                            s(t["description"].as_str().unwrap_or_default()),
+                        ),
                     ]
                     .into(),
                 )
@@ -70,7 +80,8 @@ impl DataSource<Cloud> for Templates {
             ));
         }
         let mut out = config.clone();
-        out.insert("id".into(), s(format!("templates:{name}")));
+        // Upstream's id: the name searched.
+        out.insert("id".into(), s(name.clone()));
         out.insert("templates".into(), Value::List(found));
         Ok(out)
     }

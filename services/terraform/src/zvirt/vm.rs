@@ -64,6 +64,22 @@ impl Resource<Cloud> for Vm {
         if string(c, "name").is_some_and(str::is_empty) {
             out.push(Diag::at("name", "name is empty", ""));
         }
+        for o in objects(c, "template_disk_attachment_override") {
+            check_uuid(o, "disk_id", &mut out);
+            check_uuid(o, "storage_domain_id", &mut out);
+            for (k, allowed) in [
+                ("format", &["raw", "cow"][..]),
+                ("provisioning", &["sparse", "non-sparse"][..]),
+            ] {
+                if let Some(v) = string(o, k).filter(|v| !allowed.contains(v)) {
+                    out.push(Diag::at(
+                        "template_disk_attachment_override",
+                        format!("Invalid {k}"),
+                        format!("{v:?} is not one of {}", allowed.join(", ")),
+                    ));
+                }
+            }
+        }
         out
     }
 
@@ -154,6 +170,26 @@ impl Resource<Cloud> for Vm {
         if let Some(h) = int(p, "huge_pages") {
             body["custom_properties"] =
                 json!({"custom_property": [{"name": "hugepages", "value": h.to_string()}]});
+        }
+        // The template's disks copied otherwise (format, allocation, domain), as the
+        // engine takes them on a clone: the VM's disk attachments naming the template's.
+        let overrides: Vec<J> = objects(p, "template_disk_attachment_override")
+            .map(|o| {
+                let mut disk = json!({"id": string(o, "disk_id").unwrap_or_default()});
+                if let Some(f) = string(o, "format") {
+                    disk["format"] = json!(f);
+                }
+                if let Some(pr) = string(o, "provisioning") {
+                    disk["sparse"] = json!((pr == "sparse").to_string());
+                }
+                if let Some(sd) = string(o, "storage_domain_id") {
+                    disk["storage_domains"] = json!({"storage_domain": [{"id": sd}]});
+                }
+                json!({"disk": disk})
+            })
+            .collect();
+        if !overrides.is_empty() {
+            body["disk_attachments"] = json!({"disk_attachment": overrides});
         }
         let clone = boolean(p, "clone").unwrap_or(false);
         let path = if clone { "/vms?clone=true" } else { "/vms" };
@@ -433,4 +469,16 @@ pub(super) async fn wait_status(
         fut
     })
     .await
+}
+
+/// The objects of the nested block `name` (none when it is not given).
+fn objects<'a>(o: &'a Obj, name: &str) -> impl Iterator<Item = &'a Obj> {
+    let blocks = match o.get(name) {
+        Some(Value::List(b)) => b.as_slice(),
+        _ => &[],
+    };
+    blocks.iter().filter_map(|b| match b {
+        Value::Map(m) => Some(m),
+        _ => None,
+    })
 }

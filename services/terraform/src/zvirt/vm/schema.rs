@@ -13,7 +13,9 @@ pub(super) fn schema() -> Block {
             // Renamed and re-commented in place (the engine's UpdateVm); the rest of
             // a VM's shape replaces it (its memory, say, waits for a restart).
             required("name", Type::String, "The VM's name."),
-            optional("comment", Type::String, "A comment on the VM."),
+            // Kept when left out: upstream's Read writes the engine's comment ("")
+            // into its state, which must plan no change here.
+            optional("comment", Type::String, "A comment on the VM.").kept(),
             required("cluster_id", Type::String, "The cluster to make the VM in.").force_new(),
             required(
                 "template_id",
@@ -100,13 +102,35 @@ pub(super) fn schema() -> Block {
             .force_new(),
             optional("huge_pages", int(), "Huge page size (2048 or 1048576).").force_new(),
             // Deckhouse's layouts set these (its fork of the oVirt provider).
+            // Kept when left out: Deckhouse's layouts write "" (no custom network),
+            // older ones nothing; create-only, as in its fork.
             optional(
                 "initialization_dns",
                 Type::String,
                 "DNS servers cloud-init sets, space-separated.",
             )
-            .force_new(),
+            .force_new()
+            .kept(),
         ],
+    )
+    // Upstream's; modelled so that a state holding one keeps it (not dropped on the
+    // first refresh) and a configuration giving one is read.
+    .with_nested(
+        "template_disk_attachment_override",
+        Block::new(
+            "How one of the template's disks is copied for the VM (with clone).",
+            vec![
+                required("disk_id", Type::String, "The template's disk."),
+                optional("format", Type::String, "raw or cow."),
+                optional("provisioning", Type::String, "sparse or non-sparse."),
+                optional(
+                    "storage_domain_id",
+                    Type::String,
+                    "The storage domain the copy goes to.",
+                ),
+            ],
+        ),
+        true,
     )
     .with_nested(
         "initialization_nic",
