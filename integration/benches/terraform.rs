@@ -139,7 +139,7 @@ async fn zvirt(bin: &std::path::Path) {
         bin,
         root,
         layouts.join("layouts/standard/master-node"),
-        ("ovirt", "ovirt"),
+        ("terraform-provider-ovirt", "ovirt"),
     );
     let vars = root.join("vars.json");
     let instance_class = json!({

@@ -4,7 +4,10 @@
 //! `init -plugin-dir`, `plan -detailed-exitcode` (2), `apply` of the plan, `output -json`
 //! (the engine's address, `/dev/sdb`), a second plan with no change, the VM deleted out
 //! of band planned again, `destroy` leaving nothing in the engine; a static node of a
-//! NodeGroup. Needs Terraform (`OVERCAST_TERRAFORM` or on the PATH); said skipped without.
+//! NodeGroup. And the takeover: a master's state as dhctl wrote it with the upstream
+//! terraform-provider-ovirt (2.1.5 and 2.2.x shapes, Deckhouse's addresses) plans no
+//! change and destroys whole. Needs Terraform (`OVERCAST_TERRAFORM` or on the PATH); said
+//! skipped without.
 
 use std::time::Duration;
 
@@ -89,7 +92,7 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
         &bin,
         root,
         standard.join("base-infrastructure"),
-        ("ovirt", "ovirt"),
+        ("terraform-provider-ovirt", "ovirt"),
     );
     let v = vars(0, "master");
     tf(|| base.init());
@@ -113,7 +116,12 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
     );
 
     // master-node, dhctl's sequence.
-    let master = Workspace::module(&bin, root, standard.join("master-node"), ("ovirt", "ovirt"));
+    let master = Workspace::module(
+        &bin,
+        root,
+        standard.join("master-node"),
+        ("terraform-provider-ovirt", "ovirt"),
+    );
     tf(|| master.init());
     let plan = tf(|| master.plan(&[&v, "-out=tfplan"]));
     expect(&plan, 2, "the master's first plan");
@@ -133,7 +141,7 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
     assert_eq!(shape["status"], "up", "{shape}");
     assert_eq!(
         shape["cpu"]["topology"],
-        json!({"sockets": "4", "cores": "1", "threads": "1"}),
+        json!({"sockets": "1", "cores": "4", "threads": "1"}),
         "{shape}"
     );
     assert_eq!(shape["memory"], (8192u64 << 20).to_string(), "{shape}");
@@ -176,9 +184,7 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
         "the plan after the master was deleted out of band",
     );
     assert!(
-        replan
-            .stdout
-            .contains("module.master.ovirt_vm.vm will be created"),
+        replan.stdout.contains("ovirt_vm.master_vm will be created"),
         "{}",
         replan.stdout
     );
@@ -199,7 +205,12 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
     expect(&tf(|| master.plan(&[&v])), 0, "the plan after the re-run");
 
     // A static node of the group `worker`.
-    let node = Workspace::module(&bin, root, standard.join("static-node"), ("ovirt", "ovirt"));
+    let node = Workspace::module(
+        &bin,
+        root,
+        standard.join("static-node"),
+        ("terraform-provider-ovirt", "ovirt"),
+    );
     let nv = vars(0, "worker");
     tf(|| node.init());
     tf(|| {
@@ -228,5 +239,200 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
         engine.disks(),
         left_behind,
         "destroy left a disk of its own"
+    );
+}
+
+/// The attributes of the managed resource `ty.name` in a state document.
+fn attributes<'a>(state: &'a serde_json::Value, ty: &str, name: &str) -> &'a serde_json::Value {
+    state["resources"]
+        .as_array()
+        .and_then(|all| {
+            all.iter()
+                .find(|r| r["type"] == ty && r["name"] == name && r["mode"] == "managed")
+        })
+        .map(|r| &r["instances"][0]["attributes"])
+        .unwrap_or_else(|| panic!("{ty}.{name} not in the state"))
+}
+
+/// The state dhctl leaves for a master of Deckhouse's zVirt layout, written as the
+/// upstream terraform-provider-ovirt writes it (its schema, every attribute, version 0;
+/// what its Read functions put there: the engine's `comment` "", the attachment's id the
+/// disk's, the start's id the VM's), naming the engine objects `ids` holds. `v2_2`: the
+/// provider 2.2.x of Deckhouse ≥ 1.75 (its fork's `initialization_dns` "", an empty
+/// `initialization_nic`, the etcd disk on `virtio`); else 2.1.5 (neither attribute,
+/// `virtio_scsi`).
+fn upstream_state(ids: &serde_json::Value, v2_2: bool) -> serde_json::Value {
+    let provider = r#"provider["registry.terraform.io/terraform-provider-ovirt/ovirt"]"#;
+    let managed = |ty: &str, name: &str, attributes: serde_json::Value, deps: &[&str]| {
+        json!({
+            "mode": "managed", "type": ty, "name": name, "provider": provider,
+            "instances": [{
+                "schema_version": 0, "attributes": attributes, "sensitive_attributes": [],
+                // SDKv2's private data: the schema version.
+                "private": "eyJzY2hlbWFfdmVyc2lvbiI6IjAifQ==",
+                "dependencies": deps,
+            }],
+        })
+    };
+    let data = |ty: &str, name: &str, attributes: serde_json::Value| {
+        json!({
+            "mode": "data", "type": ty, "name": name, "provider": provider,
+            "instances": [{"schema_version": 0, "attributes": attributes, "sensitive_attributes": []}],
+        })
+    };
+    let (vm, boot, nic, disk) = (&ids["vm"], &ids["boot"], &ids["nic"], &ids["disk"]);
+    let memory = 8192u64 << 20;
+    let mut vm_attributes = json!({
+        "id": vm, "name": "tf-master-0", "comment": "", "cluster_id": zvirt_sim::CLUSTER_ID,
+        "template_id": ids["template"], "effective_template_id": "00000000-0000-0000-0000-000000000000",
+        "status": "up", "cpu_mode": null, "cpu_cores": 4, "cpu_threads": 1, "cpu_sockets": 1,
+        "os_type": "other_linux", "vm_type": "high_performance",
+        "placement_policy_affinity": null, "placement_policy_host_ids": null,
+        "template_disk_attachment_override": [],
+        "initialization_custom_script": "#cloud-config\nhostname: tf-master-0\n",
+        "initialization_hostname": null,
+        "memory": memory, "maximum_memory": memory, "memory_ballooning": false,
+        "serial_console": null, "soundcard_enabled": null, "instance_type_id": null,
+        "clone": true, "huge_pages": null,
+    });
+    if v2_2 {
+        vm_attributes["initialization_nic"] = json!([]);
+        vm_attributes["initialization_dns"] = json!("");
+    }
+    let interface = if v2_2 { "virtio" } else { "virtio_scsi" };
+    json!({
+        "version": 4, "terraform_version": "0.14.8", "serial": 9,
+        "lineage": "0b7e1f55-6f3c-4c2e-9a51-3f1d2c7b8a90",
+        "outputs": {
+            "kubernetes_data_device_path": {"value": "/dev/sdb", "type": "string"},
+            "master_ip_address_for_ssh": {"value": "10.1.0.5", "type": "string"},
+            "node_internal_ip_address": {"value": "10.1.0.5", "type": "string"},
+        },
+        "resources": [
+            data("ovirt_templates", "master_template", json!({
+                "id": "ubuntu-2204", "name": "ubuntu-2204", "fail_on_empty": true,
+                "templates": [{"id": ids["template"], "description": ""}],
+            })),
+            data("ovirt_disk_attachments", "master-vm-boot-disk-attachment", json!({
+                "id": vm, "vm_id": vm,
+                "attachments": [{"id": boot, "disk_id": boot, "disk_interface": "virtio_scsi"}],
+            })),
+            data("ovirt_wait_for_ip", "master_vm", json!({
+                "id": vm, "vm_id": vm,
+                "interfaces": [{"name": "eth0", "ipv4_addresses": ["10.1.0.5"], "ipv6_addresses": []}],
+            })),
+            managed("ovirt_vm", "master_vm", vm_attributes, &["data.ovirt_templates.master_template"]),
+            managed("ovirt_disk_resize", "master_boot_disk_resize", json!({
+                "id": boot, "disk_id": boot, "size": 40 * GIB,
+            }), &["data.ovirt_disk_attachments.master-vm-boot-disk-attachment", "ovirt_vm.master_vm"]),
+            managed("ovirt_nic", "master_vm_nic", json!({
+                "id": nic, "name": "nic1", "vm_id": vm, "vnic_profile_id": ids["profile"],
+            }), &["ovirt_vm.master_vm"]),
+            managed("ovirt_disk", "master-kubernetes-data", json!({
+                "id": disk, "storage_domain_id": ids["domain"], "format": "raw",
+                "alias": "tf-master-0-kubernetes-data", "sparse": false,
+                "total_size": 0, "status": "ok", "size": 10 * GIB,
+            }), &[]),
+            managed("ovirt_disk_attachment", "master-kubernetes-data-attachment", json!({
+                "id": disk, "vm_id": vm, "disk_id": disk, "disk_interface": interface,
+                "bootable": false, "active": true,
+            }), &["ovirt_disk.master-kubernetes-data", "ovirt_vm.master_vm"]),
+            managed("ovirt_vm_start", "master_vm", json!({
+                "id": vm, "vm_id": vm, "status": "up", "stop_behavior": "shutdown", "force_stop": true,
+            }), &["ovirt_disk.master-kubernetes-data", "ovirt_disk_attachment.master-kubernetes-data-attachment",
+                  "ovirt_disk_resize.master_boot_disk_resize", "ovirt_nic.master_vm_nic", "ovirt_vm.master_vm"]),
+        ],
+    })
+}
+
+/// A master dhctl made with Deckhouse's layout and the upstream provider, taken over: its
+/// state (as upstream writes it, 2.1.5's and 2.2.x's) under this layout and this
+/// provider plans no change — no VM, NIC or etcd disk re-made — and is destroyed whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_the_upstream_provider_made_plans_no_change() {
+    let Some(bin) = terraform::binary("the zVirt layouts takeover test") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (by_id, files) = (root.join("by-id"), root.join("disks"));
+    std::fs::create_dir_all(&by_id).unwrap();
+    std::fs::create_dir_all(&files).unwrap();
+    let engine = Engine::new(&files, &by_id, 200 * GIB, Latency::default());
+    let url = engine.start().await;
+    let template = engine.add_template("ubuntu-2204", 10 * GIB);
+    let profile = engine.add_vnic_profile("ovirtmgmt");
+    let domain = engine.storage_domain_id("data");
+    engine.set_guest_ips_on_boot("tf-master-0", &["10.1.0.5"]);
+    let layouts = terraform::copy_layouts("zvirt", root);
+    let master = Workspace::module(
+        &bin,
+        root,
+        layouts.join("layouts/standard/master-node"),
+        ("terraform-provider-ovirt", "ovirt"),
+    );
+    let vars = root.join("vars.json");
+    std::fs::write(
+        &vars,
+        var_file(&url, &profile, &domain, 0, "master").to_string(),
+    )
+    .unwrap();
+    let v = format!("-var-file={}", vars.display());
+    tf(|| master.init());
+    // The engine's objects: a master as the layout makes it (the engine cannot tell who
+    // asked); only the state below is upstream's.
+    tf(|| {
+        master
+            .run(&["apply", "-input=false", "-no-color", "-auto-approve", &v])
+            .ok()
+    });
+    let state_file = master.dir.join("terraform.tfstate");
+    let ours: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    let ids = json!({
+        "vm": attributes(&ours, "ovirt_vm", "master_vm")["id"],
+        "template": template,
+        "boot": attributes(&ours, "ovirt_disk_resize", "master_boot_disk_resize")["disk_id"],
+        "nic": attributes(&ours, "ovirt_nic", "master_vm_nic")["id"],
+        "disk": attributes(&ours, "ovirt_disk", "master-kubernetes-data")["id"],
+        "profile": profile, "domain": domain,
+    });
+    let calls = engine.calls();
+    for v2_2 in [false, true] {
+        std::fs::write(&state_file, upstream_state(&ids, v2_2).to_string()).unwrap();
+        let _ = std::fs::remove_file(master.dir.join("terraform.tfstate.backup"));
+        let plan = tf(|| master.plan(&[&v]));
+        expect(
+            &plan,
+            0,
+            &format!(
+                "the plan over upstream's state (provider {})",
+                if v2_2 { "2.2.x" } else { "2.1.5" }
+            ),
+        );
+    }
+    let writes: Vec<_> = engine
+        .calls()
+        .into_iter()
+        .filter(|(k, n)| !k.starts_with("GET") && calls.get(k) != Some(n))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "the plans wrote to the engine: {writes:?}"
+    );
+    // Taken over whole: destroy removes what upstream made.
+    tf(|| {
+        master
+            .run(&["destroy", "-input=false", "-no-color", "-auto-approve", &v])
+            .ok()
+    });
+    engine.finish_removals();
+    assert_eq!(engine.vm_count(), 0, "destroy left the VM");
+    assert!(
+        engine
+            .disks()
+            .iter()
+            .all(|(_, alias, _)| alias != "tf-master-0-kubernetes-data"),
+        "destroy left the etcd disk"
     );
 }

@@ -1,28 +1,72 @@
 # A node of a static NodeGroup: `<prefix>-<nodeGroupName>-<nodeIndex>`, its instance
-# class from the configuration's `nodeGroups`.
+# class from the configuration's `nodeGroups`. Addresses and values are those of
+# Deckhouse's zVirt layout (see master-node).
 
 locals {
   prefix         = var.clusterConfiguration.cloud.prefix
   group          = [for g in lookup(var.providerClusterConfiguration, "nodeGroups", []) : g if g.name == var.nodeGroupName][0]
   instance_class = local.group.instanceClass
   name           = "${local.prefix}-${var.nodeGroupName}-${var.nodeIndex}"
+  ram_bytes      = local.instance_class.memory * 1024 * 1024
 }
 
-module "node" {
-  source = "../../../terraform-modules/node"
+data "ovirt_templates" "node_template" {
+  name          = local.instance_class.template
+  fail_on_empty = true
+}
 
-  name            = local.name
-  cluster_id      = var.providerClusterConfiguration.clusterID
-  template        = local.instance_class.template
-  cpus            = local.instance_class.numCPUs
-  memory_mib      = local.instance_class.memory
-  vm_type         = lookup(local.instance_class, "vmType", "high_performance")
-  root_disk_gib   = lookup(local.instance_class, "rootDiskSizeGb", 50)
-  nic_name        = lookup(local.instance_class, "nicName", "nic1")
+resource "ovirt_vm" "node_vm" {
+  name        = local.name
+  cluster_id  = var.providerClusterConfiguration.clusterID
+  template_id = tolist(data.ovirt_templates.node_template.templates)[0].id
+  clone       = true
+
+  cpu_sockets = 1
+  cpu_cores   = local.instance_class.numCPUs
+  cpu_threads = 1
+
+  memory            = local.ram_bytes
+  maximum_memory    = local.ram_bytes
+  memory_ballooning = false
+  vm_type           = lookup(local.instance_class, "vmType", "high_performance")
+
+  initialization_custom_script = local.user_data
+
+  lifecycle {
+    ignore_changes = [os_type, initialization_custom_script, placement_policy_affinity, placement_policy_host_ids]
+  }
+}
+
+data "ovirt_disk_attachments" "node-vm-boot-disk-attachment" {
+  vm_id = ovirt_vm.node_vm.id
+}
+
+resource "ovirt_disk_resize" "node_boot_disk_resize" {
+  disk_id = tolist(data.ovirt_disk_attachments.node-vm-boot-disk-attachment.attachments)[0].disk_id
+  size    = lookup(local.instance_class, "rootDiskSizeGb", 50) * 1024 * 1024 * 1024
+
+  lifecycle {
+    ignore_changes = [disk_id]
+  }
+}
+
+resource "ovirt_nic" "node_vm_nic" {
+  name            = lookup(local.instance_class, "nicName", "nic1")
+  vm_id           = ovirt_vm.node_vm.id
   vnic_profile_id = local.instance_class.vnicProfileID
-  user_data       = local.user_data
+}
+
+resource "ovirt_vm_start" "node_vm" {
+  vm_id      = ovirt_vm.node_vm.id
+  force_stop = true
+
+  depends_on = [ovirt_nic.node_vm_nic, ovirt_disk_resize.node_boot_disk_resize]
+}
+
+data "ovirt_wait_for_ip" "node_vm" {
+  vm_id = ovirt_vm_start.node_vm.vm_id
 }
 
 output "node_internal_ip_address" {
-  value = module.node.ip
+  value = tolist(tolist(data.ovirt_wait_for_ip.node_vm.interfaces)[0].ipv4_addresses)[0]
 }
