@@ -217,11 +217,9 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
         node.run(&["apply", "-input=false", "-no-color", "-auto-approve", &nv])
             .ok()
     });
-    assert_eq!(
-        tf(|| node.outputs())["node_internal_ip_address"]["value"],
-        "10.1.0.6"
-    );
-    assert!(engine.vm_by_name("tf-worker-0").is_some());
+    let worker = engine.vm_by_name("tf-worker-0").expect("the node's VM");
+    assert_eq!(worker["status"], "up", "{worker}");
+    assert_eq!(tf(|| node.outputs()), json!({}), "Deckhouse's static node has no outputs");
 
     // destroy leaves nothing in the engine.
     tf(|| {
@@ -254,51 +252,68 @@ fn attributes<'a>(state: &'a serde_json::Value, ty: &str, name: &str) -> &'a ser
         .unwrap_or_else(|| panic!("{ty}.{name} not in the state"))
 }
 
-/// The state dhctl leaves for a master of Deckhouse's zVirt layout, written as the
-/// upstream terraform-provider-ovirt writes it (its schema, every attribute, version 0;
-/// what its Read functions put there: the engine's `comment` "", the attachment's id the
-/// disk's, the start's id the VM's), naming the engine objects `ids` holds. `v2_2`: the
-/// provider 2.2.x of Deckhouse ≥ 1.75 (its fork's `initialization_dns` "", an empty
-/// `initialization_nic`, the etcd disk on `virtio`); else 2.1.5 (neither attribute,
-/// `virtio_scsi`).
-fn upstream_state(ids: &serde_json::Value, v2_2: bool) -> serde_json::Value {
-    let provider = r#"provider["registry.terraform.io/terraform-provider-ovirt/ovirt"]"#;
-    let managed = |ty: &str, name: &str, attributes: serde_json::Value, deps: &[&str]| {
-        json!({
-            "mode": "managed", "type": ty, "name": name, "provider": provider,
-            "instances": [{
-                "schema_version": 0, "attributes": attributes, "sensitive_attributes": [],
-                // SDKv2's private data: the schema version.
-                "private": "eyJzY2hlbWFfdmVyc2lvbiI6IjAifQ==",
-                "dependencies": deps,
-            }],
-        })
-    };
-    let data = |ty: &str, name: &str, attributes: serde_json::Value| {
-        json!({
-            "mode": "data", "type": ty, "name": name, "provider": provider,
-            "instances": [{"schema_version": 0, "attributes": attributes, "sensitive_attributes": []}],
-        })
-    };
-    let (vm, boot, nic, disk) = (&ids["vm"], &ids["boot"], &ids["nic"], &ids["disk"]);
+const UPSTREAM: &str = r#"provider["registry.terraform.io/terraform-provider-ovirt/ovirt"]"#;
+
+/// A managed resource's instance as upstream's SDKv2 provider stores it.
+fn managed(
+    ty: &str,
+    name: &str,
+    attributes: serde_json::Value,
+    deps: &[&str],
+) -> serde_json::Value {
+    json!({
+        "mode": "managed", "type": ty, "name": name, "provider": UPSTREAM,
+        "instances": [{
+            "schema_version": 0, "attributes": attributes, "sensitive_attributes": [],
+            // SDKv2's private data: the schema version.
+            "private": "eyJzY2hlbWFfdmVyc2lvbiI6IjAifQ==",
+            "dependencies": deps,
+        }],
+    })
+}
+
+fn data(ty: &str, name: &str, attributes: serde_json::Value) -> serde_json::Value {
+    json!({
+        "mode": "data", "type": ty, "name": name, "provider": UPSTREAM,
+        "instances": [{"schema_version": 0, "attributes": attributes, "sensitive_attributes": []}],
+    })
+}
+
+/// `ovirt_vm`'s attributes as upstream's schema and Read leave them for the VM `name` of
+/// Deckhouse's layout (4 cores in one socket, 8 GiB): the engine's `comment` "", the
+/// blank template as the effective one (cloned), the engine's OS type; every unset
+/// attribute null, the unset set empty. `v2_2`: 2.2.x's `initialization_nic` (empty) and
+/// the fork's `initialization_dns` ("", what the layout gives without a custom network).
+fn vm_attributes(ids: &serde_json::Value, name: &str, v2_2: bool) -> serde_json::Value {
     let memory = 8192u64 << 20;
-    let mut vm_attributes = json!({
-        "id": vm, "name": "tf-master-0", "comment": "", "cluster_id": zvirt_sim::CLUSTER_ID,
+    let mut vm = json!({
+        "id": ids["vm"], "name": name, "comment": "", "cluster_id": zvirt_sim::CLUSTER_ID,
         "template_id": ids["template"], "effective_template_id": "00000000-0000-0000-0000-000000000000",
         "status": "up", "cpu_mode": null, "cpu_cores": 4, "cpu_threads": 1, "cpu_sockets": 1,
         "os_type": "other_linux", "vm_type": "high_performance",
         "placement_policy_affinity": null, "placement_policy_host_ids": null,
         "template_disk_attachment_override": [],
-        "initialization_custom_script": "#cloud-config\nhostname: tf-master-0\n",
+        "initialization_custom_script": format!("#cloud-config\nhostname: {name}\n"),
         "initialization_hostname": null,
         "memory": memory, "maximum_memory": memory, "memory_ballooning": false,
         "serial_console": null, "soundcard_enabled": null, "instance_type_id": null,
         "clone": true, "huge_pages": null,
     });
     if v2_2 {
-        vm_attributes["initialization_nic"] = json!([]);
-        vm_attributes["initialization_dns"] = json!("");
+        vm["initialization_nic"] = json!([]);
+        vm["initialization_dns"] = json!("");
     }
+    vm
+}
+
+/// The state dhctl leaves for a master of Deckhouse's zVirt layout, written as the
+/// upstream terraform-provider-ovirt writes it (its schema, every attribute, version 0;
+/// what its Read functions put there: the attachment's id the disk's, the start's id the
+/// VM's), naming the engine objects `ids` holds. `v2_2`: the provider 2.2.x of Deckhouse
+/// ≥ 1.75 (see [`vm_attributes`]; the etcd disk on `virtio`, as since 1.72); else 2.1.5
+/// (`virtio_scsi`).
+fn upstream_state(ids: &serde_json::Value, v2_2: bool) -> serde_json::Value {
+    let (vm, boot, nic, disk) = (&ids["vm"], &ids["boot"], &ids["nic"], &ids["disk"]);
     let interface = if v2_2 { "virtio" } else { "virtio_scsi" };
     json!({
         "version": 4, "terraform_version": "0.14.8", "serial": 9,
@@ -321,7 +336,7 @@ fn upstream_state(ids: &serde_json::Value, v2_2: bool) -> serde_json::Value {
                 "id": vm, "vm_id": vm,
                 "interfaces": [{"name": "eth0", "ipv4_addresses": ["10.1.0.5"], "ipv6_addresses": []}],
             })),
-            managed("ovirt_vm", "master_vm", vm_attributes, &["data.ovirt_templates.master_template"]),
+            managed("ovirt_vm", "master_vm", vm_attributes(ids, "tf-master-0", v2_2), &["data.ovirt_templates.master_template"]),
             managed("ovirt_disk_resize", "master_boot_disk_resize", json!({
                 "id": boot, "disk_id": boot, "size": 40 * GIB,
             }), &["data.ovirt_disk_attachments.master-vm-boot-disk-attachment", "ovirt_vm.master_vm"]),
@@ -345,9 +360,41 @@ fn upstream_state(ids: &serde_json::Value, v2_2: bool) -> serde_json::Value {
     })
 }
 
-/// A master dhctl made with Deckhouse's layout and the upstream provider, taken over: its
-/// state (as upstream writes it, 2.1.5's and 2.2.x's) under this layout and this
-/// provider plans no change — no VM, NIC or etcd disk re-made — and is destroyed whole.
+/// The same for a static node (`tf-worker-0`): Deckhouse's static-node step has no data
+/// disk, no address wait and no outputs.
+fn upstream_node_state(ids: &serde_json::Value, v2_2: bool) -> serde_json::Value {
+    let (vm, boot, nic) = (&ids["vm"], &ids["boot"], &ids["nic"]);
+    json!({
+        "version": 4, "terraform_version": "0.14.8", "serial": 4,
+        "lineage": "5d1c0b7e-2a9f-4f0e-8e3b-6c7d8e9f0a1b",
+        "outputs": {},
+        "resources": [
+            data("ovirt_templates", "node_template", json!({
+                "id": "ubuntu-2204", "name": "ubuntu-2204", "fail_on_empty": true,
+                "templates": [{"id": ids["template"], "description": ""}],
+            })),
+            data("ovirt_disk_attachments", "node-vm-boot-disk-attachment", json!({
+                "id": vm, "vm_id": vm,
+                "attachments": [{"id": boot, "disk_id": boot, "disk_interface": "virtio_scsi"}],
+            })),
+            managed("ovirt_vm", "node_vm", vm_attributes(ids, "tf-worker-0", v2_2), &["data.ovirt_templates.node_template"]),
+            managed("ovirt_disk_resize", "node_boot_disk_resize", json!({
+                "id": boot, "disk_id": boot, "size": 40 * GIB,
+            }), &["data.ovirt_disk_attachments.node-vm-boot-disk-attachment", "ovirt_vm.node_vm"]),
+            managed("ovirt_nic", "node_vm_nic", json!({
+                "id": nic, "name": "nic1", "vm_id": vm, "vnic_profile_id": ids["profile"],
+            }), &["ovirt_vm.node_vm"]),
+            managed("ovirt_vm_start", "node_vm", json!({
+                "id": vm, "vm_id": vm, "status": "up", "stop_behavior": "shutdown", "force_stop": true,
+            }), &["ovirt_disk_resize.node_boot_disk_resize", "ovirt_nic.node_vm_nic", "ovirt_vm.node_vm"]),
+        ],
+    })
+}
+
+/// A master and a static node dhctl made with Deckhouse's layout and the upstream
+/// provider, taken over: their states (as upstream writes them, 2.1.5's and 2.2.x's)
+/// under this layout and this provider plan no change — no VM, NIC or etcd disk re-made,
+/// no engine write — and are destroyed whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_the_upstream_provider_made_plans_no_change() {
     let Some(bin) = terraform::binary("the zVirt layouts takeover test") else {
@@ -364,6 +411,7 @@ async fn a_master_the_upstream_provider_made_plans_no_change() {
     let profile = engine.add_vnic_profile("ovirtmgmt");
     let domain = engine.storage_domain_id("data");
     engine.set_guest_ips_on_boot("tf-master-0", &["10.1.0.5"]);
+    engine.set_guest_ips_on_boot("tf-worker-0", &["10.1.0.6"]);
     let layouts = terraform::copy_layouts("zvirt", root);
     let master = Workspace::module(
         &bin,
@@ -371,45 +419,69 @@ async fn a_master_the_upstream_provider_made_plans_no_change() {
         layouts.join("layouts/standard/master-node"),
         ("terraform-provider-ovirt", "ovirt"),
     );
-    let vars = root.join("vars.json");
-    std::fs::write(
-        &vars,
-        var_file(&url, &profile, &domain, 0, "master").to_string(),
-    )
-    .unwrap();
-    let v = format!("-var-file={}", vars.display());
-    tf(|| master.init());
-    // The engine's objects: a master as the layout makes it (the engine cannot tell who
-    // asked); only the state below is upstream's.
-    tf(|| {
-        master
-            .run(&["apply", "-input=false", "-no-color", "-auto-approve", &v])
-            .ok()
-    });
-    let state_file = master.dir.join("terraform.tfstate");
-    let ours: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
-    let ids = json!({
-        "vm": attributes(&ours, "ovirt_vm", "master_vm")["id"],
-        "template": template,
-        "boot": attributes(&ours, "ovirt_disk_resize", "master_boot_disk_resize")["disk_id"],
-        "nic": attributes(&ours, "ovirt_nic", "master_vm_nic")["id"],
-        "disk": attributes(&ours, "ovirt_disk", "master-kubernetes-data")["id"],
-        "profile": profile, "domain": domain,
-    });
+    let node = Workspace::module(
+        &bin,
+        root,
+        layouts.join("layouts/standard/static-node"),
+        ("terraform-provider-ovirt", "ovirt"),
+    );
+    let vars = |group: &str| {
+        let f = root.join(format!("vars-{group}.json"));
+        std::fs::write(&f, var_file(&url, &profile, &domain, 0, group).to_string()).unwrap();
+        format!("-var-file={}", f.display())
+    };
+    let (v, nv) = (vars("master"), vars("worker"));
+    // The engine's objects: a master and a node as the layouts make them (the engine
+    // cannot tell who asked); only the states below are upstream's.
+    let mut taken = Vec::new();
+    for (ws, var, vm, disk) in [
+        (&master, &v, ("ovirt_vm", "master_vm"), true),
+        (&node, &nv, ("ovirt_vm", "node_vm"), false),
+    ] {
+        tf(|| ws.init());
+        tf(|| {
+            ws.run(&["apply", "-input=false", "-no-color", "-auto-approve", var])
+                .ok()
+        });
+        let state_file = ws.dir.join("terraform.tfstate");
+        let ours: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+        let prefix = vm.1.trim_end_matches("_vm");
+        let ids = json!({
+            "vm": attributes(&ours, vm.0, vm.1)["id"],
+            "template": template,
+            "boot": attributes(&ours, "ovirt_disk_resize", &format!("{prefix}_boot_disk_resize"))["disk_id"],
+            "nic": attributes(&ours, "ovirt_nic", &format!("{prefix}_vm_nic"))["id"],
+            "disk": if disk { attributes(&ours, "ovirt_disk", "master-kubernetes-data")["id"].clone() } else { json!(null) },
+            "profile": profile, "domain": domain,
+        });
+        taken.push((ws, var, state_file, ids, disk));
+    }
     let calls = engine.calls();
-    for v2_2 in [false, true] {
-        std::fs::write(&state_file, upstream_state(&ids, v2_2).to_string()).unwrap();
-        let _ = std::fs::remove_file(master.dir.join("terraform.tfstate.backup"));
-        let plan = tf(|| master.plan(&[&v]));
-        expect(
-            &plan,
-            0,
-            &format!(
-                "the plan over upstream's state (provider {})",
-                if v2_2 { "2.2.x" } else { "2.1.5" }
-            ),
-        );
+    for (ws, var, state_file, ids, master_node) in &taken {
+        for v2_2 in [false, true] {
+            let state = if *master_node {
+                upstream_state(ids, v2_2)
+            } else {
+                upstream_node_state(ids, v2_2)
+            };
+            std::fs::write(state_file, state.to_string()).unwrap();
+            let _ = std::fs::remove_file(ws.dir.join("terraform.tfstate.backup"));
+            let plan = tf(|| ws.plan(&[var.as_str()]));
+            expect(
+                &plan,
+                0,
+                &format!(
+                    "the plan over upstream's {} state (provider {})",
+                    if *master_node {
+                        "master"
+                    } else {
+                        "static node"
+                    },
+                    if v2_2 { "2.2.x" } else { "2.1.5" }
+                ),
+            );
+        }
     }
     let writes: Vec<_> = engine
         .calls()
@@ -421,11 +493,12 @@ async fn a_master_the_upstream_provider_made_plans_no_change() {
         "the plans wrote to the engine: {writes:?}"
     );
     // Taken over whole: destroy removes what upstream made.
-    tf(|| {
-        master
-            .run(&["destroy", "-input=false", "-no-color", "-auto-approve", &v])
-            .ok()
-    });
+    for (ws, var, ..) in &taken {
+        tf(|| {
+            ws.run(&["destroy", "-input=false", "-no-color", "-auto-approve", var])
+                .ok()
+        });
+    }
     engine.finish_removals();
     assert_eq!(engine.vm_count(), 0, "destroy left the VM");
     assert!(

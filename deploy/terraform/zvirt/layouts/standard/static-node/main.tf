@@ -1,5 +1,5 @@
 # A node of a static NodeGroup: `<prefix>-<nodeGroupName>-<nodeIndex>`, its instance
-# class from the configuration's `nodeGroups`. Addresses and values are those of
+# class from the configuration's `nodeGroups`, started. Addresses and values are those of
 # Deckhouse's zVirt layout (see master-node).
 
 locals {
@@ -63,10 +63,5 @@ resource "ovirt_vm_start" "node_vm" {
   depends_on = [ovirt_nic.node_vm_nic, ovirt_disk_resize.node_boot_disk_resize]
 }
 
-data "ovirt_wait_for_ip" "node_vm" {
-  vm_id = ovirt_vm_start.node_vm.vm_id
-}
-
-output "node_internal_ip_address" {
-  value = tolist(tolist(data.ovirt_wait_for_ip.node_vm.interfaces)[0].ipv4_addresses)[0]
-}
+# No outputs, and no wait for an address: Deckhouse's static-node step has neither (dhctl
+# reads nothing of it), and an output its state lacks would be a change to plan.
