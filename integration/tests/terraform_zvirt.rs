@@ -76,6 +76,11 @@ resource "ovirt_vm" "master_vm" {
         netmask = "255.255.255.0"
         gateway = "10.1.0.1"
       }
+      ipv6 {
+        address = "fd00::5"
+        netmask = "64"
+        gateway = "fd00::1"
+      }
     }
   }
 }
@@ -189,7 +194,9 @@ async fn dhctl_s_sequence_makes_reads_replans_and_destroys_a_vm() {
     assert_eq!(
         init["nic_configurations"]["nic_configuration"][0],
         serde_json::json!({"name": "eth0", "on_boot": "true", "boot_protocol": "static",
-            "ip": {"address": "10.1.0.5", "netmask": "255.255.255.0", "gateway": "10.1.0.1"}}),
+            "ip": {"address": "10.1.0.5", "netmask": "255.255.255.0", "gateway": "10.1.0.1"},
+            "ipv6_boot_protocol": "static",
+            "ipv6": {"address": "fd00::5", "netmask": "64", "gateway": "fd00::1", "version": "v6"}}),
         "{init}"
     );
     let out = tf(|| ws.outputs());

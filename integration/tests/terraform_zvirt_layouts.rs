@@ -219,7 +219,11 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
     });
     let worker = engine.vm_by_name("tf-worker-0").expect("the node's VM");
     assert_eq!(worker["status"], "up", "{worker}");
-    assert_eq!(tf(|| node.outputs()), json!({}), "Deckhouse's static node has no outputs");
+    assert_eq!(
+        tf(|| node.outputs()),
+        json!({}),
+        "Deckhouse's static node has no outputs"
+    );
 
     // destroy leaves nothing in the engine.
     tf(|| {

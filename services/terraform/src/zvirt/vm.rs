@@ -397,16 +397,22 @@ fn nic_configurations(p: &Obj) -> Vec<J> {
                 "on_boot": "true",
                 "boot_protocol": "static",
             });
-            if let Some(Value::List(ips)) = nic.get("ipv4") {
-                if let Some(Value::Map(ip)) = ips.first() {
-                    let mut v = serde_json::Map::new();
-                    for k in ["address", "netmask", "gateway"] {
-                        if let Some(x) = string(ip, k).filter(|x| !x.is_empty()) {
-                            v.insert(k.into(), json!(x));
-                        }
+            // The engine's NicConfiguration: `ip` for IPv4, `ipv6` (static too) beside it.
+            for (block, key) in [("ipv4", "ip"), ("ipv6", "ipv6")] {
+                let Some(ip) = objects(nic, block).next() else {
+                    continue;
+                };
+                let mut v = serde_json::Map::new();
+                for k in ["address", "netmask", "gateway"] {
+                    if let Some(x) = string(ip, k).filter(|x| !x.is_empty()) {
+                        v.insert(k.into(), json!(x));
                     }
-                    conf["ip"] = J::Object(v);
                 }
+                if key == "ipv6" {
+                    v.insert("version".into(), json!("v6"));
+                    conf["ipv6_boot_protocol"] = json!("static");
+                }
+                conf[key] = J::Object(v);
             }
             conf
         })

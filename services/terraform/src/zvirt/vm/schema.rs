@@ -142,18 +142,19 @@ pub(super) fn schema() -> Block {
                 "The guest's interface (eth0).",
             )],
         )
-        .with_nested(
-            "ipv4",
-            Block::new(
-                "Its IPv4 address.",
-                vec![
-                    optional("address", Type::String, "The address."),
-                    optional("netmask", Type::String, "The netmask."),
-                    optional("gateway", Type::String, "The gateway."),
-                ],
-            ),
-            true,
-        ),
+        .with_nested("ipv4", address_block("Its IPv4 address."), true)
+        .with_nested("ipv6", address_block("Its IPv6 address (optional)."), true),
         true,
+    )
+}
+
+fn address_block(description: &'static str) -> Block {
+    Block::new(
+        description,
+        vec![
+            optional("address", Type::String, "The address."),
+            optional("netmask", Type::String, "The netmask."),
+            optional("gateway", Type::String, "The gateway."),
+        ],
     )
 }
