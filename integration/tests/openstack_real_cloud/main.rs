@@ -450,6 +450,17 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
             .await
             .expect("detach, twice");
     }
+    // Detached means Nova's record of it is gone too, not only Cinder's (an attach in
+    // between is refused "already attached", or left reserved).
+    let (code, listed) = cloud
+        .compute(
+            "server_volume_get",
+            Method::GET,
+            &format!("/servers/{server}/os-volume_attachments/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(code, 404, "Nova still lists the detached volume: {listed}");
     // Attached again, then the server goes (a node lost): unpublish still succeeds.
     c.controller_publish_volume(overcast_integration::attach_request(
         &id,

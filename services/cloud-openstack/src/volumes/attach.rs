@@ -140,12 +140,42 @@ impl CinderDisks {
             }
             _ => return Err(unexpected("server_volume_detach", &resp)),
         }
+        let started = Instant::now();
         let node_owned = node.to_owned();
         self.wait(id, "being detached", self.waits.detached, move |v| {
             !attached_to(v, &node_owned)
         })
-        .await
-        .map(|_| ())
+        .await?;
+        // Cinder lets the attachment go before nova-compute drops its own record of it
+        // (the block device mapping): an attach to the same server in between is refused
+        // ("already attached") or left reserved. Done is when Nova no longer lists it.
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let resp = self
+                .os
+                .call(
+                    Service::Compute,
+                    "server_volume_get",
+                    Method::GET,
+                    &format!("/servers/{node}/os-volume_attachments/{id}"),
+                    None,
+                    None,
+                )
+                .await?;
+            match resp.status.as_u16() {
+                404 => return Ok(()),
+                200 => {}
+                _ => return Err(unexpected("server_volume_get", &resp)),
+            }
+            if started.elapsed() + delay > self.waits.detached {
+                return Err(CloudError::DeadlineExceeded(format!(
+                    "openstack: Nova still lists volume {id} on server {node} after {:?}",
+                    self.waits.detached
+                )));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
     }
 
     /// Removes Cinder's attachments of volume `v` to `server`, a server Nova says is
