@@ -76,6 +76,16 @@ impl CinderDisks {
                             return Err(refused);
                         }
                     }
+                    // Nova still holds its record of an attachment to this very server
+                    // that Cinder has let go (a detach finishing): retried.
+                    400 if bad_request(&resp)
+                        .contains(&format!("already attached to instances: {node}")) =>
+                    {
+                        return Err(CloudError::Conflict(format!(
+                            "openstack: Nova still records volume {id} on server {node}: {}",
+                            bad_request(&resp)
+                        )))
+                    }
                     _ => return Err(unexpected("server_volume_attach", &resp)),
                 }
             }
@@ -137,6 +147,14 @@ impl CinderDisks {
                 if let Some(refused) = state_refusal(&resp) {
                     return Err(refused);
                 }
+            }
+            // Cinder's begin_detaching refuses a volume whose attach has not completed
+            // (or whose detach is under way): a transition, retried, not a bad request.
+            400 if bad_request(&resp).contains("Unable to detach volume") => {
+                return Err(CloudError::Conflict(format!(
+                    "openstack: volume {id} is between states on server {node}: {}",
+                    bad_request(&resp)
+                )))
             }
             _ => return Err(unexpected("server_volume_detach", &resp)),
         }
@@ -224,6 +242,14 @@ impl CinderDisks {
 /// FAILED_PRECONDITION no retry changes, with Nova's own reason. A 409 naming a
 /// `task_state` (a task under way) or another conflict (the volume busy) is `None`:
 /// waited on.
+/// The message of a Nova 400 (`badRequest.message`), or "".
+pub(super) fn bad_request(resp: &overcast_cloud_http::Response) -> String {
+    serde_json::from_slice::<Value>(&resp.body)
+        .ok()
+        .and_then(|d| d["badRequest"]["message"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
 fn state_refusal(resp: &overcast_cloud_http::Response) -> Option<CloudError> {
     let doc: Value = serde_json::from_slice(&resp.body).ok()?;
     let message = doc["conflictingRequest"]["message"].as_str()?;

@@ -30,3 +30,18 @@ fn the_serial_is_the_first_20_characters_of_the_id() {
         Some("0c1e2d3f-4a5b-6c7d-8")
     );
 }
+
+#[test]
+fn nova_s_refusals_between_states_are_read_from_its_answer() {
+    let answer = |body: &str| overcast_cloud_http::Response {
+        status: http::StatusCode::BAD_REQUEST,
+        headers: Default::default(),
+        body: body.as_bytes().to_vec().into(),
+    };
+    // What real Nova answered in CI, a detach right after an attach.
+    let refused = answer(
+        r#"{"badRequest": {"code": 400, "message": "Invalid volume: Invalid input received: Invalid volume: Unable to detach volume. Volume status must be 'in-use' and attach_status must be 'attached' to detach. (HTTP 400)"}}"#,
+    );
+    assert!(attach::bad_request(&refused).contains("Unable to detach volume"));
+    assert_eq!(attach::bad_request(&answer("<html>proxy</html>")), "");
+}
