@@ -12,6 +12,7 @@
 //!   none of them: a wrong inventory looks exactly like a mass disappearance.
 
 pub mod guard;
+mod watch;
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
@@ -30,6 +31,7 @@ use crate::addresses::AddressPolicy;
 use crate::metrics::Metrics;
 use crate::{Error, Result};
 use guard::{DeletionGuard, Verdict};
+pub use watch::{slim, Wake, WatchTriage};
 
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 pub const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
@@ -116,124 +118,6 @@ fn has_taint(node: &Node, key: &str) -> bool {
 }
 
 /// Whether the node's Ready condition is True.
-/// Which node watch events start work at once. A cluster's kubelets patch their node's
-/// status every ten seconds or so (about 17 a second on 5,000 nodes); a full sync —
-/// one cloud listing — on each would list the cloud almost continuously. New nodes and
-/// nodes still waiting for initialization are handled at once; everything else waits for
-/// the periodic sync, unless they turn Ready or NotReady (what the lifecycle controller
-/// acts on). The Service controller hears only what changes the backends: a node
-/// coming, going, turning Ready or NotReady, or changing what a pool takes it by — its
-/// providerID, addresses, exclusion label or deletion (the upstream service controller
-/// re-syncs on a providerID change; a node the ccm has just initialized gets its
-/// addresses that way, and joins the pools at once instead of at the next resync).
-#[derive(Debug, Default)]
-pub struct WatchTriage {
-    /// By uid: what was last seen.
-    seen: std::collections::HashMap<String, Seen>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Seen {
-    ready: bool,
-    uninitialized: bool,
-    /// A hash of what the balancers' backends take from the node.
-    backend: u64,
-}
-
-/// A hash of what a node's place in the load balancers' pools depends on (besides its
-/// readiness): its providerID, addresses, exclusion label and deletion.
-fn backend_facts(node: &Node) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    provider_id(node).hash(&mut h);
-    if let Some(addresses) = node.status.as_ref().and_then(|s| s.addresses.as_ref()) {
-        for a in addresses {
-            (&a.type_, &a.address).hash(&mut h);
-        }
-    }
-    node.labels()
-        .contains_key(crate::services::EXCLUDE_LABEL)
-        .hash(&mut h);
-    node.meta().deletion_timestamp.is_some().hash(&mut h);
-    h.finish()
-}
-
-/// What the node cache keeps of a Node: what the controllers read — metadata (name, uid,
-/// resourceVersion, labels, deletion), the spec (providerID, taints), the addresses and
-/// the Ready condition's status — and nothing else. A kubelet's Node is mostly what no
-/// controller here reads (managedFields, the image list, nodeInfo, capacity, the other
-/// conditions' messages, annotations); memory grows with the cluster (BENCHMARKS.md,
-/// issue 15). Every write is a patch built from what is kept, so nothing dropped here is
-/// ever written back.
-pub fn slim(node: &mut Node) {
-    node.metadata.managed_fields = None;
-    node.metadata.annotations = None;
-    if let Some(status) = node.status.take() {
-        // Ready for the controllers here, NetworkUnavailable for the route controller
-        // (which writes it only when it changes).
-        let kept: Vec<_> = status
-            .conditions
-            .into_iter()
-            .flatten()
-            .filter(|c| c.type_ == "Ready" || c.type_ == crate::routes::CONDITION)
-            .map(|c| k8s_openapi::api::core::v1::NodeCondition {
-                type_: c.type_,
-                status: c.status,
-                ..Default::default()
-            })
-            .collect();
-        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
-            addresses: status.addresses,
-            conditions: (!kept.is_empty()).then_some(kept),
-            ..Default::default()
-        });
-    }
-}
-
-/// What one watch event calls for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Wake {
-    pub nodes: bool,
-    pub services: bool,
-}
-
-impl WatchTriage {
-    pub fn applied(&mut self, node: &Node) -> Wake {
-        let key = node.metadata.uid.clone().unwrap_or_else(|| node.name_any());
-        let state = Seen {
-            ready: ready(node),
-            uninitialized: has_taint(node, UNINITIALIZED_TAINT),
-            backend: backend_facts(node),
-        };
-        let before = self.seen.insert(key, state);
-        // Readiness flips are rare (not heartbeats) and are what the lifecycle
-        // controller acts on.
-        let readiness_changed = before.map(|b| b.ready) != Some(state.ready);
-        Wake {
-            nodes: before.is_none() || state.uninitialized || readiness_changed,
-            services: readiness_changed || before.map(|b| b.backend) != Some(state.backend),
-        }
-    }
-
-    pub fn deleted(&mut self, node: &Node) -> Wake {
-        let key = node.metadata.uid.clone().unwrap_or_else(|| node.name_any());
-        self.seen.remove(&key);
-        Wake {
-            nodes: false,
-            services: true,
-        }
-    }
-
-    /// The watch (re)listed: forget what is gone, and sync everything once.
-    pub fn relisted(&mut self, present: &std::collections::HashSet<String>) -> Wake {
-        self.seen.retain(|k, _| present.contains(k));
-        Wake {
-            nodes: true,
-            services: true,
-        }
-    }
-}
-
 pub fn ready(node: &Node) -> bool {
     node.status
         .as_ref()
