@@ -42,6 +42,7 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
     );
     assert!(csinode.contains("topology.kubernetes.io/zone"), "{csinode}");
     assert!(csinode.contains("allocatable"), "{csinode}");
+    the_ccm_initialized_the_node_on_its_kubelets_address(&node);
 
     let _ = node.try_kubectl(&["create", "namespace", NS]);
     node.apply(
@@ -171,5 +172,55 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
             .lines()
             .any(|l| l.contains(DRIVER) && l.contains("/pv/")),
         "no volume mount left"
+    );
+}
+
+/// kubelet runs with `--cloud-provider=external` (`.ci/run` starts the node so), as on
+/// every cluster a ccm serves: it registered the node tainted uninitialized and wrote its
+/// `--node-ip` (the kit's bridge) as `alpha.kubernetes.io/provided-node-ip`. The ccm
+/// initialized it — the providerID, the taint gone — and of the host's addresses (its
+/// uplink, the bridge, …) kept the one kubelet was given as the only InternalIP, as
+/// upstream's cloud-node controller does. Before, every address of the host was an
+/// InternalIP, and which one a balancer or the API server took depended on the order.
+fn the_ccm_initialized_the_node_on_its_kubelets_address(node: &Node) {
+    let given = node.kubectl(&[
+        "get",
+        "node",
+        "vm",
+        "-o",
+        "jsonpath={.metadata.annotations.alpha\\.kubernetes\\.io/provided-node-ip}",
+    ]);
+    let given = given.trim();
+    assert!(
+        !given.is_empty(),
+        "kubelet ran without --cloud-provider=external: start the node with \
+         KIT_NODE_KUBELET_ARGS=--cloud-provider=external, as .ci/run does"
+    );
+    node.wait_for(
+        "the node initialized by the ccm",
+        Duration::from_secs(60),
+        &[
+            "get",
+            "node",
+            "vm",
+            "-o",
+            "jsonpath={.spec.providerID} {.spec.taints[*].key}",
+        ],
+        |out| {
+            out.trim() == "local://vm"
+                && !out.contains("node.cloudprovider.kubernetes.io/uninitialized")
+        },
+    );
+    node.wait_for(
+        "the address kubelet was given as the only InternalIP",
+        Duration::from_secs(30),
+        &[
+            "get",
+            "node",
+            "vm",
+            "-o",
+            "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}",
+        ],
+        |out| out.trim() == given,
     );
 }

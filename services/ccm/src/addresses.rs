@@ -1,7 +1,10 @@
 //! Node address selection, the policy users of the vSphere and OpenStack providers ask
 //! for: which subnets are internal and which external, which to leave out, and the order
-//! (kubelet and the API server take the first InternalIP).
+//! (kubelet and the API server take the first InternalIP) — and the address kubelet was
+//! told to use (`--node-ip`), which wins over every policy as it does in the upstream
+//! cloud-node controller.
 
+use k8s_openapi::api::core::v1::NodeAddress as K8sAddress;
 use overcast_cloud::{AddressType, NodeAddress};
 use std::net::IpAddr;
 
@@ -48,6 +51,58 @@ impl AddressPolicy {
         out.sort_by_key(rank);
         out
     }
+}
+
+/// What kubelet run with `--cloud-provider=external --node-ip=IP[,IP]` writes on its
+/// Node: the addresses it was told to use, for the ccm to honour.
+pub const PROVIDED_NODE_IP: &str = "alpha.kubernetes.io/provided-node-ip";
+
+/// The cloud's addresses with kubelet's `--node-ip` honoured, as k8s.io/cloud-provider's
+/// `GetNodeAddressesFromNodeIP` does it: each given IP must be among the cloud's (compared
+/// as addresses, not strings); for every address type a given IP matched, that IP is the
+/// only address of the type, listed first; the other types follow in the cloud's order.
+/// A node whose VM has several NICs, or a host with a bridge beside its uplink, is then
+/// reached on the network its kubelet was told to use, not on whichever the cloud lists
+/// first. The value is read strictly, as upstream's `ParseNodeIPAnnotation`: one IP, or
+/// one of each family, comma-separated.
+pub fn with_node_ip(provided: &str, cloud: &[K8sAddress]) -> Result<Vec<K8sAddress>, String> {
+    let ips: Vec<IpAddr> = provided
+        .split(',')
+        .map(|ip| {
+            ip.parse::<IpAddr>()
+                .map_err(|_| format!("{PROVIDED_NODE_IP} {provided:?}: {ip:?} is no IP address"))
+        })
+        .collect::<Result<_, _>>()?;
+    let dual_stack_pair = ips.len() == 2
+        && ips[0].is_ipv4() != ips[1].is_ipv4()
+        && !ips.iter().any(IpAddr::is_unspecified);
+    if ips.len() > 2 || (ips.len() == 2 && !dual_stack_pair) {
+        return Err(format!(
+            "{PROVIDED_NODE_IP} {provided:?}: must be one IP address or one of each family"
+        ));
+    }
+    let same = |a: &K8sAddress, ip: &IpAddr| a.address.parse::<IpAddr>().ok().as_ref() == Some(ip);
+    let mut out: Vec<K8sAddress> = Vec::new();
+    let mut enforced_types: Vec<&str> = Vec::new();
+    for ip in &ips {
+        let matched: Vec<&K8sAddress> = cloud.iter().filter(|a| same(a, ip)).collect();
+        if matched.is_empty() {
+            return Err(format!(
+                "the cloud does not list the address kubelet was given ({PROVIDED_NODE_IP} {ip})"
+            ));
+        }
+        for a in matched {
+            out.push(a.clone());
+            enforced_types.push(&a.type_);
+        }
+    }
+    out.extend(
+        cloud
+            .iter()
+            .filter(|a| !enforced_types.contains(&a.type_.as_str()))
+            .cloned(),
+    );
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -97,5 +152,75 @@ mod tests {
         assert!(v6.contains("fd00::2".parse().unwrap()));
         assert!(!v6.contains("10.0.0.1".parse().unwrap()));
         assert!("10.0.0.0/33".parse::<Cidr>().is_err());
+    }
+
+    fn k8s(kind: &str, a: &str) -> K8sAddress {
+        K8sAddress {
+            type_: kind.into(),
+            address: a.into(),
+        }
+    }
+
+    #[test]
+    fn kubelets_node_ip_is_the_only_address_of_its_type() {
+        // A host's uplink, its bridge, an IPv6 address, an external one (in the cloud's
+        // order), and kubelet told to use the bridge's.
+        let cloud = vec![
+            k8s("InternalIP", "192.168.122.10"),
+            k8s("InternalIP", "10.88.0.1"),
+            k8s("InternalIP", "fd00::0a"),
+            k8s("ExternalIP", "203.0.113.7"),
+            k8s("Hostname", "vm"),
+        ];
+        assert_eq!(
+            with_node_ip("10.88.0.1", &cloud).unwrap(),
+            vec![
+                k8s("InternalIP", "10.88.0.1"),
+                k8s("ExternalIP", "203.0.113.7"),
+                k8s("Hostname", "vm"),
+            ]
+        );
+        // Dual stack: both kept, in kubelet's order; compared as addresses (fd00::a is
+        // the cloud's fd00::0a).
+        assert_eq!(
+            with_node_ip("fd00::a,192.168.122.10", &cloud).unwrap(),
+            vec![
+                k8s("InternalIP", "fd00::0a"),
+                k8s("InternalIP", "192.168.122.10"),
+                k8s("ExternalIP", "203.0.113.7"),
+                k8s("Hostname", "vm"),
+            ]
+        );
+        // The external address given: the internal ones stay, the other external goes.
+        let two_external = [cloud.clone(), vec![k8s("ExternalIP", "198.51.100.1")]].concat();
+        assert_eq!(
+            with_node_ip("203.0.113.7", &two_external).unwrap(),
+            vec![
+                k8s("ExternalIP", "203.0.113.7"),
+                k8s("InternalIP", "192.168.122.10"),
+                k8s("InternalIP", "10.88.0.1"),
+                k8s("InternalIP", "fd00::0a"),
+                k8s("Hostname", "vm"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_node_ip_the_cloud_lacks_or_cannot_be_read_is_refused() {
+        let cloud = vec![k8s("InternalIP", "10.0.0.5"), k8s("Hostname", "vm")];
+        for bad in [
+            "10.0.0.6",
+            "10.0.0.5,10.0.0.6",
+            "10.0.0.5,",
+            "",
+            "vm",
+            "10.0.0.5,fd00::1,10.0.0.7",
+            "0.0.0.0,::",
+            " 10.0.0.5",
+        ] {
+            assert!(with_node_ip(bad, &cloud).is_err(), "{bad:?}");
+        }
+        let err = with_node_ip("10.0.0.6", &cloud).unwrap_err();
+        assert!(err.contains("10.0.0.6"), "{err}");
     }
 }

@@ -27,7 +27,7 @@ use kube::{Api, Resource, ResourceExt};
 use overcast_cloud::{Instance, InstanceIndex, InstanceState, Instances};
 use serde_json::json;
 
-use crate::addresses::AddressPolicy;
+use crate::addresses::{with_node_ip, AddressPolicy, PROVIDED_NODE_IP};
 use crate::metrics::Metrics;
 use crate::{Error, Result};
 use guard::{DeletionGuard, Verdict};
@@ -58,6 +58,9 @@ pub struct SyncReport {
     pub tainted_shutdown: usize,
     pub untainted: usize,
     pub waiting_for_instance: usize,
+    /// Nodes whose kubelet `--node-ip` the cloud does not list: left uninitialized, or
+    /// their addresses left as they are.
+    pub node_ip_unmatched: usize,
     /// NotReady nodes the cloud no longer lists, kept because the guard refused.
     pub deletion_refused: usize,
 }
@@ -86,6 +89,7 @@ enum Outcome {
     TaintedShutdown,
     Untainted,
     WaitingForInstance,
+    NodeIpUnmatched,
     DeletionRefused,
 }
 
@@ -100,6 +104,7 @@ impl SyncReport {
                 Outcome::TaintedShutdown => self.tainted_shutdown += 1,
                 Outcome::Untainted => self.untainted += 1,
                 Outcome::WaitingForInstance => self.waiting_for_instance += 1,
+                Outcome::NodeIpUnmatched => self.node_ip_unmatched += 1,
                 Outcome::DeletionRefused => self.deletion_refused += 1,
             }
         }
@@ -133,15 +138,41 @@ fn provider_id(node: &Node) -> Option<&str> {
         .filter(|p| !p.is_empty())
 }
 
-fn k8s_addresses(policy: &AddressPolicy, instance: &Instance) -> Vec<K8sAddress> {
-    policy
+/// The addresses the node should have, as upstream's cloud-node controller makes them:
+/// the cloud's (through the address policy); the node's own Hostname kept when the cloud
+/// names none (kubelet wrote it); kubelet's `--node-ip` honoured ([`with_node_ip`]).
+/// Empty when the cloud reports none (vSphere's guest tools not running): the node's are
+/// left as they are. An error when kubelet's node IP is not among the cloud's: upstream
+/// neither initializes such a node nor touches its addresses.
+fn wanted_addresses(
+    policy: &AddressPolicy,
+    instance: &Instance,
+    node: &Node,
+) -> std::result::Result<Vec<K8sAddress>, String> {
+    let mut out: Vec<K8sAddress> = policy
         .apply(&instance.addresses)
         .into_iter()
         .map(|a| K8sAddress {
             type_: a.kind.as_str().to_owned(),
             address: a.address,
         })
-        .collect()
+        .collect();
+    if out.is_empty() {
+        return Ok(out);
+    }
+    if !out.iter().any(|a| a.type_ == "Hostname") {
+        let own = node.status.as_ref().and_then(|s| s.addresses.as_ref());
+        out.extend(
+            own.into_iter()
+                .flatten()
+                .filter(|a| a.type_ == "Hostname")
+                .cloned(),
+        );
+    }
+    match node.annotations().get(PROVIDED_NODE_IP) {
+        Some(provided) => with_node_ip(provided, &out),
+        None => Ok(out),
+    }
 }
 
 /// Re-reads after a conflict before the error is left to the next sync.
@@ -305,28 +336,40 @@ impl NodeSync<'_> {
             if !self.parts.initialize {
                 return Ok(vec![]);
             }
-            return match instance {
-                Some(i) => self
-                    .initialize(node, i)
+            let Some(i) = instance else {
+                return Ok(vec![Outcome::WaitingForInstance]);
+            };
+            // As upstream: a node whose kubelet was given an address the cloud does not
+            // list stays tainted (no pods land on a node reached on the wrong network).
+            return match wanted_addresses(self.policy, i, node) {
+                Ok(addresses) => self
+                    .initialize(node, i, addresses)
                     .await
                     .map(|()| vec![Outcome::Initialized]),
-                None => Ok(vec![Outcome::WaitingForInstance]),
+                Err(e) => {
+                    self.node_ip_unmatched(node, &e).await;
+                    Ok(vec![Outcome::NodeIpUnmatched])
+                }
             };
         }
         let mut outcomes = Vec::new();
         if self.parts.initialize {
             if let Some(i) = instance {
-                let want = k8s_addresses(self.policy, i);
                 let have = node
                     .status
                     .as_ref()
                     .and_then(|s| s.addresses.clone())
                     .unwrap_or_default();
-                // As upstream's cloud-node controller: a cloud that reports no address
-                // (vSphere's guest tools not running) leaves the node's as they are.
-                if !want.is_empty() && want != have {
-                    self.patch_addresses(&name, want).await?;
-                    outcomes.push(Outcome::AddressesUpdated);
+                match wanted_addresses(self.policy, i, node) {
+                    Ok(want) if !want.is_empty() && want != have => {
+                        self.patch_addresses(&name, want).await?;
+                        outcomes.push(Outcome::AddressesUpdated);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        self.node_ip_unmatched(node, &e).await;
+                        outcomes.push(Outcome::NodeIpUnmatched);
+                    }
                 }
             }
         }
@@ -336,7 +379,12 @@ impl NodeSync<'_> {
         Ok(outcomes)
     }
 
-    async fn initialize(&self, node: &Node, instance: &Instance) -> Result<()> {
+    async fn initialize(
+        &self,
+        node: &Node,
+        instance: &Instance,
+        addresses: Vec<K8sAddress>,
+    ) -> Result<()> {
         let name = node.name_any();
         // As the upstream cloud-node controller: an empty value (a cloud without regions,
         // a flavor name that is no label value) is no label at all.
@@ -366,7 +414,6 @@ impl NodeSync<'_> {
         self.api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        let addresses = k8s_addresses(self.policy, instance);
         if !addresses.is_empty() {
             self.patch_addresses(&name, addresses).await?;
         }
@@ -466,6 +513,16 @@ impl NodeSync<'_> {
 }
 
 impl NodeSync<'_> {
+    async fn node_ip_unmatched(&self, node: &Node, why: &str) {
+        tracing::warn!(node = %node.name_any(), reason = %why, "kubelet's node IP is not among the cloud's addresses: not initialized, addresses left as they are");
+        self.event(
+            node,
+            "NodeIPNotFound",
+            format!("{why}; the node's addresses are left as they are (and an uninitialized node keeps its taint) until kubelet's --node-ip and the cloud agree"),
+        )
+        .await;
+    }
+
     async fn event(&self, node: &Node, reason: &str, note: String) {
         let Some(recorder) = self.recorder else {
             return;

@@ -549,3 +549,5 @@ fn a_node_getting_its_identity_and_addresses_wakes_the_services() {
         "the address changed"
     );
 }
+
+mod node_ip;

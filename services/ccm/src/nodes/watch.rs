@@ -51,12 +51,18 @@ fn backend_facts(node: &Node) -> u64 {
 /// resourceVersion, labels, deletion), the spec (providerID, taints), the addresses and
 /// the Ready condition's status — and nothing else. A kubelet's Node is mostly what no
 /// controller here reads (managedFields, the image list, nodeInfo, capacity, the other
-/// conditions' messages, annotations); memory grows with the cluster (BENCHMARKS.md,
-/// issue 15). Every write is a patch built from what is kept, so nothing dropped here is
+/// conditions' messages, the annotations but kubelet's node IP); memory grows with the
+/// cluster (BENCHMARKS.md, issue 15). Every write is a patch built from what is kept, so nothing dropped here is
 /// ever written back.
 pub fn slim(node: &mut Node) {
     node.metadata.managed_fields = None;
-    node.metadata.annotations = None;
+    // Of the annotations, only the one the address sync reads (kubelet's --node-ip).
+    node.metadata.annotations = node
+        .metadata
+        .annotations
+        .take()
+        .and_then(|mut a| a.remove_entry(crate::addresses::PROVIDED_NODE_IP))
+        .map(|(k, v)| [(k, v)].into());
     if let Some(status) = node.status.take() {
         // Ready for the controllers here, NetworkUnavailable for the route controller
         // (which writes it only when it changes).
