@@ -147,6 +147,8 @@ pub struct Faults {
     pub api_down: AtomicBool,
     /// The requests the proxy passed on (what a provider behind it asked the parent).
     pub proxied: std::sync::atomic::AtomicU64,
+    /// The writes among them (method and path): what a provider made, changed or deleted.
+    pub writes: Mutex<Vec<String>>,
 }
 
 struct Attached {

@@ -42,6 +42,13 @@ impl DvpSim {
                             }
                             faults.proxied.fetch_add(1, Ordering::Relaxed);
                             let (mut parts, body) = req.into_parts();
+                            if parts.method != hyper::Method::GET {
+                                faults
+                                    .writes
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .push(format!("{} {}", parts.method, parts.uri.path()));
+                            }
                             // The proxy speaks as the admin: the caller's token stays here.
                             parts.headers.remove(hyper::header::AUTHORIZATION);
                             let bytes = body

@@ -5,8 +5,9 @@
 //! VirtualMachineIPAddress got, the etcd disk's path), a second plan with no change, the
 //! VM deleted out of band planned and made again, `destroy` leaving nothing in the parent
 //! namespace; a static node; wrong credentials; the parent's API down during an apply;
-//! `terraform import` of an existing disk. Needs `OVERCAST_TEST_KUBECONFIG` and Terraform;
-//! says it was skipped without them.
+//! `terraform import` of an existing disk. Every object is named as Deckhouse's layouts
+//! name it ([`deckhouse`]); [`takeover`] switches what those layouts made. Needs
+//! `OVERCAST_TEST_KUBECONFIG` and Terraform; says it was skipped without them.
 
 use std::time::Duration;
 
@@ -18,6 +19,9 @@ use overcast_integration::dvp_sim::{self, DvpSim};
 use overcast_integration::real;
 use overcast_integration::terraform::{self, expect, tf, Workspace};
 use serde_json::json;
+
+mod deckhouse;
+mod takeover;
 
 const PROVIDER: (&str, &str) = ("overcast", "dvp");
 
@@ -97,6 +101,33 @@ impl World {
         ));
         std::fs::write(&f, body.to_string()).unwrap();
         format!("-var-file={}", f.display())
+    }
+
+    /// Node `index` of `group` as [`World::vars`] describes it, for Deckhouse's names.
+    fn node(&self, group: &'static str, index: u32) -> deckhouse::Node<'_> {
+        deckhouse::Node {
+            prefix: "tf",
+            group,
+            index,
+            image: ("ClusterVirtualImage", &self.image),
+            root_storage_class: None,
+            etcd: (group == "master").then_some(None),
+            cores: 2,
+            core_fraction: "50%",
+            memory: "4Gi",
+            ssh_key: "ssh-ed25519 AAAA test",
+        }
+    }
+
+    /// The address the VirtualMachineIPAddress `name` leased.
+    async fn leased(&self, name: &str) -> String {
+        let vmip = self
+            .api(&api::virtual_machine_ip_address())
+            .get(name)
+            .await
+            .unwrap();
+        assert_eq!(vmip.data["status"]["phase"], "Attached", "{vmip:?}");
+        vmip.data["status"]["address"].as_str().unwrap().to_owned()
     }
 
     fn api(&self, ar: &kube::discovery::ApiResource) -> Api<DynamicObject> {
@@ -179,56 +210,69 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
             .ok()
     });
     let out = tf(|| master.outputs());
-    let vmip = w
-        .api(&api::virtual_machine_ip_address())
-        .get("tf-master-0")
-        .await
-        .unwrap();
-    let address = vmip.data["status"]["address"].as_str().unwrap().to_owned();
-    assert!(address.starts_with("10.66.20."), "{vmip:?}");
-    assert_eq!(vmip.data["status"]["phase"], "Attached");
+    // Deckhouse's names: the address `<hostname>-auto`, the rest ending in their hashes.
+    let m = w.node("master", 0);
+    assert_eq!(m.vmip("Auto"), "tf-master-0-auto");
+    let address = w.leased(&m.vmip("Auto")).await;
+    assert!(address.starts_with("10.66.20."), "{address}");
     assert_eq!(
         out["master_ip_address_for_ssh"]["value"],
         address.as_str(),
         "{out}"
     );
     assert_eq!(out["node_internal_ip_address"]["value"], address.as_str());
-    assert_eq!(
-        out["kubernetes_data_device_path"]["value"],
-        "/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_vd-tf-master-0-kubernetes-data"
-    );
-    let vm = w
-        .api(&api::virtual_machine())
-        .get("tf-master-0")
+    // DVP's serial for a disk is md5(its uid), as the guest's udev links it.
+    let etcd = w
+        .api(&api::virtual_disk())
+        .get(&m.etcd_disk())
         .await
         .unwrap();
+    assert_eq!(
+        out["kubernetes_data_device_path"]["value"],
+        format!(
+            "/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_{:x}",
+            md5::compute(etcd.metadata.uid.as_deref().unwrap())
+        )
+    );
+    let vm_name = m.vm(&address);
+    let vm = w.api(&api::virtual_machine()).get(&vm_name).await.unwrap();
     assert_eq!(
         vm.data["spec"]["cpu"],
         json!({"cores": 2, "coreFraction": "50%"})
     );
     assert_eq!(
         vm.data["spec"]["blockDeviceRefs"],
-        json!([{"kind": "VirtualDisk", "name": "tf-master-0-root"},
-               {"kind": "VirtualDisk", "name": "tf-master-0-kubernetes-data"}])
+        json!([{"kind": "VirtualDisk", "name": m.root_disk()},
+               {"kind": "VirtualDisk", "name": m.etcd_disk()}])
     );
-    assert_eq!(vm.labels()["dvp.deckhouse.io/hostname"], "tf-master-0");
+    // As Deckhouse's layout leaves it: no bootloader given, DVP's default.
+    assert_eq!(vm.data["spec"]["bootloader"], "BIOS");
+    assert_eq!(vm.data["spec"]["terminationGracePeriodSeconds"], 90);
     assert_eq!(
-        w.objects().await,
-        [
-            "secret/tf-master-0-cloud-init",
-            "vd/tf-master-0-kubernetes-data",
-            "vd/tf-master-0-root",
-            "vm/tf-master-0",
-            "vmip/tf-master-0",
-        ]
+        vm.data["spec"]["disruptions"],
+        json!({"restartApprovalMode": "Automatic"})
     );
+    let labels = vm.labels();
+    assert_eq!(labels["dvp.deckhouse.io/hostname"], "tf-master-0");
+    assert_eq!(labels["dvp.deckhouse.io/node-group"], "master");
+    assert_eq!(labels["dvp.deckhouse.io/cluster-prefix"], "tf");
+    assert_eq!(labels["deckhouse.io/managed-by"], "deckhouse");
+    let mut want = vec![
+        format!("secret/{}", m.secret(&address)),
+        format!("vd/{}", m.etcd_disk()),
+        format!("vd/{}", m.root_disk()),
+        format!("vm/{vm_name}"),
+        format!("vmip/{}", m.vmip("Auto")),
+    ];
+    want.sort();
+    assert_eq!(w.objects().await, want);
     expect(&tf(|| master.plan(&[&v])), 0, "the master's second plan");
 
     // The VM deleted behind Terraform's back: planned again, made again.
-    w.sim.delete_vm("tf-master-0").await;
+    w.sim.delete_vm(&vm_name).await;
     real::wait_for("the VM gone", Duration::from_secs(30), async || {
         w.api(&api::virtual_machine())
-            .get_opt("tf-master-0")
+            .get_opt(&vm_name)
             .await
             .ok()?
             .is_none()
@@ -262,9 +306,21 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
         node.run(&["apply", "-input=false", "-no-color", "-auto-approve", &nv])
             .ok()
     });
-    assert!(tf(|| node.outputs())["node_internal_ip_address"]["value"]
-        .as_str()
-        .is_some_and(|a| a.starts_with("10.66.20.") && a != address));
+    // Like Deckhouse's static-node layout, ours has no outputs: the node is in the parent.
+    let worker = w.node("worker", 0);
+    let worker_address = w.leased(&worker.vmip("Auto")).await;
+    assert!(worker_address.starts_with("10.66.20.") && worker_address != address);
+    let vm = w
+        .api(&api::virtual_machine())
+        .get(&worker.vm(&worker_address))
+        .await
+        .unwrap();
+    assert_eq!(
+        vm.data["spec"]["blockDeviceRefs"],
+        json!([{"kind": "VirtualDisk", "name": worker.root_disk()}])
+    );
+    assert_eq!(vm.labels()["dvp.deckhouse.io/node-group"], "worker");
+    expect(&tf(|| node.plan(&[&nv])), 0, "the node's second plan");
 
     tf(|| {
         node.run(&["destroy", "-input=false", "-no-color", "-auto-approve", &nv])
@@ -321,11 +377,9 @@ async fn wrong_credentials_an_outage_and_an_import() {
         .spawn()
         .unwrap();
     real::wait_for("the VM made", Duration::from_secs(60), async || {
-        w.api(&api::virtual_machine())
-            .get_opt("tf-master-0")
-            .await
-            .ok()?
-            .map(|_| ())
+        let vms = w.api(&api::virtual_machine());
+        let listed = vms.list(&ListParams::default()).await.ok()?;
+        (!listed.items.is_empty()).then_some(())
     })
     .await;
     w.sim
@@ -371,12 +425,14 @@ async fn wrong_credentials_an_outage_and_an_import() {
         PROVIDER,
         &[(
             "main.tf",
-            "terraform {\n  required_providers {\n    dvp = { source = \"overcast/dvp\" }\n  }\n}\nvariable \"kubeconfig\" { type = string }\nvariable \"namespace\" { type = string }\nprovider \"dvp\" {\n  kubeconfig_base64 = var.kubeconfig\n  namespace = var.namespace\n}\nresource \"dvp_virtual_disk\" \"data\" {\n  name = \"tf-master-0-kubernetes-data\"\n  size = \"2Gi\"\n}\n",
+            "terraform {\n  required_providers {\n    dvp = { source = \"overcast/dvp\" }\n  }\n}\nvariable \"kubeconfig\" { type = string }\nvariable \"namespace\" { type = string }\nprovider \"dvp\" {\n  kubeconfig_base64 = var.kubeconfig\n  namespace = var.namespace\n}\nresource \"dvp_virtual_disk\" \"data\" {\n  name = var.name\n  size = \"2Gi\"\n}\nvariable \"name\" { type = string }\n",
         )],
     );
+    let etcd = w.node("master", 0).etcd_disk();
     let iv = [
         format!("-var=kubeconfig={}", w.kubeconfig_b64),
         format!("-var=namespace={}", w.sim.namespace),
+        format!("-var=name={etcd}"),
     ];
     tf(|| imported.init());
     let run = tf(|| {
@@ -386,8 +442,9 @@ async fn wrong_credentials_an_outage_and_an_import() {
             "-no-color",
             &iv[0],
             &iv[1],
+            &iv[2],
             "dvp_virtual_disk.data",
-            "tf-master-0-kubernetes-data",
+            &etcd,
         ])
     });
     expect(&run, 0, "the import");
@@ -404,6 +461,7 @@ async fn wrong_credentials_an_outage_and_an_import() {
             "-no-color",
             &iv[0],
             &iv[1],
+            &iv[2],
             "dvp_virtual_disk.data",
             "../etc",
         ])

@@ -80,6 +80,14 @@ impl AsyncWrite for Conn {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Not as a plugin: a state written by Deckhouse's DVP layouts, rewritten for ours.
+    if std::env::args().nth(1).as_deref() == Some("migrate-state") {
+        if let Err(why) = dvp::migrate::run() {
+            eprintln!("{why}");
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
     let run = match plugin::invocation(&|k| std::env::var(k).ok()) {
         Ok(run) => run,
         Err(why) => {

@@ -3,15 +3,10 @@ locals {
   ssh_key = lookup(var.providerClusterConfiguration, "sshPublicKey", "")
   user_data = join("\n", ["#cloud-config", yamlencode(merge(
     {
-      "hostname"             = local.name
+      "hostname"             = local.hostname
       "create_hostname_file" = true
       "ssh_authorized_keys"  = local.ssh_key == "" ? [] : [local.ssh_key]
     },
     var.cloudConfig == "" ? {} : yamldecode(base64decode(var.cloudConfig)),
   ))])
-  # What Deckhouse's providers find the cluster's VMs by.
-  labels = {
-    "dvp.deckhouse.io/cluster-uuid" = var.clusterUUID
-    "dvp.deckhouse.io/hostname"     = local.name
-  }
 }

@@ -79,6 +79,9 @@ impl Resource<Cloud> for VirtualDisk {
                     Type::String,
                     "What the disk holds (a quantity).",
                 ),
+                // DVP gives a disk the serial md5(uid): the guest sees it as
+                // /dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_<md5(uid)>.
+                computed("uid", Type::String, "The VirtualDisk's uid."),
             ],
         )
     }
@@ -137,6 +140,7 @@ impl Resource<Cloud> for VirtualDisk {
             Err(d) => {
                 state.insert("phase".into(), s("Pending"));
                 state.insert("capacity".into(), Value::Null);
+                state.insert("uid".into(), Value::Null);
                 Err((Some(state), d))
             }
         }
@@ -243,6 +247,10 @@ fn observe(state: &mut Obj, d: &kube::api::DynamicObject) {
     state.insert(
         "capacity".into(),
         st["capacity"].as_str().map(s).unwrap_or(Value::Null),
+    );
+    state.insert(
+        "uid".into(),
+        d.metadata.uid.as_deref().map(s).unwrap_or(Value::Null),
     );
 }
 

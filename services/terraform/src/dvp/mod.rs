@@ -23,6 +23,7 @@ use crate::schema::{required, string, Block, Obj};
 use crate::server::Server;
 
 mod disk;
+pub mod migrate;
 mod parts;
 mod vm;
 

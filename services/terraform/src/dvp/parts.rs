@@ -156,7 +156,11 @@ impl Resource<Cloud> for IpAddress {
         if let Some(t) = o.data["spec"]["type"].as_str() {
             seen.insert("type".into(), s(t));
         }
-        if let Some(ip) = o.data["spec"]["staticIP"].as_str() {
+        // Deckhouse's layouts write `staticIP: ""` for an Auto address: no address given.
+        if let Some(ip) = o.data["spec"]["staticIP"]
+            .as_str()
+            .filter(|ip| !ip.is_empty())
+        {
             seen.insert("static_ip".into(), s(ip));
         }
         seen.insert(

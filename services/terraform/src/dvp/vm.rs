@@ -65,13 +65,14 @@ impl Resource<Cloud> for VirtualMachine {
                 .force_new()
                 .default(s("100%")),
                 required("memory", Type::String, "Memory, a quantity (8Gi).").force_new(),
+                // Left out, DVP's default (BIOS), as Deckhouse's layouts leave it.
                 optional(
                     "bootloader",
                     Type::String,
-                    "BIOS, EFI or EFIWithSecureBoot.",
+                    "BIOS, EFI or EFIWithSecureBoot (DVP's default, BIOS, when unset).",
                 )
                 .force_new()
-                .default(s("EFI")),
+                .kept(),
                 optional("run_policy", Type::String, "DVP's run policy.")
                     .force_new()
                     .default(s("AlwaysOnUnlessStoppedManually")),
@@ -97,6 +98,24 @@ impl Resource<Cloud> for VirtualMachine {
                     "cloud_init_secret",
                     Type::String,
                     "The cloud-init Secret it is provisioned from.",
+                )
+                .force_new(),
+                optional(
+                    "node_selector",
+                    labels_type(),
+                    "Labels of the parent nodes it may run on.",
+                )
+                .force_new(),
+                optional(
+                    "tolerations",
+                    Type::List(Box::new(labels_type())),
+                    "Taints of the parent nodes it tolerates (key, operator, value, effect, tolerationSeconds).",
+                )
+                .force_new(),
+                optional(
+                    "priority_class_name",
+                    Type::String,
+                    "The parent's PriorityClass for it.",
                 )
                 .force_new(),
                 optional("labels", labels_type(), "Labels of the VM."),
@@ -152,12 +171,32 @@ impl Resource<Cloud> for VirtualMachine {
             "virtualMachineClassName": string(p, "class_name").unwrap_or_default(),
             "cpu": {"cores": int(p, "cores").unwrap_or(1), "coreFraction": string(p, "core_fraction").unwrap_or("100%")},
             "memory": {"size": string(p, "memory").unwrap_or_default()},
-            "bootloader": string(p, "bootloader").unwrap_or("EFI"),
             "runPolicy": string(p, "run_policy").unwrap_or("AlwaysOnUnlessStoppedManually"),
             "osType": "Generic",
             "enableParavirtualization": true,
             "blockDeviceRefs": refs,
+            // As Deckhouse's layouts make a node's VM.
+            "terminationGracePeriodSeconds": 90,
+            "disruptions": {"restartApprovalMode": "Automatic"},
         });
+        if let Some(b) = string(p, "bootloader") {
+            spec["bootloader"] = json!(b);
+        }
+        if let Some(Value::Map(m)) = p.get("node_selector") {
+            spec["nodeSelector"] = json!(strings_of(m));
+        }
+        if let Some(Value::List(l)) = p.get("tolerations") {
+            spec["tolerations"] = l
+                .iter()
+                .filter_map(|t| match t {
+                    Value::Map(m) => Some(toleration(m)),
+                    _ => None,
+                })
+                .collect();
+        }
+        if let Some(c) = string(p, "priority_class_name") {
+            spec["priorityClassName"] = json!(c);
+        }
         if let Some(m) = string(p, "live_migration_policy") {
             spec["liveMigrationPolicy"] = json!(m);
         }
@@ -214,6 +253,16 @@ impl Resource<Cloud> for VirtualMachine {
                 seen.insert(attr.into(), v);
             }
         }
+        if let Some(m) = spec["nodeSelector"].as_object().filter(|m| !m.is_empty()) {
+            seen.insert("node_selector".into(), text_map(m));
+        }
+        if let Some(l) = spec["tolerations"].as_array().filter(|l| !l.is_empty()) {
+            let l = l.iter().filter_map(|t| t.as_object().map(text_map));
+            seen.insert("tolerations".into(), Value::List(l.collect()));
+        }
+        if let Some(c) = spec["priorityClassName"].as_str() {
+            seen.insert("priority_class_name".into(), s(c));
+        }
         if let Some(c) = spec["cpu"]["cores"].as_i64() {
             seen.insert("cores".into(), n(c));
         }
@@ -243,6 +292,46 @@ impl Resource<Cloud> for VirtualMachine {
         let name = name_of(state, "id")?;
         delete(parent, "vm_delete", "vm_get", &vm_api(parent), &name).await
     }
+}
+
+fn strings_of(
+    m: &std::collections::BTreeMap<String, Value>,
+) -> serde_json::Map<String, serde_json::Value> {
+    m.iter()
+        .filter_map(|(k, v)| match v {
+            Value::String(v) => Some((k.clone(), json!(v))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A toleration as Kubernetes takes it: `tolerationSeconds` a number (a map of strings
+/// carries it as text, as Deckhouse's layouts pass it).
+fn toleration(m: &std::collections::BTreeMap<String, Value>) -> serde_json::Value {
+    let mut t = strings_of(m);
+    if let Some(n) = t
+        .get("tolerationSeconds")
+        .and_then(|v| v.as_str())
+        .and_then(|v| v.parse::<i64>().ok())
+    {
+        t.insert("tolerationSeconds".into(), json!(n));
+    }
+    serde_json::Value::Object(t)
+}
+
+/// An object of scalars as a map of strings (numbers and booleans as their text).
+fn text_map(m: &serde_json::Map<String, serde_json::Value>) -> Value {
+    Value::Map(
+        m.iter()
+            .filter_map(|(k, v)| match v {
+                serde_json::Value::String(v) => Some((k.clone(), s(v))),
+                serde_json::Value::Number(_) | serde_json::Value::Bool(_) => {
+                    Some((k.clone(), s(v.to_string())))
+                }
+                _ => None,
+            })
+            .collect(),
+    )
 }
 
 fn observe(state: &mut Obj, vm: &DynamicObject) {

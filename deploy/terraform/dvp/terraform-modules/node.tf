@@ -1,0 +1,156 @@
+# A node as Deckhouse's DVP layouts make it (release 1.76, terraform-modules/), with their
+# names: a disk's, the VM's and its cloud-init Secret's end in six hex digits of a hash of
+# their "destructive parameters", computed here exactly as there (the same values, the
+# same jsonencode and sha256). A cluster those layouts made is then taken over object for
+# object (`terraform-provider-dvp migrate-state`, docs/migrate/dvp.md), and one made here
+# has the names and labels Deckhouse's tools look for.
+#
+# The layout sets `node_group`, `group` (the node group's settings), `instance_class`,
+# `data_disk_hashes` (the etcd disk's, on a master) and `data_disks`.
+
+locals {
+  prefix   = var.clusterConfiguration.cloud.prefix
+  vm       = local.instance_class.virtualMachine
+  hostname = join("-", [local.prefix, local.node_group, var.nodeIndex])
+
+  ip_addresses = lookup(local.vm, "ipAddresses", null)
+  address      = local.ip_addresses == null ? "Auto" : var.nodeIndex + 1 > length(local.ip_addresses) ? "Auto" : local.ip_addresses[var.nodeIndex]
+
+  root_disk_storage_class = lookup(local.instance_class.rootDisk, "storageClass", null)
+  root_disk_params = jsonencode({
+    "rootDisk" = {
+      "storageClass" = local.root_disk_storage_class
+      "image" = {
+        "type" = local.instance_class.rootDisk.image.kind
+        "name" = local.instance_class.rootDisk.image.name
+      }
+    }
+  })
+  # Encoded twice, as Deckhouse's modules do.
+  root_disk_hash = substr(sha256(jsonencode(local.root_disk_params)), 0, 6)
+
+  additional_disks = {
+    for i, d in try(local.instance_class.additionalDisks, []) : tostring(i) => {
+      size          = d.size
+      storage_class = try(d.storageClass, null)
+      hash          = substr(sha256(jsonencode(jsonencode({ "additionalDisk" = { "storageClass" = try(d.storageClass, null) } }))), 0, 6)
+    }
+  }
+  # In Deckhouse's order: the keys sorted as strings.
+  additional_disk_keys = sort(keys(local.additional_disks))
+
+  region       = lookup(var.providerClusterConfiguration, "region", "")
+  actual_zones = lookup(var.providerClusterConfiguration, "zones", [])
+  zones        = lookup(local.group, "zones", null) != null ? tolist(setintersection(local.actual_zones, local.group["zones"])) : local.actual_zones
+  zone         = length(local.actual_zones) > 0 ? element(local.zones, var.nodeIndex) : ""
+  # Deckhouse's module variables are map(string) and list(map(string)): the values as text.
+  node_selector = merge(
+    { for k, v in { "topology.kubernetes.io/zone" = local.zone, "topology.kubernetes.io/region" = local.region } : k => v if v != "" },
+    { for k, v in lookup(local.vm, "nodeSelector", {}) : k => tostring(v) },
+  )
+  tolerations         = lookup(local.vm, "tolerations", null) == null ? null : [for t in local.vm.tolerations : { for k, v in t : k => tostring(v) }]
+  priority_class_name = lookup(local.vm, "priorityClassName", null)
+  core_fraction       = lookup(local.vm.cpu, "coreFraction", "100%")
+
+  vm_params = merge(
+    {
+      "virtualMachine" = {
+        "cpu"               = { "cores" = local.vm.cpu.cores, "coreFraction" = local.core_fraction }
+        "memory"            = { "size" = local.vm.memory.size }
+        "nodeSelector"      = local.node_selector
+        "tolerations"       = local.tolerations
+        "priorityClassName" = local.priority_class_name
+        "ipAddress"         = dvp_virtual_machine_ip_address.node.address
+        "sshPublicKeyHash"  = sha256(jsonencode(local.ssh_key))
+      }
+    },
+    local.data_disk_hashes,
+    {
+      "rootDiskHash"        = local.root_disk_hash
+      "additionalDisksHash" = [for k in local.additional_disk_keys : local.additional_disks[k].hash]
+    },
+  )
+  vm_hash = substr(sha256(jsonencode(local.vm_params)), 0, 6)
+
+  # What Deckhouse labels a node's disks, address and Secret with.
+  labels = {
+    "deckhouse.io/managed-by"       = "deckhouse"
+    "dvp.deckhouse.io/cluster-uuid" = var.clusterUUID
+    "dvp.deckhouse.io/hostname"     = local.hostname
+  }
+}
+
+resource "dvp_cloud_init_secret" "node" {
+  name      = join("-", [local.hostname, "cloudinit", local.vm_hash])
+  user_data = local.user_data
+  labels    = local.labels
+
+  lifecycle {
+    # The bootstrap is read once, at first boot: a new one must not change a node.
+    ignore_changes = [user_data]
+  }
+}
+
+resource "dvp_virtual_disk" "root" {
+  name          = join("-", [local.prefix, local.node_group, var.nodeIndex, local.root_disk_hash])
+  size          = local.instance_class.rootDisk.size
+  storage_class = local.root_disk_storage_class
+  image_kind    = local.instance_class.rootDisk.image.kind
+  image_name    = local.instance_class.rootDisk.image.name
+  labels        = local.labels
+
+  lifecycle {
+    # As Deckhouse's: the class a disk was made in is not a reason to make it again.
+    ignore_changes = [storage_class]
+  }
+}
+
+resource "dvp_virtual_disk" "additional" {
+  for_each      = local.additional_disks
+  name          = join("-", [local.prefix, local.node_group, "additional-disk", each.key, var.nodeIndex, each.value.hash])
+  size          = each.value.size
+  storage_class = each.value.storage_class
+  labels        = local.labels
+
+  lifecycle {
+    ignore_changes = [storage_class]
+  }
+}
+
+resource "dvp_virtual_machine_ip_address" "node" {
+  name      = lower(join("-", [local.hostname, replace(local.address, ".", "-")]))
+  type      = local.address == "Auto" ? "Auto" : "Static"
+  static_ip = local.address == "Auto" ? null : local.address
+  labels    = local.labels
+}
+
+resource "dvp_virtual_machine" "node" {
+  name                  = join("-", [local.hostname, local.vm_hash])
+  class_name            = local.vm.virtualMachineClassName
+  cores                 = local.vm.cpu.cores
+  core_fraction         = local.core_fraction
+  memory                = local.vm.memory.size
+  bootloader            = lookup(local.vm, "bootloader", null)
+  run_policy            = lookup(local.vm, "runPolicy", "AlwaysOnUnlessStoppedManually")
+  live_migration_policy = lookup(local.vm, "liveMigrationPolicy", "PreferForced")
+  disks = concat(
+    [dvp_virtual_disk.root.name],
+    local.data_disks,
+    [for k in local.additional_disk_keys : dvp_virtual_disk.additional[k].name],
+  )
+  ip_address_name     = dvp_virtual_machine_ip_address.node.name
+  cloud_init_secret   = dvp_cloud_init_secret.node.name
+  node_selector       = length(local.node_selector) == 0 ? null : local.node_selector
+  tolerations         = local.tolerations
+  priority_class_name = local.priority_class_name
+  labels = merge(
+    {
+      "deckhouse.io/managed-by"         = "deckhouse"
+      "dvp.deckhouse.io/cluster-prefix" = local.prefix
+      "dvp.deckhouse.io/cluster-uuid"   = var.clusterUUID
+      "dvp.deckhouse.io/node-group"     = local.node_group
+      "dvp.deckhouse.io/hostname"       = local.hostname
+    },
+    lookup(local.vm, "additionalLabels", {}),
+  )
+}

@@ -1,0 +1,403 @@
+//! A master and a static node Deckhouse's DVP layouts made, taken over. The test makes
+//! their objects as Deckhouse's `terraform-modules` (release 1.76) write them through
+//! hashicorp/kubernetes — names ending in their hashes ([`super::deckhouse`]), their
+//! labels, annotations, owner references and specs, the cloud-init Secret from their
+//! template — running in the simulated parent, and the Terraform state those layouts
+//! leave (`kubernetes_manifest` and `kubernetes_secret` in their modules, the readiness
+//! and owner-reference resources, the data sources, the outputs). Then as an operator
+//! switching: `terraform-provider-dvp migrate-state` on each state, our layout's `init`,
+//! `plan -detailed-exitcode`: no change, and the parent saw no write — nothing made,
+//! changed or deleted; an apply changes nothing either; later, destroy removes it all.
+
+use serde_json::{json, Value};
+
+use super::*;
+
+const K8S: &str = "provider[\"registry.terraform.io/hashicorp/kubernetes\"]";
+const CLUSTER_UUID: &str = "5c4e1a7e-1111-4222-8333-944444444444";
+
+/// A `kubernetes_manifest` resource as hashicorp/kubernetes stores it (dynamic values as
+/// `{"value", "type"}`).
+fn manifest(module: &str, name: &str, object: &DynamicObject, index: Option<u32>) -> Value {
+    let object = serde_json::to_value(object).unwrap();
+    let mut instance = json!({
+        "schema_version": 1,
+        "attributes": {
+            "computed_fields": null, "field_manager": [], "timeouts": [], "wait": [], "wait_for": null,
+            "manifest": {"value": object, "type": ["object", {}]},
+            "object": {"value": object, "type": ["object", {}]},
+        },
+        "sensitive_attributes": [],
+    });
+    if let Some(i) = index {
+        instance["index_key"] = json!(i);
+    }
+    json!({"module": module, "mode": "managed", "type": "kubernetes_manifest", "name": name,
+           "provider": K8S, "instances": [instance]})
+}
+
+fn beside(module: Option<&str>, mode: &str, ty: &str, name: &str) -> Value {
+    let mut r = json!({"mode": mode, "type": ty, "name": name, "provider": K8S,
+        "instances": [{"schema_version": 0, "attributes": {"id": name}, "sensitive_attributes": []}]});
+    if let Some(m) = module {
+        r["module"] = json!(m);
+    }
+    r
+}
+
+/// Makes node `n` as Deckhouse's layout does and returns its state as that layout leaves
+/// it: the objects, waited for as its readiness resources wait, and the outputs.
+async fn made_by_deckhouse(w: &World, n: &deckhouse::Node<'_>, module: &str) -> Value {
+    let ns = &w.sim.namespace;
+    let hostname = n.hostname();
+    let labels = json!({"deckhouse.io/managed-by": "deckhouse",
+        "dvp.deckhouse.io/cluster-uuid": CLUSTER_UUID, "dvp.deckhouse.io/hostname": hostname});
+    let post = async |ar: &kube::discovery::ApiResource, body: Value| -> DynamicObject {
+        let obj: DynamicObject = serde_json::from_value(body).unwrap();
+        w.api(ar)
+            .create(&kube::api::PostParams::default(), &obj)
+            .await
+            .unwrap()
+    };
+    let v = "virtualization.deckhouse.io/v1alpha2";
+    post(
+        &api::virtual_machine_ip_address(),
+        json!({"apiVersion": v, "kind": "VirtualMachineIPAddress",
+            "metadata": {"name": n.vmip("Auto"), "namespace": ns, "labels": labels},
+            "spec": {"staticIP": "", "type": "Auto"}}),
+    )
+    .await;
+    let vmip_name = n.vmip("Auto");
+    let leased = real::wait_for("the address leased", Duration::from_secs(30), async || {
+        let o = w
+            .api(&api::virtual_machine_ip_address())
+            .get(&vmip_name)
+            .await
+            .ok()?;
+        o.data["status"]["address"]
+            .as_str()
+            .filter(|a| !a.is_empty())
+            .map(str::to_owned)
+    })
+    .await;
+    let root_params = json!({"rootDisk": {"storageClass": null, "image": {"type": n.image.0, "name": n.image.1}}});
+    post(
+        &api::virtual_disk(),
+        json!({"apiVersion": v, "kind": "VirtualDisk",
+            "metadata": {"name": n.root_disk(), "namespace": ns, "labels": labels, "annotations": {
+                "last_applied_destructive_root_disk_parameters": root_params.to_string(),
+                "last_applied_destructive_root_disk_parameters_hash": n.root_disk().rsplit('-').next().unwrap()}},
+            "spec": {"dataSource": {"type": "ObjectRef", "objectRef": {"kind": n.image.0, "name": n.image.1}},
+                     "persistentVolumeClaim": {"size": "10Gi"}}}),
+    )
+    .await;
+    let mut block_devices = vec![json!({"kind": "VirtualDisk", "name": n.root_disk()})];
+    if n.etcd.is_some() {
+        post(
+            &api::virtual_disk(),
+            json!({"apiVersion": v, "kind": "VirtualDisk",
+                "metadata": {"name": n.etcd_disk(), "namespace": ns, "labels": labels, "annotations": {
+                    "last_applied_destructive_root_disk_parameters": json!({"kbernetesDataDisk": {"storageClass": null}}).to_string(),
+                    "last_applied_destructive_root_disk_parameters_hash": n.etcd_disk().rsplit('-').next().unwrap()}},
+                "spec": {"persistentVolumeClaim": {"size": "2Gi"}}}),
+        )
+        .await;
+        block_devices.push(json!({"kind": "VirtualDisk", "name": n.etcd_disk()}));
+    }
+    // templates/cloudinit.tftpl with dhctl's bootstrap.
+    let user_data = format!(
+        "runcmd:\n- echo bootstrap\n\n\nhostname: {hostname}\nprefer_fqdn_over_hostname: false\nssh_authorized_keys:\n  - \"{}\"\n\nusers:\n- default\n",
+        n.ssh_key
+    );
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(w.sim.client.clone(), ns);
+    let secret = secrets
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": n.secret(&leased), "namespace": ns, "labels": labels},
+                "type": "provisioning.virtualization.deckhouse.io/cloud-init",
+                "stringData": {"userData": user_data},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let params = n.vm_params(&leased);
+    let group = if n.etcd.is_some() { "master" } else { "worker" };
+    post(
+        &api::virtual_machine(),
+        json!({"apiVersion": v, "kind": "VirtualMachine",
+            "metadata": {"name": n.vm(&leased), "namespace": ns,
+                "labels": {"deckhouse.io/managed-by": "deckhouse", "dvp.deckhouse.io/cluster-prefix": n.prefix,
+                    "dvp.deckhouse.io/cluster-uuid": CLUSTER_UUID, "dvp.deckhouse.io/node-group": group,
+                    "dvp.deckhouse.io/hostname": hostname},
+                "annotations": {"last_applied_destructive_vm_parameters": params.to_string(),
+                    "last_applied_destructive_vm_parameters_hash": n.vm(&leased).rsplit('-').next().unwrap()}},
+            "spec": {
+                "terminationGracePeriodSeconds": 90, "enableParavirtualization": true, "osType": "Generic",
+                "virtualMachineClassName": "generic", "disruptions": {"restartApprovalMode": "Automatic"},
+                "cpu": {"coreFraction": n.core_fraction, "cores": n.cores}, "memory": {"size": n.memory},
+                "blockDeviceRefs": block_devices,
+                "provisioning": {"type": "UserDataRef", "userDataRef": {"kind": "Secret", "name": n.secret(&leased)}},
+                "liveMigrationPolicy": "PreferForced", "runPolicy": "AlwaysOnUnlessStoppedManually",
+                "virtualMachineIPAddressName": n.vmip("Auto"),
+            }}),
+    )
+    .await;
+    let vm_name = n.vm(&leased);
+    let vm = real::wait_for(
+        "Deckhouse's VM Running",
+        Duration::from_secs(60),
+        async || {
+            let vm = w.api(&api::virtual_machine()).get(&vm_name).await.ok()?;
+            (vm.data["status"]["phase"] == "Running").then_some(vm)
+        },
+    )
+    .await;
+    // kubernetes_owner_references_v1: the VM owns its disks, address and Secret.
+    let owner = json!({"metadata": {"ownerReferences": [{"apiVersion": v, "kind": "VirtualMachine",
+        "name": vm_name, "uid": vm.metadata.uid}]}});
+    let owned = [
+        (api::virtual_disk(), n.root_disk()),
+        (api::virtual_machine_ip_address(), n.vmip("Auto")),
+    ]
+    .into_iter()
+    .chain(n.etcd.map(|_| (api::virtual_disk(), n.etcd_disk())));
+    for (ar, name) in owned {
+        w.api(&ar)
+            .patch(&name, &Default::default(), &kube::api::Patch::Merge(&owner))
+            .await
+            .unwrap();
+    }
+    secrets
+        .patch(
+            &n.secret(&leased),
+            &Default::default(),
+            &kube::api::Patch::Merge(&owner),
+        )
+        .await
+        .unwrap();
+
+    let get =
+        async |ar: kube::discovery::ApiResource, name: String| w.api(&ar).get(&name).await.unwrap();
+    let mut resources = vec![
+        manifest(
+            "module.root-disk",
+            "root-disk",
+            &get(api::virtual_disk(), n.root_disk()).await,
+            None,
+        ),
+        beside(
+            Some("module.root-disk"),
+            "managed",
+            "kubernetes_resource_ready_v1",
+            "root-disk",
+        ),
+        beside(
+            None,
+            "managed",
+            "kubernetes_owner_references_v1",
+            "root-disk",
+        ),
+        manifest(
+            "module.ipv4-address",
+            "ipv4_address",
+            &get(api::virtual_machine_ip_address(), n.vmip("Auto")).await,
+            Some(0),
+        ),
+        beside(
+            Some("module.ipv4-address"),
+            "data",
+            "kubernetes_resource",
+            "ipv4_address",
+        ),
+        beside(
+            None,
+            "managed",
+            "kubernetes_owner_references_v1",
+            "ipv4-address",
+        ),
+        manifest(module, "vm", &vm, None),
+        beside(
+            Some(module),
+            "managed",
+            "kubernetes_resource_ready_v1",
+            "vm",
+        ),
+        beside(Some(module), "data", "kubernetes_resource", "vm_data"),
+        json!({"module": module, "mode": "managed", "type": "kubernetes_secret", "name": "cloudinit-secret",
+            "provider": K8S, "instances": [{"schema_version": 0, "attributes": {
+                "id": format!("{ns}/{}", secret.name_any()), "type": "provisioning.virtualization.deckhouse.io/cloud-init",
+                "data": {"userData": user_data}, "binary_data": null, "immutable": false, "wait_for_service_account_token": true,
+                "metadata": [{"name": secret.name_any(), "namespace": ns, "labels": labels, "annotations": null,
+                    "generate_name": "", "generation": 0, "resource_version": secret.resource_version(),
+                    "uid": secret.metadata.uid}]},
+                "sensitive_attributes": [[{"type": "get_attr", "value": "data"}]]}]}),
+        beside(
+            None,
+            "managed",
+            "kubernetes_owner_references_v1",
+            "cloudinit-secret",
+        ),
+    ];
+    let mut outputs = json!({});
+    if n.etcd.is_some() {
+        let etcd = get(api::virtual_disk(), n.etcd_disk()).await;
+        let path = format!(
+            "/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_{:x}",
+            md5::compute(etcd.metadata.uid.as_deref().unwrap())
+        );
+        resources.push(manifest(
+            "module.kubernetes-data-disk",
+            "kubernetes-data-disk",
+            &etcd,
+            None,
+        ));
+        let ip = vm.data["status"]["ipAddress"].clone();
+        outputs = json!({
+            "master_ip_address_for_ssh": {"value": ip, "type": "string"},
+            "node_internal_ip_address": {"value": ip, "type": "string"},
+            "kubernetes_data_device_path": {"value": path, "type": "string"},
+        });
+    }
+    json!({"version": 4, "terraform_version": "1.0.3", "serial": 9,
+           "lineage": format!("d8-{hostname}"), "outputs": outputs, "resources": resources})
+}
+
+/// `terraform-provider-dvp migrate-state` as an operator runs it, into the workspace.
+fn migrate_into(ws: &Workspace, state: &Value) -> String {
+    use std::io::Write;
+    let mut child =
+        std::process::Command::new(overcast_integration::binary("terraform-provider-overcast"))
+            .arg("migrate-state")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(state.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{said}");
+    std::fs::write(ws.dir.join("terraform.tfstate"), &out.stdout).unwrap();
+    said
+}
+
+fn writes(w: &World) -> Vec<String> {
+    w.sim
+        .faults
+        .writes
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() {
+    let Some((w, bin)) = World::new("the DVP Terraform takeover test", "takeover").await else {
+        return;
+    };
+    let root = w.dir.path().to_owned();
+    let (m, n) = (w.node("master", 0), w.node("worker", 0));
+    let master_state = made_by_deckhouse(&w, &m, "module.master").await;
+    let node_state = made_by_deckhouse(&w, &n, "module.static-node").await;
+    let before = w.objects().await;
+    let versions = async || {
+        let mut out = Vec::new();
+        for ar in [
+            api::virtual_machine(),
+            api::virtual_disk(),
+            api::virtual_machine_ip_address(),
+        ] {
+            for o in w.api(&ar).list(&ListParams::default()).await.unwrap().items {
+                out.push(format!(
+                    "{}={}",
+                    o.name_any(),
+                    o.resource_version().unwrap()
+                ));
+            }
+        }
+        out.sort();
+        out
+    };
+    let versions_before = versions().await;
+
+    let master = Workspace::module(&bin, &root, w.layout("master-node"), PROVIDER);
+    let said = migrate_into(&master, &master_state);
+    assert!(
+        said.contains("module.master.kubernetes_manifest.vm (VirtualMachine"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("bootstrap"),
+        "the Secret's data was printed: {said}"
+    );
+    let node = Workspace::module(&bin, &root, w.layout("static-node"), PROVIDER);
+    migrate_into(&node, &node_state);
+    tf(|| master.init());
+    tf(|| node.init());
+
+    let v = w.vars(0, "master", &w.kubeconfig_b64);
+    let nv = w.vars(0, "worker", &w.kubeconfig_b64);
+    let plan = tf(|| master.plan(&[&v]));
+    expect(&plan, 0, "the master's plan after the migration");
+    expect(
+        &tf(|| node.plan(&[&nv])),
+        0,
+        "the static node's plan after the migration",
+    );
+    assert_eq!(
+        writes(&w),
+        Vec::<String>::new(),
+        "the plans wrote to the parent"
+    );
+    // dhctl's converge applies: nothing made, changed or deleted.
+    for (ws, vars) in [(&master, &v), (&node, &nv)] {
+        let applied = tf(|| {
+            ws.run(&["apply", "-input=false", "-no-color", "-auto-approve", vars])
+                .ok()
+        });
+        assert!(
+            applied.stdout.contains("0 added, 0 changed, 0 destroyed"),
+            "{}",
+            applied.stdout
+        );
+    }
+    assert_eq!(
+        writes(&w),
+        Vec::<String>::new(),
+        "the applies wrote to the parent"
+    );
+    assert_eq!(w.objects().await, before);
+    assert_eq!(versions().await, versions_before, "an object changed");
+    let out = tf(|| master.outputs());
+    assert_eq!(
+        out["kubernetes_data_device_path"]["value"],
+        master_state["outputs"]["kubernetes_data_device_path"]["value"]
+    );
+
+    // Ours now: destroy removes everything Deckhouse made.
+    for (ws, vars) in [(&node, &nv), (&master, &v)] {
+        tf(|| {
+            ws.run(&[
+                "destroy",
+                "-input=false",
+                "-no-color",
+                "-auto-approve",
+                vars,
+            ])
+            .ok()
+        });
+    }
+    assert_eq!(
+        w.objects().await,
+        Vec::<String>::new(),
+        "destroy left objects"
+    );
+}
