@@ -56,6 +56,8 @@ async fn main() {
     std::fs::create_dir_all(&files).unwrap();
     let engine = Engine::new(&files, &by_id, 1 << 45, Latency::default());
     let url = engine.start().await;
+    // Its loop devices go however this ends.
+    let _unplug = engine.unplug_on_drop();
     engine.add_template("ubuntu-2204", 10 * GIB);
     let profile = engine.add_vnic_profile("ovirtmgmt");
     let names = |n: usize| (0..n).map(move |i| format!("bench-{n}-{i}"));

@@ -118,6 +118,47 @@ pub fn spawn_zvirt(kubeconfig: &str, cloud_config: &Path, ns: &str) -> crate::Ki
     )
 }
 
+/// The real `capi --cloud dvp` for namespace `ns` (its Lease named after it), of the
+/// cluster `cluster_uuid`, looking at VMs on their way every second; and its metrics port.
+pub fn spawn_dvp(
+    kubeconfig: &str,
+    cloud_config: &Path,
+    ns: &str,
+    cluster_uuid: &str,
+) -> (crate::KillOnDrop, u16) {
+    let port = crate::free_port();
+    let child = crate::KillOnDrop(
+        std::process::Command::new(crate::binary("capi"))
+            .arg("--cloud=dvp")
+            .arg(format!("--cloud-config={}", cloud_config.display()))
+            .arg(format!("--kubeconfig={kubeconfig}"))
+            .arg(format!("--namespace={ns}"))
+            .arg(format!("--cluster-uuid={cluster_uuid}"))
+            .arg("--poll-interval=1")
+            .arg(format!("--leader-elect-lease-name={ns}"))
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("capi"),
+    );
+    (child, port)
+}
+
+/// Every call a binary made to the parent (`dvp_api_requests_total` on its metrics port),
+/// once its metrics answer.
+pub async fn parent_calls(port: u16) -> u64 {
+    crate::real::wait_for("the metrics", Duration::from_secs(20), async || {
+        let (code, text) = crate::http_get(port, "/metrics");
+        (code == 200).then(|| {
+            text.lines()
+                .filter(|l| l.starts_with("dvp_api_requests_total"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum()
+        })
+    })
+    .await
+}
+
 /// A Cluster API core kind at v1beta2 (the kit's storage version).
 pub fn core(kind: &str, plural: &str) -> kube::core::ApiResource {
     kube::core::ApiResource::from_gvk_with_plural(

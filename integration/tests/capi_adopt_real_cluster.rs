@@ -26,7 +26,6 @@ use overcast_integration::capi::{self, CLOUD_INIT};
 use overcast_integration::dvp_sim::DvpSim;
 use overcast_integration::real::{self, wait_for};
 use overcast_integration::zvirt_sim::{self, Engine, Latency};
-use overcast_integration::KillOnDrop;
 use serde_json::{json, Value};
 
 const GIB: u64 = 1 << 30;
@@ -306,6 +305,8 @@ async fn capz_s_running_machines_are_adopted_as_they_are_then_removed_as_capz_wo
     std::fs::create_dir_all(&files).unwrap();
     let engine = Engine::new(&files, &by_id, 200 * GIB, Latency::default());
     let url = engine.start().await;
+    // Its loop devices go however the test ends.
+    let _unplug = engine.unplug_on_drop();
     let template = engine.add_template("ubuntu-2204", 10 * GIB);
     let profile = engine.add_vnic_profile("ovirtmgmt");
     engine.set_guest_ips_on_boot("capz-w-0", &["127.0.0.1", "10.3.0.7"]);
@@ -484,41 +485,7 @@ async fn capz_s_running_machines_are_adopted_as_they_are_then_removed_as_capz_wo
     }
 }
 
-/// The real `capi --cloud dvp` for `ns`, and its metrics port.
-fn spawn_dvp(kubeconfig: &str, cloud_config: &std::path::Path, ns: &str) -> (KillOnDrop, u16) {
-    let port = overcast_integration::free_port();
-    let child = KillOnDrop(
-        std::process::Command::new(overcast_integration::binary("capi"))
-            .arg("--cloud=dvp")
-            .arg(format!("--cloud-config={}", cloud_config.display()))
-            .arg(format!("--kubeconfig={kubeconfig}"))
-            .arg(format!("--namespace={ns}"))
-            .arg(format!("--cluster-uuid={CLUSTER_UUID}"))
-            .arg("--poll-interval=1")
-            .arg(format!("--leader-elect-lease-name={ns}"))
-            .arg(format!("--metrics-address=127.0.0.1:{port}"))
-            .stderr(std::process::Stdio::inherit())
-            .spawn()
-            .expect("capi"),
-    );
-    (child, port)
-}
-
 const CLUSTER_UUID: &str = "5b3c1e2a-adopt-it";
-
-/// Every call `capi` made to the parent (`dvp_api_requests_total`).
-async fn parent_calls(port: u16) -> u64 {
-    wait_for("the metrics", Duration::from_secs(20), async || {
-        let (code, text) = overcast_integration::http_get(port, "/metrics");
-        (code == 200).then(|| {
-            text.lines()
-                .filter(|l| l.starts_with("dvp_api_requests_total"))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-                .sum()
-        })
-    })
-    .await
-}
 
 #[tokio::test]
 async fn capdvp_s_running_machines_are_adopted_as_they_are_then_removed_as_capdvp_would() {
@@ -676,7 +643,7 @@ async fn capdvp_s_running_machines_are_adopted_as_they_are_then_removed_as_capdv
         format!("namespace: {parent_ns}\nkubeconfig: |\n{indented}"),
     )
     .unwrap();
-    let (capi, metrics) = spawn_dvp(&kubeconfig, &conf, &ns);
+    let (capi, metrics) = capi::spawn_dvp(&kubeconfig, &conf, &ns, CLUSTER_UUID);
     let dms: Api<DeckhouseMachine> = Api::namespaced(client.clone(), &ns);
     let adopted = wait_for(
         "the machine's `ready` written",
@@ -690,7 +657,11 @@ async fn capdvp_s_running_machines_are_adopted_as_they_are_then_removed_as_capdv
     )
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(parent_calls(metrics).await, 0, "adoption called the parent");
+    assert_eq!(
+        capi::parent_calls(metrics).await,
+        0,
+        "adoption called the parent"
+    );
     assert_eq!(
         parent_vms.get(name).await.unwrap().resource_version(),
         vm_version,

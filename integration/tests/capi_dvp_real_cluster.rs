@@ -28,7 +28,6 @@ use overcast_cloud_http::ApiMetrics;
 use overcast_integration::capi::{self, CLOUD_INIT};
 use overcast_integration::dvp_sim::{self, DvpSim};
 use overcast_integration::real::{self, wait_for};
-use overcast_integration::KillOnDrop;
 use serde_json::json;
 
 const GIB: u64 = 1 << 30;
@@ -36,41 +35,6 @@ const GIB: u64 = 1 << 30;
 fn ns() -> &'static str {
     static NS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     NS.get_or_init(|| format!("overcast-it-capi-dvp-{}", std::process::id()))
-}
-
-/// The real binary and its metrics port.
-fn spawn(kubeconfig: &str, cloud_config: &std::path::Path) -> (KillOnDrop, u16) {
-    let port = overcast_integration::free_port();
-    let child = KillOnDrop(
-        std::process::Command::new(overcast_integration::binary("capi"))
-            .arg("--cloud=dvp")
-            .arg(format!("--cloud-config={}", cloud_config.display()))
-            .arg(format!("--kubeconfig={kubeconfig}"))
-            .arg(format!("--namespace={}", ns()))
-            .arg("--cluster-uuid=0f1e2d3c-it")
-            .arg("--poll-interval=1")
-            .arg(format!("--leader-elect-lease-name={}", ns()))
-            .arg(format!("--metrics-address=127.0.0.1:{port}"))
-            .stderr(std::process::Stdio::inherit())
-            .spawn()
-            .expect("capi"),
-    );
-    (child, port)
-}
-
-/// Every call the binary has made to the parent (`dvp_api_requests_total`), once its
-/// metrics answer.
-async fn parent_calls(port: u16) -> u64 {
-    wait_for("the metrics", Duration::from_secs(20), async || {
-        let (code, text) = overcast_integration::http_get(port, "/metrics");
-        (code == 200).then(|| {
-            text.lines()
-                .filter(|l| l.starts_with("dvp_api_requests_total"))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-                .sum()
-        })
-    })
-    .await
 }
 
 /// A Machine, its bootstrap Secret and its DeckhouseMachine booting `image` (half a
@@ -130,7 +94,7 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
         format!("namespace: {parent_ns}\nkubeconfig: |\n{indented}"),
     )
     .unwrap();
-    let (mut capi_process, mut metrics) = spawn(&kubeconfig, &conf);
+    let (mut capi_process, mut metrics) = capi::spawn_dvp(&kubeconfig, &conf, ns(), "0f1e2d3c-it");
 
     capi::cluster(&client, ns(), &capi::DVP, "dvp", json!({})).await;
     let dcs: Api<DeckhouseCluster> = Api::namespaced(client.clone(), ns());
@@ -228,9 +192,9 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
     .await;
 
     // At rest: no call to the parent.
-    let before = parent_calls(metrics).await;
+    let before = capi::parent_calls(metrics).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(parent_calls(metrics).await, before, "calls at rest");
+    assert_eq!(capi::parent_calls(metrics).await, before, "calls at rest");
 
     // Paused: a new machine waits and the parent is not asked anything.
     let clusters: Api<DynamicObject> =
@@ -244,10 +208,14 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let before = parent_calls(metrics).await;
+    let before = capi::parent_calls(metrics).await;
     machine(&client, "w-4", &image).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(parent_calls(metrics).await, before, "calls while paused");
+    assert_eq!(
+        capi::parent_calls(metrics).await,
+        before,
+        "calls while paused"
+    );
     let parent_vms_now = Api::<DynamicObject>::namespaced_with(
         client.clone(),
         &parent_ns,
@@ -274,7 +242,7 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
     })
     .await;
     drop(capi_process);
-    (capi_process, metrics) = spawn(&kubeconfig, &conf);
+    (capi_process, metrics) = capi::spawn_dvp(&kubeconfig, &conf, ns(), "0f1e2d3c-it");
     until(&dms, "w-5", "the machine ready after the restart", |d| {
         d.status.as_ref().is_some_and(|s| s.ready)
     })
@@ -290,7 +258,7 @@ async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
         .collect();
     assert_eq!(named, ["w-5"]);
     assert!(
-        parent_calls(metrics).await > 0,
+        capi::parent_calls(metrics).await > 0,
         "the restarted process found the VM"
     );
 

@@ -93,6 +93,8 @@ async fn capi_makes_zvirt_machines_as_capz_does_and_keeps_their_volumes() {
     };
     let engine = Engine::new(&files, &by_id, 200 * GIB, latency);
     let url = engine.start().await;
+    // Its loop devices go however this ends.
+    let _unplug = engine.unplug_on_drop();
     engine.add_template("ubuntu-2204", 10 * GIB);
     PROFILE.get_or_init(|| engine.add_vnic_profile("ovirtmgmt"));
     for (vm, ip) in [

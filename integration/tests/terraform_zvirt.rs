@@ -101,6 +101,8 @@ output "boot_disk_id" {
 struct World {
     engine: Engine,
     url: String,
+    // Before the directory: the engine's loop devices go first, however the test ends.
+    _unplug: zvirt_sim::UnplugOnDrop,
     _dir: tempfile::TempDir,
     root: std::path::PathBuf,
 }
@@ -114,6 +116,7 @@ async fn world(latency: Latency) -> World {
     let url = engine.start().await;
     engine.add_template("ubuntu-2204", 10 * GIB);
     World {
+        _unplug: engine.unplug_on_drop(),
         engine,
         url,
         root: dir.path().to_owned(),

@@ -70,6 +70,8 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
         },
     );
     let url = engine.start().await;
+    // Its loop devices go however the test ends.
+    let _unplug = engine.unplug_on_drop();
     engine.add_template("ubuntu-2204", 10 * GIB);
     let profile = engine.add_vnic_profile("ovirtmgmt");
     let domain = engine.storage_domain_id("data");
@@ -411,6 +413,8 @@ async fn a_master_the_upstream_provider_made_plans_no_change() {
     std::fs::create_dir_all(&files).unwrap();
     let engine = Engine::new(&files, &by_id, 200 * GIB, Latency::default());
     let url = engine.start().await;
+    // Its loop devices go however the test ends.
+    let _unplug = engine.unplug_on_drop();
     let template = engine.add_template("ubuntu-2204", 10 * GIB);
     let profile = engine.add_vnic_profile("ovirtmgmt");
     let domain = engine.storage_domain_id("data");

@@ -175,6 +175,12 @@ impl Engine {
         }
     }
 
+    /// A guard that calls [`Engine::unplug_all`] when dropped: held by a test from the
+    /// start, its loop devices go on every way out, a failed assertion's included.
+    pub fn unplug_on_drop(&self) -> UnplugOnDrop {
+        UnplugOnDrop(self.clone())
+    }
+
     /// Every answer is the proxy's HTML error page while `on`.
     pub fn set_html(&self, on: bool) {
         self.state.lock().expect("state").html = on;
@@ -283,5 +289,14 @@ impl Engine {
             .values()
             .map(|d| (d.id.clone(), d.alias.clone(), d.size))
             .collect()
+    }
+}
+
+/// See [`Engine::unplug_on_drop`].
+pub struct UnplugOnDrop(Engine);
+
+impl Drop for UnplugOnDrop {
+    fn drop(&mut self) {
+        self.0.unplug_all();
     }
 }

@@ -353,6 +353,7 @@ impl Engine {
 }
 
 mod control;
+pub use control::UnplugOnDrop;
 mod devices;
 mod helpers;
 mod ops;

@@ -267,6 +267,8 @@ async fn capi_on_zvirt_does_its_whole_job_with_its_own_account_and_uses_every_ri
     std::fs::create_dir_all(&files).unwrap();
     let engine = Engine::new(&files, &by_id, 1 << 40, Latency::default());
     let url = engine.start().await;
+    // Its loop devices go however this ends.
+    let _unplug = engine.unplug_on_drop();
     engine.add_template("ubuntu-2204", 1 << 33);
     let profile = engine.add_vnic_profile("ovirtmgmt");
     let machine = format!("id-z-{}", std::process::id());
