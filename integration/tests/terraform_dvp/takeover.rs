@@ -6,8 +6,9 @@
 //! leave (`kubernetes_manifest` and `kubernetes_secret` in their modules, the readiness
 //! and owner-reference resources, the data sources, the outputs). Then as an operator
 //! switching: `terraform-provider-dvp migrate-state` on each state, our layout's `init`,
-//! `plan -detailed-exitcode`: no change, and the parent saw no write — nothing made,
-//! changed or deleted; an apply changes nothing either; later, destroy removes it all.
+//! `plan -detailed-exitcode`: no change (base-infrastructure's too), and the parent saw no
+//! write — nothing made, changed or deleted; an apply changes nothing either; later,
+//! destroy removes the nodes' objects and leaves Deckhouse's NetworkPolicy.
 
 use serde_json::{json, Value};
 
@@ -265,6 +266,47 @@ async fn made_by_deckhouse(w: &World, n: &deckhouse::Node<'_>, module: &str) -> 
            "lineage": format!("d8-{hostname}"), "outputs": outputs, "resources": resources})
 }
 
+/// base-infrastructure as Deckhouse's layout leaves it: the NetworkPolicy isolating the
+/// cluster's VMs (made in the parent), the checks of the parent (`terraform_data` and two
+/// data sources), the discovery data output.
+async fn base_made_by_deckhouse(w: &World) -> Value {
+    let ns = &w.sim.namespace;
+    let ar = kube::discovery::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("networking.k8s.io", "v1", "NetworkPolicy"),
+        "networkpolicies",
+    );
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "isolated-tf", "namespace": ns},
+        "spec": {"podSelector": {"matchLabels": {"dvp.deckhouse.io/cluster-uuid": CLUSTER_UUID}},
+                 "policyTypes": ["Ingress", "Egress"],
+                 "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}]}],
+                 "egress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]},
+    }))
+    .unwrap();
+    let policy = w
+        .api(&ar)
+        .create(&kube::api::PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let mut np = manifest("", "isolated_cluster_prefix_network_policy", &policy, None);
+    np.as_object_mut().unwrap().remove("module");
+    np["each"] = json!("map");
+    np["instances"][0]["index_key"] = json!("isolated_cluster_prefix");
+    json!({"version": 4, "terraform_version": "1.0.3", "serial": 3, "lineage": "d8-cluster",
+    "outputs": {"cloud_discovery_data": {
+        "value": {"apiVersion": "deckhouse.io/v1", "kind": "DVPCloudDiscoveryData", "zones": ["default"]},
+        "type": ["object", {"apiVersion": "string", "kind": "string", "zones": ["tuple", ["string"]]}]}},
+    "resources": [
+        np,
+        {"module": "module.validation", "mode": "managed", "type": "terraform_data", "name": "validation",
+         "provider": "provider[\"terraform.io/builtin/terraform\"]", "instances": [{"schema_version": 0,
+         "attributes": {"id": "7c1d-validation", "input": null, "output": null, "triggers_replace": null}}]},
+        beside(Some("module.validation"), "data", "kubernetes_resources", "virtual_machine_classes"),
+        beside(Some("module.validation"), "data", "kubernetes_resources", "images"),
+    ]})
+}
+
 /// `terraform-provider-dvp migrate-state` as an operator runs it, into the workspace.
 fn migrate_into(ws: &Workspace, state: &Value) -> String {
     use std::io::Write;
@@ -305,6 +347,7 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
     };
     let root = w.dir.path().to_owned();
     let (m, n) = (w.node("master", 0), w.node("worker", 0));
+    let base_state = base_made_by_deckhouse(&w).await;
     let master_state = made_by_deckhouse(&w, &m, "module.master").await;
     let node_state = made_by_deckhouse(&w, &n, "module.static-node").await;
     let before = w.objects().await;
@@ -328,6 +371,9 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
     };
     let versions_before = versions().await;
 
+    let base = Workspace::module(&bin, &root, w.layout("base-infrastructure"), PROVIDER);
+    let said = migrate_into(&base, &base_state);
+    assert!(said.contains("NetworkPolicy isolated-tf stays"), "{said}");
     let master = Workspace::module(&bin, &root, w.layout("master-node"), PROVIDER);
     let said = migrate_into(&master, &master_state);
     assert!(
@@ -340,11 +386,17 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
     );
     let node = Workspace::module(&bin, &root, w.layout("static-node"), PROVIDER);
     migrate_into(&node, &node_state);
+    tf(|| base.init());
     tf(|| master.init());
     tf(|| node.init());
 
     let v = w.vars(0, "master", &w.kubeconfig_b64);
     let nv = w.vars(0, "worker", &w.kubeconfig_b64);
+    expect(
+        &tf(|| base.plan(&[&v])),
+        0,
+        "base-infrastructure's plan after the migration",
+    );
     let plan = tf(|| master.plan(&[&v]));
     expect(&plan, 0, "the master's plan after the migration");
     expect(
@@ -400,4 +452,15 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
         Vec::<String>::new(),
         "destroy left objects"
     );
+    // No longer managed, not deleted: the isolation stays until someone removes it.
+    let policies = kube::discovery::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("networking.k8s.io", "v1", "NetworkPolicy"),
+        "networkpolicies",
+    );
+    assert!(w
+        .api(&policies)
+        .get_opt("isolated-tf")
+        .await
+        .unwrap()
+        .is_some());
 }

@@ -8,7 +8,8 @@
 //! (`deploy/terraform/dvp/terraform-modules/node.tf`), changes nothing.
 //!
 //! Resources that own no object of their own are dropped (readiness checks, owner
-//! references — the references stay on the objects — and data sources); so is
+//! references — the references stay on the objects —, base-infrastructure's
+//! `terraform_data` checks and the data sources); so is
 //! base-infrastructure's NetworkPolicy, which stays in the parent, no longer managed. A
 //! resource it does not know is refused and nothing is written: a state entry dropped
 //! by mistake is an object nobody deletes. Resources already of this provider pass as
@@ -118,7 +119,10 @@ pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
         if r["mode"] == "data"
             || matches!(
                 ty,
-                "kubernetes_resource_ready_v1" | "kubernetes_owner_references_v1"
+                "kubernetes_resource_ready_v1"
+                    | "kubernetes_owner_references_v1"
+                    // base-infrastructure's checks of the parent (Terraform's builtin).
+                    | "terraform_data"
             )
         {
             report.dropped.push(format!("{addr}: owns no object"));

@@ -157,12 +157,18 @@ fn what_it_cannot_place_refuses_the_whole_state() {
 
 #[test]
 fn base_infrastructures_network_policy_is_left_in_the_parent() {
-    let state = json!({"version": 4, "serial": 1, "lineage": "l", "outputs": {}, "resources": [{
+    let state = json!({"version": 4, "serial": 1, "lineage": "l", "outputs": {}, "resources": [
+        {"module": "module.validation", "mode": "managed", "type": "terraform_data", "name": "validation",
+         "provider": "provider[\"terraform.io/builtin/terraform\"]", "instances": [{"schema_version": 0,
+         "attributes": {"id": "5e1a", "input": null, "output": null, "triggers_replace": null}}]},
+        aside("module.validation", "data", "kubernetes_resources", "virtual_machine_classes"),
+        {
         "mode": "managed", "type": "kubernetes_manifest", "name": "isolated_cluster_prefix_network_policy",
         "provider": K8S, "each": "map", "instances": [{"index_key": "isolated_cluster_prefix", "schema_version": 1,
         "attributes": {"object": {"value": {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": "isolated-d8", "namespace": "tenant"}}, "type": ["object", {}]}}}]}]});
     let (migrated, report) = migrate(&state).unwrap();
     assert_eq!(migrated["resources"], json!([]));
-    assert!(report.dropped[0].contains("isolated-d8"), "{report:?}");
+    assert_eq!(report.dropped.len(), 3, "{report:?}");
+    assert!(report.dropped[2].contains("isolated-d8"), "{report:?}");
 }
