@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Container, PodSpec, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Container, Namespace, PodSpec, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -69,6 +69,7 @@ pub struct Manifests {
     pub csi_drivers: Vec<CSIDriver>,
     pub storage_classes: Vec<StorageClass>,
     pub crds: Vec<CustomResourceDefinition>,
+    pub namespaces: Vec<Namespace>,
 }
 
 /// Parses `r` as `T` and insists that `T` serializes back to the same JSON.
@@ -128,6 +129,7 @@ impl Manifests {
                 ("storage.k8s.io/v1", "CSIDriver") => m.csi_drivers.push(typed(r)?),
                 ("storage.k8s.io/v1", "StorageClass") => m.storage_classes.push(typed(r)?),
                 ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => m.crds.push(typed(r)?),
+                ("v1", "Namespace") => m.namespaces.push(typed(r)?),
                 (v, k) => {
                     return Err(format!(
                         "{}: {v} {k} is not an API type these tests know",

@@ -293,3 +293,59 @@ pub fn rbac_proxy_as(
         .expect("spawn rbac-proxy");
     (crate::KillOnDrop(child), port)
 }
+
+/// The kit's scripts (`kube-up.sh`, …): `OVERCAST_KIT_DIR`, else `../shared/kit` beside the
+/// project (as in CI); `None` when they are not there.
+pub fn kit_scripts() -> Option<PathBuf> {
+    let dir = std::env::var_os("OVERCAST_KIT_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/kit"));
+    dir.join("kube-up.sh").is_file().then_some(dir)
+}
+
+/// A fresh API server of the kit's (`kube-up.sh` in a directory of its own): nothing of
+/// another test's is on it. Stopped (`kube-down.sh`) when dropped.
+pub struct FreshApiServer {
+    kit: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl FreshApiServer {
+    pub fn up(kit: &Path) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = std::process::Command::new(kit.join("kube-up.sh"))
+            .arg(dir.path())
+            .output()
+            .expect("kube-up.sh");
+        assert!(
+            out.status.success(),
+            "kube-up.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self {
+            kit: kit.to_owned(),
+            dir,
+        }
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("admin.kubeconfig")
+    }
+
+    /// `kubectl <args>` as its admin.
+    pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("kubectl")
+            .env("KUBECONFIG", self.kubeconfig())
+            .args(args)
+            .output()
+            .expect("kubectl")
+    }
+}
+
+impl Drop for FreshApiServer {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(self.kit.join("kube-down.sh"))
+            .arg(self.dir.path())
+            .output();
+    }
+}

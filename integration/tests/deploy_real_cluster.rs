@@ -7,7 +7,7 @@ use kube::api::{DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::discovery::{pinned_kind, Scope};
 use kube::{Api, Client, Config};
 use overcast_integration::manifests::{kustomizations, Manifests};
-use overcast_integration::say_skipped;
+use overcast_integration::{real, say_skipped};
 
 const ENV: &str = "OVERCAST_TEST_KUBECONFIG";
 
@@ -62,5 +62,56 @@ async fn every_overlay_passes_the_api_servers_validation() {
                     panic!("{}: {} {} refused: {e}", dir.display(), r.kind(), r.name())
                 });
         }
+    }
+}
+
+/// As a user installs: `kubectl apply -k deploy/overlays/<cloud>` with the kubectl CLI
+/// (its own validation on, as by default), each overlay on a fresh API server of the kit's
+/// — no namespace, CRD or object of another test's there. The namespaces an overlay needs
+/// are in it; its CRDs pass kubectl's checks as they are.
+#[test]
+fn every_overlay_applies_with_kubectl_on_a_fresh_cluster() {
+    if std::env::var(ENV).is_err() {
+        say_skipped(&format!(
+            "set {ENV} (the kit's kube-up.sh) to apply every overlay with kubectl on fresh API servers"
+        ));
+        return;
+    }
+    let Some(kit) = real::kit_scripts() else {
+        say_skipped("the kit's kube-up.sh is not beside the project (set OVERCAST_KIT_DIR): the overlays were not applied with kubectl");
+        return;
+    };
+    if std::process::Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_err()
+    {
+        say_skipped("kubectl is not on the PATH: the overlays were not applied with it");
+        return;
+    }
+    for dir in kustomizations("overlays") {
+        let fresh = real::FreshApiServer::up(&kit);
+        let out = fresh.kubectl(&["apply", "-k", dir.to_str().unwrap()]);
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "kubectl apply -k {}: {said}",
+            dir.display()
+        );
+        // Everything it rendered is on the server.
+        let m = Manifests::load(&dir).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            said.lines()
+                .filter(|l| l.ends_with(" created") || l.ends_with(" configured"))
+                .count(),
+            m.all.len(),
+            "{}: {said}",
+            dir.display()
+        );
     }
 }

@@ -60,9 +60,31 @@ pub fn crds(family: Family) -> Vec<CustomResourceDefinition> {
             );
             // The suite's label, as on everything `deploy/` ships.
             labels.insert("app.kubernetes.io/name".to_owned(), "overcast".to_owned());
-            crd
+            without_null_enum_members(crd)
         })
         .collect()
+}
+
+/// schemars lists `null` among an optional enum's values (with `nullable: true` beside
+/// it); kubectl's client-side validation refuses a `null` in an enum (`enum[6]: unknown
+/// object type "nil"`), and controller-gen never writes one: `nullable` alone lets the
+/// field be null.
+fn without_null_enum_members(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if let Some(serde_json::Value::Array(members)) = map.get_mut("enum") {
+                    members.retain(|m| !m.is_null());
+                }
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut value = serde_json::to_value(&crd).unwrap_or_default();
+    strip(&mut value);
+    serde_json::from_value(value).unwrap_or(crd)
 }
 
 /// The file `deploy/crds/<provider>.yaml` holds: `family`'s CRDs as YAML documents.
@@ -79,15 +101,17 @@ pub fn manifest(family: Family) -> String {
     out
 }
 
-/// Block-style YAML of a JSON value; every string double-quoted with JSON's escapes (a
-/// YAML double-quoted scalar takes them), so no value is ever read back as another type.
+/// Block-style YAML of a JSON value, as controller-gen prints a CRD: plain keys and plain
+/// strings where YAML reads them back as the same string, double-quoted (with JSON's
+/// escapes, which a YAML double-quoted scalar takes) where it would not — so no value is
+/// ever read back as another type.
 fn yaml(v: &serde_json::Value, indent: usize, out: &mut String) {
     use serde_json::Value;
     let pad = " ".repeat(indent);
     match v {
         Value::Object(map) => {
             for (k, val) in map {
-                let key = serde_json::to_string(k).unwrap_or_default();
+                let key = text(k);
                 match val {
                     Value::Object(m) if !m.is_empty() => {
                         out.push_str(&format!("{pad}{key}:\n"));
@@ -124,7 +148,30 @@ fn yaml(v: &serde_json::Value, indent: usize, out: &mut String) {
 
 /// A scalar, or an empty collection, in flow style.
 fn scalar(v: &serde_json::Value) -> String {
-    serde_json::to_string(v).unwrap_or_default()
+    match v {
+        serde_json::Value::String(s) => text(s),
+        _ => serde_json::to_string(v).unwrap_or_default(),
+    }
+}
+
+/// A string as a plain scalar when YAML 1.1 and 1.2 both read it back as that string,
+/// else double-quoted.
+fn text(s: &str) -> String {
+    const WORDS: [&str; 12] = [
+        "true", "false", "yes", "no", "on", "off", "y", "n", "null", "~", "<<", "=",
+    ];
+    let plain = !s.is_empty()
+        && s.chars().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, '.' | '/' | '-' | '_' | ' ' | '(' | ')')
+        })
+        && s.starts_with(|c: char| c.is_ascii_alphabetic())
+        && !s.ends_with(' ')
+        && !WORDS.contains(&s.to_ascii_lowercase().as_str());
+    if plain {
+        s.to_owned()
+    } else {
+        serde_json::to_string(s).unwrap_or_default()
+    }
 }
 
 #[cfg(test)]
