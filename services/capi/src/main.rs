@@ -137,6 +137,14 @@ async fn main() -> anyhow::Result<()> {
     // `dvp_api_*`).
     let mut registry = prometheus_client::registry::Registry::default();
     let api_metrics = overcast_cloud_http::ApiMetrics::register(&mut registry, o.cloud.name());
+    register_reconciles(
+        &mut registry,
+        match o.cloud {
+            Cloud::Zvirt => &["ZvirtCluster", "ZvirtMachine"],
+            Cloud::Dvp => &["DeckhouseCluster", "DeckhouseMachine"],
+            Cloud::Openstack | Cloud::Vsphere | Cloud::Local => &[],
+        },
+    );
     let registry = Arc::new(registry);
     let health: overcast_runtime::http::HealthCheck = Arc::new(|| Box::pin(async { Ok(()) }));
     let at = overcast_runtime::http::serve(o.metrics_address, registry, health).await?;
@@ -385,10 +393,70 @@ async fn zvirt_controllers(
 
 /// Says what a controller's stream reports that is not a reconcile's own (a watch that
 /// fails, an object that cannot be read): the reconcile errors are said by their policy.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+/// Reconciles by kind, and those that failed (`capi_reconciles_total`,
+/// `capi_reconcile_errors_total`): what the monitoring's machine alerts read.
+#[derive(Default)]
+struct Reconciles {
+    done: prometheus_client::metrics::family::Family<
+        KindLabel,
+        prometheus_client::metrics::counter::Counter,
+    >,
+    failed: prometheus_client::metrics::family::Family<
+        KindLabel,
+        prometheus_client::metrics::counter::Counter,
+    >,
+}
+
+static RECONCILES: std::sync::OnceLock<Reconciles> = std::sync::OnceLock::new();
+
+/// Registers the counters, each kind of `kinds` at 0 from the start (a series that only
+/// appears with its first error is one `rate()` cannot see rise).
+fn register_reconciles(registry: &mut prometheus_client::registry::Registry, kinds: &[&str]) {
+    let r = RECONCILES.get_or_init(Reconciles::default);
+    for kind in kinds {
+        let label = KindLabel {
+            kind: (*kind).to_owned(),
+        };
+        let _ = r.done.get_or_create(&label);
+        let _ = r.failed.get_or_create(&label);
+    }
+    let sub = registry.sub_registry_with_prefix("capi");
+    sub.register(
+        "reconciles",
+        "Reconciles of the provider's kinds, by kind",
+        r.done.clone(),
+    );
+    sub.register(
+        "reconcile_errors",
+        "Reconciles that failed (retried with backoff), by kind",
+        r.failed.clone(),
+    );
+}
+
 async fn said<T, E: std::fmt::Display>(
     kind: &str,
     r: Result<T, kube::runtime::controller::Error<overcast_capi::Error, E>>,
 ) {
+    let label = || KindLabel {
+        kind: kind.to_owned(),
+    };
+    if let Some(m) = RECONCILES.get() {
+        match &r {
+            Ok(_) => {
+                m.done.get_or_create(&label()).inc();
+            }
+            Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {
+                m.done.get_or_create(&label()).inc();
+                m.failed.get_or_create(&label()).inc();
+            }
+            Err(_) => {}
+        }
+    }
     match r {
         Ok(_) | Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
         // A related object's event for one not in the cache yet: its own event follows.
