@@ -715,7 +715,7 @@ async fn generated_requests_get_allowed_codes_and_touch_nothing_else() {
         let (rpc, result) = one_call(&mut w, &mut c, &mut n).await;
         let code = result.as_ref().err().map_or(Code::Ok, |s| s.code());
         // This sandbox withholds CAP_SYS_RESOURCE, without which the kernel refuses to
-        // grow a mounted ext4 (README; a node pod has it): that failure is the
+        // grow a mounted ext4 (docs/components/csi.md; a node pod has it): that failure is the
         // machine's, not the input's.
         let sandboxed = rpc == "NodeExpandVolume"
             && !has_capability(CAP_SYS_RESOURCE)

@@ -53,7 +53,7 @@ impl Resource<Cloud> for VirtualMachine {
             vec![
                 id("The VM's name."),
                 // DVP applies a new shape at the VM's restart; Overcast replaces the VM
-                // instead (in-place changes are missing, said in the README).
+                // instead (in-place changes are missing, said in docs/STATUS.md).
                 required("name", Type::String, "Its name.").force_new(),
                 required("class_name", Type::String, "Its VirtualMachineClass.").force_new(),
                 required("cores", Type::Number, "CPU cores.").force_new(),

@@ -5,7 +5,7 @@
 //! Served: the provider block; `ovirt_vm`, `ovirt_vm_start`, `ovirt_nic`, `ovirt_disk`,
 //! `ovirt_disk_attachment`, `ovirt_disk_resize`; the data sources `ovirt_templates`,
 //! `ovirt_disk_attachments`, `ovirt_wait_for_ip`; on `ovirt_vm` also the Deckhouse fork's
-//! `initialization_dns` and `initialization_nic`. Missing (said in the README): the oVirt
+//! `initialization_dns` and `initialization_nic`. Missing (said in docs/STATUS.md): the oVirt
 //! provider's other resources (tags, affinity groups, templates, …).
 
 use std::sync::Arc;
