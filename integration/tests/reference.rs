@@ -1,0 +1,89 @@
+//! `docs/reference.md`, the configuration reference of every flag and environment variable
+//! of every binary, is what the binaries themselves say (`--help`, clap's definitions):
+//! generated from them, and this test fails when the two drift apart.
+//! `OVERCAST_WRITE_REFERENCE=1 cargo test --workspace --locked --test reference` rewrites it.
+
+use std::path::Path;
+use std::process::Command;
+
+use overcast_integration::binary;
+
+/// Each binary and the subcommands whose own flags the reference lists.
+const BINARIES: &[(&str, &[&[&str]])] = &[
+    ("csi", &[]),
+    ("registrar", &[]),
+    ("ccm", &[]),
+    ("discoverer", &[]),
+    ("rbac-proxy", &[]),
+    ("capi", &[&["crds"]]),
+    ("overcastctl", &[&["identity"], &["controller"], &["node"]]),
+];
+
+fn help(name: &str, sub: &[&str]) -> String {
+    // A clean environment: clap shows an `env` variable's current value in the help.
+    let out = Command::new(binary(name))
+        .env_clear()
+        .args(sub)
+        .arg("--help")
+        .output()
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(out.status.success(), "{name} {sub:?} --help failed");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn render() -> String {
+    let mut out = String::from(
+        "# Configuration reference\n\n\
+         Every flag of every binary, with the environment variable that sets it (`[env: …]`)\n\
+         and its default, as the binary prints it with `--help`. Generated from clap's\n\
+         definitions by `integration/tests/reference.rs`, which fails when this page and the\n\
+         binaries drift apart; rewrite it with\n\
+         `OVERCAST_WRITE_REFERENCE=1 cargo test --workspace --locked --test reference`.\n\
+         Each cloud's configuration file: its page under [clouds/](clouds/) and\n\
+         [components/](components/). `terraform-provider-overcast` takes no flags (Terraform\n\
+         starts it; `migrate-state` is in [components/terraform.md](components/terraform.md)).\n",
+    );
+    for (name, subs) in BINARIES {
+        out.push_str(&format!(
+            "\n## `{name}`\n\n```text\n{}\n```\n",
+            help(name, &[])
+        ));
+        for sub in *subs {
+            out.push_str(&format!(
+                "\n### `{name} {}`\n\n```text\n{}\n```\n",
+                sub.join(" "),
+                help(name, sub)
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_reference_is_what_the_binaries_say() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference.md");
+    let now = render();
+    if std::env::var_os("OVERCAST_WRITE_REFERENCE").is_some() {
+        std::fs::write(&path, &now).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    if committed != now {
+        let first = committed
+            .lines()
+            .zip(now.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(committed.lines().count().min(now.lines().count()));
+        panic!(
+            "docs/reference.md differs from the binaries' --help from line {}:\n  page: {:?}\n  help: {:?}\nrewrite it: OVERCAST_WRITE_REFERENCE=1 cargo test --workspace --locked --test reference",
+            first + 1,
+            committed.lines().nth(first),
+            now.lines().nth(first)
+        );
+    }
+}
