@@ -22,10 +22,14 @@ const CSI_IMAGE: &str = "ghcr.io/overcast-dev/overcast-csi";
 const CCM_IMAGE: &str = "ghcr.io/overcast-dev/overcast-ccm";
 const NODE_SOCKET_DIR_ON_HOST: &str = "/var/lib/kubelet/plugins/csi.overcast.dev";
 
+/// One overlay per cloud, named after it. A `<cloud>-without-deckhouse` twin is checked
+/// apart (`a_twin_without_deckhouse_is_its_overlay_and_the_namespace`): it is its overlay
+/// and node-manager's namespace, nothing else.
 fn overlays() -> Vec<(String, Manifests)> {
     let dirs = kustomizations("overlays");
     assert!(!dirs.is_empty(), "no overlays under deploy/overlays");
     dirs.iter()
+        .filter(|d| !d.to_string_lossy().ends_with("-without-deckhouse"))
         .map(|d| {
             let cloud = d.file_name().unwrap().to_string_lossy().into_owned();
             (cloud, Manifests::load(d).unwrap_or_else(|e| panic!("{e}")))
@@ -1635,4 +1639,32 @@ fn machine_templates_refuse_a_changed_spec() {
         seen, 2,
         "one template CRD in each of the zvirt and dvp overlays"
     );
+}
+
+#[test]
+fn a_twin_without_deckhouse_is_its_overlay_and_the_namespace() {
+    let mut twins = 0;
+    for dir in kustomizations("overlays") {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let Some(cloud) = name.strip_suffix("-without-deckhouse") else {
+            continue;
+        };
+        twins += 1;
+        let twin = Manifests::load(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let base = Manifests::load(&dir.with_file_name(cloud)).unwrap_or_else(|e| panic!("{e}"));
+        let ids = |m: &Manifests| {
+            let mut v: Vec<String> = m.all.iter().map(|r| r.id()).collect();
+            v.sort();
+            v
+        };
+        let mut want = ids(&base);
+        want.push("v1|Namespace||d8-cloud-instance-manager".to_owned());
+        want.sort();
+        assert_eq!(ids(&twin), want, "{name}");
+        for r in &base.all {
+            let same = twin.all.iter().find(|t| t.id() == r.id()).unwrap();
+            assert_eq!(same.object, r.object, "{name}: {} differs", r.id());
+        }
+    }
+    assert_eq!(twins, 2, "zvirt and dvp have their twins");
 }
