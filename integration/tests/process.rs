@@ -257,7 +257,9 @@ fn every_overlay_starts_every_binary_until_credentials_or_the_provider_are_missi
     let mut checked = 0;
     for dir in kustomizations("overlays") {
         let cloud = dir.file_name().unwrap().to_string_lossy().into_owned();
-        if cloud == "local" {
+        // A `-without-deckhouse` twin runs its overlay's workloads as they are (deploy.rs:
+        // it is the overlay plus node-manager's namespace).
+        if cloud == "local" || cloud.ends_with("-without-deckhouse") {
             continue;
         }
         let m = Manifests::load(&dir).unwrap();
