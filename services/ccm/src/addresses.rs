@@ -81,7 +81,16 @@ pub fn with_node_ip(provided: &str, cloud: &[K8sAddress]) -> Result<Vec<K8sAddre
             "{PROVIDED_NODE_IP} {provided:?}: must be one IP address or one of each family"
         ));
     }
-    let same = |a: &K8sAddress, ip: &IpAddr| a.address.parse::<IpAddr>().ok().as_ref() == Some(ip);
+    // As Go's `net.IP.Equal`: an IPv4-mapped IPv6 address is its IPv4 address.
+    let ips: Vec<IpAddr> = ips.into_iter().map(|ip| ip.to_canonical()).collect();
+    let same = |a: &K8sAddress, ip: &IpAddr| {
+        a.address
+            .parse::<IpAddr>()
+            .ok()
+            .map(|a| a.to_canonical())
+            .as_ref()
+            == Some(ip)
+    };
     let mut out: Vec<K8sAddress> = Vec::new();
     let mut enforced_types: Vec<&str> = Vec::new();
     for ip in &ips {
@@ -220,6 +229,11 @@ mod tests {
         ] {
             assert!(with_node_ip(bad, &cloud).is_err(), "{bad:?}");
         }
+        assert_eq!(
+            with_node_ip("::ffff:10.0.0.5", &cloud).unwrap()[0].address,
+            "10.0.0.5",
+            "an IPv4-mapped address is its IPv4 address, as upstream compares them"
+        );
         let err = with_node_ip("10.0.0.6", &cloud).unwrap_err();
         assert!(err.contains("10.0.0.6"), "{err}");
     }

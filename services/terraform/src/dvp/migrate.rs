@@ -226,8 +226,11 @@ pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
             unknown.join("\n  ")
         ));
     }
+    let serial = state["serial"]
+        .as_u64()
+        .ok_or("the state has no serial number: not a state Terraform wrote")?;
     let mut migrated = state.clone();
-    migrated["serial"] = json!(state["serial"].as_u64().unwrap_or(0) + 1);
+    migrated["serial"] = json!(serial + 1);
     migrated["resources"] = Value::Array(out);
     Ok((migrated, report))
 }

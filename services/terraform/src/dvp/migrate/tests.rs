@@ -151,8 +151,11 @@ fn what_it_cannot_place_refuses_the_whole_state() {
     let mut state = master_state();
     state["resources"][7]["module"] = json!("module.something-else");
     assert!(migrate(&state).unwrap_err().contains("d8-master-0-b21c77"));
-    // Not a format-4 state.
+    // Not a format-4 state, or one without a serial number.
     assert!(migrate(&json!({"version": 3, "modules": []})).is_err());
+    let mut no_serial = master_state();
+    no_serial["serial"] = json!("x");
+    assert!(migrate(&no_serial).unwrap_err().contains("serial"));
 }
 
 #[test]
