@@ -1,11 +1,14 @@
 //! `docs/reference.md`, the configuration reference of every flag and environment variable
-//! of every binary, is what the binaries themselves say (`--help`, clap's definitions):
-//! generated from them, and this test fails when the two drift apart.
+//! of every binary and every key of each cloud's configuration file, is what the code
+//! says (the binaries' `--help` from clap's definitions; each provider's
+//! `config_keys()`, from the types and lists its reader checks files against): generated
+//! from them, and this test fails when the two drift apart.
 //! `OVERCAST_WRITE_REFERENCE=1 cargo test --workspace --locked --test reference` rewrites it.
 
 use std::path::Path;
 use std::process::Command;
 
+use overcast_cloud::CloudName;
 use overcast_integration::binary;
 
 /// Each binary and the subcommands whose own flags the reference lists.
@@ -44,9 +47,11 @@ fn render() -> String {
          definitions by `integration/tests/reference.rs`, which fails when this page and the\n\
          binaries drift apart; rewrite it with\n\
          `OVERCAST_WRITE_REFERENCE=1 cargo test --workspace --locked --test reference`.\n\
-         Each cloud's configuration file: its page under [clouds/](clouds/) and\n\
-         [components/](components/). `terraform-provider-overcast` takes no flags (Terraform\n\
-         starts it; `migrate-state` is in [components/terraform.md](components/terraform.md)).\n",
+         Each cloud's configuration file (`--cloud-config`) is listed\n\
+         [at the end](#cloud-configuration-files); what each setting means is on the cloud's\n\
+         page under [clouds/](clouds/). `terraform-provider-overcast` takes no flags\n\
+         (Terraform starts it; `migrate-state` is in\n\
+         [components/terraform.md](components/terraform.md)).\n",
     );
     for (name, subs) in BINARIES {
         out.push_str(&format!(
@@ -59,6 +64,35 @@ fn render() -> String {
                 sub.join(" "),
                 help(name, sub)
             ));
+        }
+    }
+    out.push_str(
+        "\n## Cloud configuration files\n\n\
+         The keys each cloud's reader knows, from the types and lists it checks a file\n\
+         against (a key not listed is warned about, or refused where the format says so),\n\
+         and the environment variables that win over the file.\n",
+    );
+    for cloud in CloudName::ALL {
+        let keys = overcast_clouds::provider(cloud).config_keys();
+        out.push_str(&format!(
+            "\n### `{}`\n\n{}.\n\n| Section | Keys |\n|---|---|\n",
+            cloud.as_str(),
+            keys.format
+        ));
+        for (section, names) in &keys.sections {
+            let section = if section.is_empty() {
+                "(top level)"
+            } else {
+                section
+            };
+            let names: Vec<String> = names.iter().map(|k| format!("`{k}`")).collect();
+            out.push_str(&format!("| {section} | {} |\n", names.join(", ")));
+        }
+        if !keys.env.is_empty() {
+            out.push_str("\n| Variable | Sets |\n|---|---|\n");
+            for (var, sets) in &keys.env {
+                out.push_str(&format!("| `{var}` | {sets} |\n"));
+            }
         }
     }
     out

@@ -9,8 +9,9 @@ use std::path::Path;
 
 use base64::Engine as _;
 use kube::config::Kubeconfig;
-use overcast_cloud::config::read_optional;
+use overcast_cloud::config::{read_optional, serde_fields, FileKeys};
 use overcast_cloud::ConfigError;
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 const CLOUD: &str = "dvp";
@@ -23,8 +24,18 @@ struct File {
     namespace: Option<String>,
     kubeconfig: Option<String>,
     kubeconfig_data_base64: Option<String>,
-    #[serde(flatten)]
-    other: BTreeMap<String, serde::de::IgnoredAny>,
+}
+
+/// What the file and the variables take, for the configuration reference.
+pub fn file_keys() -> FileKeys {
+    FileKeys {
+        format: "YAML (`kubeconfig` as text, or `kubeconfigDataBase64`)",
+        sections: vec![(String::new(), serde_fields::<File>().to_vec())],
+        env: vec![
+            (ENV_KUBECONFIG, "kubeconfigDataBase64"),
+            (ENV_NAMESPACE, "namespace"),
+        ],
+    }
 }
 
 /// A complete DVP configuration.
@@ -55,11 +66,20 @@ impl Config {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
         let text = read_optional(CLOUD, path)?;
-        let file: File = match text.as_deref().map(str::trim) {
-            None | Some("") => File::default(),
-            Some(text) => serde_saphyr::from_str(text).map_err(|e| {
-                ConfigError::invalid(CLOUD, path, format!("not the YAML this cloud reads: {e}"))
-            })?,
+        let (file, keys): (File, BTreeMap<String, IgnoredAny>) = match text
+            .as_deref()
+            .map(str::trim)
+        {
+            None | Some("") => Default::default(),
+            Some(text) => {
+                let parse = |e| {
+                    ConfigError::invalid(CLOUD, path, format!("not the YAML this cloud reads: {e}"))
+                };
+                (
+                    serde_saphyr::from_str(text).map_err(parse)?,
+                    serde_saphyr::from_str(text).map_err(parse)?,
+                )
+            }
         };
         let nonempty = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
         let namespace = nonempty(env(ENV_NAMESPACE)).or(nonempty(file.namespace));
@@ -108,7 +128,10 @@ impl Config {
             (Some(namespace), Some(kubeconfig)) if missing.is_empty() => Ok(Self {
                 namespace,
                 kubeconfig,
-                unknown_keys: file.other.into_keys().collect(),
+                unknown_keys: keys
+                    .into_keys()
+                    .filter(|k| !serde_fields::<File>().contains(&k.as_str()))
+                    .collect(),
             }),
             _ => Err(ConfigError::Missing {
                 cloud: CLOUD,

@@ -20,6 +20,10 @@ impl Provider for Dvp {
         CloudName::Dvp
     }
 
+    fn config_keys(&self) -> overcast_cloud::config::FileKeys {
+        crate::config::file_keys()
+    }
+
     /// A DVP node plugin holds no parent credentials: its node id is its node name (the
     /// VM's hostname label), its zone the one the ccm found for its VM.
     fn node_identity(&self, s: &Settings) -> anyhow::Result<NodeIdentity> {

@@ -24,6 +24,23 @@ pub struct LocalCloudConfig {
     pub load_balancer_pool: Option<String>,
 }
 
+/// What the file takes, for the configuration reference.
+pub fn file_keys() -> overcast_cloud::config::FileKeys {
+    use overcast_cloud::config::serde_fields;
+    overcast_cloud::config::FileKeys {
+        format:
+            "YAML or JSON; unknown keys are refused. `instancesFile` is a JSON list of machines",
+        sections: vec![
+            (String::new(), serde_fields::<LocalCloudConfig>().to_vec()),
+            (
+                "each machine of `instancesFile`".into(),
+                crate::instances::file_instance_keys().to_vec(),
+            ),
+        ],
+        env: Vec::new(),
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum CloudConfigError {
     #[error("read cloud config {path}: {source}")]

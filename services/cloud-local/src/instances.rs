@@ -36,6 +36,11 @@ struct FileInstance {
     region: Option<String>,
 }
 
+/// The keys of one machine in the instances file.
+pub(crate) fn file_instance_keys() -> &'static [&'static str] {
+    overcast_cloud::config::serde_fields::<FileInstance>()
+}
+
 fn running() -> InstanceState {
     InstanceState::Running
 }

@@ -24,6 +24,10 @@ impl Provider for Local {
         CloudName::Local
     }
 
+    fn config_keys(&self) -> overcast_cloud::config::FileKeys {
+        crate::cloud_config::file_keys()
+    }
+
     /// The zone and region are the flags', else the cloud-config file's, else `local`.
     fn node_identity(&self, s: &Settings) -> anyhow::Result<NodeIdentity> {
         let file = LocalCloudConfig::load(s.cloud_config.as_deref())?;

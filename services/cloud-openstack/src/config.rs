@@ -105,7 +105,40 @@ const LB_CLASS_KEYS: &[&str] = &[
     "member-subnet-id",
 ];
 const ROUTE_KEYS: &[&str] = &["router-id"];
-const LATER_SECTIONS: &[&str] = &["metadata"];
+/// `[Metadata]`: OCCM's metadata-service settings, taken whole (this provider reads the
+/// Node's providerID, not the metadata service).
+const METADATA_KEYS: &[&str] = ANY_KEY;
+/// The sections cloud.conf takes (gcfg's names, lower-cased) and their keys.
+const SECTIONS: &[(&str, &[&str])] = &[
+    ("global", GLOBAL_KEYS),
+    ("blockstorage", BLOCK_STORAGE_KEYS),
+    ("networking", NETWORKING_KEYS),
+    ("loadbalancer", LOAD_BALANCER_KEYS),
+    ("loadbalancerclass", LB_CLASS_KEYS),
+    ("route", ROUTE_KEYS),
+    ("metadata", METADATA_KEYS),
+];
+
+/// What cloud.conf and the variables take, for the configuration reference.
+pub fn file_keys() -> overcast_cloud::config::FileKeys {
+    overcast_cloud::config::FileKeys {
+        format: "INI (gcfg, as OCCM and cinder-csi-plugin read `cloud.conf`; section and key \
+                 names are case-insensitive; `[LoadBalancerClass \"name\"]` per class; \
+                 `*`: any key taken)",
+        sections: SECTIONS
+            .iter()
+            .map(|(name, keys)| (name.to_string(), keys.to_vec()))
+            .collect(),
+        env: vec![
+            ("OS_CLOUD", "[Global] cloud (the clouds.yaml entry)"),
+            ("OS_CLIENT_CONFIG_FILE", "the clouds.yaml looked at first"),
+            (
+                "OS_CCM_REGIONAL",
+                "`true`: the ccm writes `openstack://<region>/<id>` providerIDs",
+            ),
+        ],
+    }
+}
 
 /// A domain, by id or by name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -329,15 +362,11 @@ impl Config {
             values.append(&mut sections[global_index].values);
             sections[global_index].values = values;
         }
-        let unknown = unknown_keys(&sections, |name| match name {
-            "global" => Some(GLOBAL_KEYS),
-            "blockstorage" => Some(BLOCK_STORAGE_KEYS),
-            "networking" => Some(NETWORKING_KEYS),
-            "loadbalancer" => Some(LOAD_BALANCER_KEYS),
-            "loadbalancerclass" => Some(LB_CLASS_KEYS),
-            "route" => Some(ROUTE_KEYS),
-            name if LATER_SECTIONS.contains(&name) => Some(ANY_KEY),
-            _ => None,
+        let unknown = unknown_keys(&sections, |name| {
+            SECTIONS
+                .iter()
+                .find(|(section, _)| *section == name)
+                .map(|(_, keys)| *keys)
         });
         let empty = IniSection {
             name: "global".into(),

@@ -24,6 +24,10 @@ impl Provider for Openstack {
         CloudName::Openstack
     }
 
+    fn config_keys(&self) -> overcast_cloud::config::FileKeys {
+        crate::config::file_keys()
+    }
+
     /// The node id is the Nova server's id (cinder-csi-plugin's); the zone is the
     /// `--zone` flag's, else the one the ccm labelled the Node with. cinder-csi-plugin
     /// reports no region.

@@ -12,7 +12,7 @@ use overcast_cloud::cidr::Cidr;
 use overcast_cloud::config::read_optional;
 use overcast_cloud::ConfigError;
 
-pub use raw::{Raw, RawVc};
+pub use raw::{file_keys, Raw, RawVc};
 
 const CLOUD: &str = "vsphere";
 /// Upstream's default for `secret-namespace` is none (both or neither); a Secret named

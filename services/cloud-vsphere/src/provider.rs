@@ -92,6 +92,10 @@ impl Provider for Vsphere {
         CloudName::Vsphere
     }
 
+    fn config_keys(&self) -> overcast_cloud::config::FileKeys {
+        crate::config::file_keys()
+    }
+
     /// The node id is the node name (the VM's guest host name, as the ccm names nodes).
     /// When the configuration names zone or region tag categories, the node's place is
     /// the one the ccm labelled its Node with from those tags (`--zone`/`--region` when

@@ -7,11 +7,26 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use overcast_cloud::config::read_optional;
+use overcast_cloud::config::{read_optional, serde_fields, FileKeys};
 use overcast_cloud::ConfigError;
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 const CLOUD: &str = "zvirt";
+
+const API_URL: &str = "ZVIRT_API_URL";
+const USERNAME: &str = "ZVIRT_USERNAME";
+const PASSWORD: &str = "ZVIRT_PASSWORD";
+const INSECURE: &str = "ZVIRT_INSECURE";
+const CA_BUNDLE: &str = "ZVIRT_CA_BUNDLE";
+/// The variables Deckhouse's cloud-provider-zvirt reads, and the key each wins over.
+const ENV: [(&str, &str); 5] = [
+    (API_URL, "server"),
+    (USERNAME, "username"),
+    (PASSWORD, "password"),
+    (INSECURE, "insecure"),
+    (CA_BUNDLE, "caBundle"),
+];
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -21,8 +36,15 @@ struct File {
     password: Option<String>,
     insecure: Option<bool>,
     ca_bundle: Option<String>,
-    #[serde(flatten)]
-    other: BTreeMap<String, serde::de::IgnoredAny>,
+}
+
+/// What the file and the variables take, for the configuration reference.
+pub fn file_keys() -> FileKeys {
+    FileKeys {
+        format: "YAML",
+        sections: vec![(String::new(), serde_fields::<File>().to_vec())],
+        env: ENV.to_vec(),
+    }
 }
 
 /// A complete zVirt configuration.
@@ -58,25 +80,34 @@ impl Config {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
         let text = read_optional(CLOUD, path)?;
-        let file: File = match text.as_deref().map(str::trim) {
-            None | Some("") => File::default(),
-            Some(text) => serde_saphyr::from_str(text).map_err(|e| {
-                ConfigError::invalid(CLOUD, path, format!("not the YAML this cloud reads: {e}"))
-            })?,
+        let (file, keys): (File, BTreeMap<String, IgnoredAny>) = match text
+            .as_deref()
+            .map(str::trim)
+        {
+            None | Some("") => Default::default(),
+            Some(text) => {
+                let parse = |e| {
+                    ConfigError::invalid(CLOUD, path, format!("not the YAML this cloud reads: {e}"))
+                };
+                (
+                    serde_saphyr::from_str(text).map_err(parse)?,
+                    serde_saphyr::from_str(text).map_err(parse)?,
+                )
+            }
         };
         let pick = |var: &str, from_file: Option<String>| {
             env(var)
                 .filter(|v| !v.trim().is_empty())
                 .or(from_file.filter(|v| !v.trim().is_empty()))
         };
-        let api_url = pick("ZVIRT_API_URL", file.server);
-        let username = pick("ZVIRT_USERNAME", file.username);
-        let password = pick("ZVIRT_PASSWORD", file.password);
-        let insecure = match env("ZVIRT_INSECURE").filter(|v| !v.is_empty()) {
+        let api_url = pick(API_URL, file.server);
+        let username = pick(USERNAME, file.username);
+        let password = pick(PASSWORD, file.password);
+        let insecure = match env(INSECURE).filter(|v| !v.is_empty()) {
             Some(v) => v.eq_ignore_ascii_case("true"),
             None => file.insecure.unwrap_or(false),
         };
-        let ca_bundle = pick("ZVIRT_CA_BUNDLE", file.ca_bundle);
+        let ca_bundle = pick(CA_BUNDLE, file.ca_bundle);
         let mut missing = Vec::new();
         for (value, what) in [
             (&api_url, "the engine's API URL (server, or ZVIRT_API_URL)"),
@@ -109,7 +140,10 @@ impl Config {
             password,
             insecure,
             ca_bundle,
-            unknown_keys: file.other.into_keys().collect(),
+            unknown_keys: keys
+                .into_keys()
+                .filter(|k| !serde_fields::<File>().contains(&k.as_str()))
+                .collect(),
         })
     }
 }

@@ -20,6 +20,10 @@ impl Provider for Zvirt {
         CloudName::Zvirt
     }
 
+    fn config_keys(&self) -> overcast_cloud::config::FileKeys {
+        crate::config::file_keys()
+    }
+
     /// The node id is the VM's id (the oVirt CSI driver's): `--node-id` when it is one,
     /// else read from the Node's `zvirt://<id>`. Its zone (cluster) and region (data
     /// center) are `--zone`/`--region`, else the labels the ccm gave the Node: the region

@@ -10,6 +10,10 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+mod keys;
+
+pub use keys::{serde_fields, FileKeys};
+
 /// A configuration a provider cannot start with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfigError {

@@ -36,6 +36,10 @@ pub trait Provider: Sync {
     /// reads another cloud's configuration, and often holds no credentials).
     fn node_identity(&self, s: &Settings) -> anyhow::Result<NodeIdentity>;
 
+    /// The sections, keys and variables this cloud's configuration reader knows, from
+    /// its own types and lists (what `docs/reference.md` prints).
+    fn config_keys(&self) -> overcast_cloud::config::FileKeys;
+
     /// The keys, beyond `topology.kubernetes.io/zone` and `/region`, under which this
     /// cloud's CSI topology repeats the zone and the region: those of the upstream
     /// driver it replaces, so the PVs that driver made keep scheduling after a switch.

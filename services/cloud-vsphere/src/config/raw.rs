@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use overcast_cloud::config::{parse_ini, unknown_keys, IniSection};
+use overcast_cloud::config::{parse_ini, serde_fields, unknown_keys, FileKeys, IniSection};
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 /// One vCenter's settings, or `[Global]`'s defaults for them.
@@ -28,8 +29,6 @@ pub struct RawVc {
     pub ip_family: Option<Vec<String>>,
     #[serde(rename = "soapRoundtripCount")]
     pub soap_roundtrip_count: Option<u32>,
-    #[serde(flatten)]
-    pub other: BTreeMap<String, serde::de::IgnoredAny>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -39,8 +38,6 @@ pub struct RawLabels {
     /// vsphere-csi-driver's `topology-categories` (comma-separated).
     #[serde(rename = "topologyCategories")]
     pub topology_categories: Option<String>,
-    #[serde(flatten)]
-    pub other: BTreeMap<String, serde::de::IgnoredAny>,
 }
 
 /// `[Nodes]`: which guest addresses are internal and external.
@@ -53,8 +50,6 @@ pub struct RawNodes {
     pub external_vm_network_name: Option<String>,
     pub exclude_internal_network_subnet_cidr: Option<String>,
     pub exclude_external_network_subnet_cidr: Option<String>,
-    #[serde(flatten)]
-    pub other: BTreeMap<String, serde::de::IgnoredAny>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -68,11 +63,52 @@ pub struct Raw {
     pub labels: RawLabels,
     #[serde(default)]
     pub nodes: RawNodes,
-    #[serde(flatten)]
-    pub other: BTreeMap<String, serde::de::IgnoredAny>,
     /// Keys this version does not know (warned about, as upstream ignores them).
     #[serde(skip)]
     pub unknown: Vec<String>,
+}
+
+/// The YAML form's keys alone, to tell which of them no type reads.
+#[derive(Default, Deserialize)]
+struct Keys {
+    #[serde(default)]
+    global: BTreeMap<String, IgnoredAny>,
+    #[serde(default)]
+    vcenter: BTreeMap<String, BTreeMap<String, IgnoredAny>>,
+    #[serde(default)]
+    labels: BTreeMap<String, IgnoredAny>,
+    #[serde(default)]
+    nodes: BTreeMap<String, IgnoredAny>,
+    #[serde(flatten)]
+    other: BTreeMap<String, IgnoredAny>,
+}
+
+/// What the two forms take, for the configuration reference.
+pub fn file_keys() -> FileKeys {
+    FileKeys {
+        format: "INI (gcfg, as cloud-provider-vsphere and vsphere-csi-driver read \
+                 `vsphere.conf`: `[Global]`, `[VirtualCenter \"host\"]`, dashed keys), or \
+                 YAML (`global`, `vcenter.<name>`, `labels`, `nodes`, camelCase keys)",
+        sections: vec![
+            (
+                "[Global], [VirtualCenter \"host\"]".into(),
+                VC_KEYS.to_vec(),
+            ),
+            ("[Labels]".into(), LABEL_KEYS.to_vec()),
+            ("[Nodes]".into(), NODE_KEYS.to_vec()),
+            ("YAML: top level".into(), serde_fields::<Raw>().to_vec()),
+            (
+                "YAML: `global`, `vcenter.<name>`".into(),
+                serde_fields::<RawVc>().to_vec(),
+            ),
+            (
+                "YAML: `labels`".into(),
+                serde_fields::<RawLabels>().to_vec(),
+            ),
+            ("YAML: `nodes`".into(), serde_fields::<RawNodes>().to_vec()),
+        ],
+        env: Vec::new(),
+    }
 }
 
 fn in_order<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(String, RawVc)>, D::Error> {
@@ -111,13 +147,29 @@ pub fn yaml(text: &str) -> Result<Raw, String> {
     } else {
         serde_saphyr::from_str(text).map_err(|e| e.to_string())?
     };
-    let mut unknown: Vec<String> = raw.other.keys().cloned().collect();
-    unknown.extend(raw.global.other.keys().map(|k| format!("global.{k}")));
-    for (name, vc) in &raw.vcenter {
-        unknown.extend(vc.other.keys().map(|k| format!("vcenter.{name}.{k}")));
+    // Parsed again as bare maps: the keys the file has, against the keys the types read.
+    let keys: Keys = if text.trim().is_empty() {
+        Keys::default()
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| e.to_string())?
+    };
+    let not_in = |known: &[&str], keys: BTreeMap<String, IgnoredAny>, under: &str| {
+        keys.into_keys()
+            .filter(|k| !known.contains(&k.as_str()))
+            .map(|k| format!("{under}{k}"))
+            .collect::<Vec<_>>()
+    };
+    let mut unknown = not_in(serde_fields::<Raw>(), keys.other, "");
+    unknown.extend(not_in(serde_fields::<RawVc>(), keys.global, "global."));
+    for (name, vc) in keys.vcenter {
+        unknown.extend(not_in(
+            serde_fields::<RawVc>(),
+            vc,
+            &format!("vcenter.{name}."),
+        ));
     }
-    unknown.extend(raw.labels.other.keys().map(|k| format!("labels.{k}")));
-    unknown.extend(raw.nodes.other.keys().map(|k| format!("nodes.{k}")));
+    unknown.extend(not_in(serde_fields::<RawLabels>(), keys.labels, "labels."));
+    unknown.extend(not_in(serde_fields::<RawNodes>(), keys.nodes, "nodes."));
     raw.unknown = unknown;
     Ok(raw)
 }
@@ -181,7 +233,6 @@ pub fn ini(text: &str) -> Result<Raw, (usize, String)> {
                     zone: value(s, "zone"),
                     region: value(s, "region"),
                     topology_categories: value(s, "topology-categories"),
-                    other: BTreeMap::new(),
                 }
             }
             "nodes" => {
@@ -198,7 +249,6 @@ pub fn ini(text: &str) -> Result<Raw, (usize, String)> {
                         s,
                         "exclude-external-network-subnet-cidr",
                     ),
-                    other: BTreeMap::new(),
                 }
             }
             _ => {}
@@ -263,6 +313,5 @@ fn vc_of(s: &IniSection) -> Result<RawVc, (usize, String)> {
         secrets_directory: value(s, "secrets-directory"),
         ip_family: list(value(s, "ip-family")),
         soap_roundtrip_count: soap,
-        other: BTreeMap::new(),
     })
 }

@@ -59,8 +59,8 @@ fn yaml_reads_as_upstream_and_unknown_keys_are_listed() {
     let c = load(
         "global:\n  port: 443\n  insecureFlag: true\n  user: u\n  password: secret-pw\n\
          vcenter:\n  main:\n    server: 127.0.0.1\n    port: 8989\n    datacenters:\n      - DC0\n    ipFamily: [ipv6, ipv4]\n\
-         \x20 second:\n    server: vc2.example.com\n    user: own\n    password: own-pw\n    datacenters: [DC1]\n    caFile: /etc/ca.pem\n\
-         labels:\n  zone: k8s-zone\n  region: k8s-region\n\
+         \x20 second:\n    server: vc2.example.com\n    user: own\n    password: own-pw\n    datacenters: [DC1]\n    caFile: /etc/ca.pem\n    insecure-flag: true\n\
+         labels:\n  zone: k8s-zone\n  region: k8s-region\n  Zone: x\n\
          nodes:\n  externalVmNetworkName: public\n  internalNetworkSubnetCidr: 10.1.0.0/16\n\
          spelledWrong: 1\n",
     )
@@ -86,7 +86,15 @@ fn yaml_reads_as_upstream_and_unknown_keys_are_listed() {
     assert!(matches!(&second.credentials, Credentials::Inline { user, .. } if user == "own"));
     assert_eq!(c.region_category.as_deref(), Some("k8s-region"));
     assert_eq!(c.nodes.external_network_name.as_deref(), Some("public"));
-    assert_eq!(c.unknown, vec!["spelledWrong"]);
+    // Each level's keys checked against its type's (an INI spelling in YAML is unknown).
+    assert_eq!(
+        c.unknown,
+        vec![
+            "spelledWrong",
+            "vcenter.second.insecure-flag",
+            "labels.Zone"
+        ]
+    );
     assert!(!format!("{c:?}").contains("secret-pw"));
 }
 
