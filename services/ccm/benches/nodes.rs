@@ -191,6 +191,7 @@ async fn main() {
         parts: Parts {
             initialize: true,
             lifecycle: true,
+            fencing: None,
         },
         concurrency: 16,
         guard: &DeletionGuard::off(),

@@ -17,7 +17,7 @@ use overcast_ccm::leader::Election;
 use overcast_ccm::leader::{DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE};
 use overcast_ccm::metrics::Metrics;
 use overcast_ccm::nodes::guard::DeletionGuard;
-use overcast_ccm::nodes::{NodeSync, Parts, Wake, WatchTriage};
+use overcast_ccm::nodes::{Fencing, NodeSync, Parts, Wake, WatchTriage};
 use overcast_ccm::retry::Backoff;
 use overcast_ccm::routes::RouteSync;
 use overcast_ccm::services::{self, ServiceSync};
@@ -44,9 +44,14 @@ struct Options {
         default_value = "local"
     )]
     cloud: CloudName,
-    /// Controllers to run: node, node-lifecycle, service, route (comma-separated; * for all).
+    /// Controllers to run: node, node-lifecycle, service, route (comma-separated; * for
+    /// all of them), and node-fencing, which runs only when named (`*,node-fencing`).
     #[arg(long, default_value = "*", value_delimiter = ',')]
     controllers: Vec<String>,
+    /// Fencing: how long a node's Ready condition must have been Unknown (its lease
+    /// expired) before a VM the cloud reports off or gone gets the out-of-service taint.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    node_fencing_grace: Duration,
     #[command(flatten)]
     local: LocalFlags,
     /// Local cloud: where load-balancer addresses come from (default: the cloud-config
@@ -152,6 +157,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 impl Options {
     fn runs(&self, controller: &str) -> bool {
         self.controllers.iter().any(|c| c == "*" || c == controller)
+    }
+
+    /// A controller `*` does not include: it runs only when named.
+    fn runs_named(&self, controller: &str) -> bool {
+        self.controllers.iter().any(|c| c == controller)
     }
 }
 
@@ -376,8 +386,14 @@ impl Controllers {
         let parts = Parts {
             initialize: o.runs("node"),
             lifecycle: o.runs("node-lifecycle"),
+            fencing: o.runs_named("node-fencing").then_some(Fencing {
+                grace: o.node_fencing_grace,
+            }),
         };
-        match (&self.cloud.instances, parts.initialize || parts.lifecycle) {
+        match (
+            &self.cloud.instances,
+            parts.initialize || parts.lifecycle || parts.fencing.is_some(),
+        ) {
             (Some(instances), true) => {
                 let (instances, nodes, metrics, notify, policy, guard) = (
                     Arc::clone(instances),
@@ -403,7 +419,11 @@ impl Controllers {
                             Ok(report) => {
                                 tracing::debug!(?report, "node sync");
                                 retry.succeeded();
-                                period
+                                // A fencing grace that runs out before the period is
+                                // looked at when it does (a second later, at the earliest).
+                                report.recheck_in.map_or(period, |d| {
+                                    d.max(Duration::from_secs(1)).min(period)
+                                })
                             }
                             Err(e) => {
                                 let wait = retry.failed();

@@ -26,6 +26,11 @@ pub struct LeaseLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabel {
+    pub action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CloudCallLabel {
     pub call: String,
 }
@@ -41,6 +46,10 @@ pub struct Metrics {
     pub leader: Family<LeaseLabel, Gauge>,
     /// Services waiting for a retry after their balancer failed.
     pub service_backoff: Gauge,
+    /// Out-of-service taints applied and removed by fencing.
+    pub fencing: Family<ActionLabel, Counter>,
+    /// Nodes carrying fencing's taint after the last sync.
+    pub out_of_service: Gauge,
 }
 
 fn histogram() -> Histogram {
@@ -57,7 +66,15 @@ impl Metrics {
             node_deletions_refused: Counter::default(),
             leader: Family::default(),
             service_backoff: Gauge::default(),
+            fencing: Family::default(),
+            out_of_service: Gauge::default(),
         });
+        // Both series from the start, so that a rate over them is 0, not absent.
+        for action in ["applied", "removed"] {
+            drop(m.fencing.get_or_create(&ActionLabel {
+                action: action.into(),
+            }));
+        }
         registry.register(
             "leader_election_master_status",
             "1 while this replica holds the leader lease, 0 otherwise",
@@ -94,6 +111,16 @@ impl Metrics {
             "NotReady nodes the cloud no longer lists that the deletion guard kept",
             m.node_deletions_refused.clone(),
         );
+        r.register(
+            "node_fencing",
+            "Out-of-service taints the fencing controller applied and removed, by action",
+            m.fencing.clone(),
+        );
+        r.register(
+            "nodes_out_of_service",
+            "Nodes carrying the out-of-service taint the fencing controller applied",
+            m.out_of_service.clone(),
+        );
         m
     }
 
@@ -108,6 +135,14 @@ impl Metrics {
                 name: lease.to_owned(),
             })
             .set(i64::from(yes));
+    }
+
+    pub fn fenced(&self, action: &str) {
+        self.fencing
+            .get_or_create(&ActionLabel {
+                action: action.to_owned(),
+            })
+            .inc();
     }
 
     pub fn cloud_call(&self, call: &str) {

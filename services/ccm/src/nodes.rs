@@ -9,13 +9,17 @@
 //!   one whose instance is shut down gets the shutdown taint, removed when it runs again.
 //!   A cloud error or timeout is never "gone": the whole sync stops and nothing is deleted.
 //!   A successful listing that would make more nodes "gone" than [`guard`] allows deletes
-//!   none of them: a wrong inventory looks exactly like a mass disappearance.
+//!   none of them: a wrong inventory looks exactly like a mass disappearance;
+//! - **fencing** (opt-in): the out-of-service taint on a node whose lease expired and
+//!   whose VM the cloud reports off or gone ([`fencing`]).
 
+pub mod fencing;
 pub mod guard;
 mod watch;
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use futures::StreamExt;
 use std::time::Instant;
@@ -30,6 +34,7 @@ use serde_json::json;
 use crate::addresses::{with_node_ip, AddressPolicy, PROVIDED_NODE_IP};
 use crate::metrics::Metrics;
 use crate::{Error, Result};
+pub use fencing::Fencing;
 use guard::{DeletionGuard, Verdict};
 pub use watch::{slim, Wake, WatchTriage};
 
@@ -47,6 +52,7 @@ const BETA_REGION: &str = "failure-domain.beta.kubernetes.io/region";
 pub struct Parts {
     pub initialize: bool,
     pub lifecycle: bool,
+    pub fencing: Option<Fencing>,
 }
 
 /// What one sync did.
@@ -63,6 +69,10 @@ pub struct SyncReport {
     pub node_ip_unmatched: usize,
     /// NotReady nodes the cloud no longer lists, kept because the guard refused.
     pub deletion_refused: usize,
+    pub fenced: usize,
+    pub unfenced: usize,
+    /// When a node's fencing grace runs out: the next sync should come by then.
+    pub recheck_in: Option<Duration>,
 }
 
 pub struct NodeSync<'a> {
@@ -91,6 +101,9 @@ enum Outcome {
     WaitingForInstance,
     NodeIpUnmatched,
     DeletionRefused,
+    Fenced,
+    Unfenced,
+    FenceWaiting(Duration),
 }
 
 impl SyncReport {
@@ -106,6 +119,11 @@ impl SyncReport {
                 Outcome::WaitingForInstance => self.waiting_for_instance += 1,
                 Outcome::NodeIpUnmatched => self.node_ip_unmatched += 1,
                 Outcome::DeletionRefused => self.deletion_refused += 1,
+                Outcome::Fenced => self.fenced += 1,
+                Outcome::Unfenced => self.unfenced += 1,
+                Outcome::FenceWaiting(d) => {
+                    self.recheck_in = Some(self.recheck_in.map_or(*d, |r| r.min(*d)));
+                }
             }
         }
     }
@@ -222,6 +240,15 @@ impl NodeSync<'_> {
                 }
             }
         }
+        if self.parts.fencing.is_some() {
+            let before = nodes
+                .iter()
+                .filter(|n| fencing::fenced_by_us((*n).borrow()))
+                .count();
+            self.metrics
+                .out_of_service
+                .set((before + report.fenced).saturating_sub(report.unfenced) as i64);
+        }
         match first_error {
             Some(e) => Err(e),
             None => Ok(report),
@@ -231,7 +258,8 @@ impl NodeSync<'_> {
     /// Whether this sync may delete the nodes the listing says are gone: asked of the
     /// guard once, for all of them, with how much of the cluster the listing lacks.
     fn admit_deletions<N: Borrow<Node>>(&self, nodes: &[N], instances: &InstanceIndex) -> bool {
-        if !self.parts.lifecycle {
+        // Fencing a node the listing lacks asks the guard as a deletion would.
+        if !self.parts.lifecycle && self.parts.fencing.is_none() {
             return true;
         }
         let provider = self.cloud.provider_name();
@@ -376,6 +404,12 @@ impl NodeSync<'_> {
         if self.parts.lifecycle {
             outcomes.push(self.lifecycle(node, instance, may_delete).await?);
         }
+        if let Some(fencing) = self.parts.fencing {
+            // A node just deleted needs no fence; one of another provider is not ours.
+            if !outcomes.contains(&Outcome::Deleted) && is_ours(node, self.cloud.provider_name()) {
+                outcomes.push(self.fence(node, instance, may_delete, fencing).await?);
+            }
+        }
         Ok(outcomes)
     }
 
@@ -477,7 +511,11 @@ impl NodeSync<'_> {
                     .or_else(ignore_not_found)?;
                 Ok(Outcome::Deleted)
             }
-            Some(i) if i.state == InstanceState::Shutdown && !ready(node) && !shutdown_tainted => {
+            Some(i)
+                if matches!(i.state, InstanceState::Shutdown | InstanceState::Suspended)
+                    && !ready(node)
+                    && !shutdown_tainted =>
+            {
                 let mut t = taints(node);
                 t.push(Taint {
                     key: SHUTDOWN_TAINT.into(),
@@ -524,11 +562,15 @@ impl NodeSync<'_> {
     }
 
     async fn event(&self, node: &Node, reason: &str, note: String) {
+        self.event_of(node, EventType::Warning, reason, note).await;
+    }
+
+    async fn event_of(&self, node: &Node, type_: EventType, reason: &str, note: String) {
         let Some(recorder) = self.recorder else {
             return;
         };
         let event = Event {
-            type_: EventType::Warning,
+            type_,
             reason: reason.into(),
             note: Some(note),
             action: "NodeLifecycle".into(),

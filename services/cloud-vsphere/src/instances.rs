@@ -81,13 +81,7 @@ impl VsphereInstances {
                     ),
                     addresses: crate::addresses::of(vm, &self.nodes, &source.ip_family),
                     zone: zones.get(&vm.moref).cloned(),
-                    // The power state of a VM the vCenter cannot reach says nothing: it
-                    // is not called shut down (that taint lets volumes be taken away).
-                    state: if vm.power == "poweredOn" || vm.connection != "connected" {
-                        InstanceState::Running
-                    } else {
-                        InstanceState::Shutdown
-                    },
+                    state: power_state(&vm.power, &vm.connection),
                 })
             })
             .collect())
@@ -272,6 +266,20 @@ impl Instances for VsphereInstances {
     }
 }
 
+/// A VM's `runtime.powerState` as an instance state. The power state of a VM the vCenter
+/// cannot reach (`runtime.connectionState` other than `connected`: disconnected,
+/// orphaned, inaccessible) is the last one it saw, so it says nothing: called running,
+/// never off (the shutdown taint and fencing both let volumes be taken away). A
+/// suspended VM resumes where it stopped: not off.
+fn power_state(power: &str, connection: &str) -> InstanceState {
+    match (power, connection) {
+        (_, c) if c != "connected" => InstanceState::Running,
+        ("poweredOff", _) => InstanceState::Shutdown,
+        ("suspended", _) => InstanceState::Suspended,
+        _ => InstanceState::Running,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,5 +375,20 @@ mod tests {
         )
         .unwrap()
         .is_empty());
+    }
+
+    #[test]
+    fn only_a_connected_powered_off_vm_is_off() {
+        for (power, connection, want) in [
+            ("poweredOn", "connected", InstanceState::Running),
+            ("poweredOff", "connected", InstanceState::Shutdown),
+            ("suspended", "connected", InstanceState::Suspended),
+            ("poweredOff", "disconnected", InstanceState::Running),
+            ("poweredOff", "orphaned", InstanceState::Running),
+            ("poweredOff", "inaccessible", InstanceState::Running),
+            ("", "connected", InstanceState::Running),
+        ] {
+            assert_eq!(power_state(power, connection), want, "{power}/{connection}");
+        }
     }
 }

@@ -42,8 +42,17 @@ pub struct NodeAddress {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum InstanceState {
+    /// Running, or in a state the cloud does not call off (starting, migrating, a host
+    /// the cloud cannot reach): whatever runs there may still write.
     Running,
+    /// Powered off, as the cloud positively reports it (zVirt `down`, DVP `Stopped`,
+    /// OpenStack `SHUTOFF`, vSphere `poweredOff`): no guest runs, nothing it held is
+    /// written. The only state the ccm's fencing acts on.
     Shutdown,
+    /// Not running, not off: suspended or paused, it resumes where it stopped, with
+    /// whatever its guest had not written yet. Upstream's shutdown taint applies (no new
+    /// pods), fencing never does.
+    Suspended,
 }
 
 /// One machine as the cloud knows it.

@@ -12,13 +12,13 @@ use serde_json::{json, Value};
 use super::*;
 use crate::testing::{mock, serve, status_reply, Call};
 
-struct FakeCloud {
-    answer: Mutex<Result<Vec<Instance>, String>>,
+pub(super) struct FakeCloud {
+    pub(super) answer: Mutex<Result<Vec<Instance>, String>>,
     calls: AtomicUsize,
 }
 
 impl FakeCloud {
-    fn with(instances: Vec<Instance>) -> Self {
+    pub(super) fn with(instances: Vec<Instance>) -> Self {
         Self {
             answer: Mutex::new(Ok(instances)),
             calls: AtomicUsize::new(0),
@@ -41,7 +41,7 @@ impl Instances for FakeCloud {
     }
 }
 
-fn instance(name: &str, state: InstanceState) -> Instance {
+pub(super) fn instance(name: &str, state: InstanceState) -> Instance {
     Instance {
         node_name: name.into(),
         provider_id: format!("fake://{name}"),
@@ -64,7 +64,7 @@ fn instance(name: &str, state: InstanceState) -> Instance {
     }
 }
 
-fn node(name: &str, taints: &[&str], ready: bool, provider_id: Option<&str>) -> Node {
+pub(super) fn node(name: &str, taints: &[&str], ready: bool, provider_id: Option<&str>) -> Node {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "resourceVersion": "42", "uid": format!("uid-{name}")},
@@ -80,7 +80,7 @@ fn node(name: &str, taints: &[&str], ready: bool, provider_id: Option<&str>) -> 
     .unwrap()
 }
 
-fn node_json(name: &str) -> Value {
+pub(super) fn node_json(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
 }
 
@@ -95,7 +95,7 @@ async fn run(
     run_with(cloud, nodes, calls, parts, &guard, &metrics).await
 }
 
-async fn run_with(
+pub(super) async fn run_with(
     cloud: &FakeCloud,
     nodes: Vec<Node>,
     calls: Vec<Call>,
@@ -126,6 +126,7 @@ async fn run_with(
 const ALL: Parts = Parts {
     initialize: true,
     lifecycle: true,
+    fencing: None,
 };
 
 #[tokio::test]
@@ -350,6 +351,7 @@ async fn controllers_not_chosen_do_nothing() {
         Parts {
             initialize: false,
             lifecycle: false,
+            fencing: None,
         },
     )
     .await;
@@ -488,6 +490,34 @@ fn the_slim_node_answers_every_controller_question_as_the_full_one() {
     let mut down: Node = serde_json::from_value(down).unwrap();
     slim(&mut down);
     assert!(!ready(&down));
+    // Fencing reads Ready's status and last transition, and its own annotation.
+    let mut lost = crate::fixtures::kubelet_node(9);
+    lost["status"]["conditions"][4]["status"] = json!("Unknown");
+    lost["metadata"]["annotations"][fencing::FENCED_ANNOTATION] = json!("then");
+    let lost: Node = serde_json::from_value(lost).unwrap();
+    let mut lost_slim = lost.clone();
+    slim(&mut lost_slim);
+    let off = instance("n", InstanceState::Shutdown);
+    let grace = Fencing {
+        grace: std::time::Duration::from_secs(30),
+    };
+    let now = jiff::Timestamp::now();
+    for n in [&full, &lost] {
+        let mut s = n.clone();
+        slim(&mut s);
+        assert_eq!(
+            fencing::step(&s, Some(&off), true, grace, now),
+            fencing::step(n, Some(&off), true, grace, now)
+        );
+    }
+    assert!(fencing::fenced_by_us(&lost_slim));
+    let mut unmarked = lost.clone();
+    unmarked.metadata.annotations = None;
+    slim(&mut unmarked);
+    assert!(matches!(
+        fencing::step(&unmarked, Some(&off), true, grace, now),
+        fencing::Step::Apply(_)
+    ));
     let before = serde_json::to_vec(&full).unwrap().len();
     let after = serde_json::to_vec(&slim_node).unwrap().len();
     assert!(after * 5 < before, "{before} → {after} bytes");

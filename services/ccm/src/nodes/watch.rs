@@ -49,20 +49,25 @@ fn backend_facts(node: &Node) -> u64 {
 
 /// What the node cache keeps of a Node: what the controllers read — metadata (name, uid,
 /// resourceVersion, labels, deletion), the spec (providerID, taints), the addresses and
-/// the Ready condition's status — and nothing else. A kubelet's Node is mostly what no
+/// the Ready condition's status and last transition — and nothing else. A kubelet's Node is mostly what no
 /// controller here reads (managedFields, the image list, nodeInfo, capacity, the other
 /// conditions' messages, the annotations but kubelet's node IP); memory grows with the
 /// cluster (BENCHMARKS.md, issue 15). Every write is a patch built from what is kept, so nothing dropped here is
 /// ever written back.
 pub fn slim(node: &mut Node) {
     node.metadata.managed_fields = None;
-    // Of the annotations, only the one the address sync reads (kubelet's --node-ip).
-    node.metadata.annotations = node
-        .metadata
-        .annotations
-        .take()
-        .and_then(|mut a| a.remove_entry(crate::addresses::PROVIDED_NODE_IP))
-        .map(|(k, v)| [(k, v)].into());
+    // Of the annotations, only those read here: kubelet's --node-ip (the address sync)
+    // and fencing's own.
+    node.metadata.annotations = node.metadata.annotations.take().and_then(|mut a| {
+        let kept: std::collections::BTreeMap<String, String> = [
+            crate::addresses::PROVIDED_NODE_IP,
+            super::fencing::FENCED_ANNOTATION,
+        ]
+        .into_iter()
+        .filter_map(|k| a.remove_entry(k))
+        .collect();
+        (!kept.is_empty()).then_some(kept)
+    });
     if let Some(status) = node.status.take() {
         // Ready for the controllers here, NetworkUnavailable for the route controller
         // (which writes it only when it changes).
@@ -72,6 +77,8 @@ pub fn slim(node: &mut Node) {
             .flatten()
             .filter(|c| c.type_ == "Ready" || c.type_ == crate::routes::CONDITION)
             .map(|c| k8s_openapi::api::core::v1::NodeCondition {
+                // Fencing's grace counts from Ready's last transition.
+                last_transition_time: c.last_transition_time.filter(|_| c.type_ == "Ready"),
                 type_: c.type_,
                 status: c.status,
                 ..Default::default()
