@@ -208,7 +208,7 @@ impl Disks for LocalCloud {
     }
 
     async fn attach_disk(&self, raw_id: &str, node: &str, readonly: bool) -> Result<Attachment> {
-        if node != self.cfg.node_name {
+        if !self.knows_node(node)? {
             return Err(CloudError::not_found("node", node));
         }
         let (id, _claim) = self.claim(raw_id)?;
@@ -313,12 +313,7 @@ impl Disks for LocalCloud {
         }
         let path = self.path_of(&id);
         let thick = record.thick;
-        let loops: Vec<u32> = record
-            .attachments
-            .iter()
-            .filter(|a| a.node == self.cfg.node_name)
-            .map(|a| a.loop_index)
-            .collect();
+        let loops: Vec<u32> = record.attachments.iter().map(|a| a.loop_index).collect();
         blocking(move || {
             files::grow(&path, size_bytes, thick)?;
             for index in loops {
@@ -341,7 +336,7 @@ impl Disks for LocalCloud {
     }
 
     async fn node_exists(&self, node: &str) -> Result<bool> {
-        Ok(node == self.cfg.node_name)
+        self.knows_node(node)
     }
 
     async fn probe(&self) -> Result<()> {

@@ -5,7 +5,7 @@
 //! down". A file that cannot be read is an error — "unknown", never "gone".
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -34,6 +34,21 @@ struct FileInstance {
     instance_type: Option<String>,
     zone: Option<String>,
     region: Option<String>,
+}
+
+/// The machines of the instances file. A missing file is no answer either: a mistyped
+/// path, a config mount that is not there yet, a file replaced by delete-then-write.
+/// "Gone" must come from an inventory that was read, never from one that was not.
+fn read_file(path: &Path) -> Result<Vec<FileInstance>> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| CloudError::Unavailable(format!("{}: {e}", path.display())))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| CloudError::Unavailable(format!("{}: {e}", path.display())))
+}
+
+/// The names of the machines the instances file lists.
+pub fn machine_names(path: &Path) -> Result<Vec<String>> {
+    Ok(read_file(path)?.into_iter().map(|i| i.name).collect())
 }
 
 /// The keys of one machine in the instances file.
@@ -73,14 +88,7 @@ impl LocalInstances {
         let Some(path) = &self.file else {
             return Ok(vec![]);
         };
-        // A missing file is no answer either: a mistyped path, a config mount that is
-        // not there yet, a file replaced by delete-then-write. "Gone" must come from an
-        // inventory that was read, never from one that was not.
-        let bytes = std::fs::read(path)
-            .map_err(|e| CloudError::Unavailable(format!("{}: {e}", path.display())))?;
-        let listed: Vec<FileInstance> = serde_json::from_slice(&bytes)
-            .map_err(|e| CloudError::Unavailable(format!("{}: {e}", path.display())))?;
-        Ok(listed
+        Ok(read_file(path)?
             .into_iter()
             .filter(|i| i.name != self.node_name)
             .map(|i| Instance {

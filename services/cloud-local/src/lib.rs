@@ -48,6 +48,10 @@ pub struct LocalConfig {
     pub state_dir: PathBuf,
     /// This host's name as nodes know it (the CSI node id).
     pub node_name: String,
+    /// The further machines the ccm lists (`instancesFile`). Every machine of the local
+    /// cloud is on this one (a second kubelet beside the first, in its own namespaces):
+    /// a disk attaches to any of them, as a loop device of this kernel.
+    pub instances_file: Option<PathBuf>,
     pub zone: Zone,
     pub max_attachments_per_node: u64,
 }
@@ -115,6 +119,18 @@ impl LocalCloud {
         self.index.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether `node` is a machine of this cloud: this host, or one the instances file
+    /// lists (read now: it changes; unreadable is no answer, not "unknown node").
+    fn knows_node(&self, node: &str) -> Result<bool> {
+        if node == self.cfg.node_name {
+            return Ok(true);
+        }
+        match &self.cfg.instances_file {
+            None => Ok(false),
+            Some(file) => Ok(instances::machine_names(file)?.iter().any(|n| n == node)),
+        }
+    }
+
     fn path_of(&self, id: &DiskId) -> PathBuf {
         self.disks_dir.join(id.file_name())
     }
@@ -158,7 +174,7 @@ impl LocalCloud {
             })
             .collect();
         let condition = if check {
-            condition(record, &path, &self.cfg.node_name)
+            condition(record, &path)
         } else {
             DiskCondition::Healthy
         };
@@ -224,7 +240,7 @@ fn publish_context(loop_index: u32, path: &Path) -> BTreeMap<String, String> {
     .to_map()
 }
 
-fn condition(record: &DiskRecord, path: &Path, this_node: &str) -> DiskCondition {
+fn condition(record: &DiskRecord, path: &Path) -> DiskCondition {
     if let Some(why) = record.metadata.get(reconcile::UNEXPLAINED) {
         return DiskCondition::Abnormal(format!(
             "kept at start-up, {why}; its CSI name and parameters are unknown: delete it by id once nothing uses it"
@@ -244,7 +260,8 @@ fn condition(record: &DiskRecord, path: &Path, this_node: &str) -> DiskCondition
         }
         Ok(_) => {}
     }
-    for a in record.attachments.iter().filter(|a| a.node == this_node) {
+    // Every machine of the local cloud is this one: each attachment is a device here.
+    for a in &record.attachments {
         if !loopdev::backs(a.loop_index, path) {
             return DiskCondition::Abnormal(format!(
                 "/dev/loop{} no longer backs the disk",

@@ -71,6 +71,11 @@ impl Provider for Local {
                 let config = LocalConfig {
                     state_dir: s.local.state_dir.clone(),
                     node_name: me.node_id.clone(),
+                    instances_file: s
+                        .local
+                        .instances_file
+                        .clone()
+                        .or(file.instances_file.clone()),
                     zone: zone.clone(),
                     max_attachments_per_node: s.max_attachments_per_node,
                 };

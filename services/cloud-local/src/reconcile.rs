@@ -13,7 +13,8 @@
 //! - **Loop devices** are matched to disk files by the file's device and inode, which the
 //!   kernel keeps whatever path it shows (a replaced controller pod's device shows
 //!   `/disks/vol-….img`, its mount of the state directory gone). A disk recorded as
-//!   attached here keeps the device that backs its file, or is re-attached when none does
+//!   attached (to any node: every machine of the local cloud is this one) keeps the device
+//!   that backs its file, or is re-attached when none does
 //!   (a reboot); a device backing one of our files that no record claims is detached —
 //!   unless it is in use, which is left alone and logged (attach adopts it, delete refuses
 //!   the disk while it is bound). One disk, one device.
@@ -216,7 +217,9 @@ pub async fn run(
         };
         let path = disks_dir.join(id.file_name());
         let mut changed = false;
-        for a in record.attachments.iter_mut().filter(|a| a.node == node) {
+        // Every machine of the local cloud is this one: each attachment, whichever node
+        // it names, is a device of this kernel.
+        for a in record.attachments.iter_mut() {
             let candidates: Vec<u32> = devices_of(&id)
                 .into_iter()
                 .filter(|i| !keep.contains(i))
