@@ -42,7 +42,23 @@ sources=/etc/apt/sources.list.d/debian.sources
 slim=(--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*'
       --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*')
 work=$(mktemp -d /tmp/overcast-images.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# What the build leaves in buildah's and podman's storage (the two images, their bases, the
+# stages of the multi-stage Dockerfiles, a failed step's working container) is removed once
+# the archives are written: about 1.5 GB a build, which filled the disk of a machine that
+# builds often. Only what was not there before: the machine's other images are not ours.
+images_before=$(podman images --all --quiet --no-trunc 2>/dev/null | sort -u)
+containers_before=$(buildah containers --quiet --notruncate 2>/dev/null | sort -u)
+cleanup() {
+  local c i
+  for c in $(comm -13 <(echo "$containers_before") <(buildah containers --quiet --notruncate 2>/dev/null | sort -u)); do
+    buildah rm "$c" >/dev/null 2>&1 || true
+  done
+  for i in $(comm -13 <(echo "$images_before") <(podman images --all --quiet --no-trunc 2>/dev/null | sort -u)); do
+    podman rmi --force "$i" >/dev/null 2>&1 || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
 
 # OVERCAST_IMAGE_BASE_CACHE (a directory; .ci/run sets it) keeps the two bases between
 # builds, keyed on what makes them: this script, the xfsprogs trim, the package sources
