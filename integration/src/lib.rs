@@ -23,6 +23,7 @@ pub mod faulty_front;
 pub mod kubelet;
 pub mod kustomize;
 pub mod manifests;
+pub mod node_b;
 pub mod ossim;
 pub mod real;
 pub mod real_node;

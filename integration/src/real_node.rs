@@ -97,9 +97,14 @@ impl Node {
 
     /// Our two images into the node's containerd.
     pub fn import_images(&self) {
+        self.import_images_with(&self.import);
+    }
+
+    /// Our two images into a containerd through its import command (a second node's).
+    pub fn import_images_with(&self, import: &str) {
         for image in ["overcast-csi", "overcast-ccm"] {
             let archive = self.images.join(format!("{image}.tar"));
-            let out = Command::new(&self.import)
+            let out = Command::new(import)
                 .arg(&archive)
                 .output()
                 .expect("image import");

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use overcast_integration::real_node::{claim, disk_files, local_loops, pod, Node, Volume, DRIVER};
 
+mod fencing;
 mod load_balancer;
 mod lost_state;
 mod volumes;
@@ -146,6 +147,7 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
     lost_state::node_plugin_killed_during_first_mkfs(&node);
     lost_state::node_plugin_without_records(&node);
     load_balancer::a_load_balancer_service_reaches_its_pod(&node);
+    fencing::volumes_follow_their_pod_when_its_vm_dies(&node);
 
     // Everything deleted: no loop device, no disk file, no mount left.
     node.kubectl(&["delete", "namespace", NS, "--wait=true", "--timeout=180s"]);
