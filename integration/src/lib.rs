@@ -20,6 +20,7 @@ pub mod dvp_sim;
 pub mod esxi_host;
 pub mod fake_api;
 pub mod faulty_front;
+pub mod fencing;
 pub mod kubelet;
 pub mod kustomize;
 pub mod manifests;

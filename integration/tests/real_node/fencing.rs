@@ -12,205 +12,19 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use overcast_integration::fencing::{
+    attachment, config_secret, configure, pod_node_and_ready, pv_of, remove_machines, statefulset,
+    taints_of_b, vm_b, wait_pod_ready_on, write_machines, Ccm, KUBELET_ARGS, MACHINES_HOST,
+    OUT_OF_SERVICE,
+};
 use overcast_integration::node_b::{self, NodeB};
 use overcast_integration::real_node::Node;
 use overcast_integration::say_skipped;
 
 const NS: &str = "overcast-it-fencing";
-/// Where the test keeps the local cloud's instances file on the host, and where the csi
-/// controller and the ccm read it.
-const MACHINES_HOST: &str = "/var/lib/overcast-test-machines";
-const MACHINES_POD: &str = "/etc/overcast-machines";
-const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 /// The ccm's fencing grace and node sync period in this test, seconds.
 const GRACE: u64 = 5;
 const SYNC: u64 = 5;
-const KUBELET_ARGS: &str = "--cloud-provider=external";
-
-fn write_machines(text: &str) {
-    std::fs::create_dir_all(MACHINES_HOST).unwrap();
-    let tmp = Path::new(MACHINES_HOST).join(".instances.json.tmp");
-    std::fs::write(&tmp, text).unwrap();
-    // Atomic, as a cloud's inventory changes: never a half-written file.
-    std::fs::rename(&tmp, Path::new(MACHINES_HOST).join("instances.json")).unwrap();
-}
-
-fn vm_b(state: &str) -> String {
-    format!(
-        r#"[{{"name": "{}", "addresses": [{{"type": "InternalIP", "address": "{}"}}], "state": "{state}"}}]"#,
-        node_b::NAME,
-        node_b::ADDRESS
-    )
-}
-
-fn config_secret(instances: bool) -> String {
-    let file = if instances {
-        format!("\n    instancesFile: {MACHINES_POD}/instances.json")
-    } else {
-        String::new()
-    };
-    format!(
-        r#"apiVersion: v1
-kind: Secret
-metadata: {{name: overcast-cloud-config, namespace: kube-system, labels: {{app.kubernetes.io/name: overcast}}}}
-type: Opaque
-stringData:
-  cloud-config: |
-    zone: local
-    region: local
-    loadBalancerPool: 127.240.0.0/16{file}
-"#
-    )
-}
-
-/// The csi controller and the ccm read the instances file; the ccm fences, quickly, and
-/// stays on `vm` (the node that lives).
-fn configure(node: &Node) {
-    node.apply("fencing-config", &[config_secret(true)]);
-    let mount = format!(
-        r#"{{"spec":{{"template":{{"spec":{{"volumes":[{{"name":"machines","hostPath":{{"path":"{MACHINES_HOST}","type":"Directory"}}}}],"containers":[{{"name":"CONTAINER","volumeMounts":[{{"name":"machines","mountPath":"{MACHINES_POD}","readOnly":true}}]}}]}}}}}}}}"#
-    );
-    node.kubectl(&[
-        "-n",
-        "kube-system",
-        "patch",
-        "deployment",
-        "overcast-csi-controller",
-        "-p",
-        &mount.replace("CONTAINER", "csi"),
-    ]);
-    let args = node.kubectl(&[
-        "-n",
-        "kube-system",
-        "get",
-        "deployment",
-        "overcast-cloud-controller-manager",
-        "-o",
-        "jsonpath={.spec.template.spec.containers[?(@.name==\"ccm\")].args}",
-    ]);
-    let mut args: Vec<String> = serde_json::from_str(&args).expect("the ccm's args");
-    args.retain(|a| {
-        ![
-            "--controllers",
-            "--node-fencing-grace",
-            "--node-sync-period",
-        ]
-        .iter()
-        .any(|f| a.starts_with(f))
-    });
-    args.extend([
-        "--controllers=*,node-fencing".to_owned(),
-        format!("--node-fencing-grace={GRACE}s"),
-        format!("--node-sync-period={SYNC}"),
-    ]);
-    let ccm = serde_json::json!({"spec": {"template": {"spec": {
-        "nodeSelector": {"kubernetes.io/hostname": "vm"},
-        "containers": [{"name": "ccm", "args": args}],
-    }}}});
-    node.kubectl(&[
-        "-n",
-        "kube-system",
-        "patch",
-        "deployment",
-        "overcast-cloud-controller-manager",
-        "-p",
-        &ccm.to_string(),
-    ]);
-    node.kubectl(&[
-        "-n",
-        "kube-system",
-        "patch",
-        "deployment",
-        "overcast-cloud-controller-manager",
-        "-p",
-        &mount.replace("CONTAINER", "ccm"),
-    ]);
-    for name in [
-        "overcast-csi-controller",
-        "overcast-cloud-controller-manager",
-    ] {
-        node.kubectl(&[
-            "-n",
-            "kube-system",
-            "rollout",
-            "status",
-            "deployment",
-            name,
-            "--timeout=180s",
-        ]);
-    }
-}
-
-fn statefulset() -> String {
-    format!(
-        r#"apiVersion: apps/v1
-kind: StatefulSet
-metadata: {{name: fenced, namespace: {NS}}}
-spec:
-  serviceName: fenced
-  replicas: 1
-  selector: {{matchLabels: {{app: fenced}}}}
-  template:
-    metadata: {{labels: {{app: fenced}}}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      tolerations: [{{key: {taint}, operator: Exists, effect: NoSchedule}}]
-      containers:
-      - name: c
-        image: busybox:1.35.0
-        imagePullPolicy: Never
-        command: [sh, -c, "[ -f /data/file ] || (echo written-on-$NODE > /data/file && sync); sleep 3600"]
-        env: [{{name: NODE, valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}}}]
-        readinessProbe: {{exec: {{command: [cat, /data/file]}}, periodSeconds: 1}}
-        volumeMounts: [{{name: data, mountPath: /data}}]
-  volumeClaimTemplates:
-  - metadata: {{name: data}}
-    spec:
-      accessModes: [ReadWriteOnce]
-      storageClassName: overcast-local
-      resources: {{requests: {{storage: 64Mi}}}}
-"#,
-        taint = node_b::TAINT
-    )
-}
-
-fn pod_node_and_ready(node: &Node) -> String {
-    node.try_kubectl(&[
-        "-n",
-        NS,
-        "get",
-        "pod",
-        "fenced-0",
-        "-o",
-        "jsonpath={.spec.nodeName} {.status.conditions[?(@.type==\"Ready\")].status}",
-    ])
-    .unwrap_or_default()
-}
-
-fn taints_of_b(node: &Node) -> String {
-    node.try_kubectl(&[
-        "get",
-        "node",
-        node_b::NAME,
-        "-o",
-        "jsonpath={.spec.taints[*].key}",
-    ])
-    .unwrap_or_default()
-}
-
-/// Where the volume is attached, as the attach/detach controller recorded it.
-fn attachment(node: &Node, pv: &str) -> String {
-    node.kubectl(&[
-        "get",
-        "volumeattachment",
-        "-o",
-        &format!(
-            "jsonpath={{range .items[?(@.spec.source.persistentVolumeName==\"{pv}\")]}}{{.spec.nodeName}}:{{.status.attached}} {{end}}"
-        ),
-    ])
-    .trim()
-    .to_owned()
-}
 
 /// Nothing fenced and nothing detached for `hold`: the taint never came, the volume
 /// stayed attached to `vm-b` and the pod bound to it.
@@ -228,7 +42,7 @@ fn nothing_fenced_for(node: &Node, pv: &str, hold: Duration, why: &str) {
             "{why}: the volume moved"
         );
         assert!(
-            pod_node_and_ready(node).starts_with(node_b::NAME),
+            pod_node_and_ready(node, NS).starts_with(node_b::NAME),
             "{why}: the pod left vm-b"
         );
         std::thread::sleep(Duration::from_secs(1));
@@ -263,7 +77,14 @@ pub fn volumes_follow_their_pod_when_its_vm_dies(node: &Node) {
         return;
     }
     write_machines(&vm_b("running"));
-    configure(node);
+    configure(
+        node,
+        &Ccm {
+            fencing: true,
+            grace: Some(GRACE),
+            sync_period: Some(SYNC),
+        },
+    );
     let Some(b) = NodeB::up(
         &kit,
         Path::new("/tmp/overcast-node-b"),
@@ -289,34 +110,10 @@ pub fn volumes_follow_their_pod_when_its_vm_dies(node: &Node) {
     // The pod on vm-b: vm cordoned while it is scheduled.
     let _ = node.try_kubectl(&["create", "namespace", NS]);
     node.kubectl(&["cordon", "vm"]);
-    node.apply("fencing-statefulset", &[statefulset()]);
-    node.wait_for(
-        "the pod Ready on vm-b with its volume",
-        Duration::from_secs(180),
-        &[
-            "-n",
-            NS,
-            "get",
-            "pod",
-            "fenced-0",
-            "-o",
-            "jsonpath={.spec.nodeName} {.status.conditions[?(@.type==\"Ready\")].status}",
-        ],
-        |out| out.trim() == format!("{} True", node_b::NAME),
-    );
+    node.apply("fencing-statefulset", &[statefulset(NS)]);
+    wait_pod_ready_on(node, NS, node_b::NAME, Duration::from_secs(180));
     node.kubectl(&["uncordon", "vm"]);
-    let pv = node
-        .kubectl(&[
-            "-n",
-            NS,
-            "get",
-            "pvc",
-            "data-fenced-0",
-            "-o",
-            "jsonpath={.spec.volumeName}",
-        ])
-        .trim()
-        .to_owned();
+    let pv = pv_of(node, NS);
     assert_eq!(attachment(node, &pv), format!("{}:true", node_b::NAME));
 
     // vm-b dies. The cloud's inventory is an HTML page: no answer.
@@ -339,7 +136,7 @@ pub fn volumes_follow_their_pod_when_its_vm_dies(node: &Node) {
     // The cloud says the VM runs: it may still write.
     write_machines(&vm_b("running"));
     nothing_fenced_for(node, &pv, hold, "the VM reported running");
-    let _ = std::fs::remove_file(Path::new(MACHINES_HOST).join("instances.json"));
+    remove_machines();
     nothing_fenced_for(node, &pv, hold, "no inventory at all");
 
     // The cloud reports it off: fenced, and the pod runs on vm with vm-b's data.
@@ -358,20 +155,7 @@ pub fn volumes_follow_their_pod_when_its_vm_dies(node: &Node) {
         |out| out.contains(OUT_OF_SERVICE),
     );
     let tainted = off.elapsed();
-    node.wait_for(
-        "the pod Ready on vm",
-        Duration::from_secs(300),
-        &[
-            "-n",
-            NS,
-            "get",
-            "pod",
-            "fenced-0",
-            "-o",
-            "jsonpath={.spec.nodeName} {.status.conditions[?(@.type==\"Ready\")].status}",
-        ],
-        |out| out.trim() == "vm True",
-    );
+    wait_pod_ready_on(node, NS, "vm", Duration::from_secs(300));
     eprintln!(
         "fencing: tainted {:?} and the pod Ready on vm {:?} after the cloud reported vm-b off",
         tainted,

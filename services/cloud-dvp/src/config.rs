@@ -4,14 +4,12 @@
 //! carries it) and from the variables upstream's cloud-provider-dvp reads
 //! (`DVP_KUBERNETES_CONFIG_BASE64`, `DVP_NAMESPACE`), which win over the file.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use base64::Engine as _;
 use kube::config::Kubeconfig;
-use overcast_cloud::config::{read_optional, serde_fields, FileKeys};
+use overcast_cloud::config::{read_optional, serde_fields, yaml_and_unknown_keys, FileKeys};
 use overcast_cloud::ConfigError;
-use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 const CLOUD: &str = "dvp";
@@ -66,21 +64,7 @@ impl Config {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
         let text = read_optional(CLOUD, path)?;
-        let (file, keys): (File, BTreeMap<String, IgnoredAny>) = match text
-            .as_deref()
-            .map(str::trim)
-        {
-            None | Some("") => Default::default(),
-            Some(text) => {
-                let parse = |e| {
-                    ConfigError::invalid(CLOUD, path, format!("not the YAML this cloud reads: {e}"))
-                };
-                (
-                    serde_saphyr::from_str(text).map_err(parse)?,
-                    serde_saphyr::from_str(text).map_err(parse)?,
-                )
-            }
-        };
+        let (file, unknown_keys): (File, _) = yaml_and_unknown_keys(CLOUD, path, text.as_deref())?;
         let nonempty = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
         let namespace = nonempty(env(ENV_NAMESPACE)).or(nonempty(file.namespace));
         let kubeconfig = match (
@@ -128,10 +112,7 @@ impl Config {
             (Some(namespace), Some(kubeconfig)) if missing.is_empty() => Ok(Self {
                 namespace,
                 kubeconfig,
-                unknown_keys: keys
-                    .into_keys()
-                    .filter(|k| !serde_fields::<File>().contains(&k.as_str()))
-                    .collect(),
+                unknown_keys,
             }),
             _ => Err(ConfigError::Missing {
                 cloud: CLOUD,

@@ -4,12 +4,10 @@
 //! cloud-provider-zvirt reads (`ZVIRT_API_URL`, `ZVIRT_USERNAME`, `ZVIRT_PASSWORD`,
 //! `ZVIRT_INSECURE`, `ZVIRT_CA_BUNDLE`), which win over the file.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use overcast_cloud::config::{read_optional, serde_fields, FileKeys};
+use overcast_cloud::config::{read_optional, serde_fields, yaml_and_unknown_keys, FileKeys};
 use overcast_cloud::ConfigError;
-use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 const CLOUD: &str = "zvirt";
@@ -80,21 +78,7 @@ impl Config {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
         let text = read_optional(CLOUD, path)?;
-        let (file, keys): (File, BTreeMap<String, IgnoredAny>) = match text
-            .as_deref()
-            .map(str::trim)
-        {
-            None | Some("") => Default::default(),
-            Some(text) => {
-                let parse = |e| {
-                    ConfigError::invalid(CLOUD, path, format!("not the YAML this cloud reads: {e}"))
-                };
-                (
-                    serde_saphyr::from_str(text).map_err(parse)?,
-                    serde_saphyr::from_str(text).map_err(parse)?,
-                )
-            }
-        };
+        let (file, unknown_keys): (File, _) = yaml_and_unknown_keys(CLOUD, path, text.as_deref())?;
         let pick = |var: &str, from_file: Option<String>| {
             env(var)
                 .filter(|v| !v.trim().is_empty())
@@ -140,10 +124,7 @@ impl Config {
             password,
             insecure,
             ca_bundle,
-            unknown_keys: keys
-                .into_keys()
-                .filter(|k| !serde_fields::<File>().contains(&k.as_str()))
-                .collect(),
+            unknown_keys,
         })
     }
 }

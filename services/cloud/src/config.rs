@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 mod keys;
 
-pub use keys::{serde_fields, FileKeys};
+pub use keys::{serde_fields, yaml_and_unknown_keys, FileKeys};
 
 /// A configuration a provider cannot start with.
 #[derive(Debug, Clone, PartialEq, Eq)]

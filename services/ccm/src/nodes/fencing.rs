@@ -119,6 +119,31 @@ pub fn step(
 }
 
 impl NodeSync<'_> {
+    /// One patch, guarded by the version read: the node's taints, and this controller's
+    /// annotation set (`null`: removed). A node changed since is a 409, read again.
+    async fn mark(
+        &self,
+        node: &Node,
+        taints: Vec<Taint>,
+        annotation: serde_json::Value,
+    ) -> Result<()> {
+        let patch = json!({
+            "metadata": {
+                "resourceVersion": node.resource_version(),
+                "annotations": { FENCED_ANNOTATION: annotation },
+            },
+            "spec": { "taints": taints },
+        });
+        self.api
+            .patch(
+                &node.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        Ok(())
+    }
+
     pub(super) async fn fence(
         &self,
         node: &Node,
@@ -138,19 +163,7 @@ impl NodeSync<'_> {
                     effect: "NoExecute".into(),
                     time_added: Some(Time(now)),
                 });
-                let patch = json!({
-                    "metadata": {
-                        "resourceVersion": node.resource_version(),
-                        "annotations": { FENCED_ANNOTATION: format!("{now}: the cloud {answer}") },
-                    },
-                    "spec": { "taints": t },
-                });
-                self.api
-                    .patch(
-                        &node.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
+                self.mark(node, t, json!(format!("{now}: the cloud {answer}")))
                     .await?;
                 tracing::warn!(node = %node.name_any(), cloud = answer, "node fenced: out-of-service taint applied");
                 self.metrics.fenced("applied");
@@ -173,20 +186,7 @@ impl NodeSync<'_> {
                     .into_iter()
                     .filter(|t| t.key != OUT_OF_SERVICE_TAINT)
                     .collect();
-                let patch = json!({
-                    "metadata": {
-                        "resourceVersion": node.resource_version(),
-                        "annotations": { FENCED_ANNOTATION: null },
-                    },
-                    "spec": { "taints": t },
-                });
-                self.api
-                    .patch(
-                        &node.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
-                    .await?;
+                self.mark(node, t, serde_json::Value::Null).await?;
                 tracing::info!(node = %node.name_any(), "node back: out-of-service taint removed");
                 self.metrics.fenced("removed");
                 self.event_of(

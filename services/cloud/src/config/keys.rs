@@ -2,7 +2,35 @@
 //! the configuration reference (`docs/reference.md`): the sections and keys the parser
 //! knows and the variables that win over them.
 
-use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::de::{self, DeserializeOwned, Deserializer, IgnoredAny, Visitor};
+
+use super::ConfigError;
+
+/// A YAML file's text (`None` or blank: `T`'s default) read as `T`, and its top-level keys
+/// `T` does not read (the caller warns: upstream ignores them).
+pub fn yaml_and_unknown_keys<T: DeserializeOwned + Default>(
+    cloud: &'static str,
+    path: Option<&Path>,
+    text: Option<&str>,
+) -> Result<(T, Vec<String>), ConfigError> {
+    let Some(text) = text.map(str::trim).filter(|t| !t.is_empty()) else {
+        return Ok((T::default(), Vec::new()));
+    };
+    let invalid =
+        |e| ConfigError::invalid(cloud, path, format!("not the YAML this cloud reads: {e}"));
+    let value: T = serde_saphyr::from_str(text).map_err(invalid)?;
+    // Read again as bare keys: the ones the type does not name.
+    let keys: BTreeMap<String, IgnoredAny> = serde_saphyr::from_str(text).map_err(invalid)?;
+    let known = serde_fields::<T>();
+    let unknown = keys
+        .into_keys()
+        .filter(|k| !known.contains(&k.as_str()))
+        .collect();
+    Ok((value, unknown))
+}
 
 /// One cloud's `--cloud-config` file and the environment variables its provider reads.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,263 @@
+//! What the fencing test and benchmark share on the kit's node and a second one
+//! ([`crate::node_b`]): the local cloud's inventory as a file they rewrite (the VM's
+//! power state), the suite configured to read it, and a StatefulSet whose pod starts on
+//! the second node.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::node_b;
+use crate::real_node::Node;
+
+/// Where the instances file lives on the host, and where the csi controller and the ccm
+/// read it.
+pub const MACHINES_HOST: &str = "/var/lib/overcast-test-machines";
+const MACHINES_POD: &str = "/etc/overcast-machines";
+pub const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+/// kubelet as the clusters a ccm serves run it.
+pub const KUBELET_ARGS: &str = "--cloud-provider=external";
+
+/// The inventory, replaced at once (as a cloud's changes: never half-written).
+pub fn write_machines(text: &str) {
+    std::fs::create_dir_all(MACHINES_HOST).unwrap();
+    let tmp = Path::new(MACHINES_HOST).join(".instances.json.tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, Path::new(MACHINES_HOST).join("instances.json")).unwrap();
+}
+
+pub fn remove_machines() {
+    let _ = std::fs::remove_file(Path::new(MACHINES_HOST).join("instances.json"));
+}
+
+/// The second node's VM in `state` (`running`, `shutdown`), at its address.
+pub fn vm_b(state: &str) -> String {
+    format!(
+        r#"[{{"name": "{}", "addresses": [{{"type": "InternalIP", "address": "{}"}}], "state": "{state}"}}]"#,
+        node_b::NAME,
+        node_b::ADDRESS
+    )
+}
+
+/// The local overlay's cloud-config Secret, with the instances file or without.
+pub fn config_secret(instances: bool) -> String {
+    let file = if instances {
+        format!("\n    instancesFile: {MACHINES_POD}/instances.json")
+    } else {
+        String::new()
+    };
+    format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata: {{name: overcast-cloud-config, namespace: kube-system, labels: {{app.kubernetes.io/name: overcast}}}}
+type: Opaque
+stringData:
+  cloud-config: |
+    zone: local
+    region: local
+    loadBalancerPool: 127.240.0.0/16{file}
+"#
+    )
+}
+
+/// How the ccm runs: fencing or not, and its timings (`None`: the defaults).
+pub struct Ccm {
+    pub fencing: bool,
+    pub grace: Option<u64>,
+    pub sync_period: Option<u64>,
+}
+
+/// The csi controller and the ccm read the instances file; the ccm runs as `ccm` says,
+/// on `vm` (the node that lives). Waits for both to roll out.
+pub fn configure(node: &Node, ccm: &Ccm) {
+    node.apply("fencing-config", &[config_secret(true)]);
+    let mount = format!(
+        r#"{{"spec":{{"template":{{"spec":{{"volumes":[{{"name":"machines","hostPath":{{"path":"{MACHINES_HOST}","type":"DirectoryOrCreate"}}}}],"containers":[{{"name":"CONTAINER","volumeMounts":[{{"name":"machines","mountPath":"{MACHINES_POD}","readOnly":true}}]}}]}}}}}}}}"#
+    );
+    let patch = |name: &str, body: &str| {
+        node.kubectl(&["-n", "kube-system", "patch", "deployment", name, "-p", body]);
+    };
+    patch(
+        "overcast-csi-controller",
+        &mount.replace("CONTAINER", "csi"),
+    );
+    let args = node.kubectl(&[
+        "-n",
+        "kube-system",
+        "get",
+        "deployment",
+        "overcast-cloud-controller-manager",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[?(@.name==\"ccm\")].args}",
+    ]);
+    let mut args: Vec<String> = serde_json::from_str(&args).expect("the ccm's args");
+    args.retain(|a| {
+        ![
+            "--controllers",
+            "--node-fencing-grace",
+            "--node-sync-period",
+        ]
+        .iter()
+        .any(|f| a.starts_with(f))
+    });
+    if ccm.fencing {
+        args.push("--controllers=*,node-fencing".to_owned());
+    }
+    if let Some(g) = ccm.grace {
+        args.push(format!("--node-fencing-grace={g}s"));
+    }
+    if let Some(s) = ccm.sync_period {
+        args.push(format!("--node-sync-period={s}"));
+    }
+    let body = serde_json::json!({"spec": {"template": {"spec": {
+        "nodeSelector": {"kubernetes.io/hostname": "vm"},
+        "containers": [{"name": "ccm", "args": args}],
+    }}}});
+    patch("overcast-cloud-controller-manager", &body.to_string());
+    patch(
+        "overcast-cloud-controller-manager",
+        &mount.replace("CONTAINER", "ccm"),
+    );
+    for name in [
+        "overcast-csi-controller",
+        "overcast-cloud-controller-manager",
+    ] {
+        node.kubectl(&[
+            "-n",
+            "kube-system",
+            "rollout",
+            "status",
+            "deployment",
+            name,
+            "--timeout=180s",
+        ]);
+    }
+}
+
+/// A StatefulSet of one pod in `ns`, tolerating the second node's taint, writing
+/// `written-on-<node>` to its new volume, Ready while it can read it.
+pub fn statefulset(ns: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: fenced, namespace: {ns}}}
+spec:
+  serviceName: fenced
+  replicas: 1
+  selector: {{matchLabels: {{app: fenced}}}}
+  template:
+    metadata: {{labels: {{app: fenced}}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      tolerations: [{{key: {taint}, operator: Exists, effect: NoSchedule}}]
+      containers:
+      - name: c
+        image: busybox:1.35.0
+        imagePullPolicy: Never
+        command: [sh, -c, "[ -f /data/file ] || (echo written-on-$NODE > /data/file && sync); sleep 3600"]
+        env: [{{name: NODE, valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}}}]
+        readinessProbe: {{exec: {{command: [cat, /data/file]}}, periodSeconds: 1}}
+        volumeMounts: [{{name: data, mountPath: /data}}]
+  volumeClaimTemplates:
+  - metadata: {{name: data}}
+    spec:
+      accessModes: [ReadWriteOnce]
+      storageClassName: overcast-local
+      resources: {{requests: {{storage: 64Mi}}}}
+"#,
+        taint = node_b::TAINT
+    )
+}
+
+/// `<node> <Ready status>` of the StatefulSet's pod (empty while there is none).
+pub fn pod_node_and_ready(node: &Node, ns: &str) -> String {
+    node.try_kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "pod",
+        "fenced-0",
+        "-o",
+        "jsonpath={.spec.nodeName} {.status.conditions[?(@.type==\"Ready\")].status}",
+    ])
+    .unwrap_or_default()
+    .trim()
+    .to_owned()
+}
+
+/// Waits until the StatefulSet's pod is Ready on `on`.
+pub fn wait_pod_ready_on(node: &Node, ns: &str, on: &str, limit: Duration) {
+    node.wait_for(
+        &format!("the pod Ready on {on}"),
+        limit,
+        &[
+            "-n",
+            ns,
+            "get",
+            "pod",
+            "fenced-0",
+            "-o",
+            "jsonpath={.spec.nodeName} {.status.conditions[?(@.type==\"Ready\")].status}",
+        ],
+        |out| out.trim() == format!("{on} True"),
+    );
+}
+
+/// The StatefulSet's pod moved to the second node: `vm` cordoned while it is placed.
+pub fn pod_to_vm_b(node: &Node, ns: &str) {
+    node.kubectl(&["cordon", "vm"]);
+    if !pod_node_and_ready(node, ns).starts_with(node_b::NAME) {
+        let _ = node.try_kubectl(&["-n", ns, "delete", "pod", "fenced-0", "--wait=true"]);
+    }
+    wait_pod_ready_on(node, ns, node_b::NAME, Duration::from_secs(180));
+    node.kubectl(&["uncordon", "vm"]);
+}
+
+/// A field of the second node's Node (`jsonpath`), empty when it cannot be read.
+fn of_b(node: &Node, jsonpath: &str) -> String {
+    node.try_kubectl(&["get", "node", node_b::NAME, "-o", jsonpath])
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+pub fn taints_of_b(node: &Node) -> String {
+    of_b(node, "jsonpath={.spec.taints[*].key}")
+}
+
+/// Where the PV is attached, as the attach/detach controller recorded it
+/// (`<node>:<attached> …`).
+pub fn attachment(node: &Node, pv: &str) -> String {
+    node.kubectl(&[
+        "get",
+        "volumeattachment",
+        "-o",
+        &format!(
+            "jsonpath={{range .items[?(@.spec.source.persistentVolumeName==\"{pv}\")]}}{{.spec.nodeName}}:{{.status.attached}} {{end}}"
+        ),
+    ])
+    .trim()
+    .to_owned()
+}
+
+/// The second node's Ready condition's status.
+pub fn ready_of_b(node: &Node) -> String {
+    of_b(
+        node,
+        "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+    )
+}
+
+/// The PV of the StatefulSet's claim.
+pub fn pv_of(node: &Node, ns: &str) -> String {
+    node.kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "pvc",
+        "data-fenced-0",
+        "-o",
+        "jsonpath={.spec.volumeName}",
+    ])
+    .trim()
+    .to_owned()
+}
