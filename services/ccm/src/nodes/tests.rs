@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::testing::{mock, serve, status_reply, Call};
+use crate::Error;
 
 pub(super) struct FakeCloud {
     pub(super) answer: Mutex<Result<Vec<Instance>, String>>,
