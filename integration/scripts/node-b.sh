@@ -82,6 +82,11 @@ kit=${2:?usage: node-b.sh up KIT_NODE_DIR DIR} dir=${3:?usage: node-b.sh up KIT_
 [ ${#dir} -le 60 ] || { echo "node-b: DIR is too long for unix sockets under it: $dir" >&2; exit 1; }
 if [ -n "$(members)" ]; then echo "node-b: $node runs already ($cg has processes); down it first" >&2; exit 1; fi
 remove_cgroups
+# Only a directory this script made (its marker) or an empty one is cleared: a mistyped DIR
+# must not lose anything.
+if [ -d "$dir" ] && [ -n "$(ls -A "$dir")" ] && [ ! -f "$dir/.node-b" ]; then
+  echo "node-b: $dir is not empty and is not a second node's directory" >&2; exit 1
+fi
 rm -rf "$dir"; mkdir -p "$dir"; touch "$dir/.node-b"
 kubeconfig=$kit/kube/admin.kubeconfig pki=$kit/kube/pki
 port=$(grep -o 'https://127.0.0.1:[0-9]*' "$kubeconfig" | cut -d: -f3)
