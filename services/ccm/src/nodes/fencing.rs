@@ -27,7 +27,6 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 use overcast_cloud::{Instance, InstanceState};
@@ -119,31 +118,6 @@ pub fn step(
 }
 
 impl NodeSync<'_> {
-    /// One patch, guarded by the version read: the node's taints, and this controller's
-    /// annotation set (`null`: removed). A node changed since is a 409, read again.
-    async fn mark(
-        &self,
-        node: &Node,
-        taints: Vec<Taint>,
-        annotation: serde_json::Value,
-    ) -> Result<()> {
-        let patch = json!({
-            "metadata": {
-                "resourceVersion": node.resource_version(),
-                "annotations": { FENCED_ANNOTATION: annotation },
-            },
-            "spec": { "taints": taints },
-        });
-        self.api
-            .patch(
-                &node.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
-        Ok(())
-    }
-
     pub(super) async fn fence(
         &self,
         node: &Node,
@@ -163,8 +137,15 @@ impl NodeSync<'_> {
                     effect: "NoExecute".into(),
                     time_added: Some(Time(now)),
                 });
-                self.mark(node, t, json!(format!("{now}: the cloud {answer}")))
-                    .await?;
+                self.set_taints(
+                    node,
+                    t,
+                    Some((
+                        FENCED_ANNOTATION,
+                        json!(format!("{now}: the cloud {answer}")),
+                    )),
+                )
+                .await?;
                 tracing::warn!(node = %node.name_any(), cloud = answer, "node fenced: out-of-service taint applied");
                 self.metrics.fenced("applied");
                 self.event_of(
@@ -186,7 +167,8 @@ impl NodeSync<'_> {
                     .into_iter()
                     .filter(|t| t.key != OUT_OF_SERVICE_TAINT)
                     .collect();
-                self.mark(node, t, serde_json::Value::Null).await?;
+                self.set_taints(node, t, Some((FENCED_ANNOTATION, serde_json::Value::Null)))
+                    .await?;
                 tracing::info!(node = %node.name_any(), "node back: out-of-service taint removed");
                 self.metrics.fenced("removed");
                 self.event_of(

@@ -127,7 +127,7 @@ impl NodeSync<'_> {
                     effect: "NoSchedule".into(),
                     ..Default::default()
                 });
-                self.set_taints(node, t).await?;
+                self.set_taints(node, t, None).await?;
                 Ok(Outcome::TaintedShutdown)
             }
             Some(i) if i.state == InstanceState::Running && shutdown_tainted => {
@@ -135,15 +135,26 @@ impl NodeSync<'_> {
                     .into_iter()
                     .filter(|t| t.key != SHUTDOWN_TAINT)
                     .collect();
-                self.set_taints(node, t).await?;
+                self.set_taints(node, t, None).await?;
                 Ok(Outcome::Untainted)
             }
             _ => Ok(Outcome::Nothing),
         }
     }
 
-    async fn set_taints(&self, node: &Node, taints: Vec<Taint>) -> Result<()> {
-        let patch = json!({ "metadata": { "resourceVersion": node.resource_version() }, "spec": { "taints": taints } });
+    /// `node`'s taints replaced by `taints` — and `annotation` (`(key, value)`, a `null`
+    /// value removing it) set with them — in one patch guarded by the resourceVersion
+    /// this sync read: a Node changed since is left for the next sync, never overwritten.
+    pub(super) async fn set_taints(
+        &self,
+        node: &Node,
+        taints: Vec<Taint>,
+        annotation: Option<(&str, serde_json::Value)>,
+    ) -> Result<()> {
+        let mut patch = json!({ "metadata": { "resourceVersion": node.resource_version() }, "spec": { "taints": taints } });
+        if let Some((key, value)) = annotation {
+            patch["metadata"]["annotations"] = json!({ key: value });
+        }
         self.api
             .patch(
                 &node.name_any(),
