@@ -115,10 +115,22 @@ impl Engine {
         }
     }
 
-    /// VM `id`'s status (`up`, `down`, `powering_up`, …).
+    /// VM `id`'s status (`up`, `down`, `powering_up`, …), as something outside the API
+    /// changed it (the VM crashed, was powered off in the host's console, or the engine
+    /// lost its host). What its guest reported goes as the engine's
+    /// `ResourceManager.internalSetVmStatus` resets it: for a VM not running (`down`,
+    /// `suspended`, `image_locked`, `image_illegal`) and `unknown`; `not_responding`
+    /// keeps the last report.
     pub fn set_vm_status(&self, id: &str, status: &str) {
         if let Some(vm) = self.state.lock().expect("state").vms.get_mut(id) {
             vm.status = status.to_owned();
+            vm.next.clear();
+            if matches!(
+                status,
+                "down" | "suspended" | "image_locked" | "image_illegal" | "unknown"
+            ) {
+                vm.ips.clear();
+            }
         }
     }
 

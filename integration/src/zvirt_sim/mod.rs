@@ -304,19 +304,25 @@ impl Engine {
     /// Serves plain HTTP on a loopback port; returns the API URL
     /// (`http://127.0.0.1:N/ovirt-engine/api`).
     pub async fn start(&self) -> String {
-        self.serve(None).await
+        self.serve("127.0.0.1:0", None).await
+    }
+
+    /// Serves plain HTTP on `address` (`ip:port`): where pods reach it, as the real-node
+    /// test's engine at the kit's pod gateway; returns the API URL.
+    pub async fn start_on(&self, address: &str) -> String {
+        self.serve(address, None).await
     }
 
     /// Serves HTTPS with `tls`'s certificate, as a real engine does (its own CA);
     /// returns the API URL (`https://127.0.0.1:N/ovirt-engine/api`).
     pub async fn start_tls(&self, tls: tokio_rustls::TlsAcceptor) -> String {
-        self.serve(Some(tls)).await
+        self.serve("127.0.0.1:0", Some(tls)).await
     }
 
-    async fn serve(&self, tls: Option<tokio_rustls::TlsAcceptor>) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    async fn serve(&self, address: &str, tls: Option<tokio_rustls::TlsAcceptor>) -> String {
+        let listener = tokio::net::TcpListener::bind(address)
             .await
-            .expect("bind");
+            .unwrap_or_else(|e| panic!("bind {address}: {e}"));
         let addr = listener.local_addr().expect("addr");
         let engine = self.clone();
         let scheme = if tls.is_some() { "https" } else { "http" };

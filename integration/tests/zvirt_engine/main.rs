@@ -1137,6 +1137,41 @@ async fn instances_conform_and_the_node_plugin_takes_its_vm_id_from_its_node() {
     );
 }
 
+/// The power state the ccm's fencing and shutdown taint read: only `down` is off. A VM on
+/// a host the engine lost (`not_responding`, `unknown`) may still be writing to its
+/// disks, so it is running — never fenced; the engine keeps a `not_responding` VM's guest
+/// addresses and drops an `unknown` one's (its `ResourceManager.internalSetVmStatus`).
+#[tokio::test]
+async fn only_a_down_vm_is_off_and_a_vm_on_a_lost_host_is_running() {
+    use overcast_cloud::{InstanceState, Instances};
+    let s = sim(Latency::default()).await;
+    let vm = s.engine.add_vm("worker-0");
+    s.engine.set_vm_ips(&vm, &["10.1.2.3"]);
+    let engine =
+        overcast_cloud_zvirt::connect(&config(&s.url, zvirt_sim::USER, zvirt_sim::PASSWORD), None)
+            .unwrap();
+    let instances = overcast_cloud_zvirt::EngineInstances::new(engine);
+    let read = || async {
+        let list = instances.list_instances().await.expect("a listing");
+        let i = list
+            .into_iter()
+            .find(|i| i.node_name == "worker-0")
+            .expect("listed");
+        let guest = i.addresses.iter().any(|a| a.address == "10.1.2.3");
+        (i.state, guest)
+    };
+    for (status, state, guest) in [
+        ("up", InstanceState::Running, true),
+        ("not_responding", InstanceState::Running, true),
+        ("unknown", InstanceState::Running, false),
+        ("migrating", InstanceState::Running, false),
+        ("down", InstanceState::Shutdown, false),
+    ] {
+        s.engine.set_vm_status(&vm, status);
+        assert_eq!(read().await, (state, guest), "a VM {status}");
+    }
+}
+
 /// Names with the search language's characters (`*`, spaces, `=`) are found again
 /// exactly, never by a wildcard match (names it cannot express at all:
 /// `engine_rules::names_the_engine_cannot_search_make_one_disk_each`).
