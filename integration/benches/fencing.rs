@@ -121,7 +121,7 @@ fn main() {
     .expect("the second node");
     let _ = node.try_kubectl(&["create", "namespace", NS]);
     node.kubectl(&["cordon", "vm"]);
-    node.apply("bench-fencing", &[statefulset(NS)]);
+    node.apply("bench-fencing", &[statefulset(NS, "overcast-local")]);
     wait_pod_ready_on(&node, NS, node_b::NAME, Duration::from_secs(180));
     node.kubectl(&["uncordon", "vm"]);
 

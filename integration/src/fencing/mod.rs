@@ -1,7 +1,7 @@
 //! What the fencing test and benchmark share on the kit's node and a second one
-//! ([`crate::node_b`]): the local cloud's inventory as a file they rewrite (the VM's
-//! power state), the suite configured to read it, and a StatefulSet whose pod starts on
-//! the second node.
+//! ([`crate::node_b`]): a cloud made to say what it says of the second node's VM — the
+//! local cloud's inventory as a file they rewrite, or the zVirt simulator ([`zvirt`]) —
+//! the suite configured to read it, and a StatefulSet whose pod starts on the second node.
 
 use std::path::Path;
 use std::time::Duration;
@@ -16,6 +16,56 @@ const MACHINES_POD: &str = "/etc/overcast-machines";
 pub const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 /// kubelet as the clusters a ccm serves run it.
 pub const KUBELET_ARGS: &str = "--cloud-provider=external";
+
+pub mod zvirt;
+
+/// What a cloud says of the second node's VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Said {
+    /// Its VM runs: it may still write.
+    Running,
+    /// Its VM is powered off: the one positive answer fencing acts on.
+    Off,
+    /// An HTML error page where the answer should be.
+    HtmlPage,
+    /// No inventory at all (the local cloud's instances file gone).
+    NoInventory,
+    /// The cloud lost the VM's host: it cannot tell (zVirt's `not_responding`).
+    HostLost,
+}
+
+/// A cloud the fencing test runs on: its StorageClass and driver, and a way to make it
+/// say what it says of the second node's VM.
+pub trait Cloud {
+    fn name(&self) -> &str;
+    fn storage_class(&self) -> &str;
+    fn driver(&self) -> &str;
+    fn say(&self, what: Said);
+}
+
+/// The local cloud, its inventory the instances file at [`MACHINES_HOST`].
+pub struct Local;
+
+impl Cloud for Local {
+    fn name(&self) -> &str {
+        "the local cloud"
+    }
+    fn storage_class(&self) -> &str {
+        "overcast-local"
+    }
+    fn driver(&self) -> &str {
+        crate::real_node::DRIVER
+    }
+    fn say(&self, what: Said) {
+        match what {
+            Said::Running => write_machines(&vm_b("running")),
+            Said::Off => write_machines(&vm_b("shutdown")),
+            Said::HtmlPage => write_machines("<html><body><h1>502 Bad Gateway</h1></body></html>"),
+            Said::NoInventory => remove_machines(),
+            Said::HostLost => panic!("the local cloud has no word for a lost host"),
+        }
+    }
+}
 
 /// The inventory, replaced at once (as a cloud's changes: never half-written).
 pub fn write_machines(text: &str) {
@@ -73,13 +123,30 @@ pub fn configure(node: &Node, ccm: &Ccm) {
     let mount = format!(
         r#"{{"spec":{{"template":{{"spec":{{"volumes":[{{"name":"machines","hostPath":{{"path":"{MACHINES_HOST}","type":"DirectoryOrCreate"}}}}],"containers":[{{"name":"CONTAINER","volumeMounts":[{{"name":"machines","mountPath":"{MACHINES_POD}","readOnly":true}}]}}]}}}}}}}}"#
     );
-    let patch = |name: &str, body: &str| {
-        node.kubectl(&["-n", "kube-system", "patch", "deployment", name, "-p", body]);
-    };
-    patch(
-        "overcast-csi-controller",
-        &mount.replace("CONTAINER", "csi"),
-    );
+    for (deployment, container) in [
+        ("overcast-csi-controller", "csi"),
+        ("overcast-cloud-controller-manager", "ccm"),
+    ] {
+        patch(node, deployment, &mount.replace("CONTAINER", container));
+    }
+    run_ccm(node, ccm);
+}
+
+fn patch(node: &Node, deployment: &str, body: &str) {
+    node.kubectl(&[
+        "-n",
+        "kube-system",
+        "patch",
+        "deployment",
+        deployment,
+        "-p",
+        body,
+    ]);
+}
+
+/// The ccm runs as `ccm` says, on `vm` (the node that lives); waits for it and the csi
+/// controller to roll out.
+pub fn run_ccm(node: &Node, ccm: &Ccm) {
     let args = node.kubectl(&[
         "-n",
         "kube-system",
@@ -112,11 +179,7 @@ pub fn configure(node: &Node, ccm: &Ccm) {
         "nodeSelector": {"kubernetes.io/hostname": "vm"},
         "containers": [{"name": "ccm", "args": args}],
     }}}});
-    patch("overcast-cloud-controller-manager", &body.to_string());
-    patch(
-        "overcast-cloud-controller-manager",
-        &mount.replace("CONTAINER", "ccm"),
-    );
+    patch(node, "overcast-cloud-controller-manager", &body.to_string());
     for name in [
         "overcast-csi-controller",
         "overcast-cloud-controller-manager",
@@ -134,8 +197,8 @@ pub fn configure(node: &Node, ccm: &Ccm) {
 }
 
 /// A StatefulSet of one pod in `ns`, tolerating the second node's taint, writing
-/// `written-on-<node>` to its new volume, Ready while it can read it.
-pub fn statefulset(ns: &str) -> String {
+/// `written-on-<node>` to its new volume of `class`, Ready while it can read it.
+pub fn statefulset(ns: &str, class: &str) -> String {
     format!(
         r#"apiVersion: apps/v1
 kind: StatefulSet
@@ -161,27 +224,22 @@ spec:
   - metadata: {{name: data}}
     spec:
       accessModes: [ReadWriteOnce]
-      storageClassName: overcast-local
+      storageClassName: {class}
       resources: {{requests: {{storage: 64Mi}}}}
 "#,
         taint = node_b::TAINT
     )
 }
 
+const POD_NODE_AND_READY: &str =
+    "jsonpath={.spec.nodeName} {.status.conditions[?(@.type==\"Ready\")].status}";
+
 /// `<node> <Ready status>` of the StatefulSet's pod (empty while there is none).
 pub fn pod_node_and_ready(node: &Node, ns: &str) -> String {
-    node.try_kubectl(&[
-        "-n",
-        ns,
-        "get",
-        "pod",
-        "fenced-0",
-        "-o",
-        "jsonpath={.spec.nodeName} {.status.conditions[?(@.type==\"Ready\")].status}",
-    ])
-    .unwrap_or_default()
-    .trim()
-    .to_owned()
+    node.try_kubectl(&["-n", ns, "get", "pod", "fenced-0", "-o", POD_NODE_AND_READY])
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
 }
 
 /// Waits until the StatefulSet's pod is Ready on `on`.
@@ -189,15 +247,7 @@ pub fn wait_pod_ready_on(node: &Node, ns: &str, on: &str, limit: Duration) {
     node.wait_for(
         &format!("the pod Ready on {on}"),
         limit,
-        &[
-            "-n",
-            ns,
-            "get",
-            "pod",
-            "fenced-0",
-            "-o",
-            "jsonpath={.spec.nodeName} {.status.conditions[?(@.type==\"Ready\")].status}",
-        ],
+        &["-n", ns, "get", "pod", "fenced-0", "-o", POD_NODE_AND_READY],
         |out| out.trim() == format!("{on} True"),
     );
 }

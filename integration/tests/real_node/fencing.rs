@@ -1,20 +1,21 @@
 //! Fencing on two real nodes: the kit's (`vm`) and a second one beside it
 //! (`integration/scripts/node-b.sh`: its own kubelet and containerd in their own
-//! namespaces). A StatefulSet's pod writes to its volume on `vm-b`; `vm-b` is powered off
-//! (every process killed at once, its mounts gone with its namespace). While the cloud
-//! gives no positive answer — an HTML page where its inventory should be, then the VM
-//! reported running — nothing is fenced and the volume stays attached to `vm-b`. Once the
-//! cloud reports the VM off, the ccm's fencing taints the node out of service, and
+//! namespaces), on the local cloud and then on the zVirt simulator. A StatefulSet's pod
+//! writes to its volume on `vm-b`; `vm-b` is powered off (every process killed at once,
+//! its mounts gone with its namespace). While the cloud gives no positive answer — an
+//! HTML page where its inventory should be, the VM reported running, no inventory at all,
+//! the VM's host lost — nothing is fenced and the volume stays attached to `vm-b`. Once
+//! the cloud reports the VM off, the ccm's fencing taints the node out of service, and
 //! Kubernetes (NodeOutOfServiceVolumeDetach, on in the kit's controller-manager) deletes
 //! the pod, detaches the volume and the StatefulSet's pod runs on `vm` with the data
 //! `vm-b` wrote. `vm-b` powered on again: the taint comes off.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use overcast_integration::fencing::{
-    attachment, config_secret, configure, pod_node_and_ready, pv_of, remove_machines, statefulset,
-    taints_of_b, vm_b, wait_pod_ready_on, write_machines, Ccm, KUBELET_ARGS, MACHINES_HOST,
+    attachment, config_secret, configure, pod_node_and_ready, pv_of, run_ccm, statefulset,
+    taints_of_b, wait_pod_ready_on, zvirt, Ccm, Cloud, Local, Said, KUBELET_ARGS, MACHINES_HOST,
     OUT_OF_SERVICE,
 };
 use overcast_integration::node_b::{self, NodeB};
@@ -25,6 +26,11 @@ const NS: &str = "overcast-it-fencing";
 /// The ccm's fencing grace and node sync period in this test, seconds.
 const GRACE: u64 = 5;
 const SYNC: u64 = 5;
+const CCM: Ccm = Ccm {
+    fencing: true,
+    grace: Some(GRACE),
+    sync_period: Some(SYNC),
+};
 
 /// Nothing fenced and nothing detached for `hold`: the taint never came, the volume
 /// stayed attached to `vm-b` and the pod bound to it.
@@ -49,44 +55,89 @@ fn nothing_fenced_for(node: &Node, pv: &str, hold: Duration, why: &str) {
     }
 }
 
-fn events(node: &Node, reason: &str) -> String {
+/// The messages of the events `reason` on this `vm-b` (its Node's `uid`: the node of an
+/// earlier run had the same name).
+fn events(node: &Node, uid: &str, reason: &str) -> String {
     node.kubectl(&[
         "get",
         "events",
         "-A",
         "--field-selector",
-        &format!(
-            "reason={reason},involvedObject.kind=Node,involvedObject.name={}",
-            node_b::NAME
-        ),
+        &format!("reason={reason},involvedObject.kind=Node,involvedObject.uid={uid}"),
         "-o",
         "jsonpath={.items[*].message}",
     ])
 }
 
-pub fn volumes_follow_their_pod_when_its_vm_dies(node: &Node) {
+/// The kit node's directory, when its controller-manager runs with the gate fencing
+/// needs; `None` (said SKIPPED) otherwise.
+fn fencing_kit() -> Option<PathBuf> {
     let Some(kit) = node_b::kit_node_dir() else {
         say_skipped("fencing: the kit node's directory is unknown (OVERCAST_TEST_KIT_NODE_DIR)");
-        return;
+        return None;
     };
     if !node_b::controller_manager_gates(&kit).contains("NodeOutOfServiceVolumeDetach=true") {
         say_skipped(
             "fencing: the kit's controller-manager runs without NodeOutOfServiceVolumeDetach \
              (start the node with KIT_FEATURE_GATES=NodeOutOfServiceVolumeDetach=true, as .ci/run does)",
         );
-        return;
+        return None;
     }
-    write_machines(&vm_b("running"));
-    configure(
+    Some(kit)
+}
+
+/// On the local cloud, its inventory the instances file the test rewrites.
+pub fn volumes_follow_their_pod_when_its_vm_dies(node: &Node) {
+    let Some(kit) = fencing_kit() else {
+        return;
+    };
+    Local.say(Said::Running);
+    configure(node, &CCM);
+    vm_b_dies_and_comes_back(
         node,
-        &Ccm {
-            fencing: true,
-            grace: Some(GRACE),
-            sync_period: Some(SYNC),
-        },
-    );
-    let Some(b) = NodeB::up(
         &kit,
+        &Local,
+        &[Said::HtmlPage, Said::Running, Said::NoInventory],
+    );
+    node.apply("fencing-config-back", &[config_secret(false)]);
+    let _ = std::fs::remove_dir_all(MACHINES_HOST);
+}
+
+/// On the zVirt simulator, the suite installed from the zvirt overlay (upstream's driver
+/// name): its engine's HTML page, `vm-b`'s VM on a host the engine lost
+/// (`not_responding`) and its VM `up` fence nothing; `down` does. Every disk the test
+/// made is gone from the engine at its end.
+pub fn volumes_follow_their_pod_on_the_zvirt_simulator(node: &Node) {
+    let Some(kit) = fencing_kit() else {
+        return;
+    };
+    let sim = zvirt::Zvirt::start();
+    zvirt::install(node);
+    run_ccm(node, &CCM);
+    vm_b_dies_and_comes_back(
+        node,
+        &kit,
+        &sim,
+        &[Said::HtmlPage, Said::HostLost, Said::Running],
+    );
+    node.wait_for(
+        "the claim's disk deleted from the engine",
+        Duration::from_secs(120),
+        &["get", "pv", "-o", "name"],
+        |out| out.trim().is_empty(),
+    );
+    assert!(sim.disks().is_empty(), "disks left: {:?}", sim.disks());
+    zvirt::uninstall(node);
+}
+
+/// `vm-b` up with the StatefulSet's pod on it; powered off while `cloud` says each of
+/// `uncertain` (nothing fenced), then off (fenced, the pod on `vm` with its data); then
+/// powered on (the taint gone). The namespace and `vm-b` gone at the end.
+fn vm_b_dies_and_comes_back(node: &Node, kit: &Path, cloud: &dyn Cloud, uncertain: &[Said]) {
+    eprintln!("fencing on {}", cloud.name());
+    cloud.say(Said::Running);
+    let Some(b) = NodeB::up(
+        kit,
         Path::new("/tmp/overcast-node-b"),
         &node.kubeconfig,
         KUBELET_ARGS,
@@ -104,21 +155,31 @@ pub fn volumes_follow_their_pod_when_its_vm_dies(node: &Node) {
             "-o",
             "jsonpath={.spec.drivers[*].name}",
         ],
-        |out| out.contains(overcast_integration::real_node::DRIVER),
+        |out| out.contains(cloud.driver()),
     );
 
     // The pod on vm-b: vm cordoned while it is scheduled.
     let _ = node.try_kubectl(&["create", "namespace", NS]);
     node.kubectl(&["cordon", "vm"]);
-    node.apply("fencing-statefulset", &[statefulset(NS)]);
+    node.apply(
+        "fencing-statefulset",
+        &[statefulset(NS, cloud.storage_class())],
+    );
     wait_pod_ready_on(node, NS, node_b::NAME, Duration::from_secs(180));
     node.kubectl(&["uncordon", "vm"]);
     let pv = pv_of(node, NS);
     assert_eq!(attachment(node, &pv), format!("{}:true", node_b::NAME));
+    let uid = node.kubectl(&[
+        "get",
+        "node",
+        node_b::NAME,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
 
-    // vm-b dies. The cloud's inventory is an HTML page: no answer.
+    // vm-b dies; the cloud gives no positive answer.
     b.power_off();
-    write_machines("<html><body><h1>502 Bad Gateway</h1></body></html>");
+    cloud.say(uncertain[0]);
     node.wait_for(
         "vm-b's lease expired (Ready Unknown)",
         Duration::from_secs(120),
@@ -132,16 +193,14 @@ pub fn volumes_follow_their_pod_when_its_vm_dies(node: &Node) {
         |out| out.trim() == "Unknown",
     );
     let hold = Duration::from_secs(GRACE + 2 * SYNC + 3);
-    nothing_fenced_for(node, &pv, hold, "an HTML page for an inventory");
-    // The cloud says the VM runs: it may still write.
-    write_machines(&vm_b("running"));
-    nothing_fenced_for(node, &pv, hold, "the VM reported running");
-    remove_machines();
-    nothing_fenced_for(node, &pv, hold, "no inventory at all");
+    for said in uncertain {
+        cloud.say(*said);
+        nothing_fenced_for(node, &pv, hold, &format!("{said:?} on {}", cloud.name()));
+    }
 
     // The cloud reports it off: fenced, and the pod runs on vm with vm-b's data.
     let off = Instant::now();
-    write_machines(&vm_b("shutdown"));
+    cloud.say(Said::Off);
     node.wait_for(
         "vm-b tainted out of service",
         Duration::from_secs(60),
@@ -157,7 +216,8 @@ pub fn volumes_follow_their_pod_when_its_vm_dies(node: &Node) {
     let tainted = off.elapsed();
     wait_pod_ready_on(node, NS, "vm", Duration::from_secs(300));
     eprintln!(
-        "fencing: tainted {:?} and the pod Ready on vm {:?} after the cloud reported vm-b off",
+        "fencing on {}: tainted {:?} and the pod Ready on vm {:?} after the cloud reported vm-b off",
+        cloud.name(),
         tainted,
         off.elapsed()
     );
@@ -169,13 +229,13 @@ pub fn volumes_follow_their_pod_when_its_vm_dies(node: &Node) {
     );
     assert_eq!(attachment(node, &pv), "vm:true");
     assert!(
-        events(node, "OutOfServiceTaintApplied").contains("powered off"),
+        events(node, &uid, "OutOfServiceTaintApplied").contains("powered off"),
         "the event on the Node"
     );
 
     // vm-b powered on again: Ready, its VM running, the taint comes off.
-    write_machines(&vm_b("running"));
-    b.start(&kit, KUBELET_ARGS);
+    cloud.say(Said::Running);
+    b.start(kit, KUBELET_ARGS);
     node.import_images_with(&b.import);
     node.wait_for(
         "the out-of-service taint removed from vm-b",
@@ -189,10 +249,8 @@ pub fn volumes_follow_their_pod_when_its_vm_dies(node: &Node) {
         ],
         |out| !out.contains(OUT_OF_SERVICE),
     );
-    assert!(!events(node, "OutOfServiceTaintRemoved").is_empty());
+    assert!(!events(node, &uid, "OutOfServiceTaintRemoved").is_empty());
 
     node.kubectl(&["delete", "namespace", NS, "--wait=true", "--timeout=180s"]);
     drop(b);
-    node.apply("fencing-config-back", &[config_secret(false)]);
-    let _ = std::fs::remove_dir_all(MACHINES_HOST);
 }

@@ -175,6 +175,10 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
             .any(|l| l.contains(DRIVER) && l.contains("/pv/")),
         "no volume mount left"
     );
+
+    // Last: the suite moved to the zVirt simulator (the kit's node registered anew), and
+    // fencing again there.
+    fencing::volumes_follow_their_pod_on_the_zvirt_simulator(&node);
 }
 
 /// kubelet runs with `--cloud-provider=external` (`.ci/run` starts the node so), as on
