@@ -20,7 +20,7 @@ use overcast_cloud_zvirt::{Config, EngineVms, VmSpec};
 use overcast_integration::capi;
 use overcast_integration::figures::ms;
 use overcast_integration::real::wait_for;
-use overcast_integration::zvirt_sim::{self, Engine, Latency};
+use overcast_integration::zvirt_sim::{Engine, Latency};
 use serde_json::json;
 
 const GIB: u64 = 1 << 30;
@@ -55,7 +55,7 @@ async fn main() {
     std::fs::create_dir_all(&by_id).unwrap();
     std::fs::create_dir_all(&files).unwrap();
     let engine = Engine::new(&files, &by_id, 1 << 45, Latency::default());
-    let url = engine.start().await;
+    engine.start().await;
     // Its loop devices go however this ends.
     let _unplug = engine.unplug_on_drop();
     engine.add_template("ubuntu-2204", 10 * GIB);
@@ -68,16 +68,7 @@ async fn main() {
     {
         engine.set_guest_ips_on_boot(&name, &[&format!("10.2.{}.{}", i / 200, i % 200 + 10)]);
     }
-    let cloud_config = dir.path().join("cloud-config");
-    std::fs::write(
-        &cloud_config,
-        format!(
-            "server: {url}\nusername: {}\npassword: {}\n",
-            zvirt_sim::USER,
-            zvirt_sim::PASSWORD
-        ),
-    )
-    .unwrap();
+    let cloud_config = engine.cloud_config(dir.path());
     let config = Config::load(Some(&cloud_config), &|_| None).unwrap();
     let e = overcast_cloud_zvirt::connect(&config, None).unwrap();
     let cluster_id = e

@@ -193,6 +193,20 @@ impl Engine {
         UnplugOnDrop(self.clone())
     }
 
+    /// The `--cloud-config` of the csi, the ccm, the discoverer and capi for this engine
+    /// (upstream's YAML), written as `dir/cloud-config`; the engine must be serving.
+    pub fn cloud_config(&self, dir: &Path) -> PathBuf {
+        let url = self.url.lock().expect("url").clone();
+        assert!(!url.is_empty(), "the engine is not serving yet");
+        let path = dir.join("cloud-config");
+        std::fs::write(
+            &path,
+            format!("server: {url}\nusername: {USER}\npassword: {PASSWORD}\n"),
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        path
+    }
+
     /// Every answer is the proxy's HTML error page while `on`.
     pub fn set_html(&self, on: bool) {
         self.state.lock().expect("state").html = on;

@@ -253,7 +253,7 @@ async fn check_capi_rights(
 #[tokio::test]
 async fn capi_on_zvirt_does_its_whole_job_with_its_own_account_and_uses_every_right_it_has() {
     use overcast_integration::capi;
-    use overcast_integration::zvirt_sim::{self, Engine, Latency};
+    use overcast_integration::zvirt_sim::{Engine, Latency};
     let Some(admin_path) = real::kubeconfig("the capi identity test on zVirt") else {
         return;
     };
@@ -266,23 +266,14 @@ async fn capi_on_zvirt_does_its_whole_job_with_its_own_account_and_uses_every_ri
     std::fs::create_dir_all(&by_id).unwrap();
     std::fs::create_dir_all(&files).unwrap();
     let engine = Engine::new(&files, &by_id, 1 << 40, Latency::default());
-    let url = engine.start().await;
+    engine.start().await;
     // Its loop devices go however this ends.
     let _unplug = engine.unplug_on_drop();
     engine.add_template("ubuntu-2204", 1 << 33);
     let profile = engine.add_vnic_profile("ovirtmgmt");
     let machine = format!("id-z-{}", std::process::id());
     engine.set_guest_ips_on_boot(&machine, &["10.1.0.77"]);
-    let conf = d.join("cloud-config");
-    std::fs::write(
-        &conf,
-        format!(
-            "server: {url}\nusername: {}\npassword: {}\n",
-            zvirt_sim::USER,
-            zvirt_sim::PASSWORD
-        ),
-    )
-    .unwrap();
+    let conf = engine.cloud_config(d);
     let config = overcast_cloud_zvirt::Config::load(Some(&conf), &|_| None).unwrap();
     let e = overcast_cloud_zvirt::connect(&config, None).unwrap();
     let engine_cluster = e
