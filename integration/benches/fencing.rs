@@ -171,28 +171,12 @@ fn main() {
         ready_of_b(&node)
     );
 
-    tainted.sort();
-    moved.sort();
     println!("#### VM off → the StatefulSet's pod Ready on another node ({rounds} rounds)");
     println!();
     println!("| | p50 | p95 | min | max |");
     println!("|---|---|---|---|---|");
-    if !tainted.is_empty() {
-        println!(
-            "| VM off → out-of-service taint (fencing) | {} | {} | {} | {} |",
-            secs(percentile(&tainted, 0.5)),
-            secs(percentile(&tainted, 0.95)),
-            secs(tainted[0]),
-            secs(*tainted.last().unwrap())
-        );
-    }
-    println!(
-        "| VM off → pod Ready elsewhere (fencing) | {} | {} | {} | {} |",
-        secs(percentile(&moved, 0.5)),
-        secs(percentile(&moved, 0.95)),
-        secs(moved[0]),
-        secs(*moved.last().unwrap())
-    );
+    row("VM off → out-of-service taint (fencing)", &mut tainted);
+    row("VM off → pod Ready elsewhere (fencing)", &mut moved);
     match baseline {
         Some(d) => println!(
             "| VM off → pod Ready elsewhere (no fencing, 1 round) | {} | | | |",
@@ -209,4 +193,19 @@ fn main() {
     drop(b);
     node.apply("fencing-config-back", &[config_secret(false)]);
     let _ = std::fs::remove_dir_all(MACHINES_HOST);
+}
+
+/// A table row of `what`'s p50, p95, min and max (none while nothing was measured).
+fn row(what: &str, times: &mut [Duration]) {
+    times.sort();
+    let (Some(min), Some(max)) = (times.first(), times.last()) else {
+        return;
+    };
+    println!(
+        "| {what} | {} | {} | {} | {} |",
+        secs(percentile(times, 0.5)),
+        secs(percentile(times, 0.95)),
+        secs(*min),
+        secs(*max)
+    );
 }
