@@ -36,18 +36,7 @@ struct Sim {
 impl Sim {
     /// The csi's, ccm's and discoverer's `--cloud-config` for this engine (upstream's YAML).
     fn cloud_config(&self) -> std::path::PathBuf {
-        let path = self.dir.path().join("cloud-config");
-        std::fs::write(
-            &path,
-            format!(
-                "server: {}\nusername: {}\npassword: {}\n",
-                self.url,
-                zvirt_sim::USER,
-                zvirt_sim::PASSWORD
-            ),
-        )
-        .unwrap();
-        path
+        self.engine.cloud_config(self.dir.path())
     }
 }
 
@@ -1135,6 +1124,61 @@ async fn instances_conform_and_the_node_plugin_takes_its_vm_id_from_its_node() {
         info.accessible_topology.unwrap().segments["topology.kubernetes.io/zone"],
         zvirt_sim::CLUSTER
     );
+}
+
+/// The engine down (its proxy's HTML page): Probe says not ready, and `/healthz` — the
+/// controller's liveness probe — stays 200, so kubelet does not restart a driver that
+/// cannot mend the cloud; Probe is ready again once the engine is back.
+#[tokio::test]
+async fn an_engine_outage_is_not_ready_but_never_restarts_the_driver() {
+    let s = sim(Latency::default()).await;
+    let conf = s.cloud_config();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let driver = Csi::start(&[
+        "--mode=controller",
+        "--cloud=zvirt",
+        &format!("--cloud-config={}", conf.display()),
+        &format!("--metrics-address=127.0.0.1:{port}"),
+    ])
+    .await;
+    let healthz = || {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                &format!("http://127.0.0.1:{port}/healthz"),
+            ])
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let ready = || async {
+        driver
+            .identity()
+            .await
+            .probe(csi::ProbeRequest {})
+            .await
+            .expect("Probe answers")
+            .into_inner()
+            .ready
+    };
+    assert_eq!(ready().await, Some(true));
+    assert_eq!(healthz(), "200");
+    s.engine.set_html(true);
+    assert_eq!(ready().await, Some(false), "the engine is down");
+    assert_eq!(
+        healthz(),
+        "200",
+        "the liveness probe must not follow the cloud"
+    );
+    s.engine.set_html(false);
+    assert_eq!(ready().await, Some(true));
 }
 
 /// The power state the ccm's fencing and shutdown taint read: only `down` is off. A VM on
