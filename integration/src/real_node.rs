@@ -95,6 +95,18 @@ impl Node {
         }
     }
 
+    /// kubelet restarted (node-up's script: SIGTERM, then started with the same flags);
+    /// returns once it answers its health check. Its pods keep running.
+    pub fn restart_kubelet(&self) {
+        let restart = std::env::var("OVERCAST_TEST_KUBELET_RESTART").expect("node-up sets it");
+        let out = Command::new(&restart).output().expect("kubelet restart");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Our two images into the node's containerd.
     pub fn import_images(&self) {
         self.import_images_with(&self.import);

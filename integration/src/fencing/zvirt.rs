@@ -5,7 +5,6 @@
 //! overlay to `integration/real-node-zvirt` (the zvirt overlay as a user applies it).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use super::{Cloud, Said};
@@ -167,13 +166,7 @@ pub fn uninstall(node: &Node) {
 /// uninitialized (it runs with `--cloud-provider=external`); its pods keep running.
 fn register_vm_anew(node: &Node) {
     node.kubectl(&["delete", "node", "vm", "--wait=true"]);
-    let restart = std::env::var("OVERCAST_TEST_KUBELET_RESTART").expect("node-up sets it");
-    let out = Command::new(&restart).output().expect("kubelet restart");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    node.restart_kubelet();
     node.wait_for(
         "vm registered anew",
         Duration::from_secs(60),

@@ -6,7 +6,6 @@
 //! kubelet. `.ci/run`'s real-node step runs it (`-- --ignored`) with `OVERCAST_TEST_NODE`
 //! and `OVERCAST_TEST_IMAGES` set; run so without them, it says it was skipped.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use overcast_integration::real_node::{claim, disk_files, local_loops, pod, Node, Volume, DRIVER};
@@ -127,13 +126,7 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
         "the volume stays mounted while the node plugin is replaced"
     );
     // kubelet restarted: the pod keeps its volume.
-    let restart = std::env::var("OVERCAST_TEST_KUBELET_RESTART").expect("node-up sets it");
-    let out = Command::new(&restart).output().expect("kubelet restart");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    node.restart_kubelet();
     node.wait_for(
         "the pod's volume after kubelet's restart",
         Duration::from_secs(60),
