@@ -28,7 +28,8 @@ const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 /// The simulator, serving until dropped; its loop devices and files go with it.
 pub struct Zvirt {
     engine: Engine,
-    /// `vm-b`'s VM id.
+    /// `vm`'s and `vm-b`'s VM ids.
+    a: String,
     b: String,
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -58,9 +59,11 @@ impl Zvirt {
             .build()
             .expect("a runtime for the simulator");
         runtime.block_on(engine.start_on(SIM_ADDRESS));
+        let (b, a) = (ids.pop().expect("vm-b"), ids.pop().expect("vm"));
         Zvirt {
             engine,
-            b: ids.pop().expect("vm-b"),
+            a,
+            b,
             runtime: Some(runtime),
         }
     }
@@ -110,7 +113,8 @@ fn overlay() -> PathBuf {
 /// The suite moved from the local cloud to the simulator, as a user moves a cluster:
 /// the local install deleted, the zvirt overlay applied. The kit's node is registered
 /// anew first: a providerID is never changed once set, and `local://vm` is not zVirt's.
-pub fn install(node: &Node) {
+/// The zvirt ccm then gives it its VM's.
+pub fn install(node: &Node, sim: &Zvirt) {
     node.kubectl(&[
         "delete",
         "-k",
@@ -132,7 +136,7 @@ pub fn install(node: &Node) {
             "-o",
             "jsonpath={.spec.providerID} {.spec.taints[*].key}",
         ],
-        |out| out.starts_with("zvirt://") && !out.contains(UNINITIALIZED),
+        |out| out.starts_with(&format!("zvirt://{} ", sim.a)) && !out.contains(UNINITIALIZED),
     );
     node.wait_for(
         "the zvirt node plugin registered on vm",

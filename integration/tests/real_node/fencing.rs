@@ -112,7 +112,7 @@ pub fn volumes_follow_their_pod_on_the_zvirt_simulator(node: &Node) {
         return;
     };
     let sim = zvirt::Zvirt::start();
-    zvirt::install(node);
+    zvirt::install(node, &sim);
     run_ccm(node, &CCM);
     vm_b_dies_and_comes_back(
         node,
