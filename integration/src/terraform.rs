@@ -36,6 +36,42 @@ pub fn tf<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
+/// A newer Terraform than [`binary`]'s, to plan with as well: `OVERCAST_TERRAFORM_NEWER`,
+/// else `terraform` on the PATH when it is another version than [`binary`]'s (this kind
+/// of machine carries one in `/usr/local/bin`); `None` (said skipped) without.
+pub fn newer(what: &str, than: &Path) -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("OVERCAST_TERRAFORM_NEWER") {
+        return Some(PathBuf::from(p));
+    }
+    let version = |bin: &Path| {
+        Command::new(bin)
+            .arg("version")
+            .env("CHECKPOINT_DISABLE", "1")
+            .output()
+            .ok()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_owned()
+            })
+    };
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("terraform"))
+            .find(|p| p.is_file())
+    });
+    let found = on_path.filter(|p| version(p).is_some() && version(p) != version(than));
+    if found.is_none() {
+        crate::say_skipped(&format!(
+            "set OVERCAST_TERRAFORM_NEWER to a Terraform newer than {} to run {what} with it too",
+            than.display()
+        ));
+    }
+    found
+}
+
 /// `run` ended with `code`, or a panic showing what Terraform said.
 pub fn expect(run: &Run, code: i32, what: &str) {
     assert_eq!(
@@ -145,6 +181,35 @@ impl Workspace {
             dir,
             plugins,
             rc,
+        }
+    }
+
+    /// The same module run by another Terraform binary.
+    pub fn using(&self, terraform: &Path) -> Self {
+        Self {
+            terraform: terraform.to_owned(),
+            dir: self.dir.clone(),
+            plugins: self.plugins.clone(),
+            rc: self.rc.clone(),
+        }
+    }
+
+    /// The provider installed under `host` too (`registry.opentofu.org`: what an
+    /// OpenTofu state names), so that `init` finds what such a state asks for.
+    pub fn install_under(&self, host: &str, provider: (&str, &str)) {
+        let (namespace, ty) = provider;
+        let at = self
+            .plugins
+            .join(host)
+            .join(namespace)
+            .join(ty)
+            .join(PROVIDER_VERSION)
+            .join("linux_amd64");
+        std::fs::create_dir_all(&at).expect("plugin dir");
+        let installed = at.join(format!("terraform-provider-{ty}_v{PROVIDER_VERSION}"));
+        if !installed.exists() {
+            std::fs::copy(crate::binary("terraform-provider-overcast"), &installed)
+                .expect("install the provider");
         }
     }
 

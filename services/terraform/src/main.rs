@@ -10,6 +10,7 @@
 
 mod cty;
 mod dvp;
+mod migrate;
 mod plugin;
 mod resource;
 mod schema;
@@ -80,9 +81,9 @@ impl AsyncWrite for Conn {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    // Not as a plugin: a state written by Deckhouse's DVP layouts, rewritten for ours.
+    // Not as a plugin: a state written by Deckhouse's zVirt or DVP layouts, rewritten for ours.
     if std::env::args().nth(1).as_deref() == Some("migrate-state") {
-        if let Err(why) = dvp::migrate::run() {
+        if let Err(why) = migrate::run() {
             eprintln!("{why}");
             std::process::exit(1);
         }

@@ -17,12 +17,7 @@
 
 use serde_json::{json, Value};
 
-/// What became of each resource of the state, for the operator to read.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Report {
-    pub moved: Vec<String>,
-    pub dropped: Vec<String>,
-}
+use crate::migrate::Report;
 
 /// A `kubernetes_manifest`'s `object` (or `manifest`), unwrapped from the `{value, type}`
 /// a dynamic attribute is stored as.
@@ -233,27 +228,6 @@ pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
     migrated["serial"] = json!(serial + 1);
     migrated["resources"] = Value::Array(out);
     Ok((migrated, report))
-}
-
-/// The command: the state on stdin, the migrated state on stdout, what moved on stderr.
-pub fn run() -> Result<(), String> {
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-        .map_err(|e| format!("reading the state from stdin: {e}"))?;
-    let state: Value =
-        serde_json::from_str(&text).map_err(|e| format!("the state is not JSON: {e}"))?;
-    let (migrated, report) = migrate(&state)?;
-    for m in &report.moved {
-        eprintln!("moved   {m}");
-    }
-    for d in &report.dropped {
-        eprintln!("dropped {d}");
-    }
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&migrated).map_err(|e| e.to_string())?
-    );
-    Ok(())
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //!
 //! Served: the provider block; `ovirt_vm`, `ovirt_vm_start`, `ovirt_nic`, `ovirt_disk`,
 //! `ovirt_disk_attachment`, `ovirt_disk_resize`; the data sources `ovirt_templates`,
-//! `ovirt_disk_attachments`, `ovirt_wait_for_ip`; on `ovirt_vm` also the Deckhouse fork's
+//! `ovirt_disk_attachments`, `ovirt_wait_for_ip` (and Overcast's `ovirt_vm_cpu_topology`,
+//! for the layouts' takeover); on `ovirt_vm` also the Deckhouse fork's
 //! `initialization_dns` and `initialization_nic`. Missing (said in docs/STATUS.md): the oVirt
 //! provider's other resources (tags, affinity groups, templates, …).
 
@@ -20,8 +21,10 @@ use crate::server::Server;
 
 mod data;
 mod disks;
+pub mod migrate;
 mod nic;
 mod vm;
+mod vm_cpu;
 mod vm_start;
 
 pub type Cloud = Arc<Engine>;
@@ -118,6 +121,7 @@ pub fn server() -> Server<Cloud> {
     .data_source("ovirt_templates", data::Templates)
     .data_source("ovirt_disk_attachments", data::DiskAttachments)
     .data_source("ovirt_wait_for_ip", data::WaitForIp)
+    .data_source("ovirt_vm_cpu_topology", vm_cpu::VmCpuTopology)
 }
 
 pub(crate) use crate::resource::until;

@@ -14,6 +14,9 @@ use crate::schema::{boolean, id, optional, required, s, string, Block, Obj};
 /// Starts a VM when made, stops it when destroyed.
 pub struct VmStart;
 
+/// The oVirt provider's default stop behaviour.
+const DEFAULT_STOP: &str = "shutdown";
+
 #[async_trait::async_trait]
 impl Resource<Cloud> for VmStart {
     fn schema(&self) -> Block {
@@ -29,12 +32,16 @@ impl Resource<Cloud> for VmStart {
                 )
                 .force_new()
                 .default(s("up")),
+                // Kept, not defaulted: Deckhouse's layouts wrote "stop" (2026) or left
+                // the oVirt provider's default, "shutdown" (before); ours leave it
+                // unset, so a state keeps what it holds (it is used only at destroy, and
+                // upstream changes it in the state alone). A new start: "shutdown".
                 optional(
                     "stop_behavior",
                     Type::String,
-                    "\"stop\" powers the VM off; \"shutdown\" asks the guest (ACPI).",
+                    "\"stop\" powers the VM off; \"shutdown\" asks the guest (ACPI). Left out: what the state holds, \"shutdown\" when new.",
                 )
-                .default(s("shutdown")),
+                .kept(),
                 optional("force_stop", Type::Bool, "Stop even while a backup runs.")
                     .default(Value::Bool(false)),
             ],
@@ -65,6 +72,9 @@ impl Resource<Cloud> for VmStart {
         let vm = uuid_of(p, "vm_id").map_err(|d| (None, d))?;
         let mut state = p.clone();
         state.insert("id".into(), s(&vm));
+        if string(p, "stop_behavior").is_none() {
+            state.insert("stop_behavior".into(), s(DEFAULT_STOP));
+        }
         let now = engine
             .json("vm_get", Method::GET, &format!("/vms/{vm}"), None)
             .await

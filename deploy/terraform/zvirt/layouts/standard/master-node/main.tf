@@ -20,10 +20,10 @@ resource "ovirt_vm" "master_vm" {
   template_id = tolist(data.ovirt_templates.master_template.templates)[0].id
   clone       = true
 
-  # Deckhouse's topology: one socket of numCPUs cores (ForceNew: kept as it wrote it).
-  cpu_sockets = 1
-  cpu_cores   = local.instance_class.numCPUs
-  cpu_threads = 1
+  # Deckhouse's topology, or the existing VM's own (cpu.tf).
+  cpu_sockets = local.cpu_sockets
+  cpu_cores   = local.cpu_cores
+  cpu_threads = local.cpu_threads
 
   memory            = local.ram_bytes
   maximum_memory    = local.ram_bytes
@@ -85,7 +85,9 @@ resource "ovirt_disk_attachment" "master-kubernetes-data-attachment" {
 resource "ovirt_vm_start" "master_vm" {
   vm_id      = ovirt_vm.master_vm.id
   force_stop = true
-  # stop_behavior left at its default, "shutdown", as Deckhouse's layout leaves it.
+  # stop_behavior left out: Deckhouse's newest layout writes "stop", its earlier ones left
+  # the provider's "shutdown"; unset, the provider keeps what a state holds ("shutdown"
+  # for a VM made here).
 
   depends_on = [
     ovirt_nic.master_vm_nic,

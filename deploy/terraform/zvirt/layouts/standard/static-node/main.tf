@@ -21,9 +21,10 @@ resource "ovirt_vm" "node_vm" {
   template_id = tolist(data.ovirt_templates.node_template.templates)[0].id
   clone       = true
 
-  cpu_sockets = 1
-  cpu_cores   = local.instance_class.numCPUs
-  cpu_threads = 1
+  # Deckhouse's topology, or the existing VM's own (cpu.tf).
+  cpu_sockets = local.cpu_sockets
+  cpu_cores   = local.cpu_cores
+  cpu_threads = local.cpu_threads
 
   memory            = local.ram_bytes
   maximum_memory    = local.ram_bytes
