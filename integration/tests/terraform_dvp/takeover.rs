@@ -46,9 +46,37 @@ fn beside(module: Option<&str>, mode: &str, ty: &str, name: &str) -> Value {
     r
 }
 
-/// Makes node `n` as Deckhouse's layout does and returns its state as that layout leaves
-/// it: the objects, waited for as its readiness resources wait, and the outputs.
-async fn made_by_deckhouse(w: &World, n: &deckhouse::Node<'_>, module: &str) -> Value {
+/// A release of Deckhouse's DVP layouts, as far as what it writes differs between the
+/// ones whose object names ours computes alike (1.75 and 1.76):
+/// - both (≥ 1.75): the VM's `runPolicy: AlwaysOnUnlessStoppedManually` and
+///   `liveMigrationPolicy: PreferForced` (`candi/cloud-providers/dvp/layouts/standard/
+///   master-node/variables.tf` @095e8372, the layout's defaults), the labels
+///   `deckhouse.io/managed-by` and `dvp.deckhouse.io/cluster-uuid` on every object (1.75,
+///   #17267);
+/// - 1.76 only: labels on the cloud-init Secret (CHANGELOG-v1.76, #20436); 1.75's has none.
+struct Release {
+    label: &'static str,
+    secret_labels: bool,
+}
+
+const RELEASE_1_75: Release = Release {
+    label: "1.75",
+    secret_labels: false,
+};
+const RELEASE_1_76: Release = Release {
+    label: "1.76",
+    secret_labels: true,
+};
+
+/// Makes node `n` as Deckhouse's layout of `release` does and returns its state as that
+/// layout leaves it: the objects, waited for as its readiness resources wait, and the
+/// outputs.
+async fn made_by_deckhouse(
+    w: &World,
+    n: &deckhouse::Node<'_>,
+    module: &str,
+    release: &Release,
+) -> Value {
     let ns = &w.sim.namespace;
     let hostname = n.hostname();
     let labels = json!({"deckhouse.io/managed-by": "deckhouse",
@@ -116,7 +144,8 @@ async fn made_by_deckhouse(w: &World, n: &deckhouse::Node<'_>, module: &str) -> 
         .create(
             &kube::api::PostParams::default(),
             &serde_json::from_value(json!({
-                "metadata": {"name": n.secret(&leased), "namespace": ns, "labels": labels},
+                "metadata": {"name": n.secret(&leased), "namespace": ns,
+                    "labels": if release.secret_labels { labels.clone() } else { json!({}) }},
                 "type": "provisioning.virtualization.deckhouse.io/cloud-init",
                 "stringData": {"userData": user_data},
             }))
@@ -231,7 +260,8 @@ async fn made_by_deckhouse(w: &World, n: &deckhouse::Node<'_>, module: &str) -> 
             "provider": K8S, "instances": [{"schema_version": 0, "attributes": {
                 "id": format!("{ns}/{}", secret.name_any()), "type": "provisioning.virtualization.deckhouse.io/cloud-init",
                 "data": {"userData": user_data}, "binary_data": null, "immutable": false, "wait_for_service_account_token": true,
-                "metadata": [{"name": secret.name_any(), "namespace": ns, "labels": labels, "annotations": null,
+                "metadata": [{"name": secret.name_any(), "namespace": ns,
+                    "labels": if release.secret_labels { labels.clone() } else { json!({}) }, "annotations": null,
                     "generate_name": "", "generation": 0, "resource_version": secret.resource_version(),
                     "uid": secret.metadata.uid}]},
                 "sensitive_attributes": [[{"type": "get_attr", "value": "data"}]]}]}),
@@ -263,7 +293,7 @@ async fn made_by_deckhouse(w: &World, n: &deckhouse::Node<'_>, module: &str) -> 
         });
     }
     json!({"version": 4, "terraform_version": "1.0.3", "serial": 9,
-           "lineage": format!("d8-{hostname}"), "outputs": outputs, "resources": resources})
+           "lineage": format!("d8-{}-{hostname}", release.label), "outputs": outputs, "resources": resources})
 }
 
 /// base-infrastructure as Deckhouse's layout leaves it: the NetworkPolicy isolating the
@@ -348,8 +378,9 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
     let root = w.dir.path().to_owned();
     let (m, n) = (w.node("master", 0), w.node("worker", 0));
     let base_state = base_made_by_deckhouse(&w).await;
-    let master_state = made_by_deckhouse(&w, &m, "module.master").await;
-    let node_state = made_by_deckhouse(&w, &n, "module.static-node").await;
+    // One node of each release: a cluster made with 1.75 and grown with 1.76.
+    let master_state = made_by_deckhouse(&w, &m, "module.master", &RELEASE_1_75).await;
+    let node_state = made_by_deckhouse(&w, &n, "module.static-node", &RELEASE_1_76).await;
     let before = w.objects().await;
     let versions = async || {
         let mut out = Vec::new();
@@ -433,6 +464,41 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
         out["kubernetes_data_device_path"]["value"],
         master_state["outputs"]["kubernetes_data_device_path"]["value"]
     );
+
+    // A real change: the instance class names a run policy; the VM takes it in place.
+    let vm_name = m.vm(&w.leased(&m.vmip("Auto")).await);
+    let uid = w
+        .api(&api::virtual_machine())
+        .get(&vm_name)
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    let file = v.trim_start_matches("-var-file=");
+    let mut body: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    body["providerClusterConfiguration"]["masterNodeGroup"]["instanceClass"]["virtualMachine"]
+        ["runPolicy"] = json!("AlwaysOn");
+    let changed = format!("{file}.always-on.json");
+    std::fs::write(&changed, body.to_string()).unwrap();
+    let cv = format!("-var-file={changed}");
+    let plan = tf(|| master.plan(&[&cv]));
+    expect(&plan, 2, "the master's plan of another run policy");
+    assert!(
+        plan.stdout.contains("0 to add, 1 to change, 0 to destroy"),
+        "{} ({})",
+        plan.stdout,
+        RELEASE_1_75.label
+    );
+    tf(|| {
+        master
+            .run(&["apply", "-input=false", "-no-color", "-auto-approve", &cv])
+            .ok()
+    });
+    let vm = w.api(&api::virtual_machine()).get(&vm_name).await.unwrap();
+    assert_eq!(vm.data["spec"]["runPolicy"], "AlwaysOn");
+    assert_eq!(vm.data["spec"]["liveMigrationPolicy"], "PreferForced");
+    assert_eq!(vm.metadata.uid, uid, "the VM was replaced");
+    expect(&tf(|| master.plan(&[&cv])), 0, "the plan after the change");
 
     // Ours now: destroy removes everything Deckhouse made.
     for (ws, vars) in [(&node, &nv), (&master, &v)] {

@@ -86,8 +86,10 @@ resource "dvp_cloud_init_secret" "node" {
   labels    = local.labels
 
   lifecycle {
-    # The bootstrap is read once, at first boot: a new one must not change a node.
-    ignore_changes = [user_data]
+    # The bootstrap is read once, at first boot: a new one must not change a node. Its
+    # labels are kept as they were made: Deckhouse labelled this Secret from 1.76 on
+    # (#20436), and a takeover of an earlier node changes nothing.
+    ignore_changes = [user_data, labels]
   }
 }
 
@@ -131,8 +133,12 @@ resource "dvp_virtual_machine" "node" {
   core_fraction         = local.core_fraction
   memory                = local.vm.memory.size
   bootloader            = lookup(local.vm, "bootloader", null)
-  run_policy            = lookup(local.vm, "runPolicy", "AlwaysOnUnlessStoppedManually")
-  live_migration_policy = lookup(local.vm, "liveMigrationPolicy", "PreferForced")
+  # Only what the instance class says: left out, a VM taken over keeps its own (Deckhouse
+  # ≤ 1.74 made AlwaysOn with DVP's default migration policy, ≥ 1.75 the two below) and
+  # a new one gets Deckhouse's current defaults (AlwaysOnUnlessStoppedManually,
+  # PreferForced) from the provider. A change is made in place.
+  run_policy            = lookup(local.vm, "runPolicy", null)
+  live_migration_policy = lookup(local.vm, "liveMigrationPolicy", null)
   disks = concat(
     [dvp_virtual_disk.root.name],
     local.data_disks,

@@ -24,6 +24,12 @@ const RUN_POLICIES: [&str; 4] = [
     "Manual",
     "AlwaysOnUnlessStoppedManually",
 ];
+/// The VirtualMachine CRD's enum (deckhouse/virtualization `crds/virtualmachines.yaml`).
+const MIGRATION_POLICIES: [&str; 4] = ["AlwaysSafe", "PreferSafe", "AlwaysForced", "PreferForced"];
+/// What a new VM gets when the configuration says nothing: Deckhouse's current layouts'
+/// defaults (`layouts/standard/master-node/variables.tf` @76036b98).
+const NEW_RUN_POLICY: &str = "AlwaysOnUnlessStoppedManually";
+const NEW_MIGRATION_POLICY: &str = "PreferForced";
 
 pub struct VirtualMachine;
 
@@ -73,15 +79,24 @@ impl Resource<Cloud> for VirtualMachine {
                 )
                 .force_new()
                 .kept(),
-                optional("run_policy", Type::String, "DVP's run policy.")
-                    .force_new()
-                    .default(s("AlwaysOnUnlessStoppedManually")),
+                // Both kept when left out, and changed in place (DVP takes either on
+                // a running VM): Deckhouse's layouts wrote `AlwaysOn` and no migration
+                // policy (≤ 1.74, `terraform-modules/master/main.tf` @6e01cad3), then
+                // `AlwaysOnUnlessStoppedManually` and `PreferForced` (≥ 1.75,
+                // `layouts/standard/master-node/variables.tf` @095e8372): a VM taken
+                // over keeps its own. A new VM gets the latter, Deckhouse's current.
+                optional(
+                    "run_policy",
+                    Type::String,
+                    "DVP's run policy. Left out: the VM's own; AlwaysOnUnlessStoppedManually when new.",
+                )
+                .kept(),
                 optional(
                     "live_migration_policy",
                     Type::String,
-                    "DVP's live migration policy.",
+                    "DVP's live migration policy. Left out: the VM's own; PreferForced when new.",
                 )
-                .force_new(),
+                .kept(),
                 required(
                     "disks",
                     list(),
@@ -146,6 +161,7 @@ impl Resource<Cloud> for VirtualMachine {
         for (attr, allowed) in [
             ("bootloader", &BOOTLOADERS[..]),
             ("run_policy", &RUN_POLICIES[..]),
+            ("live_migration_policy", &MIGRATION_POLICIES[..]),
         ] {
             if let Some(v) = string(c, attr).filter(|v| !allowed.contains(v)) {
                 out.push(Diag::at(
@@ -171,7 +187,8 @@ impl Resource<Cloud> for VirtualMachine {
             "virtualMachineClassName": string(p, "class_name").unwrap_or_default(),
             "cpu": {"cores": int(p, "cores").unwrap_or(1), "coreFraction": string(p, "core_fraction").unwrap_or("100%")},
             "memory": {"size": string(p, "memory").unwrap_or_default()},
-            "runPolicy": string(p, "run_policy").unwrap_or("AlwaysOnUnlessStoppedManually"),
+            "runPolicy": string(p, "run_policy").unwrap_or(NEW_RUN_POLICY),
+            "liveMigrationPolicy": string(p, "live_migration_policy").unwrap_or(NEW_MIGRATION_POLICY),
             "osType": "Generic",
             "enableParavirtualization": true,
             "blockDeviceRefs": refs,
@@ -197,9 +214,6 @@ impl Resource<Cloud> for VirtualMachine {
         if let Some(c) = string(p, "priority_class_name") {
             spec["priorityClassName"] = json!(c);
         }
-        if let Some(m) = string(p, "live_migration_policy") {
-            spec["liveMigrationPolicy"] = json!(m);
-        }
         if let Some(ip) = string(p, "ip_address_name") {
             spec["virtualMachineIPAddressName"] = json!(ip);
         }
@@ -213,6 +227,11 @@ impl Resource<Cloud> for VirtualMachine {
             .map_err(|d| (None, d))?;
         let mut state = p.clone();
         state.insert("id".into(), s(&name));
+        state.insert("run_policy".into(), spec_text(&obj, "runPolicy"));
+        state.insert(
+            "live_migration_policy".into(),
+            spec_text(&obj, "liveMigrationPolicy"),
+        );
         match running(parent, &name).await {
             Ok(vm) => {
                 observe(&mut state, &vm);
@@ -281,9 +300,18 @@ impl Resource<Cloud> for VirtualMachine {
         Ok(Some(seen))
     }
 
+    /// Labels, and the run and migration policies: DVP applies both to a running VM.
     async fn update(&self, parent: &Cloud, prior: &Obj, planned: &Obj) -> Outcome<Obj> {
         let name = name_of(prior, "id")?;
-        let body = json!({"metadata": {"labels": labels_patch(prior, planned)}});
+        let mut body = json!({"metadata": {"labels": labels_patch(prior, planned)}});
+        for (attr, field) in [
+            ("run_policy", "runPolicy"),
+            ("live_migration_policy", "liveMigrationPolicy"),
+        ] {
+            if let Some(v) = string(planned, attr).filter(|v| string(prior, attr) != Some(*v)) {
+                body["spec"][field] = json!(v);
+            }
+        }
         patch(parent, "vm_update", &vm_api(parent), &name, body).await?;
         Ok(planned.clone())
     }
@@ -292,6 +320,14 @@ impl Resource<Cloud> for VirtualMachine {
         let name = name_of(state, "id")?;
         delete(parent, "vm_delete", "vm_get", &vm_api(parent), &name).await
     }
+}
+
+/// A string of the object's spec, as a value.
+fn spec_text(obj: &DynamicObject, field: &str) -> Value {
+    obj.data["spec"][field]
+        .as_str()
+        .map(s)
+        .unwrap_or(Value::Null)
 }
 
 fn strings_of(
