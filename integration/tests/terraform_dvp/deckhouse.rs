@@ -1,8 +1,13 @@
-//! What Deckhouse's DVP layouts (release 1.76, `candi/terraform-modules/`) name a node's
-//! objects, written here from their HCL and apart from our layouts: a disk's, the VM's and
-//! the cloud-init Secret's names end in the first six hex digits of the sha256 of their
-//! "destructive parameters" as Terraform's `jsonencode` writes them (keys sorted, no
-//! spaces — serde_json's map is sorted too); the disks' parameters are encoded twice.
+//! What Deckhouse's DVP layouts name a node's objects, written here from their HCL and
+//! apart from our layouts: a disk's, the VM's and the cloud-init Secret's names end in the
+//! first six hex digits of the sha256 of their "destructive parameters" as Terraform's
+//! `jsonencode` writes them (keys sorted, no spaces — serde_json's map is sorted too); the
+//! disks' parameters are encoded twice. Two generations: 1.75–1.76 (the disks' parameters
+//! name their storage class) and 1.77 on (`modules/030-cloud-provider-dvp/candi/
+//! terraform-modules/root-disk/variables.tf` @26d1157c: `{"rootDisk":{"image":…}}`;
+//! `kubernetes-data-disk/variables.tf` @49eb0319: `{"kbernetesDataDisk":{}}`;
+//! `additional-disk/variables.tf` @26d1157c: `{"additionalDisk":{}}`), whose VM parameters
+//! are the same keys with those hashes (`master/variables.tf` @76036b98).
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -38,6 +43,8 @@ pub struct Node<'a> {
     pub core_fraction: &'a str,
     pub memory: &'a str,
     pub ssh_key: &'a str,
+    /// Named as Deckhouse 1.77 and after name it (else as 1.75–1.76).
+    pub since_1_77: bool,
 }
 
 impl Node<'_> {
@@ -45,15 +52,33 @@ impl Node<'_> {
         format!("{}-{}-{}", self.prefix, self.group, self.index)
     }
 
+    /// The root disk's destructive parameters (its annotation holds them encoded once).
+    pub fn root_params(&self) -> Value {
+        let image = json!({"type": self.image.0, "name": self.image.1});
+        if self.since_1_77 {
+            json!({"rootDisk": {"image": image}})
+        } else {
+            json!({"rootDisk": {"storageClass": self.root_storage_class, "image": image}})
+        }
+    }
+
+    /// The etcd disk's (Deckhouse's spelling of the key).
+    pub fn etcd_params(&self) -> Option<Value> {
+        self.etcd.map(|sc| {
+            if self.since_1_77 {
+                json!({"kbernetesDataDisk": {}})
+            } else {
+                json!({"kbernetesDataDisk": {"storageClass": sc}})
+            }
+        })
+    }
+
     fn root_hash(&self) -> String {
-        twice(json!({"rootDisk": {"storageClass": self.root_storage_class,
-            "image": {"type": self.image.0, "name": self.image.1}}}))
+        twice(self.root_params())
     }
 
     fn etcd_hash(&self) -> Option<String> {
-        // Deckhouse's spelling of the key.
-        self.etcd
-            .map(|sc| twice(json!({"kbernetesDataDisk": {"storageClass": sc}})))
+        self.etcd_params().map(twice)
     }
 
     pub fn root_disk(&self) -> String {
@@ -125,6 +150,7 @@ fn the_formulas_give_terraforms_answers() {
         core_fraction: "100%",
         memory: "8Gi",
         ssh_key: "ssh-ed25519 AAAA",
+        since_1_77: false,
     };
     assert_eq!(n.root_disk(), "d8-master-0-ae5d10");
     assert_eq!(n.etcd_disk(), "d8-master-kubernetes-data-0-2b1348");
@@ -136,4 +162,14 @@ fn the_formulas_give_terraforms_answers() {
     assert_eq!(n.secret("10.66.20.7"), "d8-master-0-cloudinit-d064b0");
     assert_eq!(n.vmip("Auto"), "d8-master-0-auto");
     assert_eq!(n.vmip("10.66.20.7"), "d8-master-0-10-66-20-7");
+    // 1.77's: Terraform 1.11.4 on `substr(sha256(jsonencode(jsonencode({"rootDisk" =
+    // {"image" = {…}}}))), 0, 6)`, `{"kbernetesDataDisk" = {}}` and the VM's parameters
+    // with those hashes.
+    let n = Node {
+        since_1_77: true,
+        ..n
+    };
+    assert_eq!(n.root_disk(), "d8-master-0-d187c6");
+    assert_eq!(n.etcd_disk(), "d8-master-kubernetes-data-0-313fa0");
+    assert_eq!(n.vm("10.66.20.7"), "d8-master-0-a49951");
 }

@@ -116,6 +116,7 @@ impl World {
             core_fraction: "50%",
             memory: "4Gi",
             ssh_key: "ssh-ed25519 AAAA test",
+            since_1_77: false,
         }
     }
 

@@ -46,26 +46,36 @@ fn beside(module: Option<&str>, mode: &str, ty: &str, name: &str) -> Value {
     r
 }
 
-/// A release of Deckhouse's DVP layouts, as far as what it writes differs between the
-/// ones whose object names ours computes alike (1.75 and 1.76):
+/// A release of Deckhouse's DVP layouts, as far as what it writes differs here (the names
+/// differ by [`deckhouse::Node::since_1_77`]):
 /// - both (≥ 1.75): the VM's `runPolicy: AlwaysOnUnlessStoppedManually` and
 ///   `liveMigrationPolicy: PreferForced` (`candi/cloud-providers/dvp/layouts/standard/
 ///   master-node/variables.tf` @095e8372, the layout's defaults), the labels
 ///   `deckhouse.io/managed-by` and `dvp.deckhouse.io/cluster-uuid` on every object (1.75,
 ///   #17267);
-/// - 1.76 only: labels on the cloud-init Secret (CHANGELOG-v1.76, #20436); 1.75's has none.
+/// - 1.76 on: labels on the cloud-init Secret (CHANGELOG-v1.76, #20436); 1.75's has none;
+/// - 1.77 on: the Secret `immutable` (`terraform-modules/master/main.tf` @76036b98) and
+///   the disks named without their storage class.
 struct Release {
     label: &'static str,
     secret_labels: bool,
+    secret_immutable: bool,
 }
 
 const RELEASE_1_75: Release = Release {
     label: "1.75",
     secret_labels: false,
+    secret_immutable: false,
 };
 const RELEASE_1_76: Release = Release {
     label: "1.76",
     secret_labels: true,
+    secret_immutable: false,
+};
+const RELEASE_1_77: Release = Release {
+    label: "1.77",
+    secret_labels: true,
+    secret_immutable: true,
 };
 
 /// Makes node `n` as Deckhouse's layout of `release` does and returns its state as that
@@ -109,7 +119,7 @@ async fn made_by_deckhouse(
             .map(str::to_owned)
     })
     .await;
-    let root_params = json!({"rootDisk": {"storageClass": null, "image": {"type": n.image.0, "name": n.image.1}}});
+    let root_params = n.root_params();
     post(
         &api::virtual_disk(),
         json!({"apiVersion": v, "kind": "VirtualDisk",
@@ -126,7 +136,7 @@ async fn made_by_deckhouse(
             &api::virtual_disk(),
             json!({"apiVersion": v, "kind": "VirtualDisk",
                 "metadata": {"name": n.etcd_disk(), "namespace": ns, "labels": labels, "annotations": {
-                    "last_applied_destructive_root_disk_parameters": json!({"kbernetesDataDisk": {"storageClass": null}}).to_string(),
+                    "last_applied_destructive_root_disk_parameters": n.etcd_params().unwrap().to_string(),
                     "last_applied_destructive_root_disk_parameters_hash": n.etcd_disk().rsplit('-').next().unwrap()}},
                 "spec": {"persistentVolumeClaim": {"size": "2Gi"}}}),
         )
@@ -147,6 +157,7 @@ async fn made_by_deckhouse(
                 "metadata": {"name": n.secret(&leased), "namespace": ns,
                     "labels": if release.secret_labels { labels.clone() } else { json!({}) }},
                 "type": "provisioning.virtualization.deckhouse.io/cloud-init",
+                "immutable": release.secret_immutable,
                 "stringData": {"userData": user_data},
             }))
             .unwrap(),
@@ -259,7 +270,7 @@ async fn made_by_deckhouse(
         json!({"module": module, "mode": "managed", "type": "kubernetes_secret", "name": "cloudinit-secret",
             "provider": K8S, "instances": [{"schema_version": 0, "attributes": {
                 "id": format!("{ns}/{}", secret.name_any()), "type": "provisioning.virtualization.deckhouse.io/cloud-init",
-                "data": {"userData": user_data}, "binary_data": null, "immutable": false, "wait_for_service_account_token": true,
+                "data": {"userData": user_data}, "binary_data": null, "immutable": release.secret_immutable, "wait_for_service_account_token": true,
                 "metadata": [{"name": secret.name_any(), "namespace": ns,
                     "labels": if release.secret_labels { labels.clone() } else { json!({}) }, "annotations": null,
                     "generate_name": "", "generation": 0, "resource_version": secret.resource_version(),
@@ -377,10 +388,16 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
     };
     let root = w.dir.path().to_owned();
     let (m, n) = (w.node("master", 0), w.node("worker", 0));
+    // A third node, of the same group, made by 1.77 (its disks and VM named otherwise).
+    let n77 = deckhouse::Node {
+        since_1_77: true,
+        ..w.node("worker", 1)
+    };
     let base_state = base_made_by_deckhouse(&w).await;
     // One node of each release: a cluster made with 1.75 and grown with 1.76.
     let master_state = made_by_deckhouse(&w, &m, "module.master", &RELEASE_1_75).await;
     let node_state = made_by_deckhouse(&w, &n, "module.static-node", &RELEASE_1_76).await;
+    let node77_state = made_by_deckhouse(&w, &n77, "module.static-node", &RELEASE_1_77).await;
     let before = w.objects().await;
     let versions = async || {
         let mut out = Vec::new();
@@ -417,9 +434,21 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
     );
     let node = Workspace::module(&bin, &root, w.layout("static-node"), PROVIDER);
     migrate_into(&node, &node_state);
+    // Its own state, in a copy of the layout of its own (as dhctl keeps one per node).
+    let second = root.join("node-1");
+    std::fs::create_dir_all(&second).unwrap();
+    terraform::copy_layouts("dvp", &second);
+    let node77 = Workspace::module(
+        &bin,
+        &second,
+        second.join("dvp/layouts/standard/static-node"),
+        PROVIDER,
+    );
+    migrate_into(&node77, &node77_state);
     tf(|| base.init());
     tf(|| master.init());
     tf(|| node.init());
+    tf(|| node77.init());
 
     let v = w.vars(0, "master", &w.kubeconfig_b64);
     let nv = w.vars(0, "worker", &w.kubeconfig_b64);
@@ -435,13 +464,36 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
         0,
         "the static node's plan after the migration",
     );
+    let nv1 = w.vars(1, "worker", &w.kubeconfig_b64);
+    expect(
+        &tf(|| node77.plan(&[&nv1])),
+        0,
+        "the 1.77 static node's plan after the migration",
+    );
+    // And with the machine's newer Terraform (Deckhouse's newest layouts need ≥ 1.2).
+    if let Some(newer) = terraform::newer("the DVP Terraform takeover test", &bin) {
+        for (ws, vars, what) in [
+            (&base, &v, "base-infrastructure"),
+            (&master, &v, "the master"),
+            (&node, &nv, "the static node"),
+            (&node77, &nv1, "the 1.77 static node"),
+        ] {
+            let ws = ws.using(&newer);
+            tf(|| ws.init());
+            expect(
+                &tf(|| ws.plan(&[vars])),
+                0,
+                &format!("{what}'s plan with {}", newer.display()),
+            );
+        }
+    }
     assert_eq!(
         writes(&w),
         Vec::<String>::new(),
         "the plans wrote to the parent"
     );
     // dhctl's converge applies: nothing made, changed or deleted.
-    for (ws, vars) in [(&master, &v), (&node, &nv)] {
+    for (ws, vars) in [(&master, &v), (&node, &nv), (&node77, &nv1)] {
         let applied = tf(|| {
             ws.run(&["apply", "-input=false", "-no-color", "-auto-approve", vars])
                 .ok()
@@ -501,7 +553,7 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
     expect(&tf(|| master.plan(&[&cv])), 0, "the plan after the change");
 
     // Ours now: destroy removes everything Deckhouse made.
-    for (ws, vars) in [(&node, &nv), (&master, &v)] {
+    for (ws, vars) in [(&node77, &nv1), (&node, &nv), (&master, &v)] {
         tf(|| {
             ws.run(&[
                 "destroy",

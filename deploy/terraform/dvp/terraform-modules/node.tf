@@ -5,6 +5,15 @@
 # object (`terraform-provider-dvp migrate-state`, docs/migrate/dvp.md), and one made here
 # has the names and labels Deckhouse's tools look for.
 #
+# Names: a new object gets the name Deckhouse's 1.75/1.76 modules give it; an existing
+# one keeps the name it has (`ignore_changes = [name]`), because Deckhouse's releases
+# computed them differently (1.77 and after leave the storage class out of the disks'
+# hashes, so the VM's hash differs too; ≤ 1.72 left the additional disks out of the VM's)
+# and a state taken over must not rename — replace — a node. What a hash stood for still
+# replaces an object through that object's own attributes (its image, size class, cores,
+# memory, placement, address); only a new SSH key, which Deckhouse's hash also covers,
+# does not make a new VM here (the key is read once, at first boot).
+#
 # The layout sets `node_group`, `group` (the node group's settings), `instance_class`,
 # `data_disk_hashes` (the etcd disk's, on a master) and `data_disks`.
 
@@ -89,7 +98,7 @@ resource "dvp_cloud_init_secret" "node" {
     # The bootstrap is read once, at first boot: a new one must not change a node. Its
     # labels are kept as they were made: Deckhouse labelled this Secret from 1.76 on
     # (#20436), and a takeover of an earlier node changes nothing.
-    ignore_changes = [user_data, labels]
+    ignore_changes = [user_data, labels, name]
   }
 }
 
@@ -103,7 +112,8 @@ resource "dvp_virtual_disk" "root" {
 
   lifecycle {
     # As Deckhouse's: the class a disk was made in is not a reason to make it again.
-    ignore_changes = [storage_class]
+    # Its name is the one it has (see the note on names above).
+    ignore_changes = [storage_class, name]
   }
 }
 
@@ -115,7 +125,7 @@ resource "dvp_virtual_disk" "additional" {
   labels        = local.labels
 
   lifecycle {
-    ignore_changes = [storage_class]
+    ignore_changes = [storage_class, name]
   }
 }
 
@@ -146,7 +156,7 @@ resource "dvp_virtual_machine" "node" {
   )
   ip_address_name     = dvp_virtual_machine_ip_address.node.name
   cloud_init_secret   = dvp_cloud_init_secret.node.name
-  node_selector       = length(local.node_selector) == 0 ? null : local.node_selector
+  node_selector       = local.node_selector
   tolerations         = local.tolerations
   priority_class_name = local.priority_class_name
   labels = merge(
@@ -159,4 +169,10 @@ resource "dvp_virtual_machine" "node" {
     },
     lookup(local.vm, "additionalLabels", {}),
   )
+
+  lifecycle {
+    # The name it has (see the note on names above); what it is made of replaces it
+    # through its own attributes.
+    ignore_changes = [name]
+  }
 }

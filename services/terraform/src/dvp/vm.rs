@@ -199,7 +199,10 @@ impl Resource<Cloud> for VirtualMachine {
         if let Some(b) = string(p, "bootloader") {
             spec["bootloader"] = json!(b);
         }
-        if let Some(Value::Map(m)) = p.get("node_selector") {
+        if let Some(Value::Map(m)) = p
+            .get("node_selector")
+            .filter(|m| **m != Value::Map(Default::default()))
+        {
             spec["nodeSelector"] = json!(strings_of(m));
         }
         if let Some(Value::List(l)) = p.get("tolerations") {
@@ -272,9 +275,15 @@ impl Resource<Cloud> for VirtualMachine {
                 seen.insert(attr.into(), v);
             }
         }
-        if let Some(m) = spec["nodeSelector"].as_object().filter(|m| !m.is_empty()) {
-            seen.insert("node_selector".into(), text_map(m));
-        }
+        // None is an empty map, never null: the layouts pass a map, and Terraform turns a
+        // null map of the configuration into an empty one when it applies an
+        // `ignore_changes` to another attribute (seen with 1.0.3), which would read as a
+        // change of this replacing one.
+        let empty = serde_json::Map::new();
+        seen.insert(
+            "node_selector".into(),
+            text_map(spec["nodeSelector"].as_object().unwrap_or(&empty)),
+        );
         if let Some(l) = spec["tolerations"].as_array().filter(|l| !l.is_empty()) {
             let l = l.iter().filter_map(|t| t.as_object().map(text_map));
             seen.insert("tolerations".into(), Value::List(l.collect()));

@@ -23,7 +23,8 @@ resource "dvp_virtual_disk" "kubernetes_data" {
   labels        = local.labels
 
   lifecycle {
-    ignore_changes = [storage_class]
+    # Its name is the one it has (node.tf's note on names).
+    ignore_changes = [storage_class, name]
   }
 }
 
