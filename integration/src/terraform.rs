@@ -99,6 +99,22 @@ pub fn copy_layouts(cloud: &str, root: &Path) -> PathBuf {
     root.join(cloud)
 }
 
+/// Our provider in the plugin directory `plugins` as `<host>/<namespace>/<type>`.
+fn install(plugins: &Path, host: &str, (namespace, ty): (&str, &str)) {
+    let at = plugins
+        .join(host)
+        .join(namespace)
+        .join(ty)
+        .join(PROVIDER_VERSION)
+        .join("linux_amd64");
+    std::fs::create_dir_all(&at).expect("plugin dir");
+    let installed = at.join(format!("terraform-provider-{ty}_v{PROVIDER_VERSION}"));
+    if !installed.exists() {
+        std::fs::copy(crate::binary("terraform-provider-overcast"), &installed)
+            .expect("install the provider");
+    }
+}
+
 /// One module's working directory, with a plugin directory holding our provider as
 /// `registry.terraform.io/<namespace>/<type>`.
 pub struct Workspace {
@@ -161,19 +177,7 @@ impl Workspace {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let plugins = root.join(format!("plugins-{name}"));
-        let (namespace, ty) = provider;
-        let at = plugins
-            .join("registry.terraform.io")
-            .join(namespace)
-            .join(ty)
-            .join(PROVIDER_VERSION)
-            .join("linux_amd64");
-        std::fs::create_dir_all(&at).expect("plugin dir");
-        let installed = at.join(format!("terraform-provider-{ty}_v{PROVIDER_VERSION}"));
-        if !installed.exists() {
-            std::fs::copy(crate::binary("terraform-provider-overcast"), &installed)
-                .expect("install the provider");
-        }
+        install(&plugins, "registry.terraform.io", provider);
         let rc = root.join("terraformrc");
         std::fs::write(&rc, "").expect("rc");
         Self {
@@ -197,20 +201,7 @@ impl Workspace {
     /// The provider installed under `host` too (`registry.opentofu.org`: what an
     /// OpenTofu state names), so that `init` finds what such a state asks for.
     pub fn install_under(&self, host: &str, provider: (&str, &str)) {
-        let (namespace, ty) = provider;
-        let at = self
-            .plugins
-            .join(host)
-            .join(namespace)
-            .join(ty)
-            .join(PROVIDER_VERSION)
-            .join("linux_amd64");
-        std::fs::create_dir_all(&at).expect("plugin dir");
-        let installed = at.join(format!("terraform-provider-{ty}_v{PROVIDER_VERSION}"));
-        if !installed.exists() {
-            std::fs::copy(crate::binary("terraform-provider-overcast"), &installed)
-                .expect("install the provider");
-        }
+        install(&self.plugins, host, provider);
     }
 
     /// `terraform <args>` in the module's directory.

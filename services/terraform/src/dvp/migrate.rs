@@ -92,15 +92,7 @@ fn our_provider(theirs: &str) -> String {
 /// Rewrites `state` (Terraform's state format 4). An error names what it cannot place;
 /// then nothing is to be written.
 pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
-    if state["version"] != 4 {
-        return Err(format!(
-            "a Terraform state of format 4 is expected, this is format {}",
-            state["version"]
-        ));
-    }
-    let resources = state["resources"]
-        .as_array()
-        .ok_or("the state lists no resources")?;
+    let resources = crate::migrate::resources(state)?;
     let mut report = Report::default();
     let mut out: Vec<Value> = Vec::new();
     let mut unknown = Vec::new();
@@ -215,19 +207,7 @@ pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
             }
         }
     }
-    if !unknown.is_empty() {
-        return Err(format!(
-            "not migrated, nothing written:\n  {}",
-            unknown.join("\n  ")
-        ));
-    }
-    let serial = state["serial"]
-        .as_u64()
-        .ok_or("the state has no serial number: not a state Terraform wrote")?;
-    let mut migrated = state.clone();
-    migrated["serial"] = json!(serial + 1);
-    migrated["resources"] = Value::Array(out);
-    Ok((migrated, report))
+    Ok((crate::migrate::rewritten(state, out, &unknown)?, report))
 }
 
 #[cfg(test)]

@@ -62,15 +62,7 @@ pub fn is_zvirt(state: &Value) -> bool {
 /// Rewrites `state` (Terraform's state format 4). An error names each resource it
 /// cannot place; then nothing is to be written.
 pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
-    if state["version"] != 4 {
-        return Err(format!(
-            "a Terraform state of format 4 is expected, this is format {}",
-            state["version"]
-        ));
-    }
-    let resources = state["resources"]
-        .as_array()
-        .ok_or("the state lists no resources")?;
+    let resources = crate::migrate::resources(state)?;
     let mut report = Report::default();
     let mut unknown = Vec::new();
     let mut out = Vec::with_capacity(resources.len());
@@ -101,22 +93,10 @@ pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
         }
         out.push(moved);
     }
-    if !unknown.is_empty() {
-        return Err(format!(
-            "not migrated, nothing written:\n  {}",
-            unknown.join("\n  ")
-        ));
-    }
-    if report.moved.is_empty() {
+    if unknown.is_empty() && report.moved.is_empty() {
         return Ok((state.clone(), report));
     }
-    let serial = state["serial"]
-        .as_u64()
-        .ok_or("the state has no serial number: not a state Terraform wrote")?;
-    let mut migrated = state.clone();
-    migrated["serial"] = json!(serial + 1);
-    migrated["resources"] = Value::Array(out);
-    Ok((migrated, report))
+    Ok((crate::migrate::rewritten(state, out, &unknown)?, report))
 }
 
 #[cfg(test)]
