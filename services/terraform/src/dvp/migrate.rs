@@ -115,6 +115,17 @@ pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
             report.dropped.push(format!("{addr}: owns no object"));
             continue;
         }
+        // Refused by its type, not only per instance: a resource with no instances (a
+        // `count = 0`) of a type we do not know must not vanish from the state unseen.
+        if !matches!(
+            ty,
+            "kubernetes_manifest" | "kubernetes_secret" | "kubernetes_secret_v1"
+        ) {
+            unknown.push(format!(
+                "{addr}: a {ty} is not one of Deckhouse's DVP layouts"
+            ));
+            continue;
+        }
         let module = r["module"].as_str().unwrap_or_default();
         let provider = our_provider(r["provider"].as_str().unwrap_or_default());
         let instances = r["instances"].as_array().cloned().unwrap_or_default();

@@ -35,16 +35,19 @@ const TYPES: [&str; 9] = [
     "ovirt_wait_for_ip",
 ];
 
-/// `provider["<host>/<namespace>/ovirt"]` → (host, namespace); `None` for any other.
-fn ovirt_provider(address: &str) -> Option<(&str, &str)> {
+/// `provider["<host>/<namespace>/ovirt"]` → (host, whether it is already ours); `None`
+/// for any other. The namespace is compared as Terraform does, regardless of case
+/// (`oVirt/ovirt` is `ovirt/ovirt`).
+fn ovirt_provider(address: &str) -> Option<(&str, bool)> {
     let inner = address.strip_prefix("provider[\"")?.strip_suffix("\"]")?;
     let mut parts = inner.split('/');
     let (host, namespace, ty) = (parts.next()?, parts.next()?, parts.next()?);
+    let namespace = namespace.to_ascii_lowercase();
     (parts.next().is_none()
-        && ty == "ovirt"
+        && ty.eq_ignore_ascii_case("ovirt")
         && host.contains('.')
-        && NAMESPACES.contains(&namespace))
-    .then_some((host, namespace))
+        && NAMESPACES.contains(&namespace.as_str()))
+    .then_some((host, inner == format!("{host}/{OURS}")))
 }
 
 /// Whether the state is one of the oVirt provider's (every resource of it): then it is
@@ -75,7 +78,7 @@ pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
         let ty = r["type"].as_str().unwrap_or_default();
         let addr = format!("{module}{data}{ty}.{}", r["name"].as_str().unwrap_or("?"));
         let provider = r["provider"].as_str().unwrap_or_default();
-        let Some((host, namespace)) = ovirt_provider(provider) else {
+        let Some((host, ours)) = ovirt_provider(provider) else {
             unknown.push(format!("{addr}: provider {provider} is not the oVirt one"));
             continue;
         };
@@ -86,7 +89,7 @@ pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
             continue;
         }
         let mut moved = r.clone();
-        if namespace != "terraform-provider-ovirt" {
+        if !ours {
             let ours = format!("provider[\"{host}/{OURS}\"]");
             report.moved.push(format!("{addr}: {provider} → {ours}"));
             moved["provider"] = json!(ours);
@@ -139,6 +142,17 @@ mod tests {
             assert_eq!(again, out);
             assert!(report.moved.is_empty());
         }
+    }
+
+    #[test]
+    fn a_namespace_in_any_case_is_the_ovirt_one() {
+        let (out, report) =
+            migrate(&state("provider[\"registry.terraform.io/oVirt/ovirt\"]")).unwrap();
+        assert_eq!(report.moved.len(), 3, "{report:?}");
+        assert_eq!(
+            out["resources"][1]["provider"],
+            "provider[\"registry.terraform.io/terraform-provider-ovirt/ovirt\"]"
+        );
     }
 
     #[test]

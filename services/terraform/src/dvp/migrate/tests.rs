@@ -151,6 +151,14 @@ fn what_it_cannot_place_refuses_the_whole_state() {
     let mut state = master_state();
     state["resources"][7]["module"] = json!("module.something-else");
     assert!(migrate(&state).unwrap_err().contains("d8-master-0-b21c77"));
+    // A resource of another type with no instances (`count = 0`) is refused too, not
+    // dropped unseen: a zVirt state whose provider address is not read as the oVirt
+    // one came here and left with no resources at all.
+    let mut state = master_state();
+    state["resources"].as_array_mut().unwrap().push(json!({
+        "mode": "managed", "type": "ovirt_vm", "name": "x", "instances": [],
+        "provider": "provider[\"registry.terraform.io/example/ovirt\"]"}));
+    assert!(migrate(&state).unwrap_err().contains("ovirt_vm.x"));
     // Not a format-4 state, or one without a serial number.
     assert!(migrate(&json!({"version": 3, "modules": []})).is_err());
     let mut no_serial = master_state();
