@@ -71,9 +71,12 @@ pub fn run() -> Result<(), String> {
     for d in &report.dropped {
         eprintln!("dropped {d}");
     }
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&migrated).map_err(|e| e.to_string())?
-    );
-    Ok(())
+    // Written, not printed: a full disk or a closed pipe is an error that says so (and a
+    // non-zero exit), not a panic.
+    let mut text = serde_json::to_string_pretty(&migrated).map_err(|e| e.to_string())?;
+    text.push('\n');
+    let mut out = std::io::stdout().lock();
+    std::io::Write::write_all(&mut out, text.as_bytes())
+        .and_then(|()| std::io::Write::flush(&mut out))
+        .map_err(|e| format!("writing the migrated state to stdout: {e}"))
 }
