@@ -48,32 +48,42 @@ fn beside(module: Option<&str>, mode: &str, ty: &str, name: &str) -> Value {
 
 /// A release of Deckhouse's DVP layouts, as far as what it writes differs here (the names
 /// differ by [`deckhouse::Node::since_1_77`]):
-/// - both (≥ 1.75): the VM's `runPolicy: AlwaysOnUnlessStoppedManually` and
+/// - ≤ 1.74 (`candi/cloud-providers/dvp/terraform-modules/master/main.tf` @6e01cad3,
+///   `master/variables.tf` @023a52f3): the VM's `runPolicy: AlwaysOn` and no
+///   `liveMigrationPolicy` (the parent's default applies), the VM labelled with the four
+///   `dvp.deckhouse.io/*` labels and no `deckhouse.io/managed-by`, the disks, address and
+///   Secret unlabelled; readiness by `wait` blocks in the manifests, no owner references;
+/// - ≥ 1.75: the VM's `runPolicy: AlwaysOnUnlessStoppedManually` and
 ///   `liveMigrationPolicy: PreferForced` (`candi/cloud-providers/dvp/layouts/standard/
 ///   master-node/variables.tf` @095e8372, the layout's defaults), the labels
 ///   `deckhouse.io/managed-by` and `dvp.deckhouse.io/cluster-uuid` on every object (1.75,
-///   #17267);
+///   #17267), `kubernetes_resource_ready_v1` and (1.76, #16777) owner references;
 /// - 1.76 on: labels on the cloud-init Secret (CHANGELOG-v1.76, #20436); 1.75's has none;
 /// - 1.77 on: the Secret `immutable` (`terraform-modules/master/main.tf` @76036b98) and
 ///   the disks named without their storage class.
 struct Release {
     label: &'static str,
+    /// 1.75 on: the policies, `managed-by`, labelled disks and address, readiness resources.
+    since_1_75: bool,
     secret_labels: bool,
     secret_immutable: bool,
 }
 
-const RELEASE_1_75: Release = Release {
-    label: "1.75",
+const RELEASE_1_74: Release = Release {
+    label: "1.74",
+    since_1_75: false,
     secret_labels: false,
     secret_immutable: false,
 };
 const RELEASE_1_76: Release = Release {
     label: "1.76",
+    since_1_75: true,
     secret_labels: true,
     secret_immutable: false,
 };
 const RELEASE_1_77: Release = Release {
     label: "1.77",
+    since_1_75: true,
     secret_labels: true,
     secret_immutable: true,
 };
@@ -91,6 +101,12 @@ async fn made_by_deckhouse(
     let hostname = n.hostname();
     let labels = json!({"deckhouse.io/managed-by": "deckhouse",
         "dvp.deckhouse.io/cluster-uuid": CLUSTER_UUID, "dvp.deckhouse.io/hostname": hostname});
+    // The disks' and address's (none before 1.75).
+    let infra_labels = if release.since_1_75 {
+        labels.clone()
+    } else {
+        json!({})
+    };
     let post = async |ar: &kube::discovery::ApiResource, body: Value| -> DynamicObject {
         let obj: DynamicObject = serde_json::from_value(body).unwrap();
         w.api(ar)
@@ -102,7 +118,7 @@ async fn made_by_deckhouse(
     post(
         &api::virtual_machine_ip_address(),
         json!({"apiVersion": v, "kind": "VirtualMachineIPAddress",
-            "metadata": {"name": n.vmip("Auto"), "namespace": ns, "labels": labels},
+            "metadata": {"name": n.vmip("Auto"), "namespace": ns, "labels": infra_labels},
             "spec": {"staticIP": "", "type": "Auto"}}),
     )
     .await;
@@ -123,7 +139,7 @@ async fn made_by_deckhouse(
     post(
         &api::virtual_disk(),
         json!({"apiVersion": v, "kind": "VirtualDisk",
-            "metadata": {"name": n.root_disk(), "namespace": ns, "labels": labels, "annotations": {
+            "metadata": {"name": n.root_disk(), "namespace": ns, "labels": infra_labels, "annotations": {
                 "last_applied_destructive_root_disk_parameters": root_params.to_string(),
                 "last_applied_destructive_root_disk_parameters_hash": n.root_disk().rsplit('-').next().unwrap()}},
             "spec": {"dataSource": {"type": "ObjectRef", "objectRef": {"kind": n.image.0, "name": n.image.1}},
@@ -135,7 +151,7 @@ async fn made_by_deckhouse(
         post(
             &api::virtual_disk(),
             json!({"apiVersion": v, "kind": "VirtualDisk",
-                "metadata": {"name": n.etcd_disk(), "namespace": ns, "labels": labels, "annotations": {
+                "metadata": {"name": n.etcd_disk(), "namespace": ns, "labels": infra_labels, "annotations": {
                     "last_applied_destructive_root_disk_parameters": n.etcd_params().unwrap().to_string(),
                     "last_applied_destructive_root_disk_parameters_hash": n.etcd_disk().rsplit('-').next().unwrap()}},
                 "spec": {"persistentVolumeClaim": {"size": "2Gi"}}}),
@@ -166,24 +182,30 @@ async fn made_by_deckhouse(
         .unwrap();
     let params = n.vm_params(&leased);
     let group = if n.etcd.is_some() { "master" } else { "worker" };
+    let mut vm_labels = json!({"dvp.deckhouse.io/cluster-prefix": n.prefix,
+        "dvp.deckhouse.io/cluster-uuid": CLUSTER_UUID, "dvp.deckhouse.io/node-group": group,
+        "dvp.deckhouse.io/hostname": hostname});
+    let mut vm_spec = json!({
+        "terminationGracePeriodSeconds": 90, "enableParavirtualization": true, "osType": "Generic",
+        "virtualMachineClassName": "generic", "disruptions": {"restartApprovalMode": "Automatic"},
+        "cpu": {"coreFraction": n.core_fraction, "cores": n.cores}, "memory": {"size": n.memory},
+        "blockDeviceRefs": block_devices,
+        "provisioning": {"type": "UserDataRef", "userDataRef": {"kind": "Secret", "name": n.secret(&leased)}},
+        "runPolicy": "AlwaysOn",
+        "virtualMachineIPAddressName": n.vmip("Auto"),
+    });
+    if release.since_1_75 {
+        vm_labels["deckhouse.io/managed-by"] = json!("deckhouse");
+        vm_spec["runPolicy"] = json!("AlwaysOnUnlessStoppedManually");
+        vm_spec["liveMigrationPolicy"] = json!("PreferForced");
+    }
     post(
         &api::virtual_machine(),
         json!({"apiVersion": v, "kind": "VirtualMachine",
-            "metadata": {"name": n.vm(&leased), "namespace": ns,
-                "labels": {"deckhouse.io/managed-by": "deckhouse", "dvp.deckhouse.io/cluster-prefix": n.prefix,
-                    "dvp.deckhouse.io/cluster-uuid": CLUSTER_UUID, "dvp.deckhouse.io/node-group": group,
-                    "dvp.deckhouse.io/hostname": hostname},
+            "metadata": {"name": n.vm(&leased), "namespace": ns, "labels": vm_labels,
                 "annotations": {"last_applied_destructive_vm_parameters": params.to_string(),
                     "last_applied_destructive_vm_parameters_hash": n.vm(&leased).rsplit('-').next().unwrap()}},
-            "spec": {
-                "terminationGracePeriodSeconds": 90, "enableParavirtualization": true, "osType": "Generic",
-                "virtualMachineClassName": "generic", "disruptions": {"restartApprovalMode": "Automatic"},
-                "cpu": {"coreFraction": n.core_fraction, "cores": n.cores}, "memory": {"size": n.memory},
-                "blockDeviceRefs": block_devices,
-                "provisioning": {"type": "UserDataRef", "userDataRef": {"kind": "Secret", "name": n.secret(&leased)}},
-                "liveMigrationPolicy": "PreferForced", "runPolicy": "AlwaysOnUnlessStoppedManually",
-                "virtualMachineIPAddressName": n.vmip("Auto"),
-            }}),
+            "spec": vm_spec}),
     )
     .await;
     let vm_name = n.vm(&leased);
@@ -196,7 +218,8 @@ async fn made_by_deckhouse(
         },
     )
     .await;
-    // kubernetes_owner_references_v1: the VM owns its disks, address and Secret.
+    // kubernetes_owner_references_v1 (not before 1.75 here): the VM owns its disks,
+    // address and Secret.
     let owner = json!({"metadata": {"ownerReferences": [{"apiVersion": v, "kind": "VirtualMachine",
         "name": vm_name, "uid": vm.metadata.uid}]}});
     let owned = [
@@ -205,20 +228,22 @@ async fn made_by_deckhouse(
     ]
     .into_iter()
     .chain(n.etcd.map(|_| (api::virtual_disk(), n.etcd_disk())));
-    for (ar, name) in owned {
-        w.api(&ar)
-            .patch(&name, &Default::default(), &kube::api::Patch::Merge(&owner))
+    if release.since_1_75 {
+        for (ar, name) in owned {
+            w.api(&ar)
+                .patch(&name, &Default::default(), &kube::api::Patch::Merge(&owner))
+                .await
+                .unwrap();
+        }
+        secrets
+            .patch(
+                &n.secret(&leased),
+                &Default::default(),
+                &kube::api::Patch::Merge(&owner),
+            )
             .await
             .unwrap();
     }
-    secrets
-        .patch(
-            &n.secret(&leased),
-            &Default::default(),
-            &kube::api::Patch::Merge(&owner),
-        )
-        .await
-        .unwrap();
 
     let get =
         async |ar: kube::discovery::ApiResource, name: String| w.api(&ar).get(&name).await.unwrap();
@@ -283,6 +308,27 @@ async fn made_by_deckhouse(
             "cloudinit-secret",
         ),
     ];
+    if !release.since_1_75 {
+        // ≤ 1.74 waited in the manifests themselves (`wait { fields = {...} }`) and
+        // referenced no owners.
+        resources.retain(|r| {
+            !matches!(
+                r["type"].as_str(),
+                Some("kubernetes_resource_ready_v1" | "kubernetes_owner_references_v1")
+            )
+        });
+        for r in &mut resources {
+            let phase = match r["name"].as_str() {
+                Some("vm") => "Running",
+                Some("ipv4_address") => "Bound",
+                _ => continue,
+            };
+            if r["type"] == "kubernetes_manifest" {
+                r["instances"][0]["attributes"]["wait"] =
+                    json!([{"condition": [], "fields": {"status.phase": phase}, "rollout": false}]);
+            }
+        }
+    }
     let mut outputs = json!({});
     if n.etcd.is_some() {
         let etcd = get(api::virtual_disk(), n.etcd_disk()).await;
@@ -394,8 +440,10 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
         ..w.node("worker", 1)
     };
     let base_state = base_made_by_deckhouse(&w).await;
-    // One node of each release: a cluster made with 1.75 and grown with 1.76.
-    let master_state = made_by_deckhouse(&w, &m, "module.master", &RELEASE_1_75).await;
+    // One node of each release: a cluster made with 1.74 and grown with 1.76 and 1.77
+    // (1.75 differs from 1.74 by what 1.76 also writes, and from 1.76 by the Secret's
+    // labels, which 1.74's lacks too).
+    let master_state = made_by_deckhouse(&w, &m, "module.master", &RELEASE_1_74).await;
     let node_state = made_by_deckhouse(&w, &n, "module.static-node", &RELEASE_1_76).await;
     let node77_state = made_by_deckhouse(&w, &n77, "module.static-node", &RELEASE_1_77).await;
     let before = w.objects().await;
@@ -517,20 +565,26 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
         master_state["outputs"]["kubernetes_data_device_path"]["value"]
     );
 
-    // A real change: the instance class names a run policy; the VM takes it in place.
+    // A real change: the instance class names a run policy and a label; the VM takes
+    // them in place, keeping what else it has.
     let vm_name = m.vm(&w.leased(&m.vmip("Auto")).await);
-    let uid = w
-        .api(&api::virtual_machine())
-        .get(&vm_name)
-        .await
-        .unwrap()
-        .metadata
-        .uid;
+    let vm = w.api(&api::virtual_machine()).get(&vm_name).await.unwrap();
+    let (uid, migration) = (
+        vm.metadata.uid.clone(),
+        vm.data["spec"]["liveMigrationPolicy"].clone(),
+    );
+    assert_eq!(vm.data["spec"]["runPolicy"], "AlwaysOn", "1.74's, kept");
+    assert!(
+        !vm.labels().contains_key("deckhouse.io/managed-by"),
+        "1.74's labels, kept"
+    );
     let file = v.trim_start_matches("-var-file=");
     let mut body: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
     body["providerClusterConfiguration"]["masterNodeGroup"]["instanceClass"]["virtualMachine"]
-        ["runPolicy"] = json!("AlwaysOn");
-    let changed = format!("{file}.always-on.json");
+        ["runPolicy"] = json!("AlwaysOnUnlessStoppedManually");
+    body["providerClusterConfiguration"]["masterNodeGroup"]["instanceClass"]["virtualMachine"]
+        ["additionalLabels"] = json!({"team": "platform"});
+    let changed = format!("{file}.run-policy.json");
     std::fs::write(&changed, body.to_string()).unwrap();
     let cv = format!("-var-file={changed}");
     let plan = tf(|| master.plan(&[&cv]));
@@ -539,7 +593,7 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
         plan.stdout.contains("0 to add, 1 to change, 0 to destroy"),
         "{} ({})",
         plan.stdout,
-        RELEASE_1_75.label
+        RELEASE_1_74.label
     );
     tf(|| {
         master
@@ -547,8 +601,16 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
             .ok()
     });
     let vm = w.api(&api::virtual_machine()).get(&vm_name).await.unwrap();
-    assert_eq!(vm.data["spec"]["runPolicy"], "AlwaysOn");
-    assert_eq!(vm.data["spec"]["liveMigrationPolicy"], "PreferForced");
+    assert_eq!(
+        vm.data["spec"]["runPolicy"],
+        "AlwaysOnUnlessStoppedManually"
+    );
+    assert_eq!(vm.data["spec"]["liveMigrationPolicy"], migration);
+    assert_eq!(
+        vm.labels().get("team").map(String::as_str),
+        Some("platform")
+    );
+    assert!(!vm.labels().contains_key("deckhouse.io/managed-by"));
     assert_eq!(vm.metadata.uid, uid, "the VM was replaced");
     expect(&tf(|| master.plan(&[&cv])), 0, "the plan after the change");
 

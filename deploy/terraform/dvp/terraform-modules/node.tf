@@ -14,6 +14,12 @@
 # memory, placement, address); only a new SSH key, which Deckhouse's hash also covers,
 # does not make a new VM here (the key is read once, at first boot).
 #
+# Labels: Deckhouse's identity labels (`deckhouse.io/managed-by`, `dvp.deckhouse.io/*`)
+# are written when an object is made and kept as they are after (`ignore_changes` on each
+# key): ≤ 1.74 labelled the VM without `managed-by` and the disks and address not at all,
+# and a takeover changes nothing. The instance class's `additionalLabels` still reach an
+# existing VM, in place.
+#
 # The layout sets `node_group`, `group` (the node group's settings), `instance_class`,
 # `data_disk_hashes` (the etcd disk's, on a master) and `data_disks`.
 
@@ -112,8 +118,14 @@ resource "dvp_virtual_disk" "root" {
 
   lifecycle {
     # As Deckhouse's: the class a disk was made in is not a reason to make it again.
-    # Its name is the one it has (see the note on names above).
-    ignore_changes = [storage_class, name]
+    # Its name and identity labels are the ones it has (see the notes above).
+    ignore_changes = [
+      storage_class,
+      name,
+      labels["deckhouse.io/managed-by"],
+      labels["dvp.deckhouse.io/cluster-uuid"],
+      labels["dvp.deckhouse.io/hostname"],
+    ]
   }
 }
 
@@ -125,7 +137,13 @@ resource "dvp_virtual_disk" "additional" {
   labels        = local.labels
 
   lifecycle {
-    ignore_changes = [storage_class, name]
+    ignore_changes = [
+      storage_class,
+      name,
+      labels["deckhouse.io/managed-by"],
+      labels["dvp.deckhouse.io/cluster-uuid"],
+      labels["dvp.deckhouse.io/hostname"],
+    ]
   }
 }
 
@@ -134,6 +152,14 @@ resource "dvp_virtual_machine_ip_address" "node" {
   type      = local.address == "Auto" ? "Auto" : "Static"
   static_ip = local.address == "Auto" ? null : local.address
   labels    = local.labels
+
+  lifecycle {
+    ignore_changes = [
+      labels["deckhouse.io/managed-by"],
+      labels["dvp.deckhouse.io/cluster-uuid"],
+      labels["dvp.deckhouse.io/hostname"],
+    ]
+  }
 }
 
 resource "dvp_virtual_machine" "node" {
@@ -171,8 +197,15 @@ resource "dvp_virtual_machine" "node" {
   )
 
   lifecycle {
-    # The name it has (see the note on names above); what it is made of replaces it
-    # through its own attributes.
-    ignore_changes = [name]
+    # The name and identity labels it has (see the notes above); what it is made of
+    # replaces it through its own attributes.
+    ignore_changes = [
+      name,
+      labels["deckhouse.io/managed-by"],
+      labels["dvp.deckhouse.io/cluster-prefix"],
+      labels["dvp.deckhouse.io/cluster-uuid"],
+      labels["dvp.deckhouse.io/node-group"],
+      labels["dvp.deckhouse.io/hostname"],
+    ]
   }
 }

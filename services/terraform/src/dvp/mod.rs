@@ -116,6 +116,9 @@ fn labels_of(o: &Obj) -> serde_json::Map<String, J> {
 /// The object's labels as a refresh records them: after an import all of them; else only
 /// the keys the state holds (a label the parent's controllers add is not the user's, and
 /// must not show as a change), so a user's label changed or removed out of band shows.
+/// None is an empty map after an import or where the state held a map, so a layout's
+/// `labels` whose every key `ignore_changes` keeps (an object made unlabelled by an older
+/// Deckhouse) plans no change; null only where the state held null.
 fn labels_value(state: &Obj, m: Option<&std::collections::BTreeMap<String, String>>) -> Value {
     let ours = labels_of(state);
     let imported = !matches!(state.get("name"), Some(Value::String(_)));
@@ -125,7 +128,7 @@ fn labels_value(state: &Obj, m: Option<&std::collections::BTreeMap<String, Strin
         .filter(|(k, _)| imported || ours.contains_key(*k))
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
         .collect();
-    if kept.is_empty() {
+    if kept.is_empty() && !imported && !matches!(state.get("labels"), Some(Value::Map(_))) {
         Value::Null
     } else {
         Value::Map(kept)

@@ -23,8 +23,14 @@ resource "dvp_virtual_disk" "kubernetes_data" {
   labels        = local.labels
 
   lifecycle {
-    # Its name is the one it has (node.tf's note on names).
-    ignore_changes = [storage_class, name]
+    # Its name and identity labels are the ones it has (node.tf's notes).
+    ignore_changes = [
+      storage_class,
+      name,
+      labels["deckhouse.io/managed-by"],
+      labels["dvp.deckhouse.io/cluster-uuid"],
+      labels["dvp.deckhouse.io/hostname"],
+    ]
   }
 }
 
