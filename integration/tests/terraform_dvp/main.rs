@@ -25,6 +25,15 @@ mod takeover;
 
 const PROVIDER: (&str, &str) = ("overcast", "dvp");
 
+/// The shape of dhctl's variables.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Inputs {
+    /// A DVPClusterConfiguration (`providerClusterConfiguration`), as up to 1.76.
+    ClusterConfiguration,
+    /// Deckhouse 1.77's for a cluster moved to ModuleConfig version 2.
+    ModuleConfig,
+}
+
 struct World {
     sim: DvpSim,
     kubeconfig_b64: String,
@@ -70,6 +79,11 @@ impl World {
 
     /// dhctl's `-var-file` for node `index` of `group` ("master" for a master).
     fn vars(&self, index: u32, group: &str, kubeconfig_b64: &str) -> String {
+        self.vars_as(index, group, kubeconfig_b64, Inputs::ClusterConfiguration)
+    }
+
+    /// The same, in the shape `inputs` says.
+    fn vars_as(&self, index: u32, group: &str, kubeconfig_b64: &str, inputs: Inputs) -> String {
         let instance_class = json!({
             "virtualMachine": {
                 "cpu": {"cores": 2, "coreFraction": "50%"}, "memory": {"size": "4Gi"},
@@ -78,7 +92,7 @@ impl World {
             "rootDisk": {"size": "10Gi", "image": {"kind": "ClusterVirtualImage", "name": self.image}},
             "etcdDisk": {"size": "2Gi"},
         });
-        let body = json!({
+        let mut body = json!({
             "clusterConfiguration": {
                 "apiVersion": "deckhouse.io/v1", "kind": "ClusterConfiguration",
                 "clusterType": "Cloud", "cloud": {"provider": "DVP", "prefix": "tf"},
@@ -95,8 +109,44 @@ impl World {
             "nodeGroupName": group,
             "cloudConfig": base64::engine::general_purpose::STANDARD.encode("runcmd:\n- echo bootstrap\n"),
         });
+        if inputs == Inputs::ModuleConfig {
+            // What dhctl passes from 1.77 for a cluster moved to ModuleConfig version 2
+            // (`modules/030-cloud-provider-dvp/candi/terraform-modules/migration/
+            // locals.tf` @1cd21b95 reads these): the module's settings, the NodeGroups
+            // and DVPInstanceClasses by name, the credential Secret; no configuration.
+            let pcc = body["providerClusterConfiguration"].take();
+            let mut class = instance_class.clone();
+            class["virtualMachine"]
+                .as_object_mut()
+                .unwrap()
+                .remove("ipAddresses");
+            let group_of = |name: &str| {
+                json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup", "metadata": {"name": name},
+                    "spec": {"nodeType": "CloudPermanent", "cloudInstances": {"minPerZone": 1, "maxPerZone": 1,
+                        "classReference": {"kind": "DVPInstanceClass", "name": format!("{name}-class")}}}})
+            };
+            let class_of = |name: &str| {
+                json!({"apiVersion": "deckhouse.io/v1alpha1", "kind": "DVPInstanceClass",
+                    "metadata": {"name": format!("{name}-class")}, "spec": class})
+            };
+            body["providerClusterConfiguration"] = serde_json::Value::Null;
+            body["settings"] = json!({"apiVersion": "deckhouse.io/v1alpha1", "kind": "ModuleConfig",
+                "metadata": {"name": "cloud-provider-dvp"},
+                "spec": {"enabled": true, "version": 2, "settings": {
+                    "provider": {"parameters": {"namespace": pcc["provider"]["namespace"]}},
+                    "nodes": {"parameters": {"sshPublicKey": pcc["sshPublicKey"],
+                        "ipAddresses": {"master": ["Auto"], "worker": ["Auto"]}}}}}});
+            body["nodeGroups"] =
+                json!({"master": group_of("master"), "worker": group_of("worker")});
+            body["instanceClasses"] =
+                json!({"master-class": class_of("master"), "worker-class": class_of("worker")});
+            body["secrets"] = json!({"d8-credentials": {"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "d8-credentials", "namespace": pcc["provider"]["namespace"]},
+                "type": "cloud-provider.deckhouse.io/credentials",
+                "stringData": {"authScheme": "kubeconfig", "secret": kubeconfig_b64}}});
+        }
         let f = self.dir.path().join(format!(
-            "vars-{group}-{index}-{}.json",
+            "vars-{group}-{index}-{}-{inputs:?}.json",
             kubeconfig_b64.len()
         ));
         std::fs::write(&f, body.to_string()).unwrap();

@@ -535,6 +535,19 @@ async fn a_master_and_a_node_deckhouses_layouts_made_are_taken_over_unchanged() 
             );
         }
     }
+    // A cluster moved to ModuleConfig version 2 (1.77 on): dhctl passes its objects
+    // instead of the configuration; the same nodes plan no change from them.
+    for (ws, index, group, what) in [
+        (&master, 0, "master", "the master"),
+        (&node77, 1, "worker", "the 1.77 static node"),
+    ] {
+        let mv = w.vars_as(index, group, &w.kubeconfig_b64, Inputs::ModuleConfig);
+        expect(
+            &tf(|| ws.plan(&[&mv])),
+            0,
+            &format!("{what}'s plan from ModuleConfig v2's inputs"),
+        );
+    }
     assert_eq!(
         writes(&w),
         Vec::<String>::new(),

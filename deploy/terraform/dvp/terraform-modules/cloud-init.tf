@@ -1,6 +1,6 @@
 # dhctl's bootstrap (a base64 cloud-config) with the node's hostname and key.
 locals {
-  ssh_key = lookup(var.providerClusterConfiguration, "sshPublicKey", "")
+  ssh_key = lookup(local.configuration, "sshPublicKey", "")
   user_data = join("\n", ["#cloud-config", yamlencode(merge(
     {
       "hostname"             = local.hostname

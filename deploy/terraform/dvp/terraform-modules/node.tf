@@ -54,8 +54,8 @@ locals {
   # In Deckhouse's order: the keys sorted as strings.
   additional_disk_keys = sort(keys(local.additional_disks))
 
-  region       = lookup(var.providerClusterConfiguration, "region", "")
-  actual_zones = lookup(var.providerClusterConfiguration, "zones", [])
+  region       = lookup(local.configuration, "region", "")
+  actual_zones = lookup(local.configuration, "zones", [])
   zones        = lookup(local.group, "zones", null) != null ? tolist(setintersection(local.actual_zones, local.group["zones"])) : local.actual_zones
   zone         = length(local.actual_zones) > 0 ? element(local.zones, var.nodeIndex) : ""
   # Deckhouse's module variables are map(string) and list(map(string)): the values as text.
@@ -163,12 +163,12 @@ resource "dvp_virtual_machine_ip_address" "node" {
 }
 
 resource "dvp_virtual_machine" "node" {
-  name                  = join("-", [local.hostname, local.vm_hash])
-  class_name            = local.vm.virtualMachineClassName
-  cores                 = local.vm.cpu.cores
-  core_fraction         = local.core_fraction
-  memory                = local.vm.memory.size
-  bootloader            = lookup(local.vm, "bootloader", null)
+  name          = join("-", [local.hostname, local.vm_hash])
+  class_name    = local.vm.virtualMachineClassName
+  cores         = local.vm.cpu.cores
+  core_fraction = local.core_fraction
+  memory        = local.vm.memory.size
+  bootloader    = lookup(local.vm, "bootloader", null)
   # Only what the instance class says: left out, a VM taken over keeps its own (Deckhouse
   # ≤ 1.74 made AlwaysOn with DVP's default migration policy, ≥ 1.75 the two below) and
   # a new one gets Deckhouse's current defaults (AlwaysOnUnlessStoppedManually,

@@ -1,6 +1,6 @@
-# The parent DVP cluster the DVPClusterConfiguration names, and the namespace of this
+# The parent DVP cluster the configuration names (variables.tf), and the namespace of this
 # cluster's machines there.
 provider "dvp" {
-  kubeconfig_base64 = var.providerClusterConfiguration.provider.kubeconfigDataBase64
-  namespace         = var.providerClusterConfiguration.provider.namespace
+  kubeconfig_base64 = local.kubeconfig_base64
+  namespace         = local.configuration.provider.namespace
 }

@@ -5,7 +5,7 @@
 
 locals {
   node_group     = "master"
-  group          = var.providerClusterConfiguration.masterNodeGroup
+  group          = local.configuration.masterNodeGroup
   instance_class = local.group.instanceClass
 
   etcd_disk_storage_class = lookup(local.instance_class.etcdDisk, "storageClass", null)

@@ -4,7 +4,7 @@
 # them (node.tf). Like Deckhouse's, the module has no outputs.
 
 locals {
-  group          = [for g in lookup(var.providerClusterConfiguration, "nodeGroups", []) : g if g.name == var.nodeGroupName][0]
+  group          = [for g in lookup(local.configuration, "nodeGroups", []) : g if g.name == var.nodeGroupName][0]
   node_group     = local.group.name
   instance_class = local.group.instanceClass
 
