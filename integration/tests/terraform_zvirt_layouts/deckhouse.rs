@@ -35,6 +35,10 @@ pub struct Release {
     /// `initialization_nic` (upstream 2.2.0) and `initialization_dns` (Deckhouse's patch
     /// 004), which its layouts set to `""` without a custom network.
     pub provider_2_2: bool,
+    /// dhctl may pass the module's objects instead of the ZvirtClusterConfiguration
+    /// (`terraform-modules/master-node/variables.tf` @89d8287 reads them through
+    /// `module "migration"`, `migration/locals.tf` @cf4bf01).
+    pub module_config: bool,
 }
 
 /// Deckhouse 2024 (`ee/candi/cloud-providers/zvirt`):
@@ -56,6 +60,7 @@ pub const RELEASE_2024: Release = Release {
     stop_behavior: None,
     etcd_interface: "virtio_scsi",
     provider_2_2: false,
+    module_config: false,
 };
 
 /// Deckhouse's newest (`ee/se-plus/modules/030-cloud-provider-zvirt/candi`):
@@ -78,4 +83,5 @@ pub const RELEASE_NEWEST: Release = Release {
     stop_behavior: Some("stop"),
     etcd_interface: "virtio",
     provider_2_2: true,
+    module_config: true,
 };

@@ -52,6 +52,41 @@ fn var_file(url: &str, profile: &str, domain: &str, index: u32, group: &str) -> 
     })
 }
 
+/// The same variables as dhctl passes them for a cluster whose cloud-provider-zvirt module
+/// moved to a ModuleConfig (Deckhouse's `migration/locals.tf` @cf4bf01 reads these): the
+/// ModuleConfig version 2, the NodeGroups and ZvirtInstanceClasses by name, the Secret
+/// `d8-credentials`; no ZvirtClusterConfiguration.
+fn as_objects(mut v: serde_json::Value) -> serde_json::Value {
+    let pcc = v["providerClusterConfiguration"].take();
+    let provider = &pcc["provider"];
+    let group = |name: &str| {
+        json!({"apiVersion": "deckhouse.io/v1", "kind": "NodeGroup", "metadata": {"name": name},
+            "spec": {"nodeType": "CloudPermanent", "cloudInstances": {"minPerZone": 1, "maxPerZone": 1,
+                "classReference": {"kind": "ZvirtInstanceClass", "name": format!("{name}-class")}}}})
+    };
+    let class = |name: &str, spec: &serde_json::Value| {
+        json!({"apiVersion": "deckhouse.io/v1", "kind": "ZvirtInstanceClass",
+            "metadata": {"name": format!("{name}-class")}, "spec": spec})
+    };
+    v["settings"] = json!({"apiVersion": "deckhouse.io/v1alpha1", "kind": "ModuleConfig",
+        "metadata": {"name": "cloud-provider-zvirt"},
+        "spec": {"enabled": true, "version": 2, "settings": {
+            "provider": {"parameters": {"server": provider["server"], "clusterID": pcc["clusterID"],
+                "insecure": provider["insecure"], "caBundle": ""}},
+            "nodes": {"parameters": {"sshPublicKey": pcc["sshPublicKey"], "layout": "Standard"}}}}});
+    v["nodeGroups"] = json!({"master": group("master"), "worker": group("worker")});
+    v["instanceClasses"] = json!({
+        "master-class": class("master", &pcc["masterNodeGroup"]["instanceClass"]),
+        "worker-class": class("worker", &pcc["nodeGroups"][0]["instanceClass"]),
+    });
+    v["secrets"] = json!({"d8-credentials": {"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "d8-credentials", "namespace": "d8-cloud-provider-zvirt"},
+        "type": "cloud-provider.deckhouse.io/credentials",
+        "stringData": {"authScheme": "userPassword", "identity": provider["username"],
+            "secret": provider["password"]}}});
+    v
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
     let Some(bin) = terraform::binary("the zVirt layouts test") else {

@@ -498,6 +498,33 @@ fn take_over(
             &format!("{what}: the first plan ({})", newer.display()),
         );
     }
+    if release.module_config {
+        // The cluster moved to the ModuleConfig: dhctl passes the objects instead.
+        let f = root.join(format!("vars-{}-objects.json", role.layout));
+        let v = var_file(url, &ids["profile"], &ids["domain"], 0, role.group);
+        std::fs::write(&f, super::as_objects(v).to_string()).unwrap();
+        let plan = tf(|| ours.plan(&[&format!("-var-file={}", f.display())]));
+        expect(
+            &plan,
+            0,
+            &format!("{what}: the first plan from the ModuleConfig's objects"),
+        );
+        // And they are what is read: the class's memory doubled there is a change.
+        let mut objects = super::as_objects(var_file(
+            url,
+            &ids["profile"],
+            &ids["domain"],
+            0,
+            role.group,
+        ));
+        for class in ["master-class", "worker-class"] {
+            objects["instanceClasses"][class]["spec"]["memory"] = json!(16384);
+        }
+        std::fs::write(&f, objects.to_string()).unwrap();
+        let plan = tf(|| ours.plan(&[&format!("-var-file={}", f.display())]));
+        expect(&plan, 2, &format!("{what}: a bigger class in the objects"));
+        assert!(plan_says(&plan, "memory"), "{what}: {}", plan.stdout);
+    }
     let writes = writes_since(engine, &before);
     assert!(
         writes.is_empty(),

@@ -1,7 +1,7 @@
 # dhctl's bootstrap (a base64 cloud-config) with the node's hostname and key; each node
 # module names the node (`local.name`).
 locals {
-  ssh_key = lookup(var.providerClusterConfiguration, "sshPublicKey", "")
+  ssh_key = lookup(local.configuration, "sshPublicKey", "")
   user_data = join("\n", ["#cloud-config", yamlencode(merge(
     {
       "hostname"             = local.name

@@ -4,7 +4,7 @@
 
 locals {
   prefix         = var.clusterConfiguration.cloud.prefix
-  instance_class = var.providerClusterConfiguration.masterNodeGroup.instanceClass
+  instance_class = local.configuration.masterNodeGroup.instanceClass
   name           = "${local.prefix}-master-${var.nodeIndex}"
   ram_bytes      = local.instance_class.memory * 1024 * 1024
 }
@@ -16,7 +16,7 @@ data "ovirt_templates" "master_template" {
 
 resource "ovirt_vm" "master_vm" {
   name        = local.name
-  cluster_id  = var.providerClusterConfiguration.clusterID
+  cluster_id  = local.configuration.clusterID
   template_id = tolist(data.ovirt_templates.master_template.templates)[0].id
   clone       = true
 

@@ -4,7 +4,7 @@
 
 locals {
   prefix         = var.clusterConfiguration.cloud.prefix
-  group          = [for g in lookup(var.providerClusterConfiguration, "nodeGroups", []) : g if g.name == var.nodeGroupName][0]
+  group          = [for g in lookup(local.configuration, "nodeGroups", []) : g if g.name == var.nodeGroupName][0]
   instance_class = local.group.instanceClass
   name           = "${local.prefix}-${var.nodeGroupName}-${var.nodeIndex}"
   ram_bytes      = local.instance_class.memory * 1024 * 1024
@@ -17,7 +17,7 @@ data "ovirt_templates" "node_template" {
 
 resource "ovirt_vm" "node_vm" {
   name        = local.name
-  cluster_id  = var.providerClusterConfiguration.clusterID
+  cluster_id  = local.configuration.clusterID
   template_id = tolist(data.ovirt_templates.node_template.templates)[0].id
   clone       = true
 
