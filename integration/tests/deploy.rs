@@ -760,10 +760,10 @@ fn workloads_agree_on_labels_ports_accounts_secrets_and_the_cloud() {
         let (_, path) = liveness_port(&disc, disc.container("rbac-proxy"));
         assert_eq!(path, "/healthz");
         let lease_ns = flag(ccm.container("ccm"), "leader-elect-namespace").unwrap();
-        assert_eq!(lease_ns, overcast_ccm::leader::DEFAULT_LEASE_NAMESPACE);
+        assert_eq!(lease_ns, overcast_kube::leader::DEFAULT_LEASE_NAMESPACE);
         assert_eq!(
             flag(ccm.container("ccm"), "leader-elect-lease-name").as_deref(),
-            Some(overcast_ccm::leader::DEFAULT_LEASE_NAME)
+            Some(overcast_kube::leader::DEFAULT_LEASE_NAME)
         );
         // Outside the local cloud the controllers' image runs as non-root.
         if cloud != "local" {

@@ -23,8 +23,8 @@ use overcast_capi::crd::{manifest, Family};
 use overcast_capi::registration::{self, InstallerFacts, Registered, Registration};
 use overcast_capi::retry::Retries;
 use overcast_capi::zvirt::{self, Context};
-use overcast_ccm::leader::Election;
 use overcast_cloud_vsphere::credentials::SecretSource;
+use overcast_kube::leader::Election;
 use overcast_runtime::LogFormat;
 
 #[derive(Debug, Parser)]

@@ -3,7 +3,7 @@
 
 use overcast_kube::ApiCall;
 
-use crate::leader::{DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE};
+use overcast_kube::leader::{DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE};
 
 pub const API_CALLS: &[ApiCall] = &[
     // nodes.rs: the node reflector lists and watches; initialization and address sync

@@ -6,14 +6,13 @@ pub mod addresses;
 pub mod api_calls;
 #[doc(hidden)]
 pub mod fixtures;
-pub mod leader;
 pub mod metrics;
 pub mod nodes;
 pub mod retry;
 pub mod routes;
 pub mod services;
 #[cfg(test)]
-pub mod testing;
+use overcast_kube::testing;
 
 pub use api_calls::API_CALLS;
 

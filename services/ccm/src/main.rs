@@ -13,8 +13,6 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Api, ResourceExt};
 use overcast_ccm::addresses::{AddressPolicy, Cidr};
-use overcast_ccm::leader::Election;
-use overcast_ccm::leader::{DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE};
 use overcast_ccm::metrics::Metrics;
 use overcast_ccm::nodes::guard::DeletionGuard;
 use overcast_ccm::nodes::{Fencing, NodeSync, Parts, Wake, WatchTriage};
@@ -26,6 +24,8 @@ use overcast_cloud::{Cloud, CloudName};
 use overcast_cloud_local::cloud_config::LocalFlags;
 use overcast_cloud_local::lb::Pool;
 use overcast_clouds::Role;
+use overcast_kube::leader::Election;
+use overcast_kube::leader::{DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE};
 use overcast_runtime::LogFormat;
 use tokio::sync::Notify;
 

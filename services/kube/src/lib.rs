@@ -1,5 +1,9 @@
-//! The Kubernetes client every controller service builds the same way: from the
+//! What the controller services share: the Kubernetes client, built the same way from the
 //! kubeconfig it was given, or else from the in-cluster service account.
+
+pub mod leader;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 use std::path::Path;
 

@@ -16,7 +16,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{ObjectMeta, PostParams};
 use kube::Api;
 
-use crate::Result;
+/// What the lease's API calls fail with.
+pub type Result<T, E = kube::Error> = std::result::Result<T, E>;
 
 /// Why `hold` returned: the caller stops its controllers either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +28,7 @@ pub enum Lost {
     Deadline,
 }
 
-/// The Lease the replicas contend for, unless `--leader-elect-lease-name` says otherwise.
+/// The ccm's Lease, unless `--leader-elect-lease-name` says otherwise (capi names its own).
 pub const DEFAULT_LEASE_NAME: &str = "overcast-cloud-controller-manager";
 /// Where that Lease lives, unless `--leader-elect-namespace` says otherwise.
 pub const DEFAULT_LEASE_NAMESPACE: &str = "kube-system";
@@ -57,7 +58,7 @@ impl Election {
                 return match api.create(&PostParams::default(), &lease).await {
                     Ok(_) => Ok(true),
                     Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                    Err(e) => Err(e.into()),
+                    Err(e) => Err(e),
                 };
             }
             Some(l) => l,
@@ -90,7 +91,7 @@ impl Election {
         {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         }
     }
 
@@ -102,7 +103,7 @@ impl Election {
     pub async fn release(&self, api: &Api<Lease>) {
         let attempt = async {
             let Some(existing) = api.get_opt(&self.name).await? else {
-                return Ok::<bool, crate::Error>(false);
+                return Ok::<bool, kube::Error>(false);
             };
             let spec = existing.spec.clone().unwrap_or_default();
             if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
