@@ -11,7 +11,7 @@
 //!
 //! The node-joining figure uses `provider-requires-serial-api-calls`: the simulator's
 //! Octavia leaves the children of a one-call create PENDING_CREATE for good, so they can
-//! take no change (see `integration/tests/openstack_real_cloud/octavia.rs`).
+//! take no change (see `integration/tests/clouds/openstack_real_cloud/octavia.rs`).
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};

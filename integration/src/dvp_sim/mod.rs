@@ -88,6 +88,11 @@ pub fn crd_dir() -> PathBuf {
         })
 }
 
+/// Taken by the tests of the DVP provider that share the parent's CRDs and the machine's
+/// loop devices (`dvp_real_cluster`, `dvp_zones`): one at a time, whichever module of the
+/// test binary they are in.
+pub static PARENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Installs the virtualization CRDs (server-side apply) and waits until they serve.
 pub async fn install_crds(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());

@@ -12,7 +12,7 @@ use tokio::process::Command;
 use crate::{MountError, Result};
 
 /// Every program this module runs: the CSI image must carry them (Dockerfile.csi,
-/// checked by integration/tests/deploy.rs).
+/// checked by integration/tests/services/deploy.rs).
 pub const PROGRAMS: &[&str] = &["blkid", "mkfs.ext4", "mkfs.xfs", "resize2fs", "xfs_growfs"];
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(30);

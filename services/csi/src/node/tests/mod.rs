@@ -1,6 +1,6 @@
 //! The node service's decisions — when it formats, what it refuses, what it records —
 //! against an in-memory host, without root. The same paths run for real (loop devices,
-//! mkfs, mounts) in integration/tests/node.rs and csi-sanity.
+//! mkfs, mounts) in integration/tests/csi/node.rs and csi-sanity.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

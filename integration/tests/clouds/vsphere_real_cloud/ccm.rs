@@ -34,7 +34,7 @@ fn node(name: &str) -> Node {
 pub async fn kit_and_vcsim(
     test: &str,
     args: &[&str],
-) -> Option<(Vcsim, String, tokio::sync::MutexGuard<'static, ()>)> {
+) -> Option<(Vcsim, String, overcast_integration::real::NodesTurn)> {
     let sim = Vcsim::start(test, args)?;
     let Ok(kubeconfig) = std::env::var(KUBE_ENV) else {
         say_skipped(&format!(
@@ -42,7 +42,11 @@ pub async fn kit_and_vcsim(
         ));
         return None;
     };
-    Some((sim, kubeconfig, KIT_NODES.lock().await))
+    Some((
+        sim,
+        kubeconfig,
+        overcast_integration::real::nodes_turn().await,
+    ))
 }
 
 /// The real ccm on vSphere with the kit's API server, syncing nodes every 2 s.

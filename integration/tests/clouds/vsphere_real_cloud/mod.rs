@@ -38,10 +38,6 @@ fn vcenter_at(sim: &Vcsim, port: u16, metrics: &Arc<ApiMetrics>) -> Arc<Vcenter>
     .unwrap()
 }
 
-/// Held by each test that runs a ccm against the kit's API server: a ccm initializes and
-/// deletes whatever Nodes it finds there, another test's among them.
-static KIT_NODES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// Waits up to `limit` seconds for `f` to give a value.
 async fn wait<T>(what: &str, limit: u64, f: impl AsyncFnMut() -> Option<T>) -> T {
     overcast_integration::real::wait_for(what, Duration::from_secs(limit), f).await

@@ -975,7 +975,7 @@ async fn a_stuck_disk_slow_answers_and_expiring_tokens_are_retried_and_make_noth
 
 /// The simulator's fidelity, checked by a client nobody here wrote: the official oVirt
 /// Python SDK (`ovirt-engine-sdk-python` 4.6.3, XML) drives it through every call the
-/// provider makes and must parse every answer (`tests/ovirt_sdk/drive.py`). Runs when
+/// provider makes and must parse every answer (`tests/clouds/ovirt_sdk/drive.py`). Runs when
 /// `OVERCAST_TEST_OVIRT_SDK` names the directory the SDK is installed in (`.ci/run`
 /// builds it); says it was skipped otherwise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -992,7 +992,8 @@ async fn the_official_ovirt_sdk_parses_every_answer_of_the_simulated_engine() {
     s.engine.add_vm("sdk-vm-2");
     s.engine.add_template("sdk-template", 1 << 30);
     let profile = s.engine.add_vnic_profile("ovirtmgmt");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ovirt_sdk/drive.py");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clouds/ovirt_sdk/drive.py");
     let python =
         std::env::var("OVERCAST_TEST_OVIRT_SDK_PYTHON").unwrap_or("/usr/bin/python3".into());
     let out = tokio::process::Command::new(python)

@@ -18,11 +18,6 @@ use overcast_integration::KillOnDrop as Ccm;
 
 use overcast_integration::real::client;
 
-/// The tests of this file that run a ccm share the cluster's nodes (a ccm's node
-/// controllers see every node, and its deletion guard counts the other tests' nodes):
-/// they take turns.
-static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 async fn wait_for<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
     overcast_integration::real::wait_for(what, Duration::from_secs(30), f).await
 }
@@ -33,7 +28,7 @@ async fn ccm_initializes_deletes_taints_and_balances_on_a_real_api_server() {
         say_skipped(&format!("set {ENV} to a disposable cluster's kubeconfig to run the CCM against a real API server"));
         return;
     };
-    let _turn = CLUSTER.lock().await;
+    let _turn = overcast_integration::real::nodes_turn().await;
     let dir = tempfile::tempdir().unwrap();
     let instances = dir.path().join("instances.json");
     std::fs::write(
@@ -283,7 +278,7 @@ async fn node_addresses_become_exactly_the_clouds_on_a_real_api_server() {
         ));
         return;
     };
-    let _turn = CLUSTER.lock().await;
+    let _turn = overcast_integration::real::nodes_turn().await;
     let name = "overcast-it-addresses";
     let dir = tempfile::tempdir().unwrap();
     let instances = dir.path().join("instances.json");
@@ -379,7 +374,7 @@ async fn sigterm_releases_the_lease_on_a_real_api_server() {
         ));
         return;
     };
-    let _turn = CLUSTER.lock().await;
+    let _turn = overcast_integration::real::nodes_turn().await;
     let lease_name = "overcast-it-ccm-release";
     let identity = "overcast-it-releaser";
     let c = client(&kubeconfig).await;
@@ -433,7 +428,7 @@ async fn heartbeats_do_not_list_the_cloud_on_a_real_api_server() {
         ));
         return;
     };
-    let _turn = CLUSTER.lock().await;
+    let _turn = overcast_integration::real::nodes_turn().await;
     let names = ["overcast-it-beat", "overcast-it-late"];
     let dir = tempfile::tempdir().unwrap();
     let instances = dir.path().join("instances.json");
@@ -535,7 +530,7 @@ async fn a_node_initialized_while_a_service_exists_joins_its_pool_at_once() {
         ));
         return;
     };
-    let _turn = CLUSTER.lock().await;
+    let _turn = overcast_integration::real::nodes_turn().await;
     let dir = tempfile::tempdir().unwrap();
     let instances = dir.path().join("instances.json");
     let node_ip = "127.0.0.91";

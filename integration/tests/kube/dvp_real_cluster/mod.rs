@@ -23,8 +23,7 @@ use overcast_cloud_http::ApiMetrics;
 use overcast_integration::dvp_sim::{self, DvpSim};
 use overcast_integration::real;
 
-/// The tests of this file share the CRDs and take turns with the machine's loop devices.
-static PARENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use overcast_integration::dvp_sim::PARENT;
 
 /// The create and naming rules as the real virtualization controller and webhooks set them.
 mod create_rules;
@@ -839,6 +838,7 @@ fn scopeguard(dir: std::path::PathBuf) -> Unmount {
 async fn the_ccm_initializes_a_node_from_its_vm_on_the_simulated_parent() {
     use k8s_openapi::api::core::v1::Node;
     let _turn = PARENT.lock().await;
+    let _nodes = overcast_integration::real::nodes_turn().await;
     let Some(world) = World::new("the ccm on DVP", "ccm").await else {
         return;
     };
@@ -971,6 +971,7 @@ async fn the_ccm_balances_through_a_parent_service_that_follows_the_endpoints() 
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use overcast_cloud_dvp::api::VirtualMachine;
     let _turn = PARENT.lock().await;
+    let _nodes = overcast_integration::real::nodes_turn().await;
     let Some(world) = World::new("the ccm's balancers on DVP", "lb").await else {
         return;
     };
@@ -1400,6 +1401,7 @@ async fn csi_sanity_passes_on_the_simulated_parent() {
         return;
     };
     let _turn = PARENT.lock().await;
+    let _nodes = overcast_integration::real::nodes_turn().await;
     let Some(world) = World::new("csi-sanity on DVP", "sanity").await else {
         return;
     };
@@ -1445,6 +1447,7 @@ async fn a_parent_outage_is_retryable_and_deletes_nothing() {
     use overcast_cloud::Instances;
     use std::sync::atomic::Ordering;
     let _turn = PARENT.lock().await;
+    let _nodes = overcast_integration::real::nodes_turn().await;
     let Some(world) = World::new("the DVP outage test", "outage").await else {
         return;
     };

@@ -174,7 +174,7 @@ async fn each_program_does_its_whole_job_with_its_own_account_and_uses_every_rig
     let Some(admin_path) = real::kubeconfig("the identity test") else {
         return;
     };
-    let _serial = KIT_NODES.lock().await;
+    let _serial = overcast_integration::real::nodes_turn().await;
     let admin = real::client(&admin_path).await;
     let admin_config = Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&admin_path).unwrap(),
@@ -517,9 +517,6 @@ async fn each_program_does_its_whole_job_with_its_own_account_and_uses_every_rig
         let _ = sas.delete(name, &DeleteParams::default()).await;
     }
 }
-
-/// Runs the tests one at a time: each ccm deletes the Nodes its cloud does not know.
-static KIT_NODES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Waits until the Lease `name` has been renewed (a PUT of it heard).
 async fn lease_renewed(heard: &std::sync::Mutex<Vec<Heard>>, name: &str) {

@@ -3,7 +3,7 @@
 //! says (the binaries' `--help` from clap's definitions; each provider's
 //! `config_keys()`, from the types and lists its reader checks files against): generated
 //! from them, and this test fails when the two drift apart.
-//! `OVERCAST_WRITE_REFERENCE=1 cargo test --workspace --locked --test reference` rewrites it.
+//! `OVERCAST_WRITE_REFERENCE=1 cargo test --workspace --locked --test services reference::` rewrites it.
 
 use std::path::Path;
 use std::process::Command;
@@ -44,9 +44,9 @@ fn render() -> String {
         "# Configuration reference\n\n\
          Every flag of every binary, with the environment variable that sets it (`[env: …]`)\n\
          and its default, as the binary prints it with `--help`. Generated from clap's\n\
-         definitions by `integration/tests/reference.rs`, which fails when this page and the\n\
+         definitions by `integration/tests/services/reference.rs`, which fails when this page and the\n\
          binaries drift apart; rewrite it with\n\
-         `OVERCAST_WRITE_REFERENCE=1 cargo test --workspace --locked --test reference`.\n\
+         `OVERCAST_WRITE_REFERENCE=1 cargo test --workspace --locked --test services reference::`.\n\
          Each cloud's configuration file (`--cloud-config`) is listed\n\
          [at the end](#cloud-configuration-files); what each setting means is on the cloud's\n\
          page under [clouds/](clouds/). `terraform-provider-overcast` takes no flags\n\
@@ -114,7 +114,7 @@ fn the_reference_is_what_the_binaries_say() {
             .position(|(a, b)| a != b)
             .unwrap_or(committed.lines().count().min(now.lines().count()));
         panic!(
-            "docs/reference.md differs from the binaries' --help from line {}:\n  page: {:?}\n  help: {:?}\nrewrite it: OVERCAST_WRITE_REFERENCE=1 cargo test --workspace --locked --test reference",
+            "docs/reference.md differs from the binaries' --help from line {}:\n  page: {:?}\n  help: {:?}\nrewrite it: OVERCAST_WRITE_REFERENCE=1 cargo test --workspace --locked --test services reference::",
             first + 1,
             committed.lines().nth(first),
             now.lines().nth(first)
