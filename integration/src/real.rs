@@ -42,33 +42,40 @@ pub async fn client(path: &str) -> Client {
     Client::try_from(config).expect("client")
 }
 
-/// A turn with the Nodes of the API server [`ENV`] names, held by each test that runs a
-/// ccm against it or writes Nodes there: a ccm initializes, taints and deletes whatever
-/// Nodes it finds, another test's among them. A lock on a file (`flock`), so turns are
-/// taken across the test binaries a CI run starts side by side as well as within one;
-/// the kernel drops it with the process, however the test ends.
-pub async fn nodes_turn() -> NodesTurn {
+/// A turn with what the services own cluster-wide on the API server [`ENV`] names, held by
+/// each test that runs a ccm, the discoverer or capi against it, or writes Nodes there: a
+/// ccm initializes, taints and deletes whatever Nodes it finds, another test's among them,
+/// and the discoverer, capi and dhctl's records are Secrets and ConfigMaps of fixed names
+/// in kube-system (`d8-cloud-provider-discovery-data`, `d8-node-manager-cloud-provider`,
+/// `d8-provider-cluster-configuration`, …). A lock on a file (`flock`), so turns are taken
+/// across the test binaries a CI run starts side by side as well as within one; the
+/// kernel drops it with the process, however the test ends. Take it after any lock of the
+/// test's own area (`dvp_sim::PARENT`, the OpenStack tests' `CLOUD`), never before.
+pub async fn cluster_turn() -> ClusterTurn {
+    tokio::task::spawn_blocking(cluster_turn_blocking)
+        .await
+        .unwrap()
+}
+
+/// [`cluster_turn`] for a test that is not async.
+pub fn cluster_turn_blocking() -> ClusterTurn {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::env::var(ENV).unwrap_or_default().hash(&mut h);
-    let path = std::env::temp_dir().join(format!("overcast-kit-nodes-{:016x}.lock", h.finish()));
+    let path = std::env::temp_dir().join(format!("overcast-kit-cluster-{:016x}.lock", h.finish()));
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let lock = tokio::task::spawn_blocking(move || {
-        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-    })
-    .await
-    .unwrap()
-    .unwrap_or_else(|(_, e)| panic!("flock {}: {e}", path.display()));
-    NodesTurn(lock)
+    let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .unwrap_or_else(|(_, e)| panic!("flock {}: {e}", path.display()));
+    ClusterTurn(lock)
 }
 
-/// See [`nodes_turn`]: the turn ends when this is dropped.
-pub struct NodesTurn(#[allow(dead_code)] nix::fcntl::Flock<std::fs::File>);
+/// See [`cluster_turn`]: the turn ends when this is dropped.
+pub struct ClusterTurn(#[allow(dead_code)] nix::fcntl::Flock<std::fs::File>);
 
 /// Polls `f` every 200 ms until it gives a value; panics after `limit`.
 pub async fn wait_for<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {

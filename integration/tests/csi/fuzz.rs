@@ -5,9 +5,10 @@
 //! - the process is alive and answered with a code the spec allows for that call
 //!   (never UNKNOWN or INTERNAL: bad input has a name);
 //! - nothing outside the driver's own directories and devices was created, changed or
-//!   removed: the victims' tree, every mount outside the driver's directory
-//!   (`/proc/self/mountinfo`) and every loop device not backed by one of its disks are
-//!   as they were; and no disk file holds space past its end, a failed call grows no
+//!   removed: the victims' tree, every mount outside the driver's directory that reaches
+//!   the test's paths or the driver's devices (`/proc/self/mountinfo`) and every loop
+//!   device backed by the test's files but not one of the driver's disks are as they
+//!   were (other tests run beside it); and no disk file holds space past its end, a failed call grows no
 //!   disk, and the driver's disks hold less than 16 GiB of the host's.
 //!
 //! `cargo test` runs a bounded number of cases (OVERCAST_FUZZ_CASES, default 300) from a
@@ -76,23 +77,44 @@ fn disk_files(disks: &Path) -> BTreeMap<PathBuf, (u64, u64)> {
         .collect()
 }
 
+/// Other tests run beside this one (in this process and in others) and mount and attach
+/// their own: what is watched is what this test's world can reach — every mount outside
+/// the driver's directory that names one of the test's paths (where it is, what it
+/// mounts) or is one of the driver's loop devices, and every loop device backed by a
+/// file of the test's that is not one of the driver's disks.
 fn snapshot(victims: &Path, driver_dir: &Path, state_dir: &Path) -> Snapshot {
     let mut files = BTreeMap::new();
     walk(victims, &mut files);
+    let all_loops = loops_all();
+    let drivers: BTreeSet<String> = all_loops
+        .iter()
+        .filter(|(_, f)| f.starts_with(state_dir))
+        .map(|(i, _)| format!("/dev/loop{i}"))
+        .collect();
+    let ours = |p: &str| {
+        let p = Path::new(p);
+        p.starts_with(victims) || p.starts_with(driver_dir) || p.starts_with(state_dir)
+    };
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap()
         .lines()
         .filter(|l| {
-            l.split(' ')
-                .nth(4)
-                .is_some_and(|p| !Path::new(p).starts_with(driver_dir))
+            let fields: Vec<&str> = l.split(' ').collect();
+            let point = fields.get(4).copied().unwrap_or("");
+            let source = l
+                .split(" - ")
+                .nth(1)
+                .and_then(|t| t.split(' ').nth(1))
+                .unwrap_or("");
+            !Path::new(point).starts_with(driver_dir)
+                && (fields.iter().any(|f| ours(f)) || drivers.contains(source))
         })
         // Mount ids and parents aside: what is mounted where, from what, how.
         .map(|l| l.split(' ').skip(2).collect::<Vec<_>>().join(" "))
         .collect();
-    let loops = loops_all()
+    let loops = all_loops
         .into_iter()
-        .filter(|(_, f)| !f.starts_with(state_dir))
+        .filter(|(_, f)| !f.starts_with(state_dir) && ours(&f.to_string_lossy()))
         .collect();
     Snapshot {
         files,

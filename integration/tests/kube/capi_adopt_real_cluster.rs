@@ -289,7 +289,7 @@ fn writes(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> Vec<
 
 #[tokio::test]
 async fn capz_s_running_machines_are_adopted_as_they_are_then_removed_as_capz_would() {
-    let _nodes = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(kubeconfig) = real::kubeconfig("adopting capz's machines") else {
         return;
     };
@@ -490,7 +490,7 @@ const CLUSTER_UUID: &str = "5b3c1e2a-adopt-it";
 
 #[tokio::test]
 async fn capdvp_s_running_machines_are_adopted_as_they_are_then_removed_as_capdvp_would() {
-    let _nodes = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(kubeconfig) = real::kubeconfig("adopting capdvp's machines") else {
         return;
     };

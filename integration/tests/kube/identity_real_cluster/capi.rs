@@ -19,7 +19,7 @@ async fn capi_does_its_whole_job_with_its_own_account_and_uses_every_right_it_ha
     let Some(admin_path) = real::kubeconfig("the capi identity test") else {
         return;
     };
-    let _serial = overcast_integration::real::nodes_turn().await;
+    let _serial = overcast_integration::real::cluster_turn().await;
     let (admin, admin_config, system_secrets) = capi_setup(
         &admin_path,
         "dvp",
@@ -257,7 +257,7 @@ async fn capi_on_zvirt_does_its_whole_job_with_its_own_account_and_uses_every_ri
     let Some(admin_path) = real::kubeconfig("the capi identity test on zVirt") else {
         return;
     };
-    let _serial = overcast_integration::real::nodes_turn().await;
+    let _serial = overcast_integration::real::cluster_turn().await;
     let (admin, admin_config, system_secrets) =
         capi_setup(&admin_path, "zvirt", &["d8-node-manager-cloud-provider"]).await;
     let dir = tempfile::tempdir().unwrap();
@@ -383,7 +383,7 @@ async fn capi_keeping_node_manager_s_secret_alone_uses_every_right_it_has() {
     let Some(admin_path) = real::kubeconfig("the capi registration identity test") else {
         return;
     };
-    let _serial = overcast_integration::real::nodes_turn().await;
+    let _serial = overcast_integration::real::cluster_turn().await;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     for cloud in ["openstack", "vsphere"] {

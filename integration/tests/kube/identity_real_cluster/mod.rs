@@ -174,7 +174,7 @@ async fn each_program_does_its_whole_job_with_its_own_account_and_uses_every_rig
     let Some(admin_path) = real::kubeconfig("the identity test") else {
         return;
     };
-    let _serial = overcast_integration::real::nodes_turn().await;
+    let _serial = overcast_integration::real::cluster_turn().await;
     let admin = real::client(&admin_path).await;
     let admin_config = Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&admin_path).unwrap(),

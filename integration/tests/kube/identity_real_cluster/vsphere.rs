@@ -23,7 +23,7 @@ async fn vsphere_credentials_are_read_with_the_one_secret_the_overlay_grants() {
     ) else {
         return;
     };
-    let _serial = overcast_integration::real::nodes_turn().await;
+    let _serial = overcast_integration::real::cluster_turn().await;
     let admin = real::client(&admin_path).await;
     let admin_config = Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&admin_path).unwrap(),
