@@ -1,4 +1,4 @@
-//! The zVirt provider against the engine simulator (`integration/src/zvirt_sim/`, its
+//! The zVirt provider against the engine simulator (`sim/zvirt/src/`, its
 //! default latencies: a disk locked 300 ms after create and resize, an attachment inactive
 //! 200 ms, a removal 150 ms, 2 ms an answer): engine calls and wall time per CSI operation,
 //! how long attach answers after the engine reports the attachment active (what the poll

@@ -15,10 +15,12 @@ use tonic::transport::{Channel, Endpoint, Uri};
 pub use overcast_api::csi_v1;
 
 pub mod attacks;
+/// The simulators are crates of their own (`sim/`), here under the names the tests use.
+pub use overcast_sim_kube as fake_api;
+pub use overcast_sim_zvirt as zvirt_sim;
 pub mod capi;
 pub mod dvp_sim;
 pub mod esxi_host;
-pub mod fake_api;
 pub mod faulty_front;
 pub mod fencing;
 pub mod kubelet;
@@ -32,7 +34,6 @@ pub mod terraform;
 pub mod upstream_node;
 pub mod vcsim;
 pub mod vcsim_front;
-pub mod zvirt_sim;
 
 pub type IdentityClient = csi::identity_client::IdentityClient<Channel>;
 pub type ControllerClient = csi::controller_client::ControllerClient<Channel>;

@@ -1,5 +1,5 @@
 //! The zVirt provider and the real `csi` binary against the faithful engine of
-//! `integration/src/zvirt_sim/` (no oVirt engine can run here): the provider
+//! `sim/zvirt/src/` (no oVirt engine can run here): the provider
 //! conformance suite; a volume's life through the binary to a real xfs mount of the
 //! loop-backed disk the engine "plugs"; 16 concurrent creates of one name; the engine's
 //! HTML error page and an expired token mid-run. Against a real engine the same provider
@@ -22,6 +22,8 @@ const GIB: u64 = 1 << 30;
 mod engine_rules;
 /// The provider's VMs for Cluster API.
 mod machines;
+/// `overcast-sim zvirt`, the program, as the quickstart runs it.
+mod program;
 /// A volume the oVirt CSI driver made, after the switch to ours.
 mod upstream;
 mod vm_lifecycle;

@@ -1,4 +1,5 @@
-//! A small, faithful Kubernetes API server for tests of the real `ccm` binary: it keeps
+//! A small, faithful Kubernetes API server for tests of the real `ccm` binary (and, as
+//! `overcast-sim kube`, for trying the controllers without a cluster): it keeps
 //! objects as JSON, serves list and watch (chunked watch events), JSON merge patches with
 //! the resourceVersion precondition a real server enforces (409 on a stale version),
 //! create, replace, delete, and records every request so a test can assert what the
@@ -177,7 +178,14 @@ fn status(code: u16, reason: &str, message: &str) -> (u16, Value) {
 impl FakeApi {
     /// Serves on a loopback port; returns the base URL.
     pub async fn start(&self) -> String {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        self.start_on("127.0.0.1:0").await
+    }
+
+    /// Serves on `address` (`ip:port`); returns the base URL.
+    pub async fn start_on(&self, address: &str) -> String {
+        let listener = TcpListener::bind(address)
+            .await
+            .unwrap_or_else(|e| panic!("bind {address}: {e}"));
         let addr = listener.local_addr().expect("addr");
         let api = self.clone();
         tokio::spawn(async move {
@@ -339,13 +347,14 @@ impl FakeApi {
     pub async fn published_conditions(&self) -> Vec<Value> {
         const CONFIGMAPS: &str = "/api/v1/namespaces/kube-system/configmaps";
         const NAME: &str = "d8-cloud-provider-conditions";
-        assert!(
-            crate::eventually(std::time::Duration::from_secs(10), || self
-                .get(CONFIGMAPS, NAME)
-                .is_some())
-            .await,
-            "no {NAME} ConfigMap within 10 s"
-        );
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.get(CONFIGMAPS, NAME).is_none() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {NAME} ConfigMap within 10 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
         let cm = self.get(CONFIGMAPS, NAME).expect("published");
         serde_json::from_str(cm["data"]["conditions"].as_str().expect("conditions"))
             .expect("a JSON list")
