@@ -42,47 +42,27 @@ pub async fn client(path: &str) -> Client {
     Client::try_from(config).expect("client")
 }
 
-/// The kit's cluster-wide state the services own, in two parts a test takes turns with:
-/// [`nodes_turn`] for a test that runs a ccm against the API server [`ENV`] names or
-/// writes Nodes there (a ccm initializes, taints and deletes whatever Nodes it finds,
-/// another test's among them), [`records_turn`] for one that runs the discoverer or capi
-/// there or applies the overlays (their Secrets and ConfigMaps in kube-system have fixed
-/// names — `d8-cloud-provider-discovery-data`, `d8-node-manager-cloud-provider`,
-/// `d8-provider-cluster-configuration` — and the overlays' objects are cluster-wide);
-/// [`cluster_turn`] takes both. Each is a lock on a file (`flock`), so turns are taken
+/// A turn with what the services own cluster-wide on the API server [`ENV`] names, held by
+/// each test that runs a ccm, the discoverer or capi against it, or writes Nodes there: a
+/// ccm initializes, taints and deletes whatever Nodes it finds, another test's among them,
+/// and the discoverer, capi and dhctl's records are Secrets and ConfigMaps of fixed names
+/// in kube-system (`d8-cloud-provider-discovery-data`, `d8-node-manager-cloud-provider`,
+/// `d8-provider-cluster-configuration`, …). A lock on a file (`flock`), so turns are taken
 /// across the test binaries a CI run starts side by side as well as within one; the
-/// kernel drops it with the process, however the test ends. Take them after any lock of
-/// the test's own area (`dvp_sim::PARENT`, the OpenStack tests' `CLOUD`), and the Nodes'
-/// before the records'.
-pub async fn nodes_turn() -> Turn {
-    tokio::task::spawn_blocking(|| turn_blocking("nodes"))
+/// kernel drops it with the process, however the test ends. Take it after any lock of the
+/// test's own area (`dvp_sim::PARENT`, the OpenStack tests' `CLOUD`), never before.
+pub async fn cluster_turn() -> ClusterTurn {
+    tokio::task::spawn_blocking(cluster_turn_blocking)
         .await
         .unwrap()
 }
 
-/// See [`nodes_turn`].
-pub async fn records_turn() -> Turn {
-    tokio::task::spawn_blocking(records_turn_blocking)
-        .await
-        .unwrap()
-}
-
-/// [`records_turn`] for a test that is not async.
-pub fn records_turn_blocking() -> Turn {
-    turn_blocking("records")
-}
-
-/// Both turns of [`nodes_turn`], in their order.
-pub async fn cluster_turn() -> (Turn, Turn) {
-    let nodes = nodes_turn().await;
-    (nodes, records_turn().await)
-}
-
-fn turn_blocking(what: &str) -> Turn {
+/// [`cluster_turn`] for a test that is not async.
+pub fn cluster_turn_blocking() -> ClusterTurn {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::env::var(ENV).unwrap_or_default().hash(&mut h);
-    let path = std::env::temp_dir().join(format!("overcast-kit-{what}-{:016x}.lock", h.finish()));
+    let path = std::env::temp_dir().join(format!("overcast-kit-cluster-{:016x}.lock", h.finish()));
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -91,11 +71,11 @@ fn turn_blocking(what: &str) -> Turn {
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
         .unwrap_or_else(|(_, e)| panic!("flock {}: {e}", path.display()));
-    Turn(lock)
+    ClusterTurn(lock)
 }
 
-/// See [`nodes_turn`]: the turn ends when this is dropped.
-pub struct Turn(#[allow(dead_code)] nix::fcntl::Flock<std::fs::File>);
+/// See [`cluster_turn`]: the turn ends when this is dropped.
+pub struct ClusterTurn(#[allow(dead_code)] nix::fcntl::Flock<std::fs::File>);
 
 /// Polls `f` every 200 ms until it gives a value; panics after `limit`.
 pub async fn wait_for<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {

@@ -61,7 +61,7 @@ async fn until(
 
 #[tokio::test]
 async fn capi_makes_dvp_machines_as_capdvp_does_and_removes_them_whole() {
-    let _cluster = overcast_integration::real::records_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(kubeconfig) = real::kubeconfig("the DVP Cluster API provider") else {
         return;
     };

@@ -86,7 +86,7 @@ const CLOUD_CONF: &str = "[Global]\nauth-url = https://keystone.example:5000/v3\
 
 #[tokio::test]
 async fn capi_keeps_node_manager_s_secret_for_openstack_vsphere_and_local() {
-    let _cluster = overcast_integration::real::records_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(kubeconfig) = real::kubeconfig("the node-manager registration test") else {
         return;
     };

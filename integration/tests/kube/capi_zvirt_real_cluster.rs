@@ -57,7 +57,7 @@ async fn until(
 
 #[tokio::test]
 async fn capi_makes_zvirt_machines_as_capz_does_and_keeps_their_volumes() {
-    let _cluster = overcast_integration::real::records_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(kubeconfig) = overcast_integration::real::kubeconfig("the zVirt Cluster API provider")
     else {
         return;

@@ -113,7 +113,7 @@ fn service_errors(metrics_port: u16) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_outage_ends_leadership_in_time_and_never_stops_the_traffic() {
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(kubeconfig) = real::kubeconfig("the ccm outage test") else {
         return;
     };

@@ -28,7 +28,7 @@ async fn ccm_initializes_deletes_taints_and_balances_on_a_real_api_server() {
         say_skipped(&format!("set {ENV} to a disposable cluster's kubeconfig to run the CCM against a real API server"));
         return;
     };
-    let _turn = overcast_integration::real::nodes_turn().await;
+    let _turn = overcast_integration::real::cluster_turn().await;
     let dir = tempfile::tempdir().unwrap();
     let instances = dir.path().join("instances.json");
     std::fs::write(
@@ -167,7 +167,7 @@ async fn ccm_without_a_cluster_fails_with_a_clear_message() {
 
 #[tokio::test]
 async fn discoverer_publishes_to_a_real_api_server() {
-    let _cluster = overcast_integration::real::records_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Ok(kubeconfig) = std::env::var(ENV) else {
         say_skipped(&format!("set {ENV} to a disposable cluster's kubeconfig to run the discoverer against a real API server"));
         return;
@@ -279,7 +279,7 @@ async fn node_addresses_become_exactly_the_clouds_on_a_real_api_server() {
         ));
         return;
     };
-    let _turn = overcast_integration::real::nodes_turn().await;
+    let _turn = overcast_integration::real::cluster_turn().await;
     let name = "overcast-it-addresses";
     let dir = tempfile::tempdir().unwrap();
     let instances = dir.path().join("instances.json");
@@ -375,7 +375,7 @@ async fn sigterm_releases_the_lease_on_a_real_api_server() {
         ));
         return;
     };
-    let _turn = overcast_integration::real::nodes_turn().await;
+    let _turn = overcast_integration::real::cluster_turn().await;
     let lease_name = "overcast-it-ccm-release";
     let identity = "overcast-it-releaser";
     let c = client(&kubeconfig).await;
@@ -429,7 +429,7 @@ async fn heartbeats_do_not_list_the_cloud_on_a_real_api_server() {
         ));
         return;
     };
-    let _turn = overcast_integration::real::nodes_turn().await;
+    let _turn = overcast_integration::real::cluster_turn().await;
     let names = ["overcast-it-beat", "overcast-it-late"];
     let dir = tempfile::tempdir().unwrap();
     let instances = dir.path().join("instances.json");
@@ -531,7 +531,7 @@ async fn a_node_initialized_while_a_service_exists_joins_its_pool_at_once() {
         ));
         return;
     };
-    let _turn = overcast_integration::real::nodes_turn().await;
+    let _turn = overcast_integration::real::cluster_turn().await;
     let dir = tempfile::tempdir().unwrap();
     let instances = dir.path().join("instances.json");
     let node_ip = "127.0.0.91";

@@ -162,7 +162,7 @@ fn waits() -> Waits {
 #[tokio::test]
 async fn volumes_are_placed_where_the_parent_s_storage_can_be_used() {
     let _turn = PARENT.lock().await;
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(world) = Zoned::new("DVP zones of volumes", "disks").await else {
         return;
     };
@@ -303,7 +303,7 @@ async fn api_target(admin: &kube::Client, ns: &str, disk: &str) -> String {
 async fn the_node_plugin_reports_the_zone_the_ccm_found_and_volumes_follow_it() {
     use overcast_integration::{csi_v1 as csi, Csi, NODE_ID, ZONE_KEY};
     let _turn = PARENT.lock().await;
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(world) = Zoned::new("DVP zones through the binaries", "bin").await else {
         return;
     };
@@ -450,7 +450,7 @@ async fn the_node_plugin_reports_the_zone_the_ccm_found_and_volumes_follow_it() 
 async fn a_node_not_initialized_is_unavailable_and_one_without_a_zone_has_none() {
     use overcast_integration::{csi_v1 as csi, Csi, NODE_ID};
     let _turn = PARENT.lock().await;
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(world) = Zoned::new("DVP node zone waits", "wait").await else {
         return;
     };
@@ -496,7 +496,7 @@ async fn with_the_cluster_grant_discovery_lists_the_zones_and_what_the_classes_a
     use overcast_cloud::discovery::Discovery;
     use overcast_cloud_dvp::DvpDiscovery;
     let _turn = PARENT.lock().await;
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(world) = Zoned::new("DVP discovery with the cluster grant", "disc").await else {
         return;
     };

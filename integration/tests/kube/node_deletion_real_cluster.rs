@@ -63,7 +63,7 @@ fn metric(port: u16, name: &str) -> f64 {
 
 #[tokio::test]
 async fn a_missing_or_wrong_inventory_deletes_no_node() {
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Ok(kubeconfig) = std::env::var(ENV) else {
         say_skipped(&format!(
             "set {ENV} to a disposable cluster's kubeconfig to run the node deletion guard against a real API server"

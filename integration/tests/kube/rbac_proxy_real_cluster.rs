@@ -54,7 +54,7 @@ async fn get(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxy_authorizes_what_it_forwards_and_holds_under_a_token_spray() {
-    let _cluster = overcast_integration::real::records_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(admin_path) = real::kubeconfig("the rbac-proxy real-cluster test") else {
         return;
     };

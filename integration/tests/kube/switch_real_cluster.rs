@@ -306,7 +306,7 @@ fn cleanup(k: &Kubectl, u: &Upstream, ours: bool) {
 #[test]
 fn each_cloud_s_switch_keeps_every_volume_and_rolls_back() {
     // It applies and deletes the overlays' cluster-wide objects, which other tests use.
-    let _cluster = overcast_integration::real::records_turn_blocking();
+    let _cluster = overcast_integration::real::cluster_turn_blocking();
     let Ok(kubeconfig) = std::env::var(ENV) else {
         say_skipped(&format!(
             "set {ENV} to a disposable cluster's kubeconfig to run the switch steps of docs/migrate/"

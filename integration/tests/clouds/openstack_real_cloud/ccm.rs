@@ -193,7 +193,7 @@ async fn setup() -> Option<(Cloud, String, Api<Node>)> {
 #[tokio::test]
 async fn the_ccm_initializes_nodes_from_nova_and_follows_their_servers() {
     let _turn = CLOUD.lock().await;
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some((cloud, kubeconfig, nodes)) = setup().await else {
         return;
     };
@@ -381,7 +381,7 @@ impl Keystone {
 #[tokio::test]
 async fn a_wrong_or_missing_answer_from_nova_or_keystone_deletes_no_node() {
     let _turn = CLOUD.lock().await;
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some((cloud, kubeconfig, nodes)) = setup().await else {
         return;
     };
@@ -489,7 +489,7 @@ fn initialized_node(name: &str, provider_id: &str) -> Node {
 #[tokio::test]
 async fn nodes_of_live_servers_are_kept_however_their_provider_id_is_spelled() {
     let _turn = CLOUD.lock().await;
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some((cloud, kubeconfig, nodes)) = setup().await else {
         return;
     };

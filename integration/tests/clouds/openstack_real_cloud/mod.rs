@@ -511,7 +511,7 @@ async fn the_node_plugin_takes_its_server_id_and_zone_from_its_node() {
     use k8s_openapi::api::core::v1::Node;
     use kube::api::{DeleteParams, PostParams};
     use overcast_integration::{csi_v1 as csi, Csi};
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(kubeconfig) = overcast_integration::real::kubeconfig("the OpenStack node plugin")
     else {
         return;

@@ -225,7 +225,7 @@ async fn routes_go_on_the_router_one_at_a_time_or_at_the_read_revision() {
 #[tokio::test]
 async fn the_ccm_routes_a_node_s_pod_cidr_and_removes_it_with_the_node() {
     let _turn = CLOUD.lock().await;
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };

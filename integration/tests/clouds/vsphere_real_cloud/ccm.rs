@@ -34,7 +34,7 @@ fn node(name: &str) -> Node {
 pub async fn kit_and_vcsim(
     test: &str,
     args: &[&str],
-) -> Option<(Vcsim, String, overcast_integration::real::Turn)> {
+) -> Option<(Vcsim, String, overcast_integration::real::ClusterTurn)> {
     let sim = Vcsim::start(test, args)?;
     let Ok(kubeconfig) = std::env::var(KUBE_ENV) else {
         say_skipped(&format!(
@@ -45,7 +45,7 @@ pub async fn kit_and_vcsim(
     Some((
         sim,
         kubeconfig,
-        overcast_integration::real::nodes_turn().await,
+        overcast_integration::real::cluster_turn().await,
     ))
 }
 

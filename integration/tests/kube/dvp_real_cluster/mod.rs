@@ -838,7 +838,7 @@ fn scopeguard(dir: std::path::PathBuf) -> Unmount {
 async fn the_ccm_initializes_a_node_from_its_vm_on_the_simulated_parent() {
     use k8s_openapi::api::core::v1::Node;
     let _turn = PARENT.lock().await;
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(world) = World::new("the ccm on DVP", "ccm").await else {
         return;
     };
@@ -971,7 +971,7 @@ async fn the_ccm_balances_through_a_parent_service_that_follows_the_endpoints() 
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use overcast_cloud_dvp::api::VirtualMachine;
     let _turn = PARENT.lock().await;
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(world) = World::new("the ccm's balancers on DVP", "lb").await else {
         return;
     };
@@ -1272,7 +1272,7 @@ async fn the_discoverer_publishes_the_parent_s_data_and_its_orphans() {
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     use k8s_openapi::api::storage::v1::StorageClass;
     let _turn = PARENT.lock().await;
-    let _cluster = overcast_integration::real::records_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(world) = World::new("the discoverer on DVP", "disc").await else {
         return;
     };
@@ -1402,7 +1402,7 @@ async fn csi_sanity_passes_on_the_simulated_parent() {
         return;
     };
     let _turn = PARENT.lock().await;
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(world) = World::new("csi-sanity on DVP", "sanity").await else {
         return;
     };
@@ -1448,7 +1448,7 @@ async fn a_parent_outage_is_retryable_and_deletes_nothing() {
     use overcast_cloud::Instances;
     use std::sync::atomic::Ordering;
     let _turn = PARENT.lock().await;
-    let _cluster = overcast_integration::real::nodes_turn().await;
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(world) = World::new("the DVP outage test", "outage").await else {
         return;
     };
