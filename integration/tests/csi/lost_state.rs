@@ -520,9 +520,25 @@ async fn a_first_format_killed_mid_way_is_made_again_and_nothing_else_is() {
     assert!(e.message().contains("blkid cannot name"), "{e}");
     assert_eq!(blkid_type(&device), "");
     for id in [&a, &b, &c] {
-        k.detach(id).await;
+        detach_as_the_attacher_does(&mut k, id).await;
     }
     drop(csi);
+}
+
+/// ControllerUnpublishVolume retried on FAILED_PRECONDITION for up to 30 s, as the
+/// external-attacher retries it: a mkfs orphaned by the killed plugin keeps the device
+/// open exclusively until it ends, which takes longer on a loaded machine (seen in CI).
+async fn detach_as_the_attacher_does(k: &mut Kubelet, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match k.c.controller_unpublish_volume(unpublish_request(id)).await {
+            Ok(_) => return,
+            Err(e) if e.code() == Code::FailedPrecondition && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("detach {id}: {e:?}"),
+        }
+    }
 }
 
 /// A loop device of the test's own, formatted and mounted at a path: something that is
