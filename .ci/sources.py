@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""What the last build in a kept target directory was built from, so a fresh clone rebuilds
+only what changed.
+
+Cargo takes a workspace crate's artefact as fresh when none of its source files is newer than
+the artefact; it compares times, never contents, and a fresh clone's files are all new. So:
+
+  sources.py record RECORD   writes, for every tracked file, its content's hash and its
+                             modification time now (just before a build);
+  sources.py restore RECORD  gives every tracked file whose content is the one RECORD names
+                             the time it had then, and every other file the time now.
+
+After `restore`, cargo sees the files it built from exactly as it saw them (what that build
+found fresh or built stays fresh), and every changed, added or removed file as newer than
+any artefact. The caller trusts RECORD only if nothing was built into the target directory
+after it was written (another checkout's build would have made artefacts from other
+contents): see .ci/run.
+"""
+import hashlib
+import os
+import subprocess
+import sys
+import time
+
+
+def tracked():
+    out = subprocess.run(["git", "ls-files", "-z"], check=True, capture_output=True).stdout
+    return [p for p in out.decode().split("\0") if p and os.path.isfile(p)]
+
+
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def record(dest):
+    with open(dest + ".tmp", "w") as f:
+        for path in tracked():
+            # The path last: it may hold spaces.
+            f.write(f"{digest(path)} {os.stat(path).st_mtime_ns} {path}\n")
+    os.replace(dest + ".tmp", dest)
+
+
+def restore(src):
+    seen = {}
+    try:
+        with open(src) as f:
+            for line in f:
+                h, mtime, path = line.rstrip("\n").split(" ", 2)
+                seen[path] = (h, int(mtime))
+    except FileNotFoundError:
+        pass
+    now = time.time_ns()
+    kept = changed = 0
+    for path in tracked():
+        was = seen.get(path)
+        if was and was[0] == digest(path) and was[1] < now:
+            os.utime(path, ns=(was[1], was[1]))
+            kept += 1
+        else:
+            os.utime(path, ns=(now, now))
+            changed += 1
+    print(f"{kept} files as the last build saw them, {changed} new or changed")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in ("record", "restore"):
+        sys.exit("usage: sources.py record|restore RECORD")
+    {"record": record, "restore": restore}[sys.argv[1]](sys.argv[2])
