@@ -82,7 +82,29 @@ impl Vcsim {
                 nix::unistd::Pid::from_raw(c.id() as i32),
                 nix::sys::signal::Signal::SIGTERM,
             );
+            // A paused one takes its SIGTERM once it runs again.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGCONT,
+            );
             let _ = c.wait();
+        }
+    }
+
+    /// Hangs it (SIGSTOP): connections are accepted by the kernel and never answered,
+    /// as a vCenter that hangs.
+    pub fn pause(&self) {
+        self.signal(nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// Lets a paused one answer again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(nix::sys::signal::Signal::SIGCONT);
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        if let Some(c) = &self.child {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), signal);
         }
     }
 

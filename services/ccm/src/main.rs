@@ -411,13 +411,22 @@ impl Controllers {
                     // A failed sync (the cloud or the API server) is retried sooner than the
                     // period, backing off from 1 s up to the period.
                     let mut retry = overcast_runtime::backoff::Retry::new(Duration::from_secs(1), period);
+                    // When a sync last succeeded: what a warning says the nodes are as of.
+                    let mut last_success: Option<std::time::Instant> = None;
+                    let mut failures = 0u32;
                     loop {
                         // The cache's own Arcs: a sync copies no node.
                         let snapshot = nodes.state();
                         let sync = NodeSync { api: &api, cloud: instances.as_ref(), policy: &policy, metrics: &metrics, parts, concurrency, guard: &guard, recorder: Some(&recorder) };
-                        let wait = match sync.run(&snapshot).await {
+                        let (result, waited) = watched(sync.run(&snapshot), last_success).await;
+                        let wait = match result {
                             Ok(report) => {
                                 tracing::debug!(?report, "node sync");
+                                if failures > 0 || waited {
+                                    tracing::info!(failures, last_success = %ago(last_success), "node sync succeeded again");
+                                }
+                                failures = 0;
+                                last_success = Some(std::time::Instant::now());
                                 retry.succeeded();
                                 // A fencing grace that runs out before the period is
                                 // looked at when it does (a second later, at the earliest).
@@ -427,7 +436,8 @@ impl Controllers {
                             }
                             Err(e) => {
                                 let wait = retry.failed();
-                                tracing::warn!(error = %e, retry_in = ?wait, "node sync failed; retrying");
+                                failures += 1;
+                                tracing::warn!(error = %e, retry_in = ?wait, last_success = %ago(last_success), failures, "node sync failed: no node is initialized, deleted or fenced until it succeeds; retrying");
                                 wait
                             }
                         };
@@ -504,4 +514,42 @@ async fn build_cloud(
     s.kubeconfig = o.kubeconfig.clone();
     s.register_api_metrics(registry);
     overcast_clouds::open(Role::Ccm, &s).await
+}
+
+/// How often a sync still running says so.
+const STILL_WAITING: Duration = Duration::from_secs(10);
+
+/// Runs a node sync, warning every [`STILL_WAITING`] while it has not answered: a hung
+/// cloud holds a sync for its calls' whole timeouts and retries (minutes), during which
+/// nothing is initialized, deleted or fenced — an operator sees that at once rather than
+/// when the sync finally fails. Also whether it warned.
+async fn watched<T>(
+    sync: impl std::future::Future<Output = T>,
+    last_success: Option<std::time::Instant>,
+) -> (T, bool) {
+    let started = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval_at(started + STILL_WAITING, STILL_WAITING);
+    tokio::pin!(sync);
+    let mut warned = false;
+    loop {
+        tokio::select! {
+            out = &mut sync => return (out, warned),
+            _ = tick.tick() => {
+                warned = true;
+                tracing::warn!(
+                    waiting = ?started.elapsed(),
+                    last_success = %ago(last_success),
+                    "node sync still waiting on the cloud or the API server: no node is initialized, deleted or fenced until it answers"
+                );
+            }
+        }
+    }
+}
+
+/// "12s ago", or "none since this process started".
+fn ago(t: Option<std::time::Instant>) -> String {
+    match t {
+        Some(t) => format!("{}s ago", t.elapsed().as_secs()),
+        None => "none since this process started".into(),
+    }
 }

@@ -84,6 +84,21 @@ pub fn ccm_with(
     )
 }
 
+/// A process's log, printed when the test fails.
+struct ShowLog(std::path::PathBuf);
+
+impl Drop for ShowLog {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- {}:\n{}",
+                self.0.display(),
+                std::fs::read_to_string(&self.0).unwrap_or_default()
+            );
+        }
+    }
+}
+
 async fn delete_nodes(nodes: &Api<Node>) {
     for n in nodes.list(&Default::default()).await.expect("nodes") {
         let name = n.metadata.name.unwrap_or_default();
@@ -167,12 +182,14 @@ async fn the_ccm_initializes_nodes_from_vcenter_and_deletes_none_while_it_is_sil
         "[Labels]\nzone = k8s-zone\nregion = k8s-region\n",
     );
     let metrics_port = free_port();
+    let ccm_log = dir.path().join("ccm.log");
+    let _show = ShowLog(ccm_log.clone());
     let _ccm = ccm(
         &conf,
         &kubeconfig,
         "overcast-it-vs-ccm",
         metrics_port,
-        Stdio::inherit(),
+        Stdio::from(std::fs::File::create(&ccm_log).unwrap()),
     );
 
     let got = wait("both nodes initialized", 60, async || {
@@ -233,6 +250,45 @@ async fn the_ccm_initializes_nodes_from_vcenter_and_deletes_none_while_it_is_sil
             .is_none()
             .then_some(())
     })
+    .await;
+
+    // The vCenter hangs (its process stopped: connections taken, never answered): the
+    // ccm says so within a sync period and its 10 s watch, long before its calls time out
+    // (30 s an attempt); nothing is deleted; once it answers, the ccm says that too.
+    // What the ccm logged from now on.
+    let from = std::fs::metadata(&ccm_log).unwrap().len() as usize;
+    let said = |what: &'static str| {
+        let log = ccm_log.clone();
+        async move || {
+            let text = std::fs::read(&log).unwrap_or_default();
+            String::from_utf8_lossy(text.get(from..).unwrap_or_default())
+                .contains(what)
+                .then_some(())
+        }
+    };
+    let hung = std::time::Instant::now();
+    sim.pause();
+    wait(
+        "the ccm saying its sync waits on the hung vCenter",
+        25,
+        said("node sync still waiting on the cloud"),
+    )
+    .await;
+    assert!(
+        hung.elapsed() < Duration::from_secs(25),
+        "said only after {:?}",
+        hung.elapsed()
+    );
+    assert!(
+        nodes.get_opt("overcast-it-vs-a").await.unwrap().is_some(),
+        "a hung vCenter deleted a node"
+    );
+    sim.resume();
+    wait(
+        "the ccm saying its sync answered again",
+        60,
+        said("node sync succeeded again"),
+    )
     .await;
 
     // The vCenter stops answering: several syncs later the NotReady node is still there.
