@@ -29,7 +29,9 @@ echo "== $profile binaries" >&2
 case "$profile" in
   # --workspace: the features `cargo test --workspace` built with, so nothing rebuilds.
   release) cargo build --workspace --release --locked "${bins[@]/#/--bin=}" >&2 ;;
-  debug) cargo build --workspace --locked "${bins[@]/#/--bin=}" >&2 ;;
+  # Every binary, as .ci/run's build stage builds them: a narrower selection unifies
+  # other features of the crates they share, and rebuilds them.
+  debug) cargo build --workspace --locked --bins >&2 ;;
   *) echo "OVERCAST_IMAGE_PROFILE is release or debug, not $profile" >&2; exit 2 ;;
 esac
 rm -rf dist && mkdir -p dist
