@@ -25,7 +25,7 @@ use std::sync::Arc;
 pub use claims::{Claim, NameClaims};
 pub use config::ConfigError;
 pub use discovery::{CloudCondition, ClusterDisk, Discovery, InstanceType};
-pub use disks::{Attachment, Disk, DiskCondition, DiskSpec, Disks, Zone};
+pub use disks::{Attachment, Attachments, Disk, DiskCondition, DiskSpec, Disks, Zone};
 pub use error::{CloudError, Result};
 pub use instances::{
     AddressType, Instance, InstanceIndex, InstanceKey, InstanceState, Instances, NodeAddress,

@@ -2,7 +2,7 @@
 //! and grow disks.
 
 use overcast_api::csi_v1 as csi;
-use overcast_cloud::{CloudError, DiskSpec, Zone};
+use overcast_cloud::{Attachments, CloudError, DiskSpec, Zone};
 use tonic::Status;
 use tracing::instrument;
 
@@ -86,7 +86,7 @@ impl ControllerService {
         if let Some(id) = &source_id {
             // The spec's codes: a source that does not exist is NOT_FOUND; a clone is at
             // least as large as its source, so a limit below it is OUT_OF_RANGE.
-            let source = match self.cloud.disk(id).await {
+            let source = match self.cloud.disk_with(id, Attachments::Ignored).await {
                 Ok(d) => d,
                 Err(CloudError::NotFound { .. }) => {
                     return Err(Status::not_found(format!(
@@ -214,7 +214,11 @@ impl ControllerService {
         }
         let op = format!("expand volume {id}");
         let _guard = self.inflight.volume(id)?;
-        let disk = self.cloud.disk(id).await.map_err(|e| to_status(&op, e))?;
+        let disk = self
+            .cloud
+            .disk_with(id, Attachments::Ignored)
+            .await
+            .map_err(|e| to_status(&op, e))?;
         let (required, limit) = validation::range_bounds(Some(range))?;
         let granularity = self.cloud.size_granularity();
         let asked = required.div_ceil(granularity).saturating_mul(granularity);

@@ -3,7 +3,7 @@
 //! what is already gone succeeds (external-attacher repeats it after a crash).
 
 use overcast_api::csi_v1 as csi;
-use overcast_cloud::CloudError;
+use overcast_cloud::{Attachments, CloudError};
 use tonic::Status;
 use tracing::instrument;
 
@@ -23,7 +23,14 @@ impl ControllerService {
         let op = format!("publish volume {id} to node {node}");
         let _guard = self.inflight.volume(id)?;
 
-        let disk = self.cloud.disk(id).await.map_err(|e| to_status(&op, e))?;
+        // This node's attachment alone: whether another node holds the volume is the
+        // cloud's to refuse (every cloud refuses a second attach of a single-node disk),
+        // and on vSphere finding every holder means reading the VMs.
+        let disk = self
+            .cloud
+            .disk_with(id, Attachments::On(node))
+            .await
+            .map_err(|e| to_status(&op, e))?;
         if !self
             .cloud
             .node_exists(node)
@@ -67,7 +74,12 @@ impl ControllerService {
         let id = validation::require("volume_id", &req.volume_id)?;
         let op = format!("unpublish volume {id} from node {:?}", req.node_id);
         let _guard = self.inflight.volume(id)?;
-        let disk = match self.cloud.disk(id).await {
+        // Every node (an empty node id) needs every attachment; one node, its own.
+        let wanted = match req.node_id.as_str() {
+            "" => Attachments::All,
+            node => Attachments::On(node),
+        };
+        let disk = match self.cloud.disk_with(id, wanted).await {
             Ok(disk) => disk,
             Err(CloudError::NotFound { .. }) => {
                 return Ok(csi::ControllerUnpublishVolumeResponse {})

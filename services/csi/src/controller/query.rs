@@ -4,6 +4,7 @@
 use std::hash::BuildHasher;
 
 use overcast_api::csi_v1 as csi;
+use overcast_cloud::Attachments;
 use tonic::Status;
 use tracing::instrument;
 
@@ -58,7 +59,7 @@ impl ControllerService {
         }
         let disk = self
             .cloud
-            .disk(id)
+            .disk_with(id, Attachments::Ignored)
             .await
             .map_err(|e| to_status(&format!("validate volume {id}"), e))?;
         let unconfirmed = |message: String| csi::ValidateVolumeCapabilitiesResponse {
