@@ -1,28 +1,37 @@
-//! The vSphere CSI controller's cloud calls and times per operation on vcsim's CNS: each
-//! operation of the provider (`VsphereDisks`, what the csi binary runs) counted on its own
-//! client — SOAP to `/sdk` and CNS to `/vsanHealth`, task polls included — median over
-//! `OVERCAST_BENCH_VOLUMES` (default 10) volumes, next to one bare `CnsQueryVolume` by id
-//! measured in the same run. create → publish is a create and the first attach, as the
-//! provisioner and the attacher send them. The ESXi host's part of an attach (the VM's
-//! virtual disk, which vcsim's CNS does not add) is played on a separate client, not
-//! counted.
+//! What each vSphere CSI RPC costs the vCenter, through the `csi` binary's socket as the
+//! sidecars drive it (not the provider's functions): vcsim with 10, 500 and 2,000 VMs
+//! (`-vm` 5, 250, 1,000 in each of its two pools) behind a counting front
+//! (`overcast_integration::vsphere_costs`: every call and the bytes of every answer, task
+//! polls and logins included), the node known by its guest's host name as a kubelet's
+//! is. Per size, median over `OVERCAST_BENCH_VOLUMES` (default 5) volumes: CreateVolume,
+//! ControllerPublish, the same again (already attached), ControllerUnpublish,
+//! DeleteVolume; ListVolumes with 10 and with 50 volumes (5 of them attached); and the
+//! baseline, one bare `CnsQueryVolume` by id through the same front, in the same run. The
+//! ESXi host's part of an attach (the VM's virtual disk) is played on the bench's own
+//! session, uncounted. Times are the RPC's wall time less what the front spent playing
+//! the vCenter's part vcsim lacks (it reads every VM to say which hold a disk or whether a
+//! deleted one is held, where a vCenter answers from its own index).
 //!
-//! `OVERCAST_TEST_VCSIM=/tmp/vcsim/vcsim cargo bench --workspace --bench vsphere_disks`
-//! (`OVERCAST_BENCH_VMS=100`: 100 VMs per host, vcsim's `-vm`, for a larger inventory).
+//! `OVERCAST_TEST_VCSIM=/path/to/vcsim cargo bench -p overcast-integration --bench vsphere_disks`
+//! (`OVERCAST_BENCH_VMS=5,250,1000`: VMs per pool, the sizes measured).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use overcast_cloud::{DiskSpec, Disks, Zone};
-use overcast_cloud_http::ApiMetrics;
+use overcast_cloud_http::{ApiMetrics, HttpSettings};
 use overcast_cloud_vsphere::cns::{Cns, Filter};
-use overcast_cloud_vsphere::config::Config;
-use overcast_cloud_vsphere::disks::{VsphereDisks, CTX_DISK_UUID};
+use overcast_cloud_vsphere::credentials::Credential;
+use overcast_cloud_vsphere::session::{Login, Target, Vcenter};
 use overcast_integration::figures::{median, ms};
-use overcast_integration::vcsim::{plug_disk, set_host_name, unplug_disk, vms, Vcsim};
+use overcast_integration::vcsim::{plug_disk, unplug_disk};
+use overcast_integration::vcsim_front::{Tally, VmIdSpelling};
+use overcast_integration::vsphere_costs::{Costs, NODE};
+use overcast_integration::{
+    attach_request, create_request, csi_v1 as csi, detach_request, mount_cap,
+};
 
-#[derive(Default)]
+/// One operation's figures at one size.
+#[derive(Default, Clone)]
 struct Op {
     calls: Vec<u64>,
     bytes: Vec<u64>,
@@ -30,33 +39,176 @@ struct Op {
 }
 
 impl Op {
-    fn row(&self, name: &str) {
-        let mid = |v: &[u64]| {
-            let mut v = v.to_vec();
-            v.sort();
-            v.get(v.len() / 2).copied().unwrap_or(0)
-        };
-        println!(
-            "| {name} | {} | {:.1} KiB | {} |",
-            mid(&self.calls),
-            mid(&self.bytes) as f64 / 1024.0,
+    /// The RPC's time less the front's own (see [`Tally::emulated`]).
+    fn add(&mut self, t: &Tally, took: Duration) {
+        self.calls.push(t.calls);
+        self.bytes.push(t.answer_bytes);
+        self.times.push(took.saturating_sub(t.emulated));
+    }
+
+    fn mid(v: &[u64]) -> u64 {
+        let mut v = v.to_vec();
+        v.sort();
+        v.get(v.len() / 2).copied().unwrap_or(0)
+    }
+
+    fn cell(&self) -> String {
+        if self.times.is_empty() {
+            return "–".into();
+        }
+        format!(
+            "{} / {:.1} KiB / {}",
+            Self::mid(&self.calls),
+            Self::mid(&self.bytes) as f64 / 1024.0,
             ms(median(self.times.clone()))
-        );
+        )
     }
 }
 
-async fn measure<T>(
-    metrics: &ApiMetrics,
-    op: &mut Op,
-    f: impl std::future::Future<Output = T>,
-) -> T {
-    let (before, bytes) = (metrics.total(), metrics.bytes());
-    let t = Instant::now();
-    let out = f.await;
-    op.times.push(t.elapsed());
-    op.calls.push(metrics.total() - before);
-    op.bytes.push(metrics.bytes() - bytes);
-    out
+const ROWS: [&str; 8] = [
+    "CreateVolume",
+    "ControllerPublishVolume",
+    "ControllerPublishVolume, already attached",
+    "ControllerUnpublishVolume",
+    "DeleteVolume",
+    "ListVolumes, 10 volumes (5 attached)",
+    "ListVolumes, 50 volumes (5 attached)",
+    "baseline: one bare CnsQueryVolume by id",
+];
+
+async fn at(per_pool: usize, n: usize) -> Option<(usize, Vec<Op>)> {
+    let costs = Costs::start(
+        "vsphere_disks bench",
+        per_pool,
+        VmIdSpelling::Moref,
+        "",
+        &["--cluster=overcast-bench"],
+    )
+    .await?;
+    let mut ops = vec![Op::default(); ROWS.len()];
+    let mut c = costs.driver.controller().await;
+    // Warm-up: the login, the service content, the views.
+    c.list_volumes(csi::ListVolumesRequest::default())
+        .await
+        .unwrap();
+    for i in 0..n {
+        let (r, t, took) = costs
+            .measure(c.create_volume(create_request(&format!("pvc-bench-{i}"), 1 << 30)))
+            .await;
+        ops[0].add(&t, took);
+        let id = r.unwrap().into_inner().volume.unwrap().volume_id;
+        let publish = attach_request(&id, NODE, mount_cap("ext4"));
+        let (r, t, took) = costs
+            .measure(c.controller_publish_volume(publish.clone()))
+            .await;
+        ops[1].add(&t, took);
+        let uuid = r.unwrap().into_inner().publish_context["diskUUID"].clone();
+        plug_disk(&costs.admin, &costs.vm, &costs.vm_name, &id, &uuid).await;
+        let (r, t, took) = costs.measure(c.controller_publish_volume(publish)).await;
+        r.unwrap();
+        ops[2].add(&t, took);
+        let (r, t, took) = costs
+            .measure(c.controller_unpublish_volume(detach_request(&id, NODE)))
+            .await;
+        r.unwrap();
+        ops[3].add(&t, took);
+        unplug_disk(&costs.admin, &costs.vm, &id).await;
+        let (r, t, took) = costs
+            .measure(c.delete_volume(csi::DeleteVolumeRequest {
+                volume_id: id,
+                ..Default::default()
+            }))
+            .await;
+        r.unwrap();
+        ops[4].add(&t, took);
+    }
+    // Listings: 10 volumes, 5 attached; then 50.
+    let mut kept = Vec::new();
+    for (row, total) in [(5, 10), (6, 50)] {
+        while kept.len() < total {
+            let id = c
+                .create_volume(create_request(&format!("pvc-list-{}", kept.len()), 1 << 30))
+                .await
+                .unwrap()
+                .into_inner()
+                .volume
+                .unwrap()
+                .volume_id;
+            if kept.len() < 5 {
+                let ctx = c
+                    .controller_publish_volume(attach_request(&id, NODE, mount_cap("ext4")))
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .publish_context;
+                plug_disk(
+                    &costs.admin,
+                    &costs.vm,
+                    &costs.vm_name,
+                    &id,
+                    &ctx["diskUUID"],
+                )
+                .await;
+            }
+            kept.push(id);
+        }
+        for _ in 0..5 {
+            let (r, t, took) = costs
+                .measure(c.list_volumes(csi::ListVolumesRequest::default()))
+                .await;
+            let entries = r.unwrap().into_inner().entries;
+            assert_eq!(entries.len(), total);
+            let attached = entries
+                .iter()
+                .filter(|e| !e.status.as_ref().unwrap().published_node_ids.is_empty())
+                .count();
+            assert_eq!(
+                attached, 5,
+                "the attached volumes are listed with their node"
+            );
+            ops[row].add(&t, took);
+        }
+    }
+    // The baseline: a bare CnsQueryVolume by id, through the same front.
+    let probe = front_client(&costs);
+    let cns = Cns::new(Arc::clone(&probe));
+    let query = || async {
+        cns.query(&Filter {
+            ids: vec![kept[0].clone()],
+            ..Filter::default()
+        })
+        .await
+    };
+    query().await.unwrap();
+    for _ in 0..5 {
+        let (r, t, took) = costs.measure(query()).await;
+        r.unwrap();
+        ops[7].add(&t, took);
+    }
+    for id in &kept[..5] {
+        unplug_disk(&costs.admin, &costs.vm, id).await;
+    }
+    Some((costs.vms, ops))
+}
+
+/// A client of the vCenter through the counting front.
+fn front_client(costs: &Costs) -> Arc<Vcenter> {
+    let mut settings = HttpSettings::new("vsphere-baseline");
+    settings.ca_pem = Some(std::fs::read_to_string(&costs.sim.ca_file).unwrap());
+    Vcenter::new(
+        Target {
+            server: "127.0.0.1".into(),
+            port: costs.front_port,
+            login: Login::Password(Credential {
+                user: "user".into(),
+                password: "pass".into(),
+            }),
+            keepalive: Duration::ZERO,
+        },
+        settings,
+        Some(Arc::new(ApiMetrics::unregistered())),
+    )
+    .unwrap()
 }
 
 #[tokio::main]
@@ -64,119 +216,44 @@ async fn main() {
     let n: usize = std::env::var("OVERCAST_BENCH_VOLUMES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(10);
-    // `OVERCAST_BENCH_VMS`: VMs per host (vcsim's `-vm`), for a larger inventory.
-    let vms_arg = std::env::var("OVERCAST_BENCH_VMS").ok();
-    let args: Vec<&str> = vms_arg.iter().flat_map(|n| ["-vm", n.as_str()]).collect();
-    let Some(sim) = Vcsim::start("vsphere_disks bench", &args) else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let conf = sim.conf(dir.path(), "");
-    let config = Config::load_with(Some(&conf), &|_| None).unwrap();
-    let vc = &config.vcenters[0];
-    let metrics = Arc::new(ApiMetrics::unregistered());
-    let client = overcast_cloud_vsphere::provider::connect(vc, Some(Arc::clone(&metrics))).unwrap();
-    let admin = overcast_cloud_vsphere::provider::connect(vc, None).unwrap();
-    let disks = VsphereDisks::new(Cns::new(Arc::clone(&client)), "overcast-bench".into(), 59);
-    disks.probe().await.unwrap();
-    // The node is known by its guest's host name, as a kubelet's node is.
-    let (vm_name, vm) = vms(&admin).await[0].clone();
-    let node = "bench-node".to_owned();
-    set_host_name(&admin, &vm, &node).await;
-    let spec = |i: usize| DiskSpec {
-        name: format!("pvc-bench-{i}"),
-        size_bytes: 1 << 30,
-        zone: Zone::default(),
-        parameters: BTreeMap::new(),
-        metadata: BTreeMap::new(),
-        source: None,
-    };
-    // Warm-up: the login, the view.
-    disks.list_disks().await.unwrap();
-    let (mut create, mut attach, mut again, mut detach, mut expand, mut delete) =
-        <(Op, Op, Op, Op, Op, Op)>::default();
-    let mut to_publish = Op::default();
-    let mut bare = Vec::new();
-    let admin_cns = Cns::new(Arc::clone(&admin));
-    for i in 0..n {
-        let t = Instant::now();
-        let d = measure(&metrics, &mut create, disks.create_disk(spec(i)))
-            .await
-            .unwrap();
-        let a = measure(
-            &metrics,
-            &mut attach,
-            disks.attach_disk(&d.id, &node, false),
-        )
-        .await
-        .unwrap();
-        to_publish.times.push(t.elapsed());
-        to_publish.calls.push(create.calls[i] + attach.calls[i]);
-        to_publish.bytes.push(create.bytes[i] + attach.bytes[i]);
-        plug_disk(
-            &admin,
-            &vm,
-            &vm_name,
-            &d.id,
-            &a.publish_context[CTX_DISK_UUID],
-        )
-        .await;
-        measure(&metrics, &mut again, disks.attach_disk(&d.id, &node, false))
-            .await
-            .unwrap();
-        measure(&metrics, &mut expand, disks.expand_disk(&d.id, 2 << 30))
-            .await
-            .unwrap();
-        measure(&metrics, &mut detach, disks.detach_disk(&d.id, &node))
-            .await
-            .unwrap();
-        unplug_disk(&admin, &vm, &d.id).await;
-        let t = Instant::now();
-        admin_cns
-            .query(&Filter {
-                ids: vec![d.id.clone()],
-                ..Filter::default()
-            })
-            .await
-            .unwrap();
-        bare.push(t.elapsed());
-        measure(&metrics, &mut delete, disks.delete_disk(&d.id))
-            .await
-            .unwrap();
+        .unwrap_or(5);
+    let sizes: Vec<usize> = std::env::var("OVERCAST_BENCH_VMS")
+        .unwrap_or_else(|_| "5,250,1000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let started = Instant::now();
+    let mut columns = Vec::new();
+    for per_pool in sizes {
+        let Some(col) = at(per_pool, n).await else {
+            return;
+        };
+        columns.push(col);
     }
-    // A create with volume topology (`[Labels]` zone and region categories): the same,
-    // plus the hosts' and datastores' placement read and its tag call. vcsim's hosts carry
-    // no tags here: the calls are the same with tags (their names are read once and kept).
-    let zoned_conf = sim.conf(
-        dir.path(),
-        "[Labels]\nzone = k8s-zone\nregion = k8s-region\n",
-    );
-    let zoned_config = Config::load_with(Some(&zoned_conf), &|_| None).unwrap();
-    let zoned = VsphereDisks::new(Cns::new(Arc::clone(&client)), "overcast-bench".into(), 59)
-        .with_topology(&zoned_config);
-    zoned.zones().await.unwrap();
-    let mut zoned_create = Op::default();
-    for i in 0..n {
-        let d = measure(&metrics, &mut zoned_create, zoned.create_disk(spec(n + i)))
-            .await
-            .unwrap();
-        zoned.delete_disk(&d.id).await.unwrap();
+    print!("| RPC (median of {n}): calls / answer bytes / time |");
+    for (vms, _) in &columns {
+        print!(" {vms} VMs |");
     }
-    println!(
-        "| operation ({n} volumes, median) | SOAP + CNS calls | bytes (bodies, both ways) | time |"
-    );
-    println!("|---|---|---|---|");
-    create.row("create (CreateVolume)");
-    zoned_create.row("create with volume topology");
-    attach.row("attach (ControllerPublish)");
-    to_publish.row("create → publish");
-    again.row("attach again, already attached");
-    expand.row("expand 1 → 2 GiB");
-    detach.row("detach (ControllerUnpublish)");
-    delete.row("delete");
-    println!(
-        "| baseline: one bare CnsQueryVolume by id | 1 | | {} |",
-        ms(median(bare))
-    );
+    println!();
+    println!("|---|{}", "---|".repeat(columns.len()));
+    for (i, row) in ROWS.iter().enumerate() {
+        print!("| {row} |");
+        for (_, ops) in &columns {
+            print!(" {} |", ops[i].cell());
+        }
+        println!();
+    }
+    // Flatness: the largest inventory's bytes against the smallest's.
+    if let (Some((small_vms, small)), Some((large_vms, large))) = (columns.first(), columns.last())
+    {
+        println!();
+        for (i, row) in ROWS.iter().enumerate().take(7) {
+            let (s, l) = (Op::mid(&small[i].bytes), Op::mid(&large[i].bytes));
+            println!(
+                "{row}: {large_vms} VMs / {small_vms} VMs = {:.2}× the answer bytes",
+                l as f64 / s.max(1) as f64
+            );
+        }
+    }
+    eprintln!("(the run took {:?})", started.elapsed());
 }

@@ -34,6 +34,7 @@ pub mod terraform;
 pub mod upstream_node;
 pub mod vcsim;
 pub mod vcsim_front;
+pub mod vsphere_costs;
 
 pub type IdentityClient = csi::identity_client::IdentityClient<Channel>;
 pub type ControllerClient = csi::controller_client::ControllerClient<Channel>;

@@ -25,6 +25,12 @@ pub trait Part: Send + Sync + 'static {
 
     /// The body given back for vcsim's answer to `request`.
     async fn answer(&self, path: &str, request: &[u8], status: u16, body: Bytes) -> Bytes;
+
+    /// The status given back for vcsim's `status` (default: the same); a part that
+    /// answers what vcsim cannot (a method it lacks) answers 200.
+    fn status(&self, _path: &str, _request: &[u8], status: u16) -> u16 {
+        status
+    }
 }
 
 pub struct VcsimFront {
@@ -138,7 +144,8 @@ impl Front {
             .part
             .answer(&path, &body, resp.status.as_u16(), resp.body.clone())
             .await;
-        let mut builder = hyper::Response::builder().status(resp.status);
+        let status = self.part.status(&path, &body, resp.status.as_u16());
+        let mut builder = hyper::Response::builder().status(status);
         for (k, v) in &resp.headers {
             if k != http::header::CONTENT_LENGTH && k != http::header::TRANSFER_ENCODING {
                 builder = builder.header(k, v);
@@ -269,5 +276,203 @@ impl Part for HeldVolumes {
 
     async fn answer(&self, path: &str, request: &[u8], _status: u16, body: Bytes) -> Bytes {
         self.refused.answer(path, request, body)
+    }
+}
+
+/// What a client under test asked of the vCenter through a front: every request and the
+/// bytes of every answer, as a counting proxy sees them.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Tally {
+    pub calls: u64,
+    pub answer_bytes: u64,
+    /// Each call's method (the SOAP body's first element), in order.
+    pub methods: Vec<String>,
+    /// Time the front spent playing what vcsim lacks (reading every VM for a refused
+    /// delete or for associations, which a vCenter answers from its own index): not the
+    /// client's.
+    pub emulated: std::time::Duration,
+}
+
+/// A part that counts what passes through it and otherwise plays `inner`.
+pub struct Counting {
+    inner: Arc<dyn Part>,
+    tally: std::sync::Mutex<Tally>,
+}
+
+impl Counting {
+    pub fn new(inner: Arc<dyn Part>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            tally: Default::default(),
+        })
+    }
+
+    /// What was counted since the last take, and a fresh count.
+    pub fn take(&self) -> Tally {
+        std::mem::take(&mut *self.tally.lock().unwrap())
+    }
+}
+
+/// The method a SOAP request calls.
+pub fn method_of(request: &[u8]) -> String {
+    overcast_cloud_vsphere::xml::Element::parse(request)
+        .ok()
+        .and_then(|e| {
+            e.at(&["Body"])
+                .and_then(|b| b.children.first())
+                .map(|m| m.name.clone())
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+#[async_trait::async_trait]
+impl Part for Counting {
+    async fn request(&self, path: &str, body: Bytes) -> Bytes {
+        let started = std::time::Instant::now();
+        let out = self.inner.request(path, body).await;
+        self.tally.lock().unwrap().emulated += started.elapsed();
+        out
+    }
+
+    async fn answer(&self, path: &str, request: &[u8], status: u16, body: Bytes) -> Bytes {
+        let started = std::time::Instant::now();
+        let out = self.inner.answer(path, request, status, body).await;
+        let mut t = self.tally.lock().unwrap();
+        t.emulated += started.elapsed();
+        t.calls += 1;
+        t.answer_bytes += out.len() as u64;
+        t.methods.push(method_of(request));
+        out
+    }
+
+    fn status(&self, path: &str, request: &[u8], status: u16) -> u16 {
+        self.inner.status(path, request, status)
+    }
+}
+
+/// vCenter's `RetrieveVStorageObjectAssociations` (vSphere API 6.7+), which vcsim lacks
+/// (it answers `MethodNotFound`): for each First Class Disk asked about, the VMs whose
+/// devices carry it (`vDiskId`), by their managed object id, with the device's key — read
+/// from vcsim on the test's own session (`admin`), not counted as the client's. Its shape
+/// is the API reference's (`VStorageObjectAssociations`: `id`, `vmDiskAssociations`
+/// {`vmId`, `diskKey`}); `vmId` spelled as the VM's managed object id is our reading of
+/// "the ID of the virtual machine" (a client that cannot resolve it must fall back).
+/// Plays [`HeldVolumes`] besides.
+pub struct Associations {
+    admin: Arc<overcast_cloud_vsphere::session::Vcenter>,
+    held: Arc<HeldVolumes>,
+    /// How the VM ids are spelled in answers.
+    pub spelling: VmIdSpelling,
+}
+
+/// How [`Associations`] spells a VM's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VmIdSpelling {
+    /// Its managed object id (`vm-58`).
+    Moref,
+    /// Its instance UUID: what a vCenter would answer if "the ID of the virtual machine"
+    /// meant that.
+    InstanceUuid,
+}
+
+const ASSOCIATIONS: &str = "RetrieveVStorageObjectAssociations";
+
+impl Associations {
+    pub fn new(
+        admin: Arc<overcast_cloud_vsphere::session::Vcenter>,
+        spelling: VmIdSpelling,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            held: HeldVolumes::new(Arc::clone(&admin)),
+            admin,
+            spelling,
+        })
+    }
+
+    fn asks(path: &str, request: &[u8]) -> bool {
+        path.starts_with("/sdk") && String::from_utf8_lossy(request).contains(ASSOCIATIONS)
+    }
+
+    async fn answered(&self, request: &[u8]) -> Bytes {
+        let ids: Vec<String> = overcast_cloud_vsphere::xml::Element::parse(request)
+            .ok()
+            .and_then(|e| e.at(&["Body", ASSOCIATIONS]).cloned())
+            .map(|m| {
+                m.all("ids")
+                    .filter_map(|i| i.text_at(&["id", "id"]).map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let view = overcast_cloud_vsphere::inventory::View::new(
+            Arc::clone(&self.admin),
+            &["VirtualMachine"],
+        );
+        let vms = view
+            .retrieve(&[(
+                "VirtualMachine",
+                &["config.hardware.device", "config.instanceUuid"],
+            )])
+            .await
+            .unwrap_or_default();
+        let mut out = String::new();
+        for id in &ids {
+            out.push_str("<returnval>");
+            out.push_str(&format!(
+                "<id>{}</id>",
+                overcast_cloud_vsphere::soap::el("id", id)
+            ));
+            for p in &vms {
+                let Some(devices) = p.get("config.hardware.device") else {
+                    continue;
+                };
+                for d in &devices.children {
+                    if d.text_at(&["vDiskId", "id"]) == Some(id.as_str()) {
+                        let vm_id = match self.spelling {
+                            VmIdSpelling::Moref => p.obj.id.clone(),
+                            VmIdSpelling::InstanceUuid => {
+                                p.text("config.instanceUuid").unwrap_or_default().to_owned()
+                            }
+                        };
+                        out.push_str(&format!(
+                            "<vmDiskAssociations>{}{}</vmDiskAssociations>",
+                            overcast_cloud_vsphere::soap::el("vmId", &vm_id),
+                            overcast_cloud_vsphere::soap::el(
+                                "diskKey",
+                                d.text_at(&["key"]).unwrap_or("0")
+                            )
+                        ));
+                    }
+                }
+            }
+            out.push_str("</returnval>");
+        }
+        Bytes::from(overcast_cloud_vsphere::soap::envelope(
+            "urn:vim25",
+            "RetrieveVStorageObjectAssociationsResponse",
+            &out,
+            None,
+        ))
+    }
+}
+
+#[async_trait::async_trait]
+impl Part for Associations {
+    async fn request(&self, path: &str, body: Bytes) -> Bytes {
+        self.held.request(path, body).await
+    }
+
+    async fn answer(&self, path: &str, request: &[u8], status: u16, body: Bytes) -> Bytes {
+        if Self::asks(path, request) {
+            return self.answered(request).await;
+        }
+        self.held.answer(path, request, status, body).await
+    }
+
+    fn status(&self, path: &str, request: &[u8], status: u16) -> u16 {
+        if Self::asks(path, request) {
+            200
+        } else {
+            status
+        }
     }
 }

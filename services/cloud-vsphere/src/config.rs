@@ -101,6 +101,10 @@ pub struct Config {
     /// is the zone or the region category (checked when read).
     pub topology_categories: Vec<String>,
     pub nodes: Nodes,
+    /// `[Global] cluster-id`, vsphere-csi-driver's: the cluster id CNS volumes are made
+    /// with and listed by, when set (else the binaries' `--cluster`), so that a cluster
+    /// switched from that driver keeps its volumes and no other cluster's.
+    pub cluster_id: Option<String>,
     pub unknown: Vec<String>,
 }
 
@@ -411,12 +415,19 @@ fn resolve(mut raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Config,
         region_category.as_deref(),
     )
     .map_err(Resolve::Invalid)?;
+    // Upstream's limit (`ErrClusterIDCharLimit`): CNS records at most 64 characters.
+    if let Some(id) = global.cluster_id.as_deref().filter(|id| id.len() > 64) {
+        return Err(Resolve::Invalid(format!(
+            "[Global] cluster-id {id:?} is longer than 64 characters, which CNS records"
+        )));
+    }
     Ok(Config {
         vcenters,
         region_category,
         zone_category,
         topology_categories,
         nodes,
+        cluster_id: global.cluster_id.clone(),
         unknown: raw.unknown,
     })
 }

@@ -10,10 +10,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use overcast_cloud::{Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, Result, Zone};
+use overcast_cloud::{
+    Attachment, Attachments, CloudError, Disk, DiskCondition, DiskSpec, Disks, Result, Zone,
+};
 use tokio::sync::Mutex;
 
 use crate::cns::{Cns, Filter, Volume};
@@ -25,8 +28,10 @@ use crate::soap::Moref;
 
 mod create;
 mod devices;
+mod holders;
 pub mod placement;
 use devices::{attachment, disk_uuid, no_instance, not_found, volume_disks, volume_id};
+use holders::Holders;
 use placement::{Places, Topology};
 
 use crate::config::Config;
@@ -62,8 +67,8 @@ enum Parts {
 #[derive(Debug, Default)]
 struct Inventory {
     vms: BTreeMap<String, Moref>,
-    /// Volume id → (node name, disk UUID) of each VM holding it.
-    attached: HashMap<String, Vec<(String, String)>>,
+    /// Where each volume is attached.
+    attached: Holders,
     /// Accessible datastores.
     datastores: Vec<placement::Datastore>,
 }
@@ -94,6 +99,9 @@ pub struct VsphereDisks {
     in_flight: InFlight,
     /// Zones from tags, when the configuration names their categories.
     topology: Option<Topology>,
+    /// The vCenter answered that it cannot say which VMs hold a disk (vcsim, a vCenter
+    /// before 6.7): listings read every VM's devices without asking again.
+    no_associations: AtomicBool,
 }
 
 impl VsphereDisks {
@@ -119,6 +127,7 @@ impl VsphereDisks {
             creating: Mutex::new(HashMap::new()),
             in_flight: InFlight::new(None),
             topology: None,
+            no_associations: AtomicBool::new(false),
         }
     }
 
@@ -183,12 +192,7 @@ impl VsphereDisks {
                 }
                 continue;
             }
-            let node = p
-                .text("guest.hostName")
-                .filter(|h| !h.is_empty())
-                .or(p.text("name"))
-                .unwrap_or_default()
-                .to_owned();
+            let node = holders::node_name(&p);
             if let Some(devices) = p.get("config.hardware.device") {
                 for (volume, uuid) in volume_disks(devices) {
                     inv.attached
@@ -200,18 +204,6 @@ impl VsphereDisks {
             inv.vms.insert(node, p.obj);
         }
         Ok(inv)
-    }
-
-    /// The node's VM: by its guest's host name through the SearchIndex (one call, not
-    /// the inventory), else from the VMs' names (no devices), which also know a VM by
-    /// its name (a guest whose tools report no host name) and settle two VMs answering
-    /// to one.
-    async fn node_vm(&self, node: &str) -> Result<Option<Moref>> {
-        let found = search::vms_by_dns_name(self.cns.vcenter(), None, node).await?;
-        if let [one] = found.as_slice() {
-            return Ok(Some(one.clone()));
-        }
-        Ok(self.read(Parts::Names).await?.vms.get(node).cloned())
     }
 
     /// The volumes one VM holds (volume id, disk UUID), from its own devices alone; a VM
@@ -228,15 +220,14 @@ impl VsphereDisks {
     fn disk_of(
         &self,
         v: Volume,
-        inv: &Inventory,
+        holders: &Holders,
         places: Option<&Places>,
         prefer: Option<&Zone>,
     ) -> Disk {
         let zone = places
             .map(|p| p.zone_of(&v.datastore_url, prefer))
             .unwrap_or_default();
-        let attachments = inv
-            .attached
+        let attachments = holders
             .get(&v.id)
             .into_iter()
             .flatten()
@@ -259,11 +250,15 @@ impl VsphereDisks {
         }
     }
 
+    /// The volume of `id`, this cluster's: one another cluster's id marks (a cluster
+    /// sharing the vCenter, or vsphere-csi-driver's before a switch that did not carry
+    /// its `cluster-id` over) is refused, never touched.
     async fn volume(&self, id: &str) -> Result<Volume> {
         if !volume_id(id) {
             return Err(not_found(id));
         }
-        self.cns
+        let v = self
+            .cns
             .query(&Filter {
                 ids: vec![id.to_owned()],
                 ..Filter::default()
@@ -271,7 +266,16 @@ impl VsphereDisks {
             .await?
             .into_iter()
             .next()
-            .ok_or_else(|| not_found(id))
+            .ok_or_else(|| not_found(id))?;
+        if !v.cluster_id.is_empty() && v.cluster_id != self.cluster_id {
+            return Err(CloudError::FailedPrecondition(format!(
+                "volume {id} is cluster {:?}'s (its CNS containerCluster), not this \
+                 cluster's ({:?}): left alone; a cluster switched from vsphere-csi-driver \
+                 sets that driver's cluster id as [Global] cluster-id",
+                v.cluster_id, self.cluster_id
+            )));
+        }
+        Ok(v)
     }
 
     async fn by_name(&self, name: &str) -> Result<Option<Volume>> {
@@ -342,19 +346,29 @@ impl Disks for VsphereDisks {
     }
 
     async fn disk(&self, id: &str) -> Result<Disk> {
+        self.disk_with(id, Attachments::All).await
+    }
+
+    /// The volume from CNS, and its holders as asked: one node's VM, the VMs the
+    /// vCenter says hold it, or none.
+    async fn disk_with(&self, id: &str, wanted: Attachments<'_>) -> Result<Disk> {
         let v = self.volume(id).await?;
-        let inv = self.read(Parts::Vms).await?;
+        let holders = match wanted {
+            Attachments::All => self.holders(std::slice::from_ref(&v)).await?,
+            Attachments::On(node) => self.held_on(id, node).await?,
+            Attachments::Ignored => Holders::new(),
+        };
         let places = self.places().await?;
-        Ok(self.disk_of(v, &inv, places.as_ref(), None))
+        Ok(self.disk_of(v, &holders, places.as_ref(), None))
     }
 
     async fn disk_by_name(&self, name: &str) -> Result<Option<Disk>> {
         let Some(v) = self.by_name(name).await? else {
             return Ok(None);
         };
-        let inv = self.read(Parts::Vms).await?;
+        let holders = self.holders(std::slice::from_ref(&v)).await?;
         let places = self.places().await?;
-        Ok(Some(self.disk_of(v, &inv, places.as_ref(), None)))
+        Ok(Some(self.disk_of(v, &holders, places.as_ref(), None)))
     }
 
     async fn list_disks(&self) -> Result<Vec<Disk>> {
@@ -365,21 +379,20 @@ impl Disks for VsphereDisks {
                 ..Filter::default()
             })
             .await?;
-        let inv = self.read(Parts::Vms).await?;
+        let holders = self.holders(&volumes).await?;
         let places = self.places().await?;
         Ok(volumes
             .into_iter()
-            .map(|v| self.disk_of(v, &inv, places.as_ref(), None))
+            .map(|v| self.disk_of(v, &holders, places.as_ref(), None))
             .collect())
     }
 
     /// CNS itself refuses to delete a volume a VM holds (`ResourceInUse`, "The resource
     /// 'volume' is in use."), as vsphere-csi-driver relies on: no VM is read, so a delete
-    /// costs the same whatever the inventory's size.
+    /// costs the same whatever the inventory's size. The volume is read first: another
+    /// cluster's is refused.
     async fn delete_disk(&self, id: &str) -> Result<()> {
-        if !volume_id(id) {
-            return Err(not_found(id));
-        }
+        self.volume(id).await?;
         match self.cns.delete(id).await {
             Err(CloudError::Busy(m)) if m.contains("ResourceInUse") => Err(CloudError::InUse(
                 format!("volume {id} is attached to a VM ({m})"),

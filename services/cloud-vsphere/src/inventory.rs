@@ -193,3 +193,45 @@ pub async fn properties(vc: &Vcenter, obj: &Moref, paths: &[&str]) -> Result<Pro
         id: obj.to_string(),
     })
 }
+
+/// Several objects' properties in one call (the VMs that hold some volumes). An object the
+/// vCenter does not know fails the call as `NotFound`, naming it.
+pub async fn properties_of(
+    vc: &Vcenter,
+    objs: &[Moref],
+    paths: &[&str],
+) -> Result<Vec<Props>, CloudError> {
+    let Some(first) = objs.first() else {
+        return Ok(Vec::new());
+    };
+    let collector = vc.content().await?.property_collector.clone();
+    let mut spec = String::from("<specSet><propSet>");
+    spec.push_str(&el("type", &first.kind));
+    for p in paths {
+        spec.push_str(&el("pathSet", p));
+    }
+    spec.push_str("</propSet>");
+    for obj in objs {
+        spec.push_str("<objectSet>");
+        spec.push_str(&obj.xml("obj"));
+        spec.push_str("</objectSet>");
+    }
+    spec.push_str("</specSet>");
+    let params = format!(
+        "{}{spec}<options><maxObjects>{PAGE}</maxObjects></options>",
+        collector.xml("_this")
+    );
+    let r = vc
+        .call(Endpoint::Vim, "RetrievePropertiesEx", &params, true)
+        .await?;
+    let mut out = Vec::new();
+    let mut token = read_page(r.child("returnval"), &mut out);
+    while let Some(t) = token {
+        let params = collector.xml("_this") + &el("token", &t);
+        let r = vc
+            .call(Endpoint::Vim, "ContinueRetrievePropertiesEx", &params, true)
+            .await?;
+        token = read_page(r.child("returnval"), &mut out);
+    }
+    Ok(out)
+}

@@ -22,6 +22,7 @@ pub mod soap;
 pub mod tags;
 pub mod task;
 pub mod vms;
+pub mod vstorage;
 pub mod xml;
 
 pub use config::Config;

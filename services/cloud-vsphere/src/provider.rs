@@ -141,6 +141,20 @@ impl Provider for Vsphere {
         let kube = KubeAccess {
             kubeconfig: s.kubeconfig.clone(),
         };
+        // The cluster id CNS volumes carry: vsphere-csi-driver's `[Global] cluster-id`
+        // when the file carries it over, else `--cluster`. Volumes of any other id are
+        // another cluster's: never listed nor touched.
+        let cluster_id = config
+            .cluster_id
+            .clone()
+            .unwrap_or_else(|| s.cluster.clone());
+        if matches!(role, Role::CsiController | Role::Discoverer) && cluster_id != s.cluster {
+            tracing::info!(
+                cluster_id = %cluster_id,
+                cluster = %s.cluster,
+                "CNS volumes are this cluster's by [Global] cluster-id, not --cluster"
+            );
+        }
         match role {
             Role::Ccm => {
                 let mut sources = Vec::new();
@@ -166,12 +180,9 @@ impl Provider for Vsphere {
                     tracing::warn!(vcenter = %vc.name, "several vCenters configured: the CSI driver uses the first");
                 }
                 let client = connect(vc, Some(Arc::clone(&s.api_metrics)))?;
-                let disks = VsphereDisks::new(
-                    Cns::new(client),
-                    s.cluster.clone(),
-                    s.max_attachments_per_node,
-                )
-                .with_topology(&config);
+                let disks =
+                    VsphereDisks::new(Cns::new(client), cluster_id, s.max_attachments_per_node)
+                        .with_topology(&config);
                 Ok(Cloud {
                     name: CloudName::Vsphere.as_str(),
                     disks: Some(Arc::new(match &s.controller_state_dir {
@@ -191,7 +202,7 @@ impl Provider for Vsphere {
                         client,
                         vc.datacenters[0].clone(),
                         config.zone_category.clone(),
-                        s.cluster.clone(),
+                        cluster_id,
                     ))),
                     ..Cloud::default()
                 })

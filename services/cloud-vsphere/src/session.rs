@@ -61,6 +61,9 @@ pub struct ServiceContent {
     pub view_manager: Moref,
     pub search_index: Moref,
     pub session_manager: Moref,
+    /// The vCenter's First Class Disk manager (`VcenterVStorageObjectManager`, vSphere
+    /// 6.5+; absent on an ESXi host or an older vCenter).
+    pub vstorage_object_manager: Option<Moref>,
     /// `about.apiVersion`: the version every later call asks for (`SOAPAction`).
     pub api_version: String,
     /// `about.instanceUuid`: this vCenter's id (CNS records it with each volume).
@@ -218,6 +221,7 @@ impl Vcenter {
                     view_manager: moref("viewManager")?,
                     search_index: moref("searchIndex")?,
                     session_manager: moref("sessionManager")?,
+                    vstorage_object_manager: rv.child("vStorageObjectManager").and_then(Moref::of),
                     api_version: rv
                         .text_at(&["about", "apiVersion"])
                         .unwrap_or("6.5")

@@ -59,6 +59,8 @@ mod ccm_inaccessible;
 mod ccm_secret;
 /// The CNS calls.
 mod cns;
+/// What the csi binary's RPCs cost the vCenter at 10 and 500 VMs.
+mod costs;
 /// A create retried while its task runs.
 mod creates;
 /// The real csi binary through a volume's life.
@@ -79,3 +81,5 @@ mod sim;
 mod topology;
 /// A volume vsphere-csi-driver's node staged, after the switch to ours.
 mod upstream;
+/// vsphere-csi-driver's volumes made as it makes them, listed and served by its cluster id.
+mod upstream_cluster;

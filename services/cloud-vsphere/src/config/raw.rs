@@ -29,6 +29,10 @@ pub struct RawVc {
     pub ip_family: Option<Vec<String>>,
     #[serde(rename = "soapRoundtripCount")]
     pub soap_roundtrip_count: Option<u32>,
+    /// `[Global] cluster-id` (vsphere-csi-driver's `csi-vsphere.conf`, INI alone): the
+    /// cluster id its CNS volumes carry.
+    #[serde(skip)]
+    pub cluster_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -93,6 +97,10 @@ pub fn file_keys() -> FileKeys {
             (
                 "[Global], [VirtualCenter \"host\"]".into(),
                 VC_KEYS.to_vec(),
+            ),
+            (
+                "[Global] alone (vsphere-csi-driver's)".into(),
+                GLOBAL_KEYS[VC_KEYS.len()..].to_vec(),
             ),
             ("[Labels]".into(), LABEL_KEYS.to_vec()),
             ("[Nodes]".into(), NODE_KEYS.to_vec()),
@@ -174,7 +182,7 @@ pub fn yaml(text: &str) -> Result<Raw, String> {
     Ok(raw)
 }
 
-const VC_KEYS: &[&str] = &[
+pub(super) const VC_KEYS: &[&str] = &[
     "user",
     "password",
     "port",
@@ -192,6 +200,29 @@ const VC_KEYS: &[&str] = &[
     "vcenter-ip",
     "server",
 ];
+/// `[Global]`'s: a vCenter's defaults (`VC_KEYS`, in their order), then vsphere-csi-driver's
+/// cluster keys.
+pub(super) const GLOBAL_KEYS: &[&str] = &[
+    "user",
+    "password",
+    "port",
+    "insecure-flag",
+    "datacenters",
+    "ca-file",
+    "thumbprint",
+    "secret-name",
+    "secret-namespace",
+    "secrets-directory",
+    "soap-roundtrip-count",
+    "api-disable",
+    "api-binding",
+    "ip-family",
+    "vcenter-ip",
+    "server",
+    "cluster-id",
+    // Recorded by vsphere-csi-driver with each volume; it filters on nothing.
+    "cluster-distribution",
+];
 const LABEL_KEYS: &[&str] = &["region", "zone", "topology-categories"];
 const NODE_KEYS: &[&str] = &[
     "internal-network-subnet-cidr",
@@ -206,7 +237,8 @@ const NODE_KEYS: &[&str] = &[
 pub fn ini(text: &str) -> Result<Raw, (usize, String)> {
     let sections = parse_ini(text)?;
     let unknown = unknown_keys(&sections, |name| match name {
-        "global" | "virtualcenter" => Some(VC_KEYS),
+        "global" => Some(GLOBAL_KEYS),
+        "virtualcenter" => Some(VC_KEYS),
         "labels" => Some(LABEL_KEYS),
         "nodes" => Some(NODE_KEYS),
         _ => None,
@@ -313,5 +345,6 @@ fn vc_of(s: &IniSection) -> Result<RawVc, (usize, String)> {
         secrets_directory: value(s, "secrets-directory"),
         ip_family: list(value(s, "ip-family")),
         soap_roundtrip_count: soap,
+        cluster_id: value(s, "cluster-id"),
     })
 }

@@ -216,3 +216,38 @@ fn topology_keys_follow_the_labels_form_upstream_read() {
         assert!(e.contains(says), "{e}");
     }
 }
+
+/// vsphere-csi-driver's `csi-vsphere.conf` as its users carry it over: its `[Global]`
+/// `cluster-id` (quoted, as its docs write it) is read; `cluster-distribution` is known
+/// (recorded upstream, filtering nothing); neither belongs in a vCenter's section.
+#[test]
+fn csi_vsphere_conf_s_cluster_id_is_read_and_bounded() {
+    let c = load(
+        "[Global]\ncluster-id = \"demo-cluster-id\"\ncluster-distribution = \"Openshift\"\n\
+         [VirtualCenter \"1.1.1.1\"]\ninsecure-flag = \"true\"\nuser = \"Administrator@vsphere.local\"\n\
+         password = \"password\"\nport = \"443\"\ndatacenters = \"datacenter\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.cluster_id.as_deref(), Some("demo-cluster-id"));
+    assert!(c.unknown.is_empty(), "{:?}", c.unknown);
+    assert!(
+        raw::GLOBAL_KEYS.starts_with(raw::VC_KEYS),
+        "the reference lists [Global]'s own keys after the vCenters'"
+    );
+    let c = load("[Global]\nuser = u\npassword = p\n[VirtualCenter \"vc\"]\ndatacenters = d\n")
+        .unwrap();
+    assert_eq!(c.cluster_id, None);
+    let c = load("[Global]\nuser = u\npassword = p\n[VirtualCenter \"vc\"]\ndatacenters = d\ncluster-id = x\n")
+        .unwrap();
+    assert!(
+        c.unknown.len() == 1 && c.unknown[0].contains("cluster-id"),
+        "{:?}",
+        c.unknown
+    );
+    let long = "x".repeat(65);
+    let e = load(&format!(
+        "[Global]\ncluster-id = {long}\nuser = u\npassword = p\n[VirtualCenter \"vc\"]\ndatacenters = d\n"
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("64 characters"), "{e}");
+}

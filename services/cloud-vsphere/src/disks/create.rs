@@ -7,7 +7,7 @@ use std::sync::Arc;
 use overcast_cloud::{CloudError, Disk, DiskSpec, Disks, Result, Zone};
 
 use super::placement::{self, same_url};
-use super::{Inventory, Parts, VsphereDisks, MIB, PARAM_DATASTORE_URL, PARAM_STORAGE_POLICY};
+use super::{Holders, Parts, VsphereDisks, MIB, PARAM_DATASTORE_URL, PARAM_STORAGE_POLICY};
 use crate::cns::{CreateSpec, Volume};
 use crate::soap::Moref;
 use crate::task::TaskError;
@@ -34,18 +34,13 @@ impl VsphereDisks {
             };
             if let Some(v) = found {
                 let places = self.places().await?;
-                return Ok(self.disk_of(
-                    v,
-                    &Inventory::default(),
-                    places.as_ref(),
-                    Some(&spec.zone),
-                ));
+                return Ok(self.disk_of(v, &Holders::new(), places.as_ref(), Some(&spec.zone)));
             }
         }
         if let Some(v) = self.by_name(&spec.name).await? {
-            let inv = self.read(Parts::Vms).await?;
+            let holders = self.holders(std::slice::from_ref(&v)).await?;
             let places = self.places().await?;
-            return Ok(self.disk_of(v, &inv, places.as_ref(), Some(&spec.zone)));
+            return Ok(self.disk_of(v, &holders, places.as_ref(), Some(&spec.zone)));
         }
         let places = match self.places().await? {
             Some(p) => p,
@@ -133,7 +128,7 @@ impl VsphereDisks {
             ))
         })?;
         let places = self.topology.is_some().then_some(&places);
-        Ok(self.disk_of(v, &Inventory::default(), places, Some(&spec.zone)))
+        Ok(self.disk_of(v, &Holders::new(), places, Some(&spec.zone)))
     }
 
     /// The volume a recorded create's task made, once it has succeeded; `None` when
