@@ -245,6 +245,25 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
             .map(String::as_str),
         Some("data")
     );
+    // cinder-csi's description, as Cinder keeps it.
+    let read = cloud
+        .os
+        .call(
+            Service::BlockStorage,
+            "volume_get",
+            Method::GET,
+            &format!("/volumes/{id}"),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    let read: Value = serde_json::from_slice(&read.body).unwrap();
+    assert_eq!(
+        read["volume"]["description"],
+        "Created by OpenStack Cinder CSI driver",
+        "{read}"
+    );
 
     // A clone (CLONE_VOLUME is advertised on OpenStack): Cinder's source_volid.
     let caps = c

@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// What cinder-csi writes as each new volume's description (`volumeDescription`,
+/// pkg/csi/cinder/openstack/openstack_volumes.go): operators' scripts and dashboards
+/// filter on it.
+const VOLUME_DESCRIPTION: &str = "Created by OpenStack Cinder CSI driver";
+
 impl CinderDisks {
     pub(super) async fn create(&self, spec: DiskSpec) -> Result<Disk> {
         self.validate_parameters(&spec.parameters)?;
@@ -40,6 +45,7 @@ impl CinderDisks {
                 let mut body = json!({"volume": {
                     "name": spec.name,
                     "size": gib,
+                    "description": VOLUME_DESCRIPTION,
                     "metadata": metadata,
                 }});
                 if let Some(t) = &volume_type {
