@@ -241,15 +241,10 @@ fn overlay(cloud: &str) -> String {
         .to_string()
 }
 
-/// `kubectl apply -k` of our overlay; DVP's CRDs need client validation off until
-/// kubectl takes them (a `null` in a string enum: the front-door issue).
+/// `kubectl apply -k` of our overlay, with kubectl's validation on, as a user runs it.
 fn apply_overlay(k: &Kubectl, cloud: &str) -> Result<String, String> {
     let dir = overlay(cloud);
-    let mut args = vec!["apply", "-k", &dir];
-    if cloud == "dvp" {
-        args.push("--validate=false");
-    }
-    k.run(&args, None)
+    k.run(&["apply", "-k", &dir], None)
 }
 
 /// Removes the test's objects (and, with `ours`, the overlay's, waited for: a later test

@@ -260,8 +260,7 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
         .unwrap();
     let read: Value = serde_json::from_slice(&read.body).unwrap();
     assert_eq!(
-        read["volume"]["description"],
-        "Created by OpenStack Cinder CSI driver",
+        read["volume"]["description"], "Created by OpenStack Cinder CSI driver",
         "{read}"
     );
 
