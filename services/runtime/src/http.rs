@@ -24,7 +24,14 @@ pub async fn serve(
     registry: Arc<Registry>,
     health: HealthCheck,
 ) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr).await?;
+    // The address in the error: "Address already in use" alone does not say which of a
+    // process's listeners, nor that another process holds it.
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("listening on {addr} for /metrics and /healthz: {e}"),
+        )
+    })?;
     let local = listener.local_addr()?;
     tokio::spawn(async move {
         loop {
@@ -83,4 +90,23 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(Bytes::from(body)));
     *resp.status_mut() = status;
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A taken address is named in the error (an operator meeting "Address already in
+    /// use" alone could not tell which listener, nor what to free).
+    #[tokio::test]
+    async fn a_taken_address_is_named() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap();
+        let health: HealthCheck = Arc::new(|| Box::pin(async { Ok(()) }));
+        let e = serve(addr, Arc::new(Registry::default()), health)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+        assert!(e.to_string().contains(&addr.to_string()), "{e}");
+    }
 }
