@@ -10,9 +10,9 @@ use crate::node_b;
 use crate::real_node::Node;
 
 /// Where the instances file lives on the host, and where the csi controller and the ccm
-/// read it.
-pub const MACHINES_HOST: &str = "/var/lib/overcast-test-machines";
-const MACHINES_POD: &str = "/etc/overcast-machines";
+/// read it: the local overlay's own place (deploy/overlays/local, its `machines` volume).
+pub const MACHINES_HOST: &str = "/var/lib/overcast/machines";
+const MACHINES_POD: &str = "/etc/overcast/machines";
 pub const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 /// kubelet as the clusters a ccm serves run it.
 pub const KUBELET_ARGS: &str = "--cloud-provider=external";
@@ -88,25 +88,22 @@ pub fn vm_b(state: &str) -> String {
     )
 }
 
-/// The local overlay's cloud-config Secret, with the instances file or without.
+/// The local overlay's own cloud-config Secret (deploy/overlays/local/cloud-config.yaml),
+/// with its `instancesFile` line uncommented or as shipped.
 pub fn config_secret(instances: bool) -> String {
-    let file = if instances {
-        format!("\n    instancesFile: {MACHINES_POD}/instances.json")
-    } else {
-        String::new()
-    };
-    format!(
-        r#"apiVersion: v1
-kind: Secret
-metadata: {{name: overcast-cloud-config, namespace: kube-system, labels: {{app.kubernetes.io/name: overcast}}}}
-type: Opaque
-stringData:
-  cloud-config: |
-    zone: local
-    region: local
-    loadBalancerPool: 127.240.0.0/16{file}
-"#
+    let overlay = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/overlays/local/cloud-config.yaml"),
     )
+    .unwrap();
+    if !instances {
+        return overlay;
+    }
+    let line = format!("# instancesFile: {MACHINES_POD}/instances.json");
+    assert!(
+        overlay.contains(&line),
+        "the local overlay's cloud-config says where the instances file is: {line}"
+    );
+    overlay.replace(&line, &line[2..])
 }
 
 /// How the ccm runs: fencing or not, and its timings (`None`: the defaults).
@@ -116,19 +113,20 @@ pub struct Ccm {
     pub sync_period: Option<u64>,
 }
 
-/// The csi controller and the ccm read the instances file; the ccm runs as `ccm` says,
-/// on `vm` (the node that lives). Waits for both to roll out.
+/// The csi controller and the ccm read the instances file — the overlay's `instancesFile`
+/// line uncommented, as the quickstart says, nothing else patched — and are restarted to
+/// read it; the ccm runs as `ccm` says, on `vm` (the node that lives). Waits for both to
+/// roll out.
 pub fn configure(node: &Node, ccm: &Ccm) {
     node.apply("fencing-config", &[config_secret(true)]);
-    let mount = format!(
-        r#"{{"spec":{{"template":{{"spec":{{"volumes":[{{"name":"machines","hostPath":{{"path":"{MACHINES_HOST}","type":"DirectoryOrCreate"}}}}],"containers":[{{"name":"CONTAINER","volumeMounts":[{{"name":"machines","mountPath":"{MACHINES_POD}","readOnly":true}}]}}]}}}}}}}}"#
-    );
-    for (deployment, container) in [
-        ("overcast-csi-controller", "csi"),
-        ("overcast-cloud-controller-manager", "ccm"),
-    ] {
-        patch(node, deployment, &mount.replace("CONTAINER", container));
-    }
+    node.kubectl(&[
+        "-n",
+        "kube-system",
+        "rollout",
+        "restart",
+        "deployment",
+        "overcast-csi-controller",
+    ]);
     run_ccm(node, ccm);
 }
 
