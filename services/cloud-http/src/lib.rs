@@ -34,6 +34,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+mod health;
 mod redact;
 mod tls;
 
@@ -63,6 +64,9 @@ pub struct HttpSettings {
     /// The largest answer read; a bigger one (a broken or hostile endpoint) is refused
     /// instead of filling memory.
     pub max_body: usize,
+    /// How long an attempt waits for an answer before the endpoint is said not to answer
+    /// (it goes on waiting up to `attempt_timeout`).
+    pub slow_after: Duration,
 }
 
 impl HttpSettings {
@@ -77,6 +81,7 @@ impl HttpSettings {
             attempts: 4,
             retry_delay: Duration::from_millis(500),
             max_body: 32 << 20,
+            slow_after: health::SLOW,
         }
     }
 }
@@ -97,6 +102,8 @@ pub struct ApiMetrics {
     /// Bytes sent and received in request and answer bodies (benchmarks: what an
     /// operation moves).
     bytes: std::sync::atomic::AtomicU64,
+    /// Whether each endpoint answers, and when it last did.
+    endpoints: health::Endpoints,
 }
 
 impl ApiMetrics {
@@ -119,6 +126,11 @@ impl ApiMetrics {
             "API requests that failed, by request",
             m.errors.clone(),
         );
+        registry.register(
+            format!("{prefix}_api_last_success_timestamp_seconds"),
+            "When each endpoint of the cloud last answered (Unix time)",
+            m.endpoints.last_success.clone(),
+        );
         Arc::new(m)
     }
 
@@ -132,6 +144,7 @@ impl ApiMetrics {
             }),
             requests: Family::default(),
             errors: Family::default(),
+            endpoints: health::Endpoints::default(),
         }
     }
 
@@ -181,6 +194,22 @@ impl ApiMetrics {
         self.requests
             .get_or_create(&RequestLabel {
                 request: name.to_owned(),
+            })
+            .get()
+    }
+
+    /// How many times an endpoint was said not to answer (warnings logged).
+    pub fn endpoint_warnings(&self) -> u64 {
+        self.endpoints.warnings()
+    }
+
+    /// When `endpoint` (`host:port`) last answered, as the gauge says (Unix seconds; 0:
+    /// never).
+    pub fn last_success(&self, endpoint: &str) -> f64 {
+        self.endpoints
+            .last_success
+            .get_or_create(&health::EndpointLabel {
+                endpoint: endpoint.to_owned(),
             })
             .get()
     }
@@ -298,6 +327,12 @@ impl HttpClient {
         let label = RequestLabel {
             request: req.name.to_owned(),
         };
+        let endpoint = req
+            .uri
+            .authority()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let cloud = self.settings.cloud;
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -305,7 +340,23 @@ impl HttpClient {
             let limit = self.settings.attempt_timeout.min(left);
             self.metrics.count(&label);
             let one = Instant::now();
-            let result = tokio::time::timeout(limit, self.attempt(&req)).await;
+            // An attempt still unanswered after a while is said while it goes on waiting.
+            let pending = self.attempt(&req);
+            tokio::pin!(pending);
+            let slow = self.settings.slow_after.min(limit);
+            let result = match tokio::time::timeout(slow, pending.as_mut()).await {
+                Ok(r) => Ok(r),
+                Err(_) if slow < limit => {
+                    self.metrics.endpoints.unanswered(
+                        cloud,
+                        &endpoint,
+                        req.name,
+                        &format!("no answer after {slow:?}; waiting up to {limit:?}"),
+                    );
+                    tokio::time::timeout(limit - slow, pending.as_mut()).await
+                }
+                Err(e) => Err(e),
+            };
             let moved = req.body.len()
                 + match &result {
                     Ok(Ok(resp)) => resp.body.len(),
@@ -319,7 +370,10 @@ impl HttpClient {
                 .get_or_create(&label)
                 .observe(one.elapsed().as_secs_f64());
             let e = match result {
-                Ok(Ok(resp)) if !retry_status(resp.status) => return Ok(resp),
+                Ok(Ok(resp)) if !retry_status(resp.status) => {
+                    self.metrics.endpoints.answered(cloud, &endpoint);
+                    return Ok(resp);
+                }
                 Ok(Ok(resp)) => status_error(self.settings.cloud, req.name, &resp),
                 Ok(Err(e)) => e,
                 Err(_) => CloudError::DeadlineExceeded(format!(
@@ -328,6 +382,9 @@ impl HttpClient {
                 )),
             };
             self.metrics.errors.get_or_create(&label).inc();
+            self.metrics
+                .endpoints
+                .unanswered(cloud, &endpoint, req.name, &e.to_string());
             let wait = retry.failed();
             let may_retry = req.idempotent()
                 && attempt < self.settings.attempts

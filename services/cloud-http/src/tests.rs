@@ -379,3 +379,52 @@ async fn an_answer_larger_than_the_limit_is_refused_not_read_whole() {
     assert!(matches!(e, CloudError::Unavailable(_)), "{e}");
     assert!(e.to_string().contains("reading the answer"), "{e}");
 }
+
+/// A hung endpoint is said while the call still waits, once per window however many
+/// attempts fail, and its answer is seen: the gauge of its last answer moves.
+#[tokio::test]
+async fn a_silent_endpoint_is_said_while_waiting_and_its_answer_is_seen() {
+    // Slow past `slow_after`, then a 503 (not an answer), then an answer.
+    let s = serve(
+        vec![
+            (200, "{}", Duration::from_millis(400)),
+            (503, "busy", Duration::ZERO),
+            (200, "{}", Duration::ZERO),
+        ],
+        None,
+    )
+    .await;
+    let c = HttpClient::new(
+        HttpSettings {
+            slow_after: Duration::from_millis(100),
+            ..settings()
+        },
+        None,
+    )
+    .unwrap();
+    let endpoint = s.url.clone();
+    let url = format!("http://{}/", s.url);
+    assert_eq!(c.metrics().last_success(&endpoint), 0.0);
+    c.send(get(&url)).await.unwrap();
+    assert_eq!(c.metrics().endpoint_warnings(), 1, "said while it waited");
+    let first = c.metrics().last_success(&endpoint);
+    assert!(first > 1.0e9, "{first}");
+    // A 503, then the answer: one warning, the gauge moved on.
+    c.send(get(&url)).await.unwrap();
+    assert_eq!(c.metrics().endpoint_warnings(), 2);
+    assert!(c.metrics().last_success(&endpoint) >= first);
+    // Nobody there: attempts fail in a row, said once in the window.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    c.send(get(&format!("http://127.0.0.1:{port}/")))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        c.metrics().endpoint_warnings(),
+        3,
+        "four attempts, one warning"
+    );
+    assert_eq!(c.metrics().last_success(&format!("127.0.0.1:{port}")), 0.0);
+}
