@@ -10,9 +10,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut files = Vec::new();
     collect_protos(&root, &mut files)?;
     files.sort();
-    println!("cargo:rerun-if-changed={}", root.display());
+    // Relative to the package root, as cargo reads them: an absolute path would name this
+    // checkout's files, and a build of the same target directory from another checkout
+    // (CI's fresh clones, .ci/sources.py) would watch the old checkout's.
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    println!("cargo:rerun-if-changed=proto");
     for f in &files {
-        println!("cargo:rerun-if-changed={}", f.display());
+        let rel = f.strip_prefix(&manifest).unwrap_or(f);
+        println!("cargo:rerun-if-changed={}", rel.display());
     }
 
     let fds = protox::compile(&files, [&root])?;
