@@ -80,9 +80,9 @@ impl Endpoints {
     pub fn unanswered(&self, cloud: &str, endpoint: &str, request: &str, why: &str) -> bool {
         // Its series exists from the first try: 0 until it answers, so "never answered
         // since the process started" is seen as old.
-        self.last_success.get_or_create(&EndpointLabel {
+        drop(self.last_success.get_or_create(&EndpointLabel {
             endpoint: endpoint.to_owned(),
-        });
+        }));
         let mut all = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let s = all.entry(endpoint.to_owned()).or_default();
         let since = *s.failing_since.get_or_insert_with(Instant::now);
