@@ -12,7 +12,11 @@ the artefact; it compares times, never contents, and a fresh clone's files are a
 
 After `restore`, cargo sees the files it built from exactly as it saw them (what that build
 found fresh or built stays fresh), and every changed, added or removed file as newer than
-any artefact. The caller trusts RECORD only if nothing was built into the target directory
+any artefact. Directories too, by the names of the tracked files and directories they hold:
+a build script's `rerun-if-changed=<directory>` makes cargo take the newest time of every
+entry under it, the directories' own included (a fresh clone's `proto/` was newer than the
+last build, so overcast-api's build script ran again and every crate using it was rebuilt,
+~300 s of clippy and build with nothing changed). The caller trusts RECORD only if nothing was built into the target directory
 after it was written (another checkout's build would have made artefacts from other
 contents): see .ci/run.
 """
@@ -33,11 +37,27 @@ def digest(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def directories(files):
+    """Each directory holding tracked files (the root excepted, which no build watches),
+    named with a trailing `/`, and a digest of the names of what it holds that is tracked:
+    a file added or removed changes it."""
+    held = {}
+    for path in files:
+        parts = path.split("/")
+        for i in range(1, len(parts)):
+            held.setdefault("/".join(parts[:i]) + "/", set()).add(parts[i])
+    return {d: "d" + hashlib.sha256("\0".join(sorted(names)).encode()).hexdigest()
+            for d, names in held.items()}
+
+
 def record(dest):
+    files = tracked()
     with open(dest + ".tmp", "w") as f:
-        for path in tracked():
+        for path in files:
             # The path last: it may hold spaces.
             f.write(f"{digest(path)} {os.stat(path).st_mtime_ns} {path}\n")
+        for path, h in directories(files).items():
+            f.write(f"{h} {os.stat(path).st_mtime_ns} {path}\n")
     os.replace(dest + ".tmp", dest)
 
 
@@ -52,7 +72,8 @@ def restore(src):
         pass
     now = time.time_ns()
     kept = changed = 0
-    for path in tracked():
+    files = tracked()
+    for path in files:
         was = seen.get(path)
         if was and was[0] == digest(path) and was[1] < now:
             os.utime(path, ns=(was[1], was[1]))
@@ -60,7 +81,16 @@ def restore(src):
         else:
             os.utime(path, ns=(now, now))
             changed += 1
-    print(f"{kept} files as the last build saw them, {changed} new or changed")
+    # After the files: setting a file's time leaves its directory's alone.
+    for path, h in directories(files).items():
+        was = seen.get(path)
+        if was and was[0] == h and was[1] < now:
+            os.utime(path, ns=(was[1], was[1]))
+            kept += 1
+        else:
+            os.utime(path, ns=(now, now))
+            changed += 1
+    print(f"{kept} files and directories as the last build saw them, {changed} new or changed")
 
 
 if __name__ == "__main__":
