@@ -100,7 +100,7 @@ pub fn file_keys() -> FileKeys {
             ),
             (
                 "[Global] alone (vsphere-csi-driver's)".into(),
-                GLOBAL_KEYS[VC_KEYS.len()..].to_vec(),
+                GLOBAL_ONLY_KEYS.to_vec(),
             ),
             ("[Labels]".into(), LABEL_KEYS.to_vec()),
             ("[Nodes]".into(), NODE_KEYS.to_vec()),
@@ -182,7 +182,7 @@ pub fn yaml(text: &str) -> Result<Raw, String> {
     Ok(raw)
 }
 
-pub(super) const VC_KEYS: &[&str] = &[
+const VC_KEYS: &[&str] = &[
     "user",
     "password",
     "port",
@@ -200,29 +200,16 @@ pub(super) const VC_KEYS: &[&str] = &[
     "vcenter-ip",
     "server",
 ];
-/// `[Global]`'s: a vCenter's defaults (`VC_KEYS`, in their order), then vsphere-csi-driver's
+/// `[Global]`'s own keys, beside a vCenter's defaults (`VC_KEYS`): vsphere-csi-driver's
 /// cluster keys.
-pub(super) const GLOBAL_KEYS: &[&str] = &[
-    "user",
-    "password",
-    "port",
-    "insecure-flag",
-    "datacenters",
-    "ca-file",
-    "thumbprint",
-    "secret-name",
-    "secret-namespace",
-    "secrets-directory",
-    "soap-roundtrip-count",
-    "api-disable",
-    "api-binding",
-    "ip-family",
-    "vcenter-ip",
-    "server",
+const GLOBAL_ONLY_KEYS: &[&str] = &[
     "cluster-id",
     // Recorded by vsphere-csi-driver with each volume; it filters on nothing.
     "cluster-distribution",
 ];
+/// Every key `[Global]` takes.
+static GLOBAL_KEYS: std::sync::LazyLock<Vec<&'static str>> =
+    std::sync::LazyLock::new(|| [VC_KEYS, GLOBAL_ONLY_KEYS].concat());
 const LABEL_KEYS: &[&str] = &["region", "zone", "topology-categories"];
 const NODE_KEYS: &[&str] = &[
     "internal-network-subnet-cidr",
@@ -237,7 +224,7 @@ const NODE_KEYS: &[&str] = &[
 pub fn ini(text: &str) -> Result<Raw, (usize, String)> {
     let sections = parse_ini(text)?;
     let unknown = unknown_keys(&sections, |name| match name {
-        "global" => Some(GLOBAL_KEYS),
+        "global" => Some(GLOBAL_KEYS.as_slice()),
         "virtualcenter" => Some(VC_KEYS),
         "labels" => Some(LABEL_KEYS),
         "nodes" => Some(NODE_KEYS),

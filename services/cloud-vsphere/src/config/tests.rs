@@ -230,10 +230,6 @@ fn csi_vsphere_conf_s_cluster_id_is_read_and_bounded() {
     .unwrap();
     assert_eq!(c.cluster_id.as_deref(), Some("demo-cluster-id"));
     assert!(c.unknown.is_empty(), "{:?}", c.unknown);
-    assert!(
-        raw::GLOBAL_KEYS.starts_with(raw::VC_KEYS),
-        "the reference lists [Global]'s own keys after the vCenters'"
-    );
     let c = load("[Global]\nuser = u\npassword = p\n[VirtualCenter \"vc\"]\ndatacenters = d\n")
         .unwrap();
     assert_eq!(c.cluster_id, None);
