@@ -22,7 +22,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # `release` for images to ship; `debug` (OVERCAST_IMAGE_PROFILE=debug) reuses what
-# `cargo test` already built, which is how CI builds them within its time.
+# `cargo test` already built, which is how CI builds them within its time (`built`: the
+# same, without asking cargo).
 profile=${OVERCAST_IMAGE_PROFILE:-release}
 bins=(csi registrar ccm discoverer rbac-proxy capi)
 echo "== $profile binaries" >&2
@@ -32,6 +33,10 @@ case "$profile" in
   # Every binary, as .ci/run's build stage builds them: a narrower selection unifies
   # other features of the crates they share, and rebuilds them.
   debug) cargo build --workspace --locked --bins >&2 ;;
+  # The debug binaries the caller has just built with `cargo build --workspace --bins`
+  # (.ci/run): no cargo here, which would wait for the build directory's lock while the
+  # caller goes on to build the test binaries.
+  built) profile=debug ;;
   *) echo "OVERCAST_IMAGE_PROFILE is release or debug, not $profile" >&2; exit 2 ;;
 esac
 rm -rf dist && mkdir -p dist
