@@ -39,3 +39,56 @@ pub fn cloud_conf(env: &BTreeMap<String, String>, dir: &Path) -> PathBuf {
     .unwrap();
     path
 }
+
+/// The two sides of the OpenStack tests, which take turns within a side and run beside
+/// each other across: the **volume** side (Cinder and the servers volumes attach to:
+/// the provider conformance suite, the csi driver, listing with Cinder's API stopped,
+/// discovery, the unhappy paths, cinder-csi's volumes) and the **network** side (the
+/// ccm's nodes, load balancers on Octavia, routes on Neutron). Neither touches what the
+/// other makes (their servers' names differ, and only the volume side makes volumes or
+/// stops Cinder); a test that pauses Keystone, which every test needs, takes both.
+/// Locks on files (`flock`), so the turns hold across the processes CI runs the sides in;
+/// taken before the kit's cluster turn, never after it (`real::cluster_turn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Volumes,
+    Network,
+    Both,
+}
+
+/// A turn on one side or both; it ends when this is dropped.
+pub struct Turn(#[allow(dead_code)] Vec<nix::fcntl::Flock<std::fs::File>>);
+
+/// Waits for a turn on `side` (both: the volume side's first, as every taker orders them).
+pub async fn turn(side: Side) -> Turn {
+    tokio::task::spawn_blocking(move || {
+        let names: &[&str] = match side {
+            Side::Volumes => &["volumes"],
+            Side::Network => &["network"],
+            Side::Both => &["volumes", "network"],
+        };
+        Turn(names.iter().map(|n| lock(n)).collect())
+    })
+    .await
+    .unwrap()
+}
+
+fn lock(name: &str) -> nix::fcntl::Flock<std::fs::File> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::env::var("OVERCAST_TEST_OPENSTACK_OPENRC")
+        .unwrap_or_default()
+        .hash(&mut h);
+    let path = std::env::temp_dir().join(format!(
+        "overcast-openstack-{name}-{:016x}.lock",
+        h.finish()
+    ));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .unwrap_or_else(|(_, e)| panic!("flock {}: {e}", path.display()))
+}
