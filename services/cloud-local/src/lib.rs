@@ -8,6 +8,7 @@ pub mod cloud_config;
 pub mod discovery;
 mod disks;
 mod files;
+mod format;
 mod id;
 pub mod instances;
 pub mod lb;
@@ -87,6 +88,8 @@ impl LocalCloud {
             let state_dir = std::fs::canonicalize(&state_dir)
                 .map_err(|e| CloudError::io(format!("resolve {}", state_dir.display()), e))?;
             let disks_dir = state_dir.join("disks");
+            // Before anything in it is read: a newer release's directory is refused whole.
+            format::check(&state_dir)?;
             let store = Store::open(&state_dir)?;
             let records = store.load()?;
             Ok((LocalConfig { state_dir, ..cfg }, disks_dir, store, records))

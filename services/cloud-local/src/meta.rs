@@ -26,10 +26,22 @@ use super::id::DiskId;
 use super::store::{AttachmentRecord, DiskRecord};
 use overcast_cloud::{CloudError, Result, Zone};
 
+/// The format of the metadata files this release writes and reads. Format 1 is every
+/// file written since they came (0d69d80), which said no format: one without the field is
+/// format 1. A newer format is not read as this one (its disk is kept and reported, as
+/// one without metadata, until that release is back).
+pub const FORMAT: u32 = 1;
+
+fn format_1() -> u32 {
+    1
+}
+
 /// The facts of a disk that only its create knew.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DiskMeta {
+    #[serde(default = "format_1")]
+    pub format: u32,
     pub id: String,
     pub name: String,
     /// The size it was made with (the file's length is the size it has now).
@@ -44,6 +56,7 @@ pub struct DiskMeta {
 impl DiskMeta {
     pub fn of(record: &DiskRecord) -> Self {
         Self {
+            format: FORMAT,
             id: record.id.clone(),
             name: record.name.clone(),
             size_bytes: record.size_bytes,
@@ -125,20 +138,59 @@ pub fn write(disks_dir: &Path, id: &DiskId, meta: &DiskMeta) -> Result<()> {
     })
 }
 
+/// Why a metadata file could not be used.
+#[derive(Debug)]
+pub struct Unusable {
+    pub why: String,
+    /// Written by a newer release: never written over by this one.
+    pub newer: bool,
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
+impl From<String> for Unusable {
+    fn from(why: String) -> Self {
+        Self { why, newer: false }
+    }
+}
+
 /// The metadata file of `id`: `Ok(None)` when there is none; an error when it cannot be
-/// read or does not parse (it is then kept, for a human, and the disk is treated as one
-/// without metadata).
-pub fn read(disks_dir: &Path, id: &DiskId) -> std::result::Result<Option<DiskMeta>, String> {
+/// read, does not parse or is of a newer format (it is then kept, for a human or that
+/// release, and the disk is treated as one without metadata).
+pub fn read(disks_dir: &Path, id: &DiskId) -> std::result::Result<Option<DiskMeta>, Unusable> {
     let path = path(disks_dir, id);
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(e) => return Err(format!("{}: {e}", path.display()).into()),
     };
-    let meta: DiskMeta =
-        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    // The format first: a newer one may not even parse as this one.
+    #[derive(Deserialize)]
+    struct Format {
+        #[serde(default = "format_1")]
+        format: u32,
+    }
+    let format = serde_json::from_slice::<Format>(&bytes)
+        .map(|f| f.format)
+        .unwrap_or(FORMAT);
+    if format > FORMAT {
+        return Err(Unusable {
+            why: format!(
+                "{} is in metadata format {format}, written by a newer release of Overcast \
+                 (this release reads up to {FORMAT}): run that release again to use it",
+                path.display()
+            ),
+            newer: true,
+        });
+    }
+    let meta: DiskMeta = serde_json::from_slice(&bytes)
+        .map_err(|e| Unusable::from(format!("{}: {e}", path.display())))?;
     if meta.id != id.as_str() {
-        return Err(format!("{} names disk {}", path.display(), meta.id));
+        return Err(format!("{} names disk {}", path.display(), meta.id).into());
     }
     Ok(Some(meta))
 }
@@ -222,6 +274,30 @@ mod tests {
         write(dir.path(), &other, &DiskMeta::of(&record(&other))).unwrap();
         std::fs::rename(path(dir.path(), &other), path(dir.path(), &id)).unwrap();
         let err = read(dir.path(), &id).unwrap_err();
-        assert!(err.contains(other.as_str()), "{err}");
+        assert!(err.why.contains(other.as_str()), "{err}");
+        assert!(!err.newer);
+    }
+
+    #[test]
+    fn a_file_says_its_format_and_a_newer_one_is_not_read_as_this_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = DiskId::generate();
+        write(dir.path(), &id, &DiskMeta::of(&record(&id))).unwrap();
+        let text: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(path(dir.path(), &id)).unwrap()).unwrap();
+        assert_eq!(text["format"], 1);
+        // A newer release's file, of a shape this one may not even parse.
+        std::fs::write(
+            path(dir.path(), &id),
+            format!("{{\"format\": 2, \"id\": \"{id}\", \"disk\": {{}}}}"),
+        )
+        .unwrap();
+        let err = read(dir.path(), &id).unwrap_err();
+        assert!(err.newer);
+        assert!(
+            err.why
+                .contains("metadata format 2, written by a newer release"),
+            "{err}"
+        );
     }
 }

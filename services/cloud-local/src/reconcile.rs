@@ -7,7 +7,9 @@
 //!   CreateVolume finds its disk. One shorter than its metadata says, or empty, was never
 //!   finished — a create gives a file its size last — hence never acknowledged, and is
 //!   removed. One without usable metadata (an older version's file, then its store lost)
-//!   is kept under its id and reported abnormal. A metadata file beside no disk describes
+//!   is kept under its id and reported abnormal — unless the last `inventory.json` (which
+//!   every release writes beside the store) names it: then it is adopted under that name
+//!   (its size the file's, its parameters unknown). A metadata file beside no disk describes
 //!   nothing and is removed, as is a temporary one; a record's missing metadata file is
 //!   written again (an upgrade, or a power cut).
 //! - **Loop devices** are matched to disk files by the file's device and inode, which the
@@ -27,7 +29,7 @@ use std::path::{Path, PathBuf};
 use super::id::DiskId;
 use super::loopdev;
 use super::meta::{self, DiskMeta};
-use super::store::{AttachmentRecord, DiskRecord, Mutation, Store};
+use super::store::{AttachmentRecord, DiskRecord, InventoryDisk, Mutation, Store, INVENTORY};
 use overcast_cloud::{CloudError, Result, Zone};
 
 /// The metadata key of a disk kept from a file that nothing explains: its value says why,
@@ -117,6 +119,12 @@ pub async fn run(
             .collect()
     };
 
+    // What the last inventory said each disk was (`inventory.json`, which every release
+    // writes beside the store, at most a second behind it): the names of the disks a
+    // release before the metadata files made, when the store is lost too — an upgrade from
+    // such a release whose store did not come along.
+    let inventory = read_inventory(disks_dir);
+
     // Disk files no record names: adopted, never removed for that alone.
     let mut names: HashSet<String> = records.values().map(|r| r.name.clone()).collect();
     let unrecorded: Vec<&DiskId> = files
@@ -151,11 +159,33 @@ pub async fn run(
             n.removed += 1;
             continue;
         }
+        let listed = match &found {
+            Ok(None) => inventory
+                .get(id.as_str())
+                .filter(|d| !names.contains(&d.name)),
+            _ => None,
+        };
         let record = match found {
             Ok(Some(m)) if !names.contains(&m.name) && !unfinished => {
                 tracing::warn!(disk.id = %id, disk.name = %m.name, "adopted a disk the store did not hold, from its metadata file");
                 n.adopted += 1;
                 m.into_record(file.len(), attachments)
+            }
+            Ok(None) if listed.is_some() => {
+                let d = listed.expect("matched");
+                tracing::warn!(disk.id = %id, disk.name = %d.name, "adopted a disk the store did not hold and no metadata file described, from the last inventory (its parameters unknown: none)");
+                n.adopted += 1;
+                DiskRecord {
+                    id: id.as_str().to_owned(),
+                    name: d.name.clone(),
+                    size_bytes: file.len(),
+                    zone: zone.clone(),
+                    thick: file.blocks() * 512 >= file.len(),
+                    parameters: BTreeMap::new(),
+                    metadata: d.metadata.clone(),
+                    created_unix: u64::try_from(file.mtime()).unwrap_or(0),
+                    attachments,
+                }
             }
             found => {
                 let why = match found {
@@ -187,7 +217,9 @@ pub async fn run(
             continue;
         };
         let current = meta::read(disks_dir, &id);
+        // A newer release's file is that release's to read: left as it is.
         if !matches!(&current, Ok(Some(m)) if m.matches(record))
+            && !matches!(&current, Err(e) if e.newer)
             && !record.metadata.contains_key(UNEXPLAINED)
             && disks_dir.join(id.file_name()).exists()
         {
@@ -311,6 +343,29 @@ fn unexplained(
         metadata: [(UNEXPLAINED.to_owned(), why)].into(),
         created_unix: u64::try_from(file.mtime()).unwrap_or(0),
         attachments,
+    }
+}
+
+/// The last inventory beside `disks_dir`, by disk id; empty when there is none or it does
+/// not parse (said: it is only ever a second source of names).
+fn read_inventory(disks_dir: &Path) -> BTreeMap<String, InventoryDisk> {
+    let Some(path) = disks_dir.parent().map(|d| d.join(INVENTORY)) else {
+        return BTreeMap::new();
+    };
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return BTreeMap::new(),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "could not read the last inventory");
+            return BTreeMap::new();
+        }
+    };
+    match serde_json::from_slice::<Vec<InventoryDisk>>(&bytes) {
+        Ok(disks) => disks.into_iter().map(|d| (d.id.clone(), d)).collect(),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "the last inventory does not parse: not used");
+            BTreeMap::new()
+        }
     }
 }
 
