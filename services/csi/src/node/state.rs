@@ -59,32 +59,43 @@ impl NodeState {
     /// Reads the records in `dir`. A file that does not parse (a disk that lost a write,
     /// a hand edit) is renamed to `volumes.json.damaged-<unix time>` and the node starts
     /// with no records: its calls then work from what is mounted. A crash-looping plugin
-    /// would serve nothing at all.
+    /// would serve nothing at all. A file of a newer format is set aside the same way, as
+    /// `volumes.json.format-<n>` (that release's to read again); one of format 1 is
+    /// written again as [`FORMAT`] at once.
     pub fn open(dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let file = dir.join("volumes.json");
         let mut set_aside = None;
         let volumes = match std::fs::read(&file) {
-            Ok(bytes) => match serde_json::from_slice(&bytes) {
-                Ok(volumes) => volumes,
-                Err(e) => {
+            Ok(bytes) => match parse(&bytes) {
+                Parsed::Records(volumes, FORMAT) => volumes,
+                Parsed::Records(volumes, older) => {
+                    write_durably(&file, &encode(&volumes)?)?;
+                    tracing::info!(
+                        file = %file.display(),
+                        from = older,
+                        to = FORMAT,
+                        volumes = volumes.len(),
+                        "the node's records brought forward to this release's format"
+                    );
+                    volumes
+                }
+                Parsed::Newer(format) => {
+                    let path = dir.join(format!("volumes.json.format-{format}"));
+                    let error = format!(
+                        "format {format}, written by a newer release of Overcast (this release \
+                         reads up to {FORMAT}); kept for that release"
+                    );
+                    set_aside = Some(put_aside(&file, path, error)?);
+                    BTreeMap::new()
+                }
+                Parsed::Damaged(error) => {
                     let unix = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .map(|d| d.as_secs())
                         .unwrap_or(0);
                     let path = dir.join(format!("volumes.json.damaged-{unix}"));
-                    std::fs::rename(&file, &path)?;
-                    std::fs::File::open(dir)?.sync_all()?;
-                    tracing::error!(
-                        file = %file.display(),
-                        kept_as = %path.display(),
-                        error = %e,
-                        "the node's records do not parse: set aside; serving from what is mounted"
-                    );
-                    set_aside = Some(SetAside {
-                        path,
-                        error: e.to_string(),
-                    });
+                    set_aside = Some(put_aside(&file, path, error)?);
                     BTreeMap::new()
                 }
             },
@@ -122,8 +133,7 @@ impl NodeState {
         } else {
             next.insert(volume_id.to_owned(), entry);
         }
-        let bytes = serde_json::to_vec_pretty(&next).map_err(std::io::Error::other)?;
-        write_durably(&self.file, &bytes)?;
+        write_durably(&self.file, &encode(&next)?)?;
         *volumes = next;
         Ok(())
     }
@@ -131,6 +141,60 @@ impl NodeState {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, NodeVolume>> {
         self.volumes.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// The format of `volumes.json` this release writes: `{"format": 2, "volumes": {<volume
+/// id>: <record>}}`. Format 1, every release's before this one said its format (the
+/// release of 2026-11-27, 688adc9, among them), is the bare map of records.
+pub const FORMAT: u64 = 2;
+
+enum Parsed {
+    /// The records, and the format they were in.
+    Records(BTreeMap<String, NodeVolume>, u64),
+    Newer(u64),
+    Damaged(String),
+}
+
+fn parse(bytes: &[u8]) -> Parsed {
+    #[derive(Deserialize)]
+    struct Envelope {
+        volumes: BTreeMap<String, NodeVolume>,
+    }
+    let value: serde_json::Value = match serde_json::from_slice(bytes) {
+        Ok(v) => v,
+        Err(e) => return Parsed::Damaged(e.to_string()),
+    };
+    // A format 1 map whose volume is named "format" holds a record there, not a number.
+    match value.get("format").and_then(serde_json::Value::as_u64) {
+        Some(format) if format > FORMAT => Parsed::Newer(format),
+        Some(format) => match serde_json::from_value::<Envelope>(value) {
+            Ok(e) => Parsed::Records(e.volumes, format),
+            Err(e) => Parsed::Damaged(e.to_string()),
+        },
+        None => match serde_json::from_value(value) {
+            Ok(volumes) => Parsed::Records(volumes, 1),
+            Err(e) => Parsed::Damaged(e.to_string()),
+        },
+    }
+}
+
+fn encode(volumes: &BTreeMap<String, NodeVolume>) -> std::io::Result<Vec<u8>> {
+    serde_json::to_vec_pretty(&serde_json::json!({ "format": FORMAT, "volumes": volumes }))
+        .map_err(std::io::Error::other)
+}
+
+/// Renames the records file to `path`, kept for a human (or the release that wrote it),
+/// and says so.
+fn put_aside(file: &Path, path: PathBuf, error: String) -> std::io::Result<SetAside> {
+    std::fs::rename(file, &path)?;
+    std::fs::File::open(path.parent().unwrap_or(Path::new(".")))?.sync_all()?;
+    tracing::error!(
+        file = %file.display(),
+        kept_as = %path.display(),
+        error = %error,
+        "the node's records cannot be read: set aside; serving from what is mounted"
+    );
+    Ok(SetAside { path, error })
 }
 
 /// Replaces `file` with `bytes` so that after a crash it holds one or the other, and
@@ -194,6 +258,49 @@ mod tests {
         assert_eq!(again.get("v").unwrap().formatting, Some(intent));
         again.update("v", |v| v.formatting = None).unwrap();
         assert_eq!(NodeState::open(dir.path()).unwrap().get("v"), None);
+    }
+
+    #[test]
+    fn the_file_says_its_format_and_a_newer_one_is_set_aside_for_that_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = NodeState::open(dir.path()).unwrap();
+        state
+            .update("v", |v| v.staging = Some("/s".into()))
+            .unwrap();
+        let file = dir.path().join("volumes.json");
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(written["format"], 2);
+        assert_eq!(written["volumes"]["v"]["staging"], "/s");
+        let newer = br#"{"format": 3, "volumes": {"v": {"mounts": []}}}"#;
+        std::fs::write(&file, newer).unwrap();
+        let state = NodeState::open(dir.path()).unwrap();
+        assert_eq!(state.get("v"), None);
+        let aside = state.set_aside().expect("set aside").clone();
+        assert_eq!(aside.path, dir.path().join("volumes.json.format-3"));
+        assert!(
+            aside.error.contains("written by a newer release"),
+            "{}",
+            aside.error
+        );
+        assert_eq!(std::fs::read(&aside.path).unwrap(), newer, "kept whole");
+    }
+
+    #[test]
+    fn a_map_whose_volume_is_named_format_is_format_1() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("volumes.json");
+        std::fs::write(
+            &file,
+            br#"{"format": {"device": null, "staging": "/s", "block": false, "fs_type": "ext4", "targets": {}}}"#,
+        )
+        .unwrap();
+        let state = NodeState::open(dir.path()).unwrap();
+        assert!(state.set_aside().is_none());
+        assert_eq!(state.get("format").unwrap().staging, Some("/s".into()));
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(written["format"], 2, "brought forward at start");
     }
 
     #[test]
