@@ -207,11 +207,13 @@ impl Csi {
                 self.dir.path().join("sys").display()
             ));
         }
-        cmd.arg(format!("--endpoint=unix://{}", self.socket.display()))
-            .arg(format!(
+        if !self.args.iter().any(|a| a.starts_with("--node-state-dir=")) {
+            cmd.arg(format!(
                 "--node-state-dir={}",
                 self.dir.path().join("node").display()
-            ))
+            ));
+        }
+        cmd.arg(format!("--endpoint=unix://{}", self.socket.display()))
             .args(
                 // The tests' node id, unless the test names the node (a cloud's server).
                 (!self.args.iter().any(|a| a.starts_with("--node-id=")))

@@ -17,3 +17,4 @@ mod process;
 mod proto_wire;
 mod registrar;
 mod store_full;
+mod upgrade;
