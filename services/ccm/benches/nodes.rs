@@ -196,6 +196,7 @@ async fn main() {
         concurrency: 16,
         guard: &DeletionGuard::off(),
         recorder: None,
+        held_back: None,
     }
     .run(&nodes)
     .await

@@ -414,10 +414,11 @@ impl Controllers {
                     // When a sync last succeeded: what a warning says the nodes are as of.
                     let mut last_success: Option<std::time::Instant> = None;
                     let mut failures = 0u32;
+                    let held_back = overcast_ccm::nodes::held_back::HeldBack::default();
                     loop {
                         // The cache's own Arcs: a sync copies no node.
                         let snapshot = nodes.state();
-                        let sync = NodeSync { api: &api, cloud: instances.as_ref(), policy: &policy, metrics: &metrics, parts, concurrency, guard: &guard, recorder: Some(&recorder) };
+                        let sync = NodeSync { api: &api, cloud: instances.as_ref(), policy: &policy, metrics: &metrics, parts, concurrency, guard: &guard, recorder: Some(&recorder), held_back: Some(&held_back) };
                         let (result, waited) = watched(sync.run(&snapshot), last_success).await;
                         let wait = match result {
                             Ok(report) => {

@@ -15,6 +15,7 @@
 
 pub mod fencing;
 pub mod guard;
+pub mod held_back;
 mod lifecycle;
 mod watch;
 
@@ -37,6 +38,7 @@ use crate::metrics::Metrics;
 use crate::Result;
 pub use fencing::Fencing;
 use guard::DeletionGuard;
+use held_back::HeldBack;
 pub use watch::{slim, Wake, WatchTriage};
 
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
@@ -88,7 +90,13 @@ pub struct NodeSync<'a> {
     pub guard: &'a DeletionGuard,
     /// Where refused deletions are reported as events on their Nodes.
     pub recorder: Option<&'a Recorder>,
+    /// Which Nodes were told they wait on the cloud (kept across syncs: once a streak).
+    pub held_back: Option<&'a HeldBack>,
 }
+
+/// How long a sync waits on the cloud's listing before the Nodes that need its answer are
+/// told they wait (the ccm's log says it at the same time, `main.rs`).
+pub const HELD_BACK_AFTER: Duration = Duration::from_secs(10);
 
 /// What one node's sync did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,7 +221,27 @@ impl NodeSync<'_> {
     async fn sync<N: Borrow<Node> + Sync>(&self, nodes: &[N]) -> Result<SyncReport> {
         self.metrics.cloud_call("list_instances");
         // One answer for every node; on error nothing below runs (uncertain is not gone).
-        let listed = self.cloud.list_instances().await?;
+        // The Nodes that wait on it are told when it is slow or fails.
+        let listing = self.cloud.list_instances();
+        tokio::pin!(listing);
+        let listed = match tokio::time::timeout(HELD_BACK_AFTER, listing.as_mut()).await {
+            Ok(listed) => listed,
+            Err(_) => {
+                let why = format!("no answer after {}s", HELD_BACK_AFTER.as_secs());
+                self.held_back(nodes, &why).await;
+                listing.await
+            }
+        };
+        let listed = match listed {
+            Ok(listed) => listed,
+            Err(e) => {
+                self.held_back(nodes, &e.to_string()).await;
+                return Err(e.into());
+            }
+        };
+        if let Some(h) = self.held_back {
+            h.answered();
+        }
         let instances = InstanceIndex::new(self.cloud, &listed);
         let deletions = self.admit_deletions(nodes, &instances);
         let mut report = SyncReport::default();
@@ -420,6 +448,12 @@ impl NodeSync<'_> {
 }
 
 impl NodeSync<'_> {
+    async fn held_back<N: Borrow<Node>>(&self, nodes: &[N], why: &str) {
+        if let (Some(h), Some(recorder)) = (self.held_back, self.recorder) {
+            h.tell(recorder, nodes, self.parts, why).await;
+        }
+    }
+
     async fn node_ip_unmatched(&self, node: &Node, why: &str) {
         tracing::warn!(node = %node.name_any(), reason = %why, "kubelet's node IP is not among the cloud's addresses: not initialized, addresses left as they are");
         self.event(

@@ -266,6 +266,18 @@ async fn the_ccm_initializes_nodes_from_vcenter_and_deletes_none_while_it_is_sil
                 .then_some(())
         }
     };
+    // A node no VM answers for yet (it stays uninitialized, waiting for its instance)
+    // waits on the cloud while it hangs: it is told so.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(
+        overcast_integration::real::client(&kubeconfig).await,
+        "default",
+    );
+    nodes
+        .create(&PostParams::default(), &node("overcast-it-vs-new"))
+        .await
+        .unwrap();
+    // A sync (every 2 s) has it in its snapshot.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let hung = std::time::Instant::now();
     sim.pause();
     wait(
@@ -278,6 +290,29 @@ async fn the_ccm_initializes_nodes_from_vcenter_and_deletes_none_while_it_is_sil
         hung.elapsed() < Duration::from_secs(25),
         "said only after {:?}",
         hung.elapsed()
+    );
+    let note = wait(
+        "an InitializationHeldBack event on the new node",
+        30,
+        async || {
+            events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("InitializationHeldBack")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some("overcast-it-vs-new")
+                })?
+                .note
+        },
+    )
+    .await;
+    assert!(
+        note.contains("keeps node.cloudprovider.kubernetes.io/uninitialized"),
+        "{note}"
     );
     assert!(
         nodes.get_opt("overcast-it-vs-a").await.unwrap().is_some(),

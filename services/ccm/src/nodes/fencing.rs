@@ -64,7 +64,7 @@ pub enum Step {
 
 /// How long the node's Ready condition has been `Unknown` — the node lifecycle
 /// controller's verdict that its kubelet's lease expired — or `None` when it is not.
-fn unknown_for(node: &Node, now: Timestamp) -> Option<Duration> {
+pub(super) fn unknown_for(node: &Node, now: Timestamp) -> Option<Duration> {
     let ready = node
         .status
         .as_ref()?

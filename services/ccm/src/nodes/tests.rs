@@ -118,6 +118,7 @@ pub(super) async fn run_with(
         concurrency: 1,
         guard,
         recorder: None,
+        held_back: None,
     };
     let report = sync.run(&nodes).await;
     drop(api);
