@@ -24,6 +24,8 @@ mod engine_rules;
 mod machines;
 /// `overcast-sim zvirt`, the program, as the quickstart runs it.
 mod program;
+/// The engine hung, then refusing: the csi controller and the discoverer say so.
+mod stalls;
 /// A volume the oVirt CSI driver made, after the switch to ours.
 mod upstream;
 mod vm_lifecycle;
