@@ -127,7 +127,10 @@ async fn the_csi_controller_says_a_hung_then_refusing_engine_and_loses_nothing()
     front.set(Mode::Refuse);
     let t = Instant::now();
     while said(&log, SILENT, &endpoint) < 2 {
-        assert!(t.elapsed() < Duration::from_secs(45), "not said again while refusing");
+        assert!(
+            t.elapsed() < Duration::from_secs(45),
+            "not said again while refusing"
+        );
         let refused = c.list_volumes(csi::ListVolumesRequest::default()).await;
         assert!(refused.is_err(), "nothing answers: {refused:?}");
         tokio::time::sleep(Duration::from_secs(2)).await;
