@@ -184,7 +184,7 @@ async fn delete_nodes(nodes: &Api<Node>, prefix: &str) {
 async fn setup() -> Option<(Cloud, String, Api<Node>)> {
     let cloud = Cloud::new()?;
     let kubeconfig = kubeconfig()?;
-    cloud.sweep_servers(NETWORK_SIDE[0]).await;
+    cloud.sweep().await;
     let nodes: Api<Node> = Api::all(overcast_integration::real::client(&kubeconfig).await);
     delete_nodes(&nodes, "overcast-it-os-").await;
     Some((cloud, kubeconfig, nodes))
@@ -192,7 +192,7 @@ async fn setup() -> Option<(Cloud, String, Api<Node>)> {
 
 #[tokio::test]
 async fn the_ccm_initializes_nodes_from_nova_and_follows_their_servers() {
-    let _turn = turn(Side::Network).await;
+    let _turn = CLOUD.lock().await;
     let _cluster = overcast_integration::real::cluster_turn().await;
     let Some((cloud, kubeconfig, nodes)) = setup().await else {
         return;
@@ -380,8 +380,7 @@ impl Keystone {
 /// found the project otherwise empty when this test ran first).
 #[tokio::test]
 async fn a_wrong_or_missing_answer_from_nova_or_keystone_deletes_no_node() {
-    // Keystone paused for a while: every test of either side needs it.
-    let _turn = turn(Side::Both).await;
+    let _turn = CLOUD.lock().await;
     let _cluster = overcast_integration::real::cluster_turn().await;
     let Some((cloud, kubeconfig, nodes)) = setup().await else {
         return;
@@ -489,7 +488,7 @@ fn initialized_node(name: &str, provider_id: &str) -> Node {
 /// server was deleted as "whose instance no longer exists".)
 #[tokio::test]
 async fn nodes_of_live_servers_are_kept_however_their_provider_id_is_spelled() {
-    let _turn = turn(Side::Network).await;
+    let _turn = CLOUD.lock().await;
     let _cluster = overcast_integration::real::cluster_turn().await;
     let Some((cloud, kubeconfig, nodes)) = setup().await else {
         return;

@@ -61,7 +61,7 @@ async fn clean(nodes: &Api<Node>, services: &Api<KubeService>) {
 
 #[tokio::test]
 async fn the_ccm_gives_a_service_an_octavia_load_balancer_and_follows_its_nodes() {
-    let _turn = turn(Side::Network).await;
+    let _turn = CLOUD.lock().await;
     let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(cloud) = Cloud::new() else {
         return;

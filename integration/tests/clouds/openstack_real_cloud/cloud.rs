@@ -36,10 +36,6 @@ pub struct Cloud {
     pub _dir: tempfile::TempDir,
 }
 
-/// The names the network side's tests give their servers: the ccm's (`overcast-it-os-…`)
-/// and Octavia's (`overcast-it-lb-…`).
-pub const NETWORK_SIDE: [&str; 2] = ["overcast-it-os-", "overcast-it-lb-"];
-
 impl Cloud {
     pub fn new() -> Option<Self> {
         let env = openrc()?;
@@ -56,26 +52,8 @@ impl Cloud {
         })
     }
 
-    /// Removes what an earlier run's failed volume-side test left: its servers (those of
-    /// the network side, [`NETWORK_SIDE`], are that side's, whose turns run beside these)
-    /// and its volumes (only the volume side makes any).
+    /// Removes what an earlier run's failed test left: its servers and volumes.
     pub async fn sweep(&self) {
-        self.sweep_where(|name| !NETWORK_SIDE.iter().any(|p| name.starts_with(p)))
-            .await;
-        let disks = self.disks();
-        for d in disks.list_disks().await.expect("list") {
-            if d.name.starts_with("overcast-it-") {
-                let _ = disks.delete_disk(&d.id).await;
-            }
-        }
-    }
-
-    /// Removes the servers named `prefix…` an earlier run left (the network side's).
-    pub async fn sweep_servers(&self, prefix: &str) {
-        self.sweep_where(|name| name.starts_with(prefix)).await;
-    }
-
-    async fn sweep_where(&self, wanted: impl Fn(&str) -> bool) {
         let (_, servers) = self
             .compute(
                 "server_list",
@@ -85,10 +63,14 @@ impl Cloud {
             )
             .await;
         for s in servers["servers"].as_array().into_iter().flatten() {
-            if let (Some(id), Some(name)) = (s["id"].as_str(), s["name"].as_str()) {
-                if wanted(name) {
-                    self.delete_server(id).await;
-                }
+            if let Some(id) = s["id"].as_str() {
+                self.delete_server(id).await;
+            }
+        }
+        let disks = self.disks();
+        for d in disks.list_disks().await.expect("list") {
+            if d.name.starts_with("overcast-it-") {
+                let _ = disks.delete_disk(&d.id).await;
             }
         }
     }

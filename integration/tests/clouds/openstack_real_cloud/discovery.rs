@@ -10,7 +10,7 @@ async fn discovery_reports_what_the_services_hold() {
     use overcast_cloud::discovery::Discovery;
     use overcast_cloud::DiskSpec;
     use overcast_cloud_openstack::OpenStackDiscovery;
-    let _turn = turn(Side::Volumes).await;
+    let _turn = CLOUD.lock().await;
     let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(cloud) = Cloud::new() else {
         return;

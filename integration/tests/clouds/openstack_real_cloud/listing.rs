@@ -8,7 +8,7 @@ use super::*;
 async fn listing_pages_and_a_stopped_cinder_is_retryable_and_loses_nothing() {
     use overcast_cloud::{CloudError, DiskSpec};
     use overcast_integration::csi_v1 as csi;
-    let _turn = turn(Side::Volumes).await;
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };

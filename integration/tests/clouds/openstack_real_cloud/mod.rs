@@ -16,11 +16,9 @@ use serde_json::{json, Value};
 
 const ENV: &str = "OVERCAST_TEST_OPENSTACK_OPENRC";
 
-// The tests take turns on their side (`ossim::turn`): each volume-side test sweeps what
-// an earlier run left of that side, and one stops Cinder's API for a while. The network
-// side's modules are `ccm`, `ccm_lb`, `octavia` and `routes` (.ci/run runs them as a lane
-// of their own); the others are the volume side's.
-use overcast_integration::ossim::{turn, Side};
+/// The tests of this file take turns: each sweeps what an earlier run left, and one
+/// stops Cinder's API for a while.
+static CLOUD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The real services' unhappy paths: a crashed node, Nova's refusals, types by id.
 mod unhappy;
@@ -53,7 +51,7 @@ use cloud::*;
 /// listing, deletion.
 #[tokio::test]
 async fn the_openstack_provider_passes_the_conformance_suite_on_real_services() {
-    let _turn = turn(Side::Volumes).await;
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };
@@ -138,7 +136,7 @@ impl Drop for GuestDisk {
 #[tokio::test]
 async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
     use overcast_integration::{csi_v1 as csi, mount_cap, Csi};
-    let _turn = turn(Side::Volumes).await;
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };

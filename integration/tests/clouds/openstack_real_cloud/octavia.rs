@@ -13,7 +13,7 @@ use super::*;
 
 #[tokio::test]
 async fn services_get_octavia_load_balancers_as_occm_makes_them() {
-    let _turn = turn(Side::Network).await;
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };
@@ -283,7 +283,7 @@ async fn services_get_octavia_load_balancers_as_occm_makes_them() {
 /// sim's leaves the children PENDING_CREATE, see above: the tree is read, not changed).
 #[tokio::test]
 async fn a_new_load_balancer_is_made_in_one_call() {
-    let _turn = turn(Side::Network).await;
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };
@@ -398,7 +398,7 @@ fn set_provisioning_status(lb: &str, status: &str) {
 /// written, got 404 and stopped: the Service had no balancer at all.)
 #[tokio::test]
 async fn a_balancer_in_error_is_made_again_and_the_annotation_follows_it() {
-    let _turn = turn(Side::Network).await;
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };

@@ -133,7 +133,7 @@ fn target(node: &str, ip: &str) -> RouteTarget {
 
 #[tokio::test]
 async fn routes_go_on_the_router_one_at_a_time_or_at_the_read_revision() {
-    let _turn = turn(Side::Network).await;
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };
@@ -224,7 +224,7 @@ async fn routes_go_on_the_router_one_at_a_time_or_at_the_read_revision() {
 
 #[tokio::test]
 async fn the_ccm_routes_a_node_s_pod_cidr_and_removes_it_with_the_node() {
-    let _turn = turn(Side::Network).await;
+    let _turn = CLOUD.lock().await;
     let _cluster = overcast_integration::real::cluster_turn().await;
     let Some(cloud) = Cloud::new() else {
         return;
@@ -341,7 +341,7 @@ async fn the_ccm_routes_a_node_s_pod_cidr_and_removes_it_with_the_node() {
 /// security dropped the pods' traffic.)
 #[tokio::test]
 async fn a_route_is_there_only_with_its_port_pair() {
-    let _turn = turn(Side::Network).await;
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };

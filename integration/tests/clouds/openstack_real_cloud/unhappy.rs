@@ -52,7 +52,7 @@ async fn controller(cloud: &Cloud, work: &std::path::Path) -> Csi {
 /// `available`, and deletes.
 #[tokio::test]
 async fn a_volume_of_a_server_deleted_behind_cinder_s_back_is_released_by_unpublish() {
-    let _turn = turn(Side::Volumes).await;
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };
@@ -96,7 +96,7 @@ async fn a_volume_of_a_server_deleted_behind_cinder_s_back_is_released_by_unpubl
 /// deadline.
 #[tokio::test]
 async fn a_server_in_error_is_failed_precondition_with_nova_s_reason() {
-    let _turn = turn(Side::Volumes).await;
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };
@@ -141,7 +141,7 @@ async fn a_server_in_error_is_failed_precondition_with_nova_s_reason() {
 /// OK with one volume — not ALREADY_EXISTS.
 #[tokio::test]
 async fn a_volume_type_given_by_id_is_the_type_cinder_names() {
-    let _turn = turn(Side::Volumes).await;
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };
@@ -209,7 +209,7 @@ async fn a_volume_type_given_by_id_is_the_type_cinder_names() {
 /// volume `creating` or `deleting` is reported abnormal, not healthy.
 #[tokio::test]
 async fn a_volume_being_deleted_is_waited_for_and_not_reported_healthy() {
-    let _turn = turn(Side::Volumes).await;
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };
@@ -339,8 +339,7 @@ async fn a_volume_being_deleted_is_waited_for_and_not_reported_healthy() {
 /// not ready, rather than hanging behind the token request.
 #[tokio::test]
 async fn probe_answers_while_keystone_hangs() {
-    // Keystone paused: every test of either side needs it.
-    let _turn = turn(Side::Both).await;
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };

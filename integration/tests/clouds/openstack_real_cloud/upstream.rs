@@ -40,7 +40,7 @@ async fn until_status(cloud: &Cloud, id: &str, status: &str) {
 
 #[tokio::test]
 async fn a_volume_cinder_csi_made_attached_and_mounted_lives_on_with_ours() {
-    let _turn = turn(Side::Volumes).await;
+    let _turn = CLOUD.lock().await;
     let Some(cloud) = Cloud::new() else {
         return;
     };
