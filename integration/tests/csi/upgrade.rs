@@ -86,6 +86,37 @@ impl Drop for Placed {
     }
 }
 
+/// ControllerUnpublish as the external-attacher makes it: a FAILED_PRECONDITION (the
+/// device still held, "the detach is retried") is tried again, for up to 10 s — once seen
+/// in CI right after the unstage, with the machine fully busy.
+async fn detach(k: &mut Kubelet, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match k.c.controller_unpublish_volume(unpublish_request(id)).await {
+            Ok(_) => return,
+            Err(s) if s.code() == tonic::Code::FailedPrecondition && Instant::now() < deadline => {
+                eprintln!("detach {id}: {} — retried", s.message());
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(s) => panic!("detach {id}: {s:?}"),
+        }
+    }
+}
+
+/// The driver's log on stderr when the test fails: what it did with the old records.
+struct ShowLogOnFailure(PathBuf);
+
+impl Drop for ShowLogOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "csi's log:\n{}",
+                std::fs::read_to_string(&self.0).unwrap_or_default()
+            );
+        }
+    }
+}
+
 fn clean() {
     unmount_under(Path::new(ROOT));
     detach_loops_under(&Path::new(ROOT).join("state"));
@@ -129,6 +160,7 @@ async fn the_volumes_of_the_release_of_688adc9_are_served_and_keep_their_names()
     let args = placed.args();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut csi = Csi::start(&args).await;
+    let _log = ShowLogOnFailure(csi.log.clone());
 
     // Brought forward at start: the directory says its format, each disk has its
     // metadata from the store, the node's records say theirs.
@@ -263,7 +295,7 @@ async fn the_volumes_of_the_release_of_688adc9_are_served_and_keep_their_names()
     for id in [&fs, &block] {
         k.unpublish(id).await;
         k.unstage(id).await;
-        k.detach(id).await;
+        detach(&mut k, id).await;
     }
     for id in [&fs, &block, &idle] {
         k.c.delete_volume(delete_request(id)).await.unwrap();
@@ -290,6 +322,7 @@ async fn the_store_of_688adc9_lost_across_the_upgrade_loses_no_name() {
     let args = placed.args();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let csi = Csi::start(&args).await;
+    let _log = ShowLogOnFailure(csi.log.clone());
     let mut c = csi.controller().await;
     let entries = c
         .list_volumes(csi_v1::ListVolumesRequest::default())
@@ -347,7 +380,7 @@ async fn the_store_of_688adc9_lost_across_the_upgrade_loses_no_name() {
     );
     k.unpublish(&fs).await;
     k.unstage(&fs).await;
-    k.detach(&fs).await;
+    detach(&mut k, &fs).await;
     for id in [&fs, &block, &idle] {
         k.c.delete_volume(delete_request(id)).await.unwrap();
     }

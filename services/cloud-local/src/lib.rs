@@ -82,23 +82,40 @@ impl LocalCloud {
     /// returns a cloud ready to serve.
     pub async fn open(cfg: LocalConfig) -> Result<Self> {
         let state_dir = cfg.state_dir.clone();
-        let (cfg, disks_dir, store, records) = tokio::task::spawn_blocking(move || -> Result<_> {
-            std::fs::create_dir_all(state_dir.join("disks"))
-                .map_err(|e| CloudError::io(format!("create {}", state_dir.display()), e))?;
-            let state_dir = std::fs::canonicalize(&state_dir)
-                .map_err(|e| CloudError::io(format!("resolve {}", state_dir.display()), e))?;
-            let disks_dir = state_dir.join("disks");
-            // Before anything in it is read: a newer release's directory is refused whole.
-            format::check(&state_dir)?;
-            let store = Store::open(&state_dir)?;
-            let records = store.load()?;
-            Ok((LocalConfig { state_dir, ..cfg }, disks_dir, store, records))
-        })
-        .await
-        .map_err(|e| store_error(format!("open task: {e}")))??;
+        let (cfg, disks_dir, store, records, inventory) =
+            tokio::task::spawn_blocking(move || -> Result<_> {
+                std::fs::create_dir_all(state_dir.join("disks"))
+                    .map_err(|e| CloudError::io(format!("create {}", state_dir.display()), e))?;
+                let state_dir = std::fs::canonicalize(&state_dir)
+                    .map_err(|e| CloudError::io(format!("resolve {}", state_dir.display()), e))?;
+                let disks_dir = state_dir.join("disks");
+                // Before anything in it is read: a newer release's directory is refused whole.
+                format::check(&state_dir)?;
+                // Read before the store opens: its writer rewrites the file from the store at
+                // once, which a lost store would leave empty.
+                let inventory = reconcile::read_inventory(&state_dir);
+                let store = Store::open(&state_dir)?;
+                let records = store.load()?;
+                Ok((
+                    LocalConfig { state_dir, ..cfg },
+                    disks_dir,
+                    store,
+                    records,
+                    inventory,
+                ))
+            })
+            .await
+            .map_err(|e| store_error(format!("open task: {e}")))??;
 
-        let records =
-            reconcile::run(&disks_dir, &cfg.node_name, &cfg.zone, &store, records).await?;
+        let records = reconcile::run(
+            &disks_dir,
+            &cfg.node_name,
+            &cfg.zone,
+            &store,
+            records,
+            &inventory,
+        )
+        .await?;
         let mut index = Index::default();
         for r in records {
             index.by_name.insert(r.name.clone(), r.id.clone());

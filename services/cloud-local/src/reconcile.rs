@@ -93,6 +93,7 @@ pub async fn run(
     zone: &Zone,
     store: &Store,
     records: Vec<DiskRecord>,
+    inventory: &BTreeMap<String, InventoryDisk>,
 ) -> Result<Vec<DiskRecord>> {
     let mut records: BTreeMap<String, DiskRecord> =
         records.into_iter().map(|r| (r.id.clone(), r)).collect();
@@ -118,12 +119,6 @@ pub async fn run(
             .map(|(i, _)| *i)
             .collect()
     };
-
-    // What the last inventory said each disk was (`inventory.json`, which every release
-    // writes beside the store, at most a second behind it): the names of the disks a
-    // release before the metadata files made, when the store is lost too — an upgrade from
-    // such a release whose store did not come along.
-    let inventory = read_inventory(disks_dir);
 
     // Disk files no record names: adopted, never removed for that alone.
     let mut names: HashSet<String> = records.values().map(|r| r.name.clone()).collect();
@@ -346,12 +341,14 @@ fn unexplained(
     }
 }
 
-/// The last inventory beside `disks_dir`, by disk id; empty when there is none or it does
-/// not parse (said: it is only ever a second source of names).
-fn read_inventory(disks_dir: &Path) -> BTreeMap<String, InventoryDisk> {
-    let Some(path) = disks_dir.parent().map(|d| d.join(INVENTORY)) else {
-        return BTreeMap::new();
-    };
+/// What the last inventory said each disk was (`inventory.json`, which every release
+/// writes beside the store, at most a second behind it), by disk id: the names of the
+/// disks a release before the metadata files made, when the store is lost too — an upgrade
+/// from such a release whose store did not come along. Empty when there is none or it
+/// does not parse (said: it is only ever a second source of names). Read before the store
+/// is opened, whose writer replaces the file at once.
+pub fn read_inventory(state_dir: &Path) -> BTreeMap<String, InventoryDisk> {
+    let path = state_dir.join(INVENTORY);
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return BTreeMap::new(),
