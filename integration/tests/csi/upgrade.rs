@@ -123,6 +123,31 @@ fn clean() {
     let _ = std::fs::remove_dir_all(ROOT);
 }
 
+/// Each volume `make.sh` made, created again by its name and size as the provisioner
+/// retries: the old release's disk is the answer, never a second one.
+async fn created_again(c: &mut ControllerClient, placed: &Placed) {
+    let mut block = create_request("pvc-upgrade-block", MIB);
+    block.volume_capabilities = vec![block_cap()];
+    for (req, which) in [
+        (create_request("pvc-upgrade-fs", 4 * MIB), "fs"),
+        (block, "block"),
+        (create_request("pvc-upgrade-idle", 4 * MIB), "idle"),
+    ] {
+        let got = c
+            .create_volume(req)
+            .await
+            .unwrap()
+            .into_inner()
+            .volume
+            .unwrap();
+        assert_eq!(
+            got.volume_id,
+            placed.id(which),
+            "a retried create finds the old release's disk"
+        );
+    }
+}
+
 fn listed_ids(entries: &[csi_v1::list_volumes_response::Entry]) -> Vec<(String, bool)> {
     let mut ids: Vec<_> = entries
         .iter()
@@ -216,22 +241,7 @@ async fn the_volumes_of_the_release_of_688adc9_are_served_and_keep_their_names()
     assert_eq!(csi.loops().len(), 2, "the attached two, each on one device");
 
     // Creates retried by name find their disks.
-    let mut again = create_request("pvc-upgrade-block", MIB);
-    again.volume_capabilities = vec![block_cap()];
-    for (req, id) in [
-        (create_request("pvc-upgrade-fs", 4 * MIB), &fs),
-        (again, &block),
-        (create_request("pvc-upgrade-idle", 4 * MIB), &idle),
-    ] {
-        let got = c
-            .create_volume(req)
-            .await
-            .unwrap()
-            .into_inner()
-            .volume
-            .unwrap();
-        assert_eq!(&got.volume_id, id);
-    }
+    created_again(&mut c, &placed).await;
 
     // kubelet stages and publishes again at the paths the old release recorded: its
     // filesystem (its mkfs) and its bytes are there.
@@ -345,25 +355,7 @@ async fn the_store_of_688adc9_lost_across_the_upgrade_loses_no_name() {
         let condition = e.status.as_ref().unwrap().volume_condition.clone().unwrap();
         assert!(!condition.abnormal, "adopted under its name: {condition:?}");
     }
-    let mut again = create_request("pvc-upgrade-block", MIB);
-    again.volume_capabilities = vec![block_cap()];
-    for (req, id) in [
-        (create_request("pvc-upgrade-fs", 4 * MIB), &fs),
-        (again, &block),
-        (create_request("pvc-upgrade-idle", 4 * MIB), &idle),
-    ] {
-        let got = c
-            .create_volume(req)
-            .await
-            .unwrap()
-            .into_inner()
-            .volume
-            .unwrap();
-        assert_eq!(
-            &got.volume_id, id,
-            "a retried create finds the old release's disk"
-        );
-    }
+    created_again(&mut c, &placed).await;
     assert_eq!(csi.disk_files().len(), 3, "no second disk");
     assert_eq!(csi.disk_meta(&fs).unwrap()["name"], "pvc-upgrade-fs");
 
