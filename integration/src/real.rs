@@ -51,6 +51,12 @@ pub async fn client(path: &str) -> Client {
 /// across the test binaries a CI run starts side by side as well as within one; the
 /// kernel drops it with the process, however the test ends. Take it after any lock of the
 /// test's own area (`dvp_sim::PARENT`, the OpenStack tests' `CLOUD`), never before.
+///
+/// Whoever holds no turn writes no Nodes or Services there, so the `overcast-it-` ones
+/// found when a turn begins are an earlier test's that failed before it cleaned up (CI18:
+/// one load-balancer test left its Service and Ready Nodes, and six ccm and DVP tests
+/// after it in the turn failed on them). They are removed, and named on stderr, before the
+/// turn is given.
 pub async fn cluster_turn() -> ClusterTurn {
     tokio::task::spawn_blocking(cluster_turn_blocking)
         .await
@@ -59,6 +65,89 @@ pub async fn cluster_turn() -> ClusterTurn {
 
 /// [`cluster_turn`] for a test that is not async.
 pub fn cluster_turn_blocking() -> ClusterTurn {
+    let turn = lock_the_cluster();
+    if let Ok(kubeconfig) = std::env::var(ENV) {
+        // Its own thread and runtime: this may run on a runtime's blocking thread, where
+        // another runtime cannot be entered.
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(sweep_leftovers(&kubeconfig))
+        })
+        .join()
+        .expect("the sweep of leftovers panicked");
+    }
+    turn
+}
+
+/// The prefix of every Node and Service a test writes on the shared API server.
+pub const LEFTOVER_PREFIX: &str = "overcast-it-";
+
+/// Removes the [`LEFTOVER_PREFIX`] Nodes and Services (their finalizers first: a ccm that
+/// is gone cannot release its own) and waits until they are gone.
+async fn sweep_leftovers(kubeconfig: &str) {
+    use k8s_openapi::api::core::v1::{Node, Service};
+    use kube::api::{DeleteParams, ListParams};
+    use kube::ResourceExt;
+    let c = client(kubeconfig).await;
+    let nodes: Api<Node> = Api::all(c.clone());
+    let services: Api<Service> = Api::all(c.clone());
+    let mut left = Vec::new();
+    for n in nodes
+        .list(&ListParams::default())
+        .await
+        .expect("list Nodes")
+    {
+        if n.name_any().starts_with(LEFTOVER_PREFIX) {
+            left.push(format!("Node/{}", n.name_any()));
+            let _ = nodes.delete(&n.name_any(), &DeleteParams::default()).await;
+        }
+    }
+    for s in services
+        .list(&ListParams::default())
+        .await
+        .expect("list Services")
+    {
+        if !s.name_any().starts_with(LEFTOVER_PREFIX) {
+            continue;
+        }
+        let ns = s.namespace().unwrap_or_default();
+        left.push(format!("Service/{ns}/{}", s.name_any()));
+        let api: Api<Service> = Api::namespaced(c.clone(), &ns);
+        let released = json!({"metadata": {"finalizers": null}});
+        let _ = api
+            .patch(
+                &s.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&released),
+            )
+            .await;
+        let _ = api.delete(&s.name_any(), &DeleteParams::default()).await;
+    }
+    if left.is_empty() {
+        return;
+    }
+    eprintln!(
+        "cluster turn: removing what an earlier test left on the API server: {}",
+        left.join(", ")
+    );
+    let gone = async || {
+        let n = nodes.list(&ListParams::default()).await.ok()?;
+        let s = services.list(&ListParams::default()).await.ok()?;
+        let mut names = n
+            .iter()
+            .map(|o| o.name_any())
+            .chain(s.iter().map(|o| o.name_any()));
+        names
+            .all(|name| !name.starts_with(LEFTOVER_PREFIX))
+            .then_some(())
+    };
+    wait_for("the leftovers removed", Duration::from_secs(30), gone).await;
+}
+
+fn lock_the_cluster() -> ClusterTurn {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::env::var(ENV).unwrap_or_default().hash(&mut h);

@@ -99,6 +99,10 @@ async fn slow_balancers_reconcile_concurrently_on_a_real_api_server() {
         ));
         return;
     };
+    // Its controller reconciles every Service there, another test's among them, and the
+    // turn's start sweeps `overcast-it-` Services away: this test's own while it runs,
+    // were it to run outside one.
+    let _cluster = overcast_integration::real::cluster_turn().await;
     let c = client(&kubeconfig).await;
     let services: Api<Service> = Api::namespaced(c.clone(), "default");
     let lbs = Arc::new(SlowLbs::default());
