@@ -131,3 +131,48 @@ impl Drop for StallFront {
         self.task.abort();
     }
 }
+
+/// What a service logs when an endpoint does not answer, and when it answers again
+/// (cloud-http's and the DVP parent's lines).
+pub const SILENT: &str = "the cloud endpoint does not answer";
+pub const BACK: &str = "the cloud endpoint answers again";
+
+/// The time of `endpoint`'s last answer, from the `/metrics` of a service on
+/// `metrics_port` (`<prefix>_api_last_success_timestamp_seconds`).
+pub fn last_success(prefix: &str, metrics_port: u16, endpoint: &str) -> Option<f64> {
+    let (_, page) = crate::http_get(metrics_port, "/metrics");
+    let key = format!("{prefix}_api_last_success_timestamp_seconds{{endpoint=\"{endpoint}\"}}");
+    page.lines()
+        .find_map(|l| l.strip_prefix(&key).map(|v| v.trim().parse().ok()))?
+}
+
+/// Lines of `log` that say `what` about `endpoint`.
+pub fn said(log: &std::path::Path, what: &str, endpoint: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(what) && l.contains(endpoint))
+        .count()
+}
+
+/// Waits until `log` has said `what` about `endpoint` `n` times; how long it took.
+/// Panics with the log after `limit`.
+pub async fn until_said(
+    log: &std::path::Path,
+    what: &str,
+    endpoint: &str,
+    n: usize,
+    limit: std::time::Duration,
+) -> std::time::Duration {
+    let t = std::time::Instant::now();
+    while said(log, what, endpoint) < n {
+        assert!(
+            t.elapsed() < limit,
+            "{what:?} about {endpoint} said {} times in {limit:?}, not {n}:\n{}",
+            said(log, what, endpoint),
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    t.elapsed()
+}

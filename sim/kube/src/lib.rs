@@ -369,6 +369,18 @@ impl FakeApi {
             .cloned()
     }
 
+    /// Every object of `collection` (`/apis/events.k8s.io/v1/namespaces/default/events`).
+    pub fn list(&self, collection: &str) -> Vec<Value> {
+        self.state
+            .lock()
+            .expect("state")
+            .objects
+            .iter()
+            .filter(|((c, _), _)| c == collection)
+            .map(|(_, o)| o.clone())
+            .collect()
+    }
+
     /// Stores an object as a client's create would, and tells the watchers.
     pub fn put(&self, collection: &str, mut object: Value) {
         let mut st = self.state.lock().expect("state");

@@ -1,15 +1,14 @@
 //! The engine hung, then refusing, then back, behind a front that plays it
 //! (`overcast_integration::stall_front`), for each service that calls it on its own: the
-//! csi controller and the discoverer (issue 61; the ccm's is `vsphere_real_cloud::ccm`,
-//! vcsim stopped). Each says within one sync period which endpoint does not answer and
+//! csi controller, the discoverer and the ccm (issue 61; the ccm on a stopped vcsim is
+//! `vsphere_real_cloud::ccm`, DVP's parent cluster `kube::dvp_stalls`). Each says within one sync period which endpoint does not answer and
 //! since when, its `zvirt_api_last_success_timestamp_seconds` stops advancing, nothing is
 //! deleted or written over meanwhile, and it says when the engine answers again.
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use overcast_integration::stall_front::{Mode, StallFront};
+use overcast_integration::stall_front::{self, said, until_said, Mode, StallFront, BACK, SILENT};
 use overcast_integration::{csi_v1 as csi, free_port, Csi};
 
 use super::*;
@@ -39,41 +38,7 @@ async fn behind_a_front(s: &Sim) -> (StallFront, std::path::PathBuf) {
 
 /// The time of the endpoint's last answer, from the service's /metrics.
 fn last_success(metrics_port: u16, endpoint: &str) -> Option<f64> {
-    let out = Command::new("curl")
-        .args(["-s", &format!("http://127.0.0.1:{metrics_port}/metrics")])
-        .output()
-        .ok()?;
-    let key = format!("zvirt_api_last_success_timestamp_seconds{{endpoint=\"{endpoint}\"}}");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix(&key).map(|v| v.trim().parse().ok()))?
-}
-
-/// Lines of `log` that say `what` about `endpoint`.
-fn said(log: &Path, what: &str, endpoint: &str) -> usize {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains(what) && l.contains(endpoint))
-        .count()
-}
-
-const SILENT: &str = "the cloud endpoint does not answer";
-const BACK: &str = "the cloud endpoint answers again";
-
-/// Waits until `log` has said `what` about `endpoint` `n` times; how long it took.
-async fn until_said(log: &Path, what: &str, endpoint: &str, n: usize, limit: Duration) -> Duration {
-    let t = Instant::now();
-    while said(log, what, endpoint) < n {
-        assert!(
-            t.elapsed() < limit,
-            "{what:?} about {endpoint} said {} times in {limit:?}, not {n}:\n{}",
-            said(log, what, endpoint),
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    t.elapsed()
+    stall_front::last_success("zvirt", metrics_port, endpoint)
 }
 
 #[tokio::test]
@@ -196,11 +161,15 @@ async fn the_discoverer_says_a_hung_then_refusing_engine_and_keeps_its_secret() 
         "the discovery Secret"
     );
     let written = secret().unwrap();
-    let answered = last_success(port, &endpoint).expect("the gauge");
+    let before = last_success(port, &endpoint).expect("the gauge");
 
     front.set(Mode::Hang);
     let took = until_said(&log, SILENT, &endpoint, 1, Duration::from_secs(20)).await;
     eprintln!("discoverer: said the hung engine after {took:?}");
+    // Read once the silence is said, not before the hang: a round that started before it
+    // may have been answered in between (CI: 11 ms later), and that answer is the last.
+    let answered = last_success(port, &endpoint).expect("the gauge");
+    assert!(answered >= before);
     front.set(Mode::Refuse);
     until_said(&log, SILENT, &endpoint, 2, Duration::from_secs(45)).await;
     assert_eq!(
@@ -222,4 +191,118 @@ async fn the_discoverer_says_a_hung_then_refusing_engine_and_keeps_its_secret() 
         Some(written),
         "the same engine, the same document"
     );
+}
+
+/// The ccm with node sync and fencing on, the engine hung then refusing: it says which
+/// endpoint does not answer, tells the Node whose kubelet stopped reporting that its
+/// fencing is held back (`FencingHeldBack`: only the engine can say its VM is off),
+/// taints and deletes nothing, and says when the engine answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ccm_says_a_hung_then_refusing_engine_and_fences_nothing() {
+    use overcast_integration::fake_api::FakeApi;
+    use serde_json::json;
+    const NODES: &str = "/api/v1/nodes";
+    const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
+    let s = sim(Latency::default()).await;
+    let w0 = s.engine.add_vm("worker-0");
+    // Running, its kubelet silent since long ago: fencing asks the engine whether it is off.
+    let w1 = s.engine.add_vm("worker-1");
+    let (front, conf) = behind_a_front(&s).await;
+    let endpoint = front.addr.to_string();
+    let api = FakeApi::default();
+    let url = api.start().await;
+    let kubeconfig = s.dir.path().join("kubeconfig");
+    FakeApi::kubeconfig(&url, &kubeconfig);
+    let node = |name: &str, vm: &str, ready: &str| {
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "spec": {"providerID": format!("zvirt://{vm}")},
+            "status": {"conditions": [{"type": "Ready", "status": ready,
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+    };
+    api.put(NODES, node("worker-0", &w0, "True"));
+    api.put(NODES, node("worker-1", &w1, "Unknown"));
+    let port = free_port();
+    let log = s.dir.path().join("ccm.log");
+    let _ccm = overcast_integration::KillOnDrop(
+        Command::new(overcast_integration::binary("ccm"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg("--cloud=zvirt")
+            .arg(format!("--cloud-config={}", conf.display()))
+            .arg("--controllers=node,node-lifecycle,node-fencing")
+            .arg("--node-fencing-grace=1s")
+            .arg("--leader-elect=false")
+            .arg("--node-sync-period=1")
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let show = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        overcast_integration::eventually(Duration::from_secs(20), || {
+            last_success(port, &endpoint).is_some_and(|t| t > 0.0)
+        })
+        .await,
+        "a sync answered:\n{}",
+        show()
+    );
+    let untouched = |what: &str| {
+        for name in ["worker-0", "worker-1"] {
+            let n = api
+                .get(NODES, name)
+                .unwrap_or_else(|| panic!("{what}: {name} deleted:\n{}", show()));
+            assert!(
+                !n["spec"]["taints"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|t| t["key"] == "node.kubernetes.io/out-of-service"),
+                "{what}: {name} fenced: {n}"
+            );
+        }
+    };
+    untouched("the engine answering that worker-1's VM runs");
+
+    front.set(Mode::Hang);
+    let took = until_said(&log, SILENT, &endpoint, 1, Duration::from_secs(20)).await;
+    eprintln!("ccm: said the hung engine after {took:?}");
+    let held_back = || {
+        api.list(EVENTS)
+            .into_iter()
+            .find(|e| e["reason"] == "FencingHeldBack" && e["regarding"]["name"] == "worker-1")
+    };
+    assert!(
+        overcast_integration::eventually(Duration::from_secs(30), || held_back().is_some()).await,
+        "a FencingHeldBack event on worker-1; events: {:?}\n{}",
+        api.list(EVENTS),
+        show()
+    );
+    let event = held_back().unwrap();
+    assert_eq!(event["type"], "Warning", "{event}");
+    assert!(
+        api.list(EVENTS)
+            .iter()
+            .all(|e| e["regarding"]["name"] != "worker-0"),
+        "the node whose kubelet reports is told nothing: {:?}",
+        api.list(EVENTS)
+    );
+    // Read once the silence is said: the last answer before it.
+    let answered = last_success(port, &endpoint).expect("the gauge");
+
+    front.set(Mode::Refuse);
+    until_said(&log, SILENT, &endpoint, 2, Duration::from_secs(45)).await;
+    assert_eq!(
+        last_success(port, &endpoint),
+        Some(answered),
+        "no answer, no advance"
+    );
+    untouched("the engine hung, then refusing");
+
+    front.set(Mode::Pass);
+    until_said(&log, BACK, &endpoint, 1, Duration::from_secs(20)).await;
+    assert!(last_success(port, &endpoint).unwrap() > answered);
+    // Syncs that answer again: worker-1's VM still runs, so it is still not fenced.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    untouched("the engine back");
 }
