@@ -12,6 +12,7 @@ mod ccm_real_cluster;
 mod ccm_services_real_cluster;
 mod deploy_real_cluster;
 mod dvp_real_cluster;
+mod dvp_stalls;
 mod dvp_zones;
 mod identity_real_cluster;
 mod node_deletion_real_cluster;

@@ -2,8 +2,11 @@
 //! every call under a deadline, counted and timed per request name
 //! (`dvp_api_request_duration_seconds{request}`, `dvp_api_requests_total`,
 //! `dvp_api_request_errors_total`), and every failure turned into a [`CloudError`] by
-//! what a retry would do. Nothing here logs a credential: the kubeconfig stays inside
-//! the client.
+//! what a retry would do. Whether the parent's API server answers is said as it happens,
+//! as cloud-http says it for the other clouds: a warning naming the endpoint when a call
+//! fails unanswered or waits [`SLOW`], an info line when it answers again, and
+//! `dvp_api_last_success_timestamp_seconds{endpoint}`. Nothing here logs a credential:
+//! the kubeconfig stays inside the client.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -24,6 +27,8 @@ use crate::Config;
 
 /// How long one API call may take before its outcome counts as unknown.
 pub const CALL_DEADLINE: Duration = Duration::from_secs(30);
+/// How long a call waits before it is said to be waiting (cloud-http's figure).
+pub const SLOW: Duration = Duration::from_secs(10);
 /// Objects per page of a list (the API server's continue tokens page the rest).
 const PAGE: u32 = 500;
 
@@ -32,12 +37,15 @@ pub struct Parent {
     pub client: Client,
     pub namespace: String,
     pub metrics: Arc<ApiMetrics>,
+    /// The parent API server's `host:port`, as warnings and the gauge name it.
+    pub endpoint: String,
 }
 
 impl std::fmt::Debug for Parent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Parent")
             .field("namespace", &self.namespace)
+            .field("endpoint", &self.endpoint)
             .finish_non_exhaustive()
     }
 }
@@ -64,16 +72,27 @@ impl Parent {
         metrics: Arc<ApiMetrics>,
     ) -> anyhow::Result<Self> {
         config.default_retry = false;
+        let endpoint = config
+            .cluster_url
+            .authority()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| config.cluster_url.to_string());
         let client = Client::try_from(config)
             .map_err(|e| anyhow::anyhow!("a client for the parent cluster: {e}"))?;
-        Ok(Self::new(client, namespace, metrics))
+        Ok(Self {
+            endpoint,
+            ..Self::new(client, namespace, metrics)
+        })
     }
 
+    /// A parent over a client made elsewhere (tests, benchmarks), whose endpoint is
+    /// named `parent`: kube's client does not say its URL.
     pub fn new(client: Client, namespace: String, metrics: Arc<ApiMetrics>) -> Self {
         Self {
             client,
             namespace,
             metrics,
+            endpoint: "parent".into(),
         }
     }
 
@@ -97,12 +116,41 @@ impl Parent {
         F: Future<Output = kube::Result<T>>,
     {
         let started = Instant::now();
-        let out = match tokio::time::timeout(CALL_DEADLINE, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(to_cloud_error(what, e)),
-            Err(_) => Err(CloudError::DeadlineExceeded(format!(
-                "{what}: the parent cluster did not answer within {CALL_DEADLINE:?}"
-            ))),
+        let mut fut = std::pin::pin!(fut);
+        let out = match tokio::time::timeout(SLOW, fut.as_mut()).await {
+            Ok(r) => Ok(r),
+            Err(_) => {
+                // Still waiting: said now, while it goes on waiting.
+                self.metrics.endpoint_unanswered(
+                    CLOUD,
+                    &self.endpoint,
+                    name,
+                    &format!("no answer after {SLOW:?}; waiting up to {CALL_DEADLINE:?}"),
+                );
+                tokio::time::timeout(CALL_DEADLINE - SLOW, fut.as_mut()).await
+            }
+        };
+        let out = match out {
+            Ok(Ok(v)) => {
+                self.metrics.endpoint_answered(CLOUD, &self.endpoint);
+                Ok(v)
+            }
+            Ok(Err(e)) => {
+                if answered(&e) {
+                    self.metrics.endpoint_answered(CLOUD, &self.endpoint);
+                } else {
+                    self.metrics
+                        .endpoint_unanswered(CLOUD, &self.endpoint, name, &e.to_string());
+                }
+                Err(to_cloud_error(what, e))
+            }
+            Err(_) => {
+                let e =
+                    format!("{what}: the parent cluster did not answer within {CALL_DEADLINE:?}");
+                self.metrics
+                    .endpoint_unanswered(CLOUD, &self.endpoint, name, &e);
+                Err(CloudError::DeadlineExceeded(e))
+            }
         };
         self.metrics.observe(name, started.elapsed(), out.is_ok());
         out
@@ -208,6 +256,16 @@ impl Parent {
             Api::all_with(self.client.clone(), ar)
         }
     }
+}
+
+/// The cloud's name in the endpoint warnings.
+const CLOUD: &str = "dvp";
+
+/// Whether a failed call was the API server's answer (a 404, a conflict, a refusal):
+/// it answers. A 429/502/503/504, a connection that failed, or an answer that does not
+/// read as the API's is no answer — as cloud-http counts them.
+fn answered(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if !matches!(s.code, 429 | 502 | 503 | 504))
 }
 
 /// What a failed parent-cluster call means, by what a retry would do. Only a 404 says

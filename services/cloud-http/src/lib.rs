@@ -163,6 +163,19 @@ impl ApiMetrics {
         }
     }
 
+    /// For a cloud spoken to through another client (DVP's parent cluster through kube's):
+    /// `endpoint` answered — the gauge advances, and a silence before is said to be over.
+    pub fn endpoint_answered(&self, cloud: &str, endpoint: &str) {
+        self.endpoints.answered(cloud, endpoint);
+    }
+
+    /// For a cloud spoken to through another client: `endpoint` has not answered
+    /// `request` (`why`: the error, or how long it has waited) — said at most once per
+    /// [`health::WARN_EVERY`] an endpoint.
+    pub fn endpoint_unanswered(&self, cloud: &str, endpoint: &str, request: &str, why: &str) {
+        self.endpoints.unanswered(cloud, endpoint, request, why);
+    }
+
     /// Counts, as an error, a request whose answer came back (and was counted) but says
     /// it failed at the cloud's level: a SOAP fault in an HTTP 500.
     pub fn answered_with_error(&self, name: &str) {
