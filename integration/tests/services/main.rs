@@ -5,6 +5,7 @@
 mod ccm;
 mod deploy;
 mod discoverer;
+mod docs_names;
 mod monitoring;
 mod rbac_proxy;
 mod rbac_proxy_hardening;
