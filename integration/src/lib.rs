@@ -19,7 +19,12 @@ pub mod attacks;
 pub use overcast_sim_kube as fake_api;
 pub use overcast_sim_zvirt as zvirt_sim;
 pub mod capi;
-pub mod dvp_sim;
+/// The DVP parent simulator (`sim/dvp`), and the tenant accounts the tests make in it.
+pub mod dvp_sim {
+    pub use crate::dvp_tenant::{drop_tenant, tenant};
+    pub use overcast_sim_dvp::*;
+}
+mod dvp_tenant;
 pub mod esxi_host;
 pub mod faulty_front;
 pub mod fencing;

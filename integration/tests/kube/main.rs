@@ -12,6 +12,7 @@ mod ccm_outage_real_cluster;
 mod ccm_real_cluster;
 mod ccm_services_real_cluster;
 mod deploy_real_cluster;
+mod dvp_program;
 mod dvp_real_cluster;
 mod dvp_stalls;
 mod dvp_zones;

@@ -1,11 +1,12 @@
 //! `overcast-sim`: a simulated cloud on this machine, for trying Overcast's suite without
-//! that cloud — the same simulators the tests run (`sim/zvirt`, `sim/kube`). Each
+//! that cloud — the same simulators the tests run (`sim/zvirt`, `sim/kube`, `sim/dvp`). Each
 //! subcommand serves until SIGINT or SIGTERM and first prints, on stdout, the
 //! configuration that points Overcast's services at it.
 //!
 //! ```sh
 //! overcast-sim zvirt --listen 127.0.0.1:18480 --dir /tmp/zvirt --vm worker-0
 //! overcast-sim kube --listen 127.0.0.1:18481 --kubeconfig /tmp/kube/kubeconfig
+//! overcast-sim dvp --kubeconfig /tmp/kube/admin.kubeconfig --crds ../shared/kit/crds/virtualization
 //! ```
 
 use std::path::PathBuf;
@@ -55,6 +56,33 @@ enum Cloud {
         #[arg(long, default_value = "overcast-sim-kube.kubeconfig")]
         kubeconfig: PathBuf,
     },
+    /// A DVP parent cluster on a real Kubernetes API server (the kit's `kube-up.sh`, or
+    /// any disposable cluster): the `virtualization.deckhouse.io` CRDs installed, and in
+    /// the namespace a controller doing what DVP's disk, attachment and VM controllers do
+    /// (from their source) — disks are sparse files, attached ones loop devices linked as
+    /// the guest sees them (`<by-id>/scsi-0QEMU_QEMU_HARDDISK_<md5 of the disk's uid>`),
+    /// so the node plugin formats and mounts them for real (as root). The same API server
+    /// plays this cluster too: each VM's Node is made there. On stop the namespace is let
+    /// go of (its objects' finalizers, then the namespace) and those Nodes deleted.
+    Dvp {
+        /// The parent API server's kubeconfig (it must be allowed to install CRDs).
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        /// The directory of the virtualization CRDs (deckhouse/virtualization's `crds/`;
+        /// the kit's `crds/virtualization`).
+        #[arg(long, env = "OVERCAST_DVP_CRDS")]
+        crds: PathBuf,
+        /// The namespace of this cluster's VMs and disks (made if missing).
+        #[arg(long, default_value = "overcast-sim-dvp")]
+        namespace: String,
+        /// Where to write the services' cloud-config.
+        #[arg(long, default_value = "overcast-sim-dvp.yaml")]
+        cloud_config: PathBuf,
+        /// A VM to make (repeat for more); its name is its hostname, the node plugin's
+        /// `--node-id`.
+        #[arg(long = "vm", default_values_t = ["worker-0".to_owned()])]
+        vms: Vec<String>,
+    },
 }
 
 #[tokio::main]
@@ -67,7 +95,81 @@ async fn main() -> anyhow::Result<()> {
             vms,
         } => zvirt(&listen, &dir, capacity_gib, &vms).await,
         Cloud::Kube { listen, kubeconfig } => kube(&listen, &kubeconfig).await,
+        Cloud::Dvp {
+            kubeconfig,
+            crds,
+            namespace,
+            cloud_config,
+            vms,
+        } => dvp(&kubeconfig, &crds, &namespace, &cloud_config, &vms).await,
     }
+}
+
+async fn dvp(
+    kubeconfig: &std::path::Path,
+    crds: &std::path::Path,
+    namespace: &str,
+    cloud_config: &std::path::Path,
+    vms: &[String],
+) -> anyhow::Result<()> {
+    use overcast_sim_dvp::{install_crds_from, sweep_namespace, DvpSim};
+    let text = std::fs::read_to_string(kubeconfig)
+        .with_context(|| format!("the parent's kubeconfig {}", kubeconfig.display()))?;
+    let kc = kube::config::Kubeconfig::from_yaml(&text)
+        .with_context(|| format!("{}", kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .with_context(|| format!("{}", kubeconfig.display()))?;
+    let client = kube::Client::try_from(config).context("a client for the parent")?;
+    anyhow::ensure!(
+        crds.is_dir(),
+        "--crds {}: not a directory of the virtualization CRDs",
+        crds.display()
+    );
+    install_crds_from(&client, crds).await;
+    // What a run that was killed left (its files are gone with it).
+    sweep_namespace(&client, namespace).await;
+    let sim = DvpSim::start(
+        client.clone(),
+        namespace,
+        std::time::Duration::from_millis(500),
+    )
+    .await;
+    let indented: String = text.lines().map(|l| format!("  {l}\n")).collect();
+    std::fs::write(
+        cloud_config,
+        format!("namespace: {namespace}\nkubeconfig: |\n{indented}"),
+    )
+    .with_context(|| format!("{}", cloud_config.display()))?;
+    let cloud_config = std::fs::canonicalize(cloud_config)?;
+    println!(
+        "# overcast-sim dvp: a DVP parent in namespace {namespace} of {}",
+        kubeconfig.display()
+    );
+    println!("# attached disks linked in {}", sim.by_id.display());
+    println!(
+        "# the services' --cloud-config (written to {}; it holds the parent's credentials):",
+        cloud_config.display()
+    );
+    println!("#   namespace: {namespace}");
+    println!("#   kubeconfig: | (the parent's kubeconfig, indented)");
+    for (i, name) in vms.iter().enumerate() {
+        sim.add_vm(name, name, &format!("10.66.0.{}", 10 + i), "parent-a")
+            .await;
+        // The same API server plays this cluster too: the node plugin reads its zone from
+        // its Node there (none labelled: no zone).
+        sim.add_node(name, serde_json::json!({}), false).await;
+        println!(
+            "# VM {name} (its Node made on the same API server, playing this cluster too): the node plugin there runs with --cloud=dvp --cloud-config={} --node-id={name} --device-by-id-dir={} --kubeconfig={}",
+            cloud_config.display(),
+            sim.by_id.display(),
+            kubeconfig.display()
+        );
+    }
+    let served = serve_until_stopped().await;
+    drop(sim);
+    sweep_namespace(&client, namespace).await;
+    served
 }
 
 async fn zvirt(

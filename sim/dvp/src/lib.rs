@@ -1,4 +1,4 @@
-//! A DVP parent cluster for tests: the real `virtualization.deckhouse.io` CRDs (the kit's,
+//! A DVP parent cluster for tests and for trying the DVP suite (`overcast-sim dvp`): the real `virtualization.deckhouse.io` CRDs (the kit's,
 //! from the public deckhouse/virtualization repository) installed into a real API server,
 //! and a small controller doing what the virtualization controller does to the objects a
 //! provider makes — level-based, like the real one, so it reacts to what is there, not to
@@ -62,14 +62,12 @@ mod disk;
 mod image;
 mod proxy;
 mod sweep;
-mod tenant;
 mod vm;
 mod vmbda;
 mod vmip;
 
 use disk::reconcile_disk;
-pub use sweep::sweep;
-pub use tenant::{drop_tenant, tenant};
+pub use sweep::{sweep, sweep_namespace};
 use vm::reconcile_vm;
 pub use vm::STATIC_ANNOTATION;
 use vmbda::{consumer_node, reconcile_vmbda};
@@ -84,7 +82,7 @@ pub fn crd_dir() -> PathBuf {
     std::env::var_os("OVERCAST_DVP_CRDS")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/kit/crds/virtualization")
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/kit/crds/virtualization")
         })
 }
 
@@ -95,10 +93,14 @@ pub static PARENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Installs the virtualization CRDs (server-side apply) and waits until they serve.
 pub async fn install_crds(client: &Client) {
+    install_crds_from(client, &crd_dir()).await
+}
+
+/// [`install_crds`] from the CRDs in `dir` (deckhouse/virtualization's `crds/`).
+pub async fn install_crds_from(client: &Client, dir: &Path) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let dir = crd_dir();
     let mut names = Vec::new();
-    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let path = entry.expect("dir entry").path();
         if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
             continue;
@@ -117,7 +119,7 @@ pub async fn install_crds(client: &Client) {
         names.push(name);
     }
     for name in names {
-        crate::real::wait_for(
+        wait_for(
             &format!("CRD {name} established"),
             Duration::from_secs(30),
             async || {
@@ -312,7 +314,7 @@ impl DvpSim {
             "spec": {"taints": taints},
         }))
         .expect("node");
-        crate::real::wait_for("a Node created", Duration::from_secs(10), async || {
+        wait_for("a Node created", Duration::from_secs(10), async || {
             nodes.create(&PostParams::default(), &node).await.ok()
         })
         .await;
@@ -568,5 +570,20 @@ async fn delete_nodes(client: &Client, prefix: &str) {
         {
             let _ = nodes.delete(&n.name_any(), &DeleteParams::default()).await;
         }
+    }
+}
+
+/// Polls `f` every 200 ms until it gives a value; panics after `limit`.
+async fn wait_for<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let end = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

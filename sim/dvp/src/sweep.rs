@@ -10,6 +10,16 @@ use super::{delete_nodes, remove_finalizer, SIM_LABEL};
 /// Lets go of what a simulator that stopped mid-test (a failed test) left in namespaces
 /// named `<prefix>*`: its finalizers, then the namespaces. Nothing else acts on them.
 pub async fn sweep(client: &Client, prefix: &str) {
+    sweep_where(client, prefix, |n| n.starts_with(prefix)).await
+}
+
+/// [`sweep`] of the one namespace `namespace` (`overcast-sim dvp` at its start and stop:
+/// its disks' files are gone with the process that made them).
+pub async fn sweep_namespace(client: &Client, namespace: &str) {
+    sweep_where(client, namespace, |n| n == namespace).await
+}
+
+async fn sweep_where(client: &Client, prefix: &str, chosen: impl Fn(&str) -> bool) {
     let ns: Api<Namespace> = Api::all(client.clone());
     let Ok(list) = ns.list(&Default::default()).await else {
         return;
@@ -18,7 +28,7 @@ pub async fn sweep(client: &Client, prefix: &str) {
         .items
         .iter()
         .map(|n| n.name_any())
-        .filter(|n| n.starts_with(prefix))
+        .filter(|n| chosen(n))
     {
         let disks: Api<VirtualDisk> =
             Api::namespaced_with(client.clone(), &n, &api::virtual_disk());
@@ -61,11 +71,7 @@ pub async fn sweep(client: &Client, prefix: &str) {
         .map(|l| l.items)
         .unwrap_or_default()
     {
-        if pv
-            .labels()
-            .get(SIM_LABEL)
-            .is_some_and(|ns| ns.starts_with(prefix))
-        {
+        if pv.labels().get(SIM_LABEL).is_some_and(|ns| chosen(ns)) {
             let _ = pvs.delete(&pv.name_any(), &DeleteParams::default()).await;
         }
     }
