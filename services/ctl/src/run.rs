@@ -61,15 +61,22 @@ pub fn parse_size(s: &str) -> Result<i64> {
         .ok_or_else(|| Failure::Usage(format!("size {s:?} is too large")))
 }
 
+/// `k=v` words, as `controller publish -q` prints them. A word without `=` goes on the
+/// value before it: a value may hold spaces (vSphere's `type=vSphere CNS Block Volume`),
+/// and the printed words come back split by the shell.
 fn pairs(items: &[String], what: &str) -> Result<HashMap<String, String>> {
-    items
-        .iter()
-        .flat_map(|i| i.split_whitespace())
-        .map(|kv| match kv.split_once('=') {
-            Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-            _ => Err(Failure::Usage(format!("{what} {kv:?} is not key=value"))),
-        })
-        .collect()
+    let mut out: Vec<(String, String)> = Vec::new();
+    for word in items.iter().flat_map(|i| i.split_whitespace()) {
+        match (word.split_once('='), out.last_mut()) {
+            (Some((k, v)), _) if !k.is_empty() => out.push((k.to_owned(), v.to_owned())),
+            (None, Some((_, value))) => {
+                value.push(' ');
+                value.push_str(word);
+            }
+            _ => return Err(Failure::Usage(format!("{what} {word:?} is not key=value"))),
+        }
+    }
+    Ok(out.into_iter().collect())
 }
 
 fn capability(u: &Usage) -> csi::VolumeCapability {
@@ -574,5 +581,17 @@ mod tests {
         assert_eq!(m.get("a").map(String::as_str), Some("1"));
         assert_eq!(m.get("c").map(String::as_str), Some("x=y"));
         assert!(pairs(&["novalue".into()], "--context").is_err());
+        // vSphere's context, as `publish -q` prints it and an unquoted $CTX splits it.
+        let words: Vec<String> = "diskUUID=ab type=vSphere CNS Block Volume wwn=ab"
+            .split(' ')
+            .map(str::to_owned)
+            .collect();
+        let m = pairs(&words, "--context").ok().unwrap_or_default();
+        assert_eq!(
+            m.get("type").map(String::as_str),
+            Some("vSphere CNS Block Volume")
+        );
+        assert_eq!(m.get("wwn").map(String::as_str), Some("ab"));
+        assert_eq!(m.len(), 3);
     }
 }
