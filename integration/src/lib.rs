@@ -17,6 +17,7 @@ pub use overcast_api::csi_v1;
 pub mod attacks;
 /// The simulators are crates of their own (`sim/`), here under the names the tests use.
 pub use overcast_sim_kube as fake_api;
+pub use overcast_sim_vsphere::{esxi_host, vcsim, vcsim_front};
 pub use overcast_sim_zvirt as zvirt_sim;
 pub mod capi;
 /// The DVP parent simulator (`sim/dvp`), and the tenant accounts the tests make in it.
@@ -25,7 +26,6 @@ pub mod dvp_sim {
     pub use overcast_sim_dvp::*;
 }
 mod dvp_tenant;
-pub mod esxi_host;
 pub mod faulty_front;
 pub mod fencing;
 pub mod kubelet;
@@ -38,8 +38,6 @@ pub mod real_node;
 pub mod stall_front;
 pub mod terraform;
 pub mod upstream_node;
-pub mod vcsim;
-pub mod vcsim_front;
 pub mod vsphere_costs;
 
 pub type IdentityClient = csi::identity_client::IdentityClient<Channel>;

@@ -1,5 +1,6 @@
 //! `overcast-sim`: a simulated cloud on this machine, for trying Overcast's suite without
-//! that cloud — the same simulators the tests run (`sim/zvirt`, `sim/kube`, `sim/dvp`). Each
+//! that cloud — the same simulators the tests run (`sim/zvirt`, `sim/kube`, `sim/dvp`,
+//! `sim/vsphere`). Each
 //! subcommand serves until SIGINT or SIGTERM and first prints, on stdout, the
 //! configuration that points Overcast's services at it.
 //!
@@ -7,6 +8,7 @@
 //! overcast-sim zvirt --listen 127.0.0.1:18480 --dir /tmp/zvirt --vm worker-0
 //! overcast-sim kube --listen 127.0.0.1:18481 --kubeconfig /tmp/kube/kubeconfig
 //! overcast-sim dvp --kubeconfig /tmp/kube/admin.kubeconfig --crds ../shared/kit/crds/virtualization
+//! overcast-sim vsphere --vcsim /path/to/vcsim --dir /tmp/vsphere
 //! ```
 
 use std::path::PathBuf;
@@ -83,6 +85,20 @@ enum Cloud {
         #[arg(long = "vm", default_values_t = ["worker-0".to_owned()])]
         vms: Vec<String>,
     },
+    /// A vCenter: vcsim (govmomi's simulator; `../shared/sim/vcsim/build-vcsim.sh` builds
+    /// it from Debian's govmomi sources) with its default inventory (datacenter DC0, a
+    /// cluster of 3 hosts, a standalone host, 4 VMs, datastore LocalDS_0), behind a front
+    /// that plays the ESXi host's and the guest's part vcsim's CNS leaves out: an
+    /// attached volume becomes a disk on the VM and a loop device the node plugin finds
+    /// under `DIR/by-id/wwn-0x<uuid>` (as root).
+    Vsphere {
+        /// The vcsim binary.
+        #[arg(long, env = "OVERCAST_TEST_VCSIM")]
+        vcsim: PathBuf,
+        /// Where the guest's device links, the volumes' files and vsphere.conf go.
+        #[arg(long, default_value = "overcast-sim-vsphere")]
+        dir: PathBuf,
+    },
 }
 
 #[tokio::main]
@@ -102,7 +118,54 @@ async fn main() -> anyhow::Result<()> {
             cloud_config,
             vms,
         } => dvp(&kubeconfig, &crds, &namespace, &cloud_config, &vms).await,
+        Cloud::Vsphere { vcsim, dir } => vsphere(&vcsim, &dir).await,
     }
+}
+
+async fn vsphere(vcsim: &std::path::Path, dir: &std::path::Path) -> anyhow::Result<()> {
+    use overcast_sim_vsphere::esxi_host::EsxiHost;
+    use overcast_sim_vsphere::vcsim::{vms, Vcsim};
+    anyhow::ensure!(
+        vcsim.is_file(),
+        "--vcsim {}: no such binary (../shared/sim/vcsim/build-vcsim.sh builds it)",
+        vcsim.display()
+    );
+    for d in [dir.join("by-id"), dir.join("files")] {
+        std::fs::create_dir_all(&d).with_context(|| format!("create {}", d.display()))?;
+    }
+    let dir = std::fs::canonicalize(dir).with_context(|| format!("{}", dir.display()))?;
+    let (by_id, files) = (dir.join("by-id"), dir.join("files"));
+    let sim = Vcsim::start_binary(vcsim, &[]);
+    let admin = sim.admin(sim.port, None);
+    let host = EsxiHost::start(&sim, std::sync::Arc::clone(&admin), &by_id, &files).await;
+    let conf = sim.conf_at(&dir, host.port, "");
+    let text = std::fs::read_to_string(&conf).with_context(|| format!("{}", conf.display()))?;
+    println!(
+        "# overcast-sim vsphere: vcsim at {}, the ESXi host's front before it at 127.0.0.1:{}",
+        sim.addr, host.port
+    );
+    println!(
+        "# volumes' files in {}, attached ones linked in {}",
+        files.display(),
+        by_id.display()
+    );
+    println!(
+        "# the services' --cloud-config (written to {}):",
+        conf.display()
+    );
+    print!("{text}");
+    for (name, _) in vms(&admin).await {
+        println!(
+            "# VM {name}: the node plugin there runs with --cloud=vsphere --cloud-config={} --node-id={name} --device-by-id-dir={}",
+            conf.display(),
+            by_id.display()
+        );
+    }
+    let served = serve_until_stopped().await;
+    // The guest's loop devices, then vcsim.
+    drop(host);
+    drop(sim);
+    served
 }
 
 async fn dvp(

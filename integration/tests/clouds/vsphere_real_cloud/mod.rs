@@ -18,24 +18,7 @@ fn vcenter(sim: &Vcsim, metrics: &Arc<ApiMetrics>) -> Arc<Vcenter> {
 
 /// A client of `sim`'s vCenter through `port` (a front before it).
 fn vcenter_at(sim: &Vcsim, port: u16, metrics: &Arc<ApiMetrics>) -> Arc<Vcenter> {
-    let mut settings = HttpSettings::new("vsphere");
-    settings.ca_pem = Some(std::fs::read_to_string(&sim.ca_file).unwrap());
-    settings.attempt_timeout = Duration::from_secs(5);
-    settings.deadline = Duration::from_secs(15);
-    Vcenter::new(
-        Target {
-            server: "127.0.0.1".into(),
-            port,
-            login: Login::Password(Credential {
-                user: "user".into(),
-                password: "pass".into(),
-            }),
-            keepalive: Duration::ZERO,
-        },
-        settings,
-        Some(Arc::clone(metrics)),
-    )
-    .unwrap()
+    sim.admin(port, Some(Arc::clone(metrics)))
 }
 
 /// Waits up to `limit` seconds for `f` to give a value.
@@ -75,6 +58,8 @@ mod failed_creates;
 mod instances;
 /// Instances: the inventory in one call, sessions.
 mod inventory;
+/// `overcast-sim vsphere` as the quickstart runs it.
+mod program;
 /// Shaping vcsim's inventory.
 mod sim;
 /// Volume topology: zones from tags, datastores every host of a zone mounts.

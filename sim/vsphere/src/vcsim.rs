@@ -21,6 +21,7 @@ pub struct Vcsim {
     pub addr: String,
     pub port: u16,
     args: Vec<String>,
+    bin: PathBuf,
 }
 
 impl Vcsim {
@@ -32,6 +33,11 @@ impl Vcsim {
             println!("SKIPPED {test}: set {ENV} to the vcsim binary (../shared/sim/vcsim/build-vcsim.sh)");
             return None;
         };
+        Some(Self::start_binary(&bin, args))
+    }
+
+    /// [`Vcsim::start`] of the vcsim binary `bin` (`overcast-sim vsphere`).
+    pub fn start_binary(bin: &Path, args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
         let made = Command::new("openssl")
@@ -63,16 +69,17 @@ impl Vcsim {
             "-tlskey".to_owned(),
             key.display().to_string(),
         ]);
-        let (child, addr) = spawn(&bin, "127.0.0.1:0", &args);
+        let (child, addr) = spawn(bin, "127.0.0.1:0", &args);
         let port = addr.rsplit(':').next().unwrap().parse().unwrap();
-        Some(Self {
+        Self {
             child: Some(child),
             ca_file: cert,
             dir,
             addr,
             port,
             args,
-        })
+            bin: bin.to_owned(),
+        }
     }
 
     /// Stops it (SIGTERM, as its own cleanup of temporary datastores expects).
@@ -116,8 +123,7 @@ impl Vcsim {
     /// Starts it again on the same port, with a fresh inventory of the same shape.
     pub fn restart(&mut self) {
         self.stop();
-        let bin = binary().unwrap();
-        let (child, addr) = spawn(&bin, &self.addr, &self.args);
+        let (child, addr) = spawn(&self.bin, &self.addr, &self.args);
         assert_eq!(addr, self.addr);
         self.child = Some(child);
     }
@@ -125,18 +131,51 @@ impl Vcsim {
     /// A `vsphere.conf` in upstream's INI form for this vCenter (any user is accepted;
     /// its certificate verified as `ca-file`), plus `extra` lines.
     pub fn conf(&self, dir: &Path, extra: &str) -> PathBuf {
+        self.conf_at(dir, self.port, extra)
+    }
+
+    /// [`Vcsim::conf`] naming `port`: a front before it with its certificate.
+    pub fn conf_at(&self, dir: &Path, port: u16, extra: &str) -> PathBuf {
         let path = dir.join("vsphere.conf");
         std::fs::write(
             &path,
             format!(
-                "[Global]\nport = {}\nca-file = {}\n\
+                "[Global]\nport = {port}\nca-file = {}\n\
                  [VirtualCenter \"127.0.0.1\"]\nuser = user\npassword = pass\ndatacenters = DC0\n{extra}",
-                self.port,
                 self.ca_file.display()
             ),
         )
         .unwrap();
         path
+    }
+
+    /// A client of this vCenter as its administrator through `port` (its own, or a
+    /// front's before it), its calls counted in `metrics` when given.
+    pub fn admin(
+        &self,
+        port: u16,
+        metrics: Option<std::sync::Arc<overcast_cloud_http::ApiMetrics>>,
+    ) -> std::sync::Arc<overcast_cloud_vsphere::session::Vcenter> {
+        use overcast_cloud_vsphere::credentials::Credential;
+        use overcast_cloud_vsphere::session::{Login, Target, Vcenter};
+        let mut settings = overcast_cloud_http::HttpSettings::new("vsphere");
+        settings.ca_pem = Some(std::fs::read_to_string(&self.ca_file).unwrap());
+        settings.attempt_timeout = std::time::Duration::from_secs(5);
+        settings.deadline = std::time::Duration::from_secs(15);
+        Vcenter::new(
+            Target {
+                server: "127.0.0.1".into(),
+                port,
+                login: Login::Password(Credential {
+                    user: "user".into(),
+                    password: "pass".into(),
+                }),
+                keepalive: std::time::Duration::ZERO,
+            },
+            settings,
+            metrics,
+        )
+        .unwrap()
     }
 }
 

@@ -28,6 +28,7 @@ const VCSIM_DISK_UUID: &str = "6000c298595bf4575739e9105b2c0c2d";
 pub struct EsxiHost {
     pub port: u16,
     _front: VcsimFront,
+    state: Arc<State>,
 }
 
 struct State {
@@ -60,10 +61,28 @@ impl EsxiHost {
             files: files.to_owned(),
             plugged: Mutex::new(HashMap::new()),
         });
-        let front = VcsimFront::start(sim, state).await;
+        let front = VcsimFront::start(sim, Arc::clone(&state) as Arc<dyn Part>).await;
         Self {
             port: front.port,
             _front: front,
+            state,
+        }
+    }
+}
+
+impl Drop for EsxiHost {
+    /// The guest's devices go with the host: the loop devices still attached are
+    /// detached and their links removed (the volumes' files stay).
+    fn drop(&mut self) {
+        let plugged = std::mem::take(&mut *self.state.plugged.lock().unwrap());
+        for (volume, index) in plugged {
+            let file = self.state.files.join(format!("{volume}.img"));
+            let _ = overcast_cloud_local::loopdev::detach(index, &file);
+            let _ = std::fs::remove_file(
+                self.state
+                    .by_id
+                    .join(format!("wwn-0x{}", disk_uuid(&volume))),
+            );
         }
     }
 }
