@@ -216,6 +216,33 @@ async fn dhctl_s_sequence_makes_reads_replans_and_destroys_a_vm() {
     let again = tf(|| ws.plan(&[&v]));
     expect(&again, 0, "the second plan");
 
+    // The state as a newer release would have left it (issue 60; a newer schema version:
+    // services/terraform/src/upgrade.rs says why every change of shape bumps it):
+    // refused, saying so, and nothing touched; the state as it was plans clean again.
+    let state_file = ws.dir.join("terraform.tfstate");
+    let kept = std::fs::read_to_string(&state_file).unwrap();
+    let with_vm = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut state: serde_json::Value = serde_json::from_str(&kept).unwrap();
+        for r in state["resources"].as_array_mut().unwrap() {
+            if r["type"] == "ovirt_vm" {
+                f(&mut r["instances"][0]);
+            }
+        }
+        std::fs::write(&state_file, state.to_string()).unwrap();
+    };
+    // A newer schema version: Terraform itself refuses before asking the provider.
+    with_vm(&|i| i["schema_version"] = serde_json::json!(1));
+    let newer = tf(|| ws.plan(&[&v]));
+    expect(&newer, 1, "the plan of a state at a newer schema version");
+    assert!(
+        newer.stderr.contains("newer provider version"),
+        "{}",
+        newer.stderr
+    );
+    assert_eq!(w.engine.vm_count(), 1, "a refused state changed the engine");
+    std::fs::write(&state_file, &kept).unwrap();
+    expect(&tf(|| ws.plan(&[&v])), 0, "the plan of the state as it was");
+
     // The VM deleted behind Terraform's back: planned for re-creation, and re-made.
     w.engine.remove_vm(&vm_id);
     let replan = tf(|| ws.plan(&[&v]));

@@ -15,6 +15,7 @@ mod plugin;
 mod resource;
 mod schema;
 mod server;
+mod upgrade;
 mod zvirt;
 
 use std::pin::Pin;

@@ -166,7 +166,7 @@ impl Block {
 
     pub fn schema(&self) -> tf::Schema {
         tf::Schema {
-            version: 0,
+            version: crate::upgrade::STATE_VERSION,
             block: Some(self.to_proto()),
         }
     }

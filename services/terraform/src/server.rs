@@ -51,6 +51,16 @@ impl<C: Send + Sync + 'static> Server<C> {
         self
     }
 
+    /// Every resource's state type (`schema_version`'s discipline: `upgrade.rs`).
+    #[cfg(test)]
+    pub(crate) fn state_types(&self) -> serde_json::Value {
+        self.resources
+            .iter()
+            .map(|(name, r)| ((*name).to_owned(), r.schema().ty().to_json()))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+
     fn resource_of(&self, name: &str) -> Outcome<&dyn Resource<C>> {
         self.resources.get(name).map(|r| r.as_ref()).ok_or_else(|| {
             Diag::new(
@@ -206,13 +216,7 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
         let out = self.resource_of(&r.type_name).and_then(|res| {
             let ty = res.schema().ty();
             let json = r.raw_state.map(|s| s.json).unwrap_or_default();
-            let state = decode(
-                Some(&tf::DynamicValue {
-                    msgpack: Vec::new(),
-                    json,
-                }),
-                &ty,
-            )?;
+            let state = crate::upgrade::upgraded(&r.type_name, r.version, &json, &ty)?;
             Ok(encode(state.as_ref(), &ty))
         });
         Ok(Response::new(match out {
