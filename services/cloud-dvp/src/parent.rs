@@ -139,8 +139,10 @@ impl Parent {
                 if answered(&e) {
                     self.metrics.endpoint_answered(CLOUD, &self.endpoint);
                 } else {
+                    // As cloud-http says its errors: a URL's or a header's secret never.
+                    let why = overcast_cloud_http::redact(&e.to_string());
                     self.metrics
-                        .endpoint_unanswered(CLOUD, &self.endpoint, name, &e.to_string());
+                        .endpoint_unanswered(CLOUD, &self.endpoint, name, &why);
                 }
                 Err(to_cloud_error(what, e))
             }
