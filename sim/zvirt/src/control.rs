@@ -175,10 +175,13 @@ impl Engine {
         }
     }
 
-    /// Unplugs every attachment's device (the attachments stay): a test calls it on its
-    /// way out, failed or not, before its directory goes, so no loop device outlives it.
+    /// Unplugs every attachment's device (the attachments stay) and plugs none after: a
+    /// test calls it on its way out, failed or not, before its directory goes, so no loop
+    /// device outlives it — not even one a request served meanwhile would plug (CI22 left
+    /// one over a deleted disk file).
     pub fn unplug_all(&self) {
         let mut st = self.state.lock().expect("state");
+        st.unplugged = true;
         let files = disk_files(&st);
         for vm in st.vms.values_mut() {
             for (disk, a) in vm.attachments.iter_mut() {

@@ -35,9 +35,10 @@ impl Engine {
             }
         }
         let files = disk_files(st);
+        let unplugged = st.unplugged;
         for vm in st.vms.values_mut() {
             for (disk, a) in vm.attachments.iter_mut() {
-                if a.device.is_none() && now >= a.active_at && !a.bootable {
+                if a.device.is_none() && now >= a.active_at && !a.bootable && !unplugged {
                     if let Some(file) = files.get(disk) {
                         a.device = self.plug(disk, file, a.read_only);
                     }

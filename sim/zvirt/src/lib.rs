@@ -187,6 +187,9 @@ struct State {
     logins: u64,
     /// Calls answered 401 (no valid token).
     unauthorized: u64,
+    /// Its devices were unplugged on a test's way out: a request still served after it (a
+    /// process not yet killed) plugs none again over files about to go.
+    unplugged: bool,
 }
 
 #[derive(Clone)]
