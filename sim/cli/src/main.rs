@@ -168,6 +168,10 @@ async fn vsphere(vcsim: &std::path::Path, dir: &std::path::Path) -> anyhow::Resu
     served
 }
 
+/// On the namespace `overcast-sim dvp` makes: the only kind it ever deletes.
+const MADE_BY: &str = "overcast.dev/made-by";
+const MADE_BY_VALUE: &str = "overcast-sim-dvp";
+
 async fn dvp(
     kubeconfig: &std::path::Path,
     crds: &std::path::Path,
@@ -190,8 +194,42 @@ async fn dvp(
         crds.display()
     );
     install_crds_from(&client, crds).await;
-    // What a run that was killed left (its files are gone with it).
-    sweep_namespace(&client, namespace).await;
+    // The namespace is let go of on stop (its objects' finalizers, then itself), so only
+    // one this program made is taken: a namespace of someone else's is refused, never
+    // swept. One of its own that a killed run left is swept first (its files are gone).
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(client.clone());
+    match namespaces
+        .get_opt(namespace)
+        .await
+        .with_context(|| format!("read namespace {namespace}"))?
+    {
+        None => {}
+        Some(ns) if ns.metadata.deletion_timestamp.is_some() => anyhow::bail!(
+            "namespace {namespace} is being deleted (a cluster without a namespace controller, as the kit, keeps it so): name another with --namespace"
+        ),
+        Some(ns)
+            if ns.metadata.labels.as_ref().and_then(|l| l.get(MADE_BY))
+                == Some(&MADE_BY_VALUE.to_owned()) =>
+        {
+            sweep_namespace(&client, namespace).await;
+            anyhow::bail!(
+                "namespace {namespace} was left by an earlier overcast-sim dvp that did not stop: let go of now; name another with --namespace, or run again once it is gone"
+            );
+        }
+        Some(_) => anyhow::bail!(
+            "namespace {namespace} exists and was not made by overcast-sim dvp, which deletes its namespace when it stops: name a new one with --namespace"
+        ),
+    }
+    let labelled =
+        serde_json::json!({"metadata": {"name": namespace, "labels": {MADE_BY: MADE_BY_VALUE}}});
+    namespaces
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(labelled)?,
+        )
+        .await
+        .with_context(|| format!("create namespace {namespace}"))?;
     let sim = DvpSim::start(
         client.clone(),
         namespace,
