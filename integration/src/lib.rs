@@ -80,6 +80,9 @@ pub fn binary(name: &str) -> PathBuf {
                 || key == "CARGO_CRATE_NAME"
                 || key == "CARGO_PRIMARY_PACKAGE"
                 || key == "CARGO_TARGET_TMPDIR"
+                // .ci/run gives the test binary this (libtest's --report-time); anyhow's,
+                // proc-macro2's and thiserror's build scripts watch it.
+                || key == "RUSTC_BOOTSTRAP"
                 || key.starts_with("CARGO_PKG_")
                 || key.starts_with("CARGO_BIN_")
             {

@@ -95,21 +95,32 @@ async fn sweep_leftovers(kubeconfig: &str) {
     let nodes: Api<Node> = Api::all(c.clone());
     let services: Api<Service> = Api::all(c.clone());
     let mut left = Vec::new();
-    for n in nodes
-        .list(&ListParams::default())
-        .await
-        .expect("list Nodes")
+    // The API server may be coming back (an outage test before this turn restarts its
+    // etcd and waits for it, but a list can still meet it settling): retried for 30 s.
+    async fn listed<K>(api: &Api<K>, what: &str) -> Vec<K>
+    where
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
+        let mut tries = 0;
+        loop {
+            match api.list(&ListParams::default()).await {
+                Ok(list) => return list.items,
+                Err(e) if tries < 30 => {
+                    tries += 1;
+                    eprintln!("cluster turn: listing {what} failed ({e}); again in 1 s");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+                Err(e) => panic!("cluster turn: listing {what} failed for 30 s: {e}"),
+            }
+        }
+    }
+    for n in listed(&nodes, "Nodes").await {
         if n.name_any().starts_with(LEFTOVER_PREFIX) {
             left.push(format!("Node/{}", n.name_any()));
             let _ = nodes.delete(&n.name_any(), &DeleteParams::default()).await;
         }
     }
-    for s in services
-        .list(&ListParams::default())
-        .await
-        .expect("list Services")
-    {
+    for s in listed(&services, "Services").await {
         if !s.name_any().starts_with(LEFTOVER_PREFIX) {
             continue;
         }
