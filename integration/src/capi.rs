@@ -35,8 +35,16 @@ pub fn capi_crd_dir() -> PathBuf {
 
 /// The providers' CRDs as shipped (`deploy/crds/<provider>/capi-<provider>.yaml`).
 pub fn provider_crds(provider: &str) -> Vec<CustomResourceDefinition> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy/crds")
+    provider_crds_in(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy"),
+        provider,
+    )
+}
+
+/// The same from the `deploy` directory `deploy` (an earlier release's).
+pub fn provider_crds_in(deploy: &Path, provider: &str) -> Vec<CustomResourceDefinition> {
+    let path = deploy
+        .join("crds")
         .join(provider)
         .join(format!("capi-{provider}.yaml"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -100,18 +108,28 @@ pub const CLOUD_INIT: &str = "#cloud-config\nruncmd:\n- echo 'joined' > /tmp/joi
 /// The real `capi --cloud zvirt` for namespace `ns` (its Lease named after it), looking at
 /// VMs on their way every second.
 pub fn spawn_zvirt(kubeconfig: &str, cloud_config: &Path, ns: &str) -> crate::KillOnDrop {
+    let port = crate::free_port();
+    spawn_zvirt_with(&crate::binary("capi"), kubeconfig, cloud_config, ns, port)
+}
+
+/// The same with the `capi` binary `capi` (an earlier release's), its metrics on
+/// `metrics_port`.
+pub fn spawn_zvirt_with(
+    capi: &Path,
+    kubeconfig: &str,
+    cloud_config: &Path,
+    ns: &str,
+    metrics_port: u16,
+) -> crate::KillOnDrop {
     crate::KillOnDrop(
-        std::process::Command::new(crate::binary("capi"))
+        std::process::Command::new(capi)
             .arg("--cloud=zvirt")
             .arg(format!("--cloud-config={}", cloud_config.display()))
             .arg(format!("--kubeconfig={kubeconfig}"))
             .arg(format!("--namespace={ns}"))
             .arg("--poll-interval=1")
             .arg(format!("--leader-elect-lease-name={ns}"))
-            .arg(format!(
-                "--metrics-address=127.0.0.1:{}",
-                crate::free_port()
-            ))
+            .arg(format!("--metrics-address=127.0.0.1:{metrics_port}"))
             .stderr(std::process::Stdio::inherit())
             .spawn()
             .expect("capi"),

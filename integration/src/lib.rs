@@ -35,6 +35,7 @@ pub mod node_b;
 pub mod ossim;
 pub mod real;
 pub mod real_node;
+pub mod release;
 pub mod stall_front;
 pub mod terraform;
 pub mod upstream_node;

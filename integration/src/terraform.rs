@@ -100,7 +100,17 @@ pub fn copy_layouts(cloud: &str, root: &Path) -> PathBuf {
 }
 
 /// Our provider in the plugin directory `plugins` as `<host>/<namespace>/<type>`.
-fn install(plugins: &Path, host: &str, (namespace, ty): (&str, &str)) {
+fn install(plugins: &Path, host: &str, provider: (&str, &str)) {
+    install_binary(
+        plugins,
+        host,
+        provider,
+        &crate::binary("terraform-provider-overcast"),
+    );
+}
+
+/// `binary` (this release's provider or an earlier one's) installed so.
+fn install_binary(plugins: &Path, host: &str, (namespace, ty): (&str, &str), binary: &Path) {
     let at = plugins
         .join(host)
         .join(namespace)
@@ -110,8 +120,7 @@ fn install(plugins: &Path, host: &str, (namespace, ty): (&str, &str)) {
     std::fs::create_dir_all(&at).expect("plugin dir");
     let installed = at.join(format!("terraform-provider-{ty}_v{PROVIDER_VERSION}"));
     if !installed.exists() {
-        std::fs::copy(crate::binary("terraform-provider-overcast"), &installed)
-            .expect("install the provider");
+        std::fs::copy(binary, &installed).expect("install the provider");
     }
 }
 
@@ -172,12 +181,25 @@ impl Workspace {
 
     /// The module in `dir` (a layout's folder), its plugin directory under `root`.
     pub fn module(terraform: &Path, root: &Path, dir: PathBuf, provider: (&str, &str)) -> Self {
+        let binary = crate::binary("terraform-provider-overcast");
+        Self::module_with(terraform, root, dir, provider, &binary)
+    }
+
+    /// The same with the provider `binary` (an earlier release's): `root` must be a
+    /// directory of its own, since the plugin directory under it holds that binary.
+    pub fn module_with(
+        terraform: &Path,
+        root: &Path,
+        dir: PathBuf,
+        provider: (&str, &str),
+        binary: &Path,
+    ) -> Self {
         let name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let plugins = root.join(format!("plugins-{name}"));
-        install(&plugins, "registry.terraform.io", provider);
+        install_binary(&plugins, "registry.terraform.io", provider, binary);
         let rc = root.join("terraformrc");
         std::fs::write(&rc, "").expect("rc");
         Self {

@@ -7,6 +7,7 @@ mod capi_crds_real_cluster;
 mod capi_dvp_real_cluster;
 mod capi_registration_real_cluster;
 mod capi_stalls;
+mod capi_upgrade;
 mod capi_zvirt_real_cluster;
 mod ccm_outage_real_cluster;
 mod ccm_real_cluster;

@@ -22,6 +22,7 @@ use serde_json::json;
 
 mod deckhouse;
 mod takeover;
+mod upgrade;
 
 const PROVIDER: (&str, &str) = ("overcast", "dvp");
 

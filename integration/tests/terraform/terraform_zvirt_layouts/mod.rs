@@ -10,6 +10,7 @@
 
 mod deckhouse;
 mod takeover;
+mod upgrade;
 
 use std::time::Duration;
 

@@ -1,0 +1,122 @@
+//! An upgrade of Overcast under a DVP cluster dhctl made with our layouts: an earlier
+//! release's provider and layouts (the binaries and files of that commit, built by
+//! `.ci/run`; none of this release's code writes them) make the cluster's base, a master
+//! and a static node in the simulated parent; then this release as dhctl converges after
+//! the upgrade — each module's working directory made afresh from this release's layouts,
+//! the state the earlier release left copied in, `init` with this release's provider,
+//! `plan -detailed-exitcode` with the same inputs. What an upgrade must give: no change
+//! planned, and nothing written to the parent.
+
+use kube::api::ListParams;
+use overcast_integration::release;
+
+use super::*;
+
+/// The release whose provider and layouts made the cluster: the last before our layouts
+/// took Deckhouse's names, labels and defaults (0eeb907).
+const RELEASE: &str = "688adc9";
+
+/// Every VM's, disk's and address's name with its resourceVersion: a write to any shows.
+async fn versions(w: &World) -> Vec<String> {
+    let mut out = Vec::new();
+    for ar in [
+        api::virtual_machine(),
+        api::virtual_disk(),
+        api::virtual_machine_ip_address(),
+    ] {
+        for o in w.api(&ar).list(&ListParams::default()).await.unwrap().items {
+            out.push(format!(
+                "{}={}",
+                o.name_any(),
+                o.resource_version().unwrap()
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_an_earlier_release_made_plans_no_change_after_the_upgrade() {
+    let what = "the DVP Terraform upgrade test";
+    let Some(old) = release::get(RELEASE, what) else {
+        return;
+    };
+    let Some((w, bin)) = World::new(what, "upgrade").await else {
+        return;
+    };
+    let root = w.dir.path().to_owned();
+    // The earlier release's layouts, in a directory of their own (its provider is
+    // installed in the plugin directories there).
+    let old_root = root.join(format!("release-{RELEASE}"));
+    std::fs::create_dir_all(&old_root).unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(old.src("deploy/terraform/dvp"))
+        .arg(&old_root)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let old_provider = old.bin("terraform-provider-overcast");
+    let master_vars = w.vars(0, "master", &w.kubeconfig_b64);
+    let node_vars = w.vars(0, "worker", &w.kubeconfig_b64);
+    let modules = [
+        ("base-infrastructure", &master_vars),
+        ("master-node", &master_vars),
+        ("static-node", &node_vars),
+    ];
+    let old_module = |module: &str| old_root.join("dvp/layouts/standard").join(module);
+    for (module, vars) in modules {
+        let ws =
+            Workspace::module_with(&bin, &old_root, old_module(module), PROVIDER, &old_provider);
+        tf(|| ws.init());
+        tf(|| {
+            ws.run(&["apply", "-input=false", "-no-color", "-auto-approve", vars])
+                .ok()
+        });
+    }
+    let objects = w.objects().await;
+    assert!(
+        objects.iter().filter(|o| o.starts_with("vm/")).count() == 2,
+        "{RELEASE} made a master and a node: {objects:?}"
+    );
+    let before = versions(&w).await;
+    // What the earlier release wrote is behind us: from here, the parent must see none.
+    w.sim
+        .faults
+        .writes
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clear();
+
+    for (module, vars) in modules {
+        let ws = Workspace::module(&bin, &root, w.layout(module), PROVIDER);
+        std::fs::copy(
+            old_module(module).join("terraform.tfstate"),
+            ws.dir.join("terraform.tfstate"),
+        )
+        .unwrap();
+        tf(|| ws.init());
+        let plan = tf(|| ws.plan(&[vars]));
+        expect(
+            &plan,
+            0,
+            &format!("{module}'s plan by this release on the state {RELEASE} left"),
+        );
+    }
+    assert_eq!(
+        *w.sim
+            .faults
+            .writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()),
+        Vec::<String>::new(),
+        "the plans wrote to the parent"
+    );
+    assert_eq!(
+        versions(&w).await,
+        before,
+        "an object in the parent changed"
+    );
+    assert_eq!(w.objects().await, objects);
+}
