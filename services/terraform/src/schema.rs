@@ -32,6 +32,11 @@ pub struct Attr {
     /// holds (a value the cloud reported, or another provider wrote) instead of being
     /// planned to null.
     pub kept: bool,
+    /// Its value in a state an earlier release wrote before the attribute existed (the
+    /// state's JSON lacks the key): what this release writes for an object made without
+    /// it. Brought forward in `UpgradeResourceState`; without it the attribute reads as
+    /// null there, and a refresh leaves a null optional attribute null.
+    pub absent: Option<Value>,
     pub description: &'static str,
 }
 
@@ -60,6 +65,7 @@ fn attr(name: &'static str, ty: Type, usage: Use, description: &'static str) -> 
         force_new: false,
         default: None,
         kept: false,
+        absent: None,
         description,
     }
 }
@@ -89,6 +95,11 @@ impl Attr {
     /// See [`Attr::kept`].
     pub fn kept(mut self) -> Self {
         self.kept = true;
+        self
+    }
+    /// See [`Attr::absent`].
+    pub fn absent_as(mut self, v: Value) -> Self {
+        self.absent = Some(v);
         self
     }
 }

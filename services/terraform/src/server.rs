@@ -214,9 +214,10 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
     ) -> Result<Response<tf::upgrade_resource_state::Response>, Status> {
         let r = r.into_inner();
         let out = self.resource_of(&r.type_name).and_then(|res| {
-            let ty = res.schema().ty();
+            let block = res.schema();
+            let ty = block.ty();
             let json = r.raw_state.map(|s| s.json).unwrap_or_default();
-            let state = crate::upgrade::upgraded(&r.type_name, r.version, &json, &ty)?;
+            let state = crate::upgrade::upgraded(&r.type_name, r.version, &json, &block)?;
             Ok(encode(state.as_ref(), &ty))
         });
         Ok(Response::new(match out {

@@ -8,22 +8,33 @@
 //! wrote version 0); a later version is refused with what to do (Terraform refuses it
 //! first, "managed by newer provider version"; this is for any other client).
 //!
+//! At version 0, what releases wrote before an attribute existed lacks its key: an
+//! attribute that says what it was then ([`crate::schema::Attr::absent`]) takes that
+//! value (the DVP VM's `node_selector`, added after 688adc9: null there, an empty map
+//! now, and a change of it replaces the VM — the upgrade test found the master replaced).
+//!
 //! At the same version Terraform drops, before it asks the provider, every attribute the
 //! schema lacks — so a release that changes a resource's attributes must bump the version,
 //! or an older release would read a newer state as its own and lose what it does not know.
 //! `state-shapes.json` records every resource's state type at [`STATE_VERSION`], and a test
 //! fails when a shape changes without the version.
 
-use crate::cty::{self, Type};
+use crate::cty;
 use crate::resource::Diag;
-use crate::schema::Obj;
+use crate::schema::{Block, Obj};
 
 /// The schema version of every resource's state this release writes.
 pub const STATE_VERSION: i64 = 0;
 
 /// `raw` (the state's JSON attributes, as Terraform kept them), written at schema
-/// `version`, as this release's state of type `ty`.
-pub fn upgraded(resource: &str, version: i64, raw: &[u8], ty: &Type) -> Result<Option<Obj>, Diag> {
+/// `version`, as this release's state of the resource `block`.
+pub fn upgraded(
+    resource: &str,
+    version: i64,
+    raw: &[u8],
+    block: &Block,
+) -> Result<Option<Obj>, Diag> {
+    let ty = &block.ty();
     if version > STATE_VERSION {
         return Err(Diag::new(
             format!("{resource}: state from a newer release of the provider"),
@@ -43,7 +54,21 @@ pub fn upgraded(resource: &str, version: i64, raw: &[u8], ty: &Type) -> Result<O
         .map_err(|e| Diag::new(format!("{resource}: malformed state"), e))?
     {
         cty::Value::Null => Ok(None),
-        cty::Value::Map(m) => Ok(Some(m)),
+        cty::Value::Map(mut m) => {
+            // Only in a state a release of ours wrote whole: one that holds nothing but
+            // its id (an import's, `migrate-state`'s) is filled by the refresh, which
+            // takes everything the cloud says only while nothing else is known.
+            let written = block
+                .attrs
+                .iter()
+                .any(|a| a.name != "id" && json.get(a.name).is_some_and(|v| !v.is_null()));
+            for a in block.attrs.iter().filter(|_| written) {
+                if let Some(then) = a.absent.as_ref().filter(|_| json.get(a.name).is_none()) {
+                    m.insert(a.name.to_owned(), then.clone());
+                }
+            }
+            Ok(Some(m))
+        }
         other => Err(Diag::new(
             format!("{resource}: malformed state"),
             format!("an object was expected, not {other:?}"),
@@ -54,17 +79,19 @@ pub fn upgraded(resource: &str, version: i64, raw: &[u8], ty: &Type) -> Result<O
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::{computed, required, s, Block};
+    use crate::cty::Type;
+    use crate::schema::{computed, optional, required, s, Block};
 
-    fn ty() -> Type {
+    fn ty() -> Block {
         Block::new(
             "",
             vec![
                 computed("id", Type::String, ""),
                 required("name", Type::String, ""),
+                optional("selector", Type::Map(Box::new(Type::String)), "")
+                    .absent_as(cty::Value::Map(Default::default())),
             ],
         )
-        .ty()
     }
 
     #[test]
@@ -73,9 +100,24 @@ mod tests {
         let got = got.unwrap();
         assert_eq!(got["id"], s("1"));
         assert_eq!(got["name"], s("a"));
-        // An attribute the state lacks (one added since) is null, as Terraform reads it.
+        // An attribute the state lacks (one added since) is null, as Terraform reads it;
+        // one that says what it was before it existed is that.
+        let got = upgraded("r", 0, br#"{"id": "1", "name": "a"}"#, &ty())
+            .unwrap()
+            .unwrap();
+        assert_eq!(got["selector"], cty::Value::Map(Default::default()));
+        let got = upgraded("r", 0, br#"{"name": "a"}"#, &ty())
+            .unwrap()
+            .unwrap();
+        assert_eq!(got["id"], cty::Value::Null);
+        // Present, even null, it is what the state says.
+        let got = upgraded("r", 0, br#"{"id": "1", "selector": null}"#, &ty())
+            .unwrap()
+            .unwrap();
+        assert_eq!(got["selector"], cty::Value::Null);
+        // A state of its id alone (an import's) is left for the refresh to fill.
         let got = upgraded("r", 0, br#"{"id": "1"}"#, &ty()).unwrap().unwrap();
-        assert_eq!(got["name"], cty::Value::Null);
+        assert_eq!(got["selector"], cty::Value::Null);
     }
 
     #[test]

@@ -154,7 +154,10 @@ resource "dvp_virtual_machine_ip_address" "node" {
   labels    = local.labels
 
   lifecycle {
+    # The name it has, as the disks and the VM keep theirs: our layouts of 688adc9 named
+    # it `<hostname>`, and a new name replaces the address and the VM that takes it.
     ignore_changes = [
+      name,
       labels["deckhouse.io/managed-by"],
       labels["dvp.deckhouse.io/cluster-uuid"],
       labels["dvp.deckhouse.io/hostname"],

@@ -120,7 +120,9 @@ impl Resource<Cloud> for VirtualMachine {
                     labels_type(),
                     "Labels of the parent nodes it may run on.",
                 )
-                .force_new(),
+                .force_new()
+                // None is an empty map (read below): so in a state written before it.
+                .absent_as(Value::Map(Default::default())),
                 optional(
                     "tolerations",
                     Type::List(Box::new(labels_type())),

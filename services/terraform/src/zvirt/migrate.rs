@@ -8,7 +8,15 @@
 //! whose provider address is not the configuration's (`Could not load plugin`), so the
 //! address is rewritten, on the registry host the state names (Terraform's or OpenTofu's).
 //!
-//! What it never does: change an attribute, drop a resource, or guess. A resource of any
+//! Our own layouts of the release of 688adc9 (the first that had them; 5e88a76 took
+//! Deckhouse's addresses) put each node's resources in a module (`module.master`,
+//! `module.node`, of `terraform-modules/node`) and named the provider `ovirt/ovirt`: their
+//! resources move to the addresses Deckhouse's layouts and ours give them now
+//! ([`OUR_688ADC9`]) — Terraform 1.0 has no `moved` blocks, and a plan of a state at the
+//! old addresses destroys the node's VM and makes another (the upgrade test found it). The
+//! data sources of those modules are dropped: a plan reads the layout's own again.
+//!
+//! What it never does: change an attribute, drop a managed resource, or guess. A resource of any
 //! other type or provider refuses the whole state, nothing written: a state entry lost
 //! by mistake is an object nobody deletes. A state already migrated comes out unchanged
 //! (same serial), so running it twice is safe.
@@ -34,6 +42,51 @@ const TYPES: [&str; 9] = [
     "ovirt_disk_attachments",
     "ovirt_wait_for_ip",
 ];
+
+/// Where our layouts of 688adc9 put each managed resource (module, type, name) and where
+/// it is now (the same type; the name in the node's layout). The data disk's resources
+/// had `count` (one instance, key 0) and have none now.
+const OUR_688ADC9: [(&str, &str, &str, &str); 10] = [
+    ("module.master", "ovirt_vm", "vm", "master_vm"),
+    ("module.master", "ovirt_vm_start", "vm", "master_vm"),
+    ("module.master", "ovirt_nic", "nic", "master_vm_nic"),
+    (
+        "module.master",
+        "ovirt_disk_resize",
+        "boot",
+        "master_boot_disk_resize",
+    ),
+    (
+        "module.master",
+        "ovirt_disk",
+        "kubernetes_data",
+        "master-kubernetes-data",
+    ),
+    (
+        "module.master",
+        "ovirt_disk_attachment",
+        "kubernetes_data",
+        "master-kubernetes-data-attachment",
+    ),
+    ("module.node", "ovirt_vm", "vm", "node_vm"),
+    ("module.node", "ovirt_vm_start", "vm", "node_vm"),
+    ("module.node", "ovirt_nic", "nic", "node_vm_nic"),
+    (
+        "module.node",
+        "ovirt_disk_resize",
+        "boot",
+        "node_boot_disk_resize",
+    ),
+];
+
+/// A resource address of our 688adc9 layouts (`module.master.ovirt_vm.vm`, with or
+/// without an index) as it is now (`ovirt_vm.master_vm`).
+fn moved_from_688adc9(address: &str) -> Option<String> {
+    let address = address.strip_suffix("[0]").unwrap_or(address);
+    OUR_688ADC9.iter().find_map(|(module, ty, name, now)| {
+        (address == format!("{module}.{ty}.{name}")).then(|| format!("{ty}.{now}"))
+    })
+}
 
 /// `provider["<host>/<namespace>/ovirt"]` → (host, whether it is already ours); `None`
 /// for any other. The namespace is compared as Terraform does, regardless of case
@@ -94,9 +147,74 @@ pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
             report.moved.push(format!("{addr}: {provider} → {ours}"));
             moved["provider"] = json!(ours);
         }
+        if let Some(module) = r["module"].as_str() {
+            if module != "module.master" && module != "module.node" {
+                unknown.push(format!(
+                    "{addr}: no layout of ours or Deckhouse's has {module}"
+                ));
+                continue;
+            }
+            if !data.is_empty() {
+                report.dropped.push(format!(
+                    "{addr}: a data source of our 688adc9 layouts' module (the plan reads the layout's own)"
+                ));
+                continue;
+            }
+            let Some(now) = moved_from_688adc9(&addr) else {
+                unknown.push(format!("{addr}: not a resource our 688adc9 layouts made"));
+                continue;
+            };
+            let instances = moved["instances"].as_array_mut();
+            let Some(instances) = instances.filter(|i| i.len() <= 1) else {
+                unknown.push(format!("{addr}: more than one instance"));
+                continue;
+            };
+            if let Some(instance) = instances.first_mut().and_then(|i| i.as_object_mut()) {
+                match instance.remove("index_key") {
+                    None => {}
+                    Some(k) if k == json!(0) => {}
+                    Some(k) => {
+                        unknown.push(format!("{addr}: an instance of key {k}"));
+                        continue;
+                    }
+                }
+            }
+            let name = now.split_once('.').map(|(_, n)| n).unwrap_or_default();
+            moved.as_object_mut().map(|m| m.remove("module"));
+            moved["name"] = json!(name);
+            report.moved.push(format!("{addr} → {now}"));
+        }
         out.push(moved);
     }
-    if unknown.is_empty() && report.moved.is_empty() {
+    // What an instance depends on, by the addresses it has now (Terraform orders a
+    // destroy by them).
+    for r in &mut out {
+        for instance in r["instances"].as_array_mut().into_iter().flatten() {
+            if let Some(deps) = instance["dependencies"].as_array_mut() {
+                for d in deps.iter_mut() {
+                    if let Some(now) = d.as_str().and_then(moved_from_688adc9) {
+                        *d = json!(now);
+                    }
+                }
+                deps.retain(|d| !d.as_str().is_some_and(|d| d.starts_with("module.")));
+            }
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for r in &out {
+        let addr = format!(
+            "{}{}.{}",
+            if r["mode"] == "data" { "data." } else { "" },
+            r["type"].as_str().unwrap_or_default(),
+            r["name"].as_str().unwrap_or_default()
+        );
+        if r["module"].is_null() && !seen.insert(addr.clone()) {
+            unknown.push(format!(
+                "{addr}: in the state twice (at our 688adc9 address and at today's)"
+            ));
+        }
+    }
+    if unknown.is_empty() && report.moved.is_empty() && report.dropped.is_empty() {
         return Ok((state.clone(), report));
     }
     Ok((crate::migrate::rewritten(state, out, &unknown)?, report))
@@ -182,6 +300,121 @@ mod tests {
         assert!(e.contains("null_resource.x: provider"), "{e}");
         assert!(e.contains("ovirt_tag.t: a ovirt_tag"), "{e}");
         assert!(migrate(&json!({"version": 3})).is_err());
+    }
+
+    /// A master's state as our layouts of 688adc9 wrote it (the shape of the one that
+    /// release's provider wrote in `terraform_zvirt_layouts::upgrade`).
+    fn ours_688adc9() -> Value {
+        let p = "provider[\"registry.terraform.io/ovirt/ovirt\"]";
+        let r = |mode: &str, ty: &str, name: &str, index: Option<u32>, deps: Value| {
+            let mut instance = json!({"schema_version": 0, "attributes": {"id": format!("{ty}-id")},
+                                      "dependencies": deps});
+            if let Some(i) = index {
+                instance["index_key"] = json!(i);
+            }
+            json!({"module": "module.master", "mode": mode, "type": ty, "name": name,
+                   "provider": p, "instances": [instance]})
+        };
+        json!({"version": 4, "terraform_version": "1.0.3", "serial": 7, "lineage": "l", "outputs": {},
+        "resources": [
+            r("data", "ovirt_templates", "template", None, json!([])),
+            r("data", "ovirt_wait_for_ip", "vm", None, json!([])),
+            r("managed", "ovirt_vm", "vm", None, json!(["module.master.data.ovirt_templates.template"])),
+            r("managed", "ovirt_vm_start", "vm", None, json!(["module.master.ovirt_vm.vm",
+                "module.master.ovirt_nic.nic", "module.master.ovirt_disk_attachment.kubernetes_data"])),
+            r("managed", "ovirt_nic", "nic", None, json!(["module.master.ovirt_vm.vm"])),
+            r("managed", "ovirt_disk_resize", "boot", None, json!(["module.master.ovirt_vm.vm"])),
+            r("managed", "ovirt_disk", "kubernetes_data", Some(0), json!([])),
+            r("managed", "ovirt_disk_attachment", "kubernetes_data", Some(0),
+              json!(["module.master.ovirt_disk.kubernetes_data", "module.master.ovirt_vm.vm"])),
+        ]})
+    }
+
+    #[test]
+    fn our_688adc9_layouts_resources_move_to_today_s_addresses() {
+        let (out, report) = migrate(&ours_688adc9()).unwrap();
+        let names: Vec<String> = out["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                assert!(r.get("module").is_none(), "{r}");
+                assert_eq!(
+                    r["provider"],
+                    "provider[\"registry.terraform.io/terraform-provider-ovirt/ovirt\"]"
+                );
+                let i = &r["instances"][0];
+                assert!(i.get("index_key").is_none(), "{r}");
+                assert_eq!(
+                    i["attributes"]["id"],
+                    format!("{}-id", r["type"].as_str().unwrap())
+                );
+                format!(
+                    "{}.{}",
+                    r["type"].as_str().unwrap(),
+                    r["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "ovirt_vm.master_vm",
+                "ovirt_vm_start.master_vm",
+                "ovirt_nic.master_vm_nic",
+                "ovirt_disk_resize.master_boot_disk_resize",
+                "ovirt_disk.master-kubernetes-data",
+                "ovirt_disk_attachment.master-kubernetes-data-attachment",
+            ]
+        );
+        assert_eq!(
+            out["resources"][1]["instances"][0]["dependencies"],
+            json!([
+                "ovirt_vm.master_vm",
+                "ovirt_nic.master_vm_nic",
+                "ovirt_disk_attachment.master-kubernetes-data-attachment"
+            ])
+        );
+        // The module's data source, named by nothing now, is gone from the dependencies.
+        assert_eq!(
+            out["resources"][0]["instances"][0]["dependencies"],
+            json!([])
+        );
+        assert_eq!(report.dropped.len(), 2, "{report:?}");
+        assert!(report
+            .moved
+            .contains(&"module.master.ovirt_vm.vm → ovirt_vm.master_vm".to_owned()));
+        // Twice is once.
+        let (again, report) = migrate(&out).unwrap();
+        assert_eq!(again, out);
+        assert_eq!(report, Report::default());
+    }
+
+    #[test]
+    fn a_688adc9_resource_it_does_not_know_refuses_the_whole_state() {
+        let mut s = ours_688adc9();
+        s["resources"][2]["name"] = json!("other");
+        let e = migrate(&s).unwrap_err();
+        assert!(
+            e.contains("module.master.ovirt_vm.other: not a resource"),
+            "{e}"
+        );
+        let mut s = ours_688adc9();
+        s["resources"][6]["instances"][0]["index_key"] = json!(1);
+        let e = migrate(&s).unwrap_err();
+        assert!(e.contains("an instance of key 1"), "{e}");
+        let mut s = ours_688adc9();
+        s["resources"][2]["module"] = json!("module.extra");
+        let e = migrate(&s).unwrap_err();
+        assert!(e.contains("module.extra"), "{e}");
+        // Both the old address and today's: refused, not merged.
+        let mut s = ours_688adc9();
+        let mut today = s["resources"][2].clone();
+        today.as_object_mut().unwrap().remove("module");
+        today["name"] = json!("master_vm");
+        s["resources"].as_array_mut().unwrap().push(today);
+        let e = migrate(&s).unwrap_err();
+        assert!(e.contains("ovirt_vm.master_vm: in the state twice"), "{e}");
     }
 
     #[test]
