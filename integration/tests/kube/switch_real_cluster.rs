@@ -294,7 +294,12 @@ fn cleanup(k: &Kubectl, u: &Upstream, ours: bool) {
     }
     if ours {
         let dir = overlay(u.cloud);
-        let _ = k.run(&["delete", "-k", &dir, "--ignore-not-found"], None);
+        // Bounded: a CRD's deletion waits for every object of its kind, and one another
+        // test left with a finalizer held it — and this lane — for good (a run here).
+        let _ = k.run(
+            &["delete", "-k", &dir, "--ignore-not-found", "--timeout=120s"],
+            None,
+        );
     }
 }
 
