@@ -19,6 +19,12 @@ last build, so overcast-api's build script ran again and every crate using it wa
 ~300 s of clippy and build with nothing changed). The caller trusts RECORD only if nothing was built into the target directory
 after it was written (another checkout's build would have made artefacts from other
 contents): see .ci/run.
+
+The record also names the checkout it was built from: an artefact keeps that checkout's
+paths (`env!("CARGO_MANIFEST_DIR")`, which tests use to find deploy/ and ../shared, and
+cargo does not rebuild for), so a record of another checkout is not trusted — every file
+is new. A run there read another clone's files: a test of deploy/ read the older clone's
+deploy/, and where that clone was gone, failed.
 """
 import hashlib
 import os
@@ -53,6 +59,7 @@ def directories(files):
 def record(dest):
     files = tracked()
     with open(dest + ".tmp", "w") as f:
+        f.write(f"checkout 0 {os.getcwd()}\n")
         for path in files:
             # The path last: it may hold spaces.
             f.write(f"{digest(path)} {os.stat(path).st_mtime_ns} {path}\n")
@@ -63,13 +70,20 @@ def record(dest):
 
 def restore(src):
     seen = {}
+    checkout = None
     try:
         with open(src) as f:
             for line in f:
                 h, mtime, path = line.rstrip("\n").split(" ", 2)
-                seen[path] = (h, int(mtime))
+                if h == "checkout":
+                    checkout = path
+                else:
+                    seen[path] = (h, int(mtime))
     except FileNotFoundError:
         pass
+    if seen and checkout != os.getcwd():
+        print(f"the last build was of another checkout ({checkout or 'not named'}): every file is new")
+        seen = {}
     now = time.time_ns()
     kept = changed = 0
     files = tracked()

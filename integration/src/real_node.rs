@@ -114,8 +114,13 @@ impl Node {
 
     /// Our two images into a containerd through its import command (a second node's).
     pub fn import_images_with(&self, import: &str) {
+        self.import_images_from(import, &self.images);
+    }
+
+    /// The two images in `images` (an earlier release's) through `import`.
+    fn import_images_from(&self, import: &str, images: &Path) {
         for image in ["overcast-csi", "overcast-ccm"] {
-            let archive = self.images.join(format!("{image}.tar"));
+            let archive = images.join(format!("{image}.tar"));
             let out = Command::new(import)
                 .arg(&archive)
                 .output()
@@ -134,6 +139,49 @@ impl Node {
     pub fn install(&self) {
         self.import_images();
         self.kubectl(&["apply", "-k", overlay().to_str().unwrap()]);
+        self.wait_suite_ready();
+    }
+
+    /// An earlier release's suite installed as a user of that release did: its images
+    /// (tagged with its commit) imported, its own `integration/real-node` overlay applied
+    /// with that tag, every pod waited for.
+    pub fn install_release(&self, release: &crate::release::Release, images: &Path) {
+        self.import_images_from(&self.import, images);
+        let dir = std::env::temp_dir().join(format!("overcast-real-node-{}", release.commit));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("kustomization.yaml"),
+            format!(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+                 resources:\n  - {}\nimages:\n  - name: localhost/overcast-csi\n    newTag: {c}\n\
+                 \x20 - name: localhost/overcast-ccm\n    newTag: {c}\n",
+                release.src("integration/real-node").display(),
+                c = release.commit
+            ),
+        )
+        .unwrap();
+        self.kubectl(&["apply", "-k", dir.to_str().unwrap()]);
+        self.wait_suite_ready();
+    }
+
+    /// Every Deployment of the suite rolled out and available, the node plugin too (over
+    /// an earlier release's, its pods replaced first).
+    fn wait_suite_ready(&self) {
+        for name in [
+            "deployment/overcast-csi-controller",
+            "deployment/overcast-cloud-controller-manager",
+            "deployment/overcast-discoverer",
+            "daemonset/overcast-csi-node",
+        ] {
+            self.kubectl(&[
+                "-n",
+                "kube-system",
+                "rollout",
+                "status",
+                name,
+                "--timeout=180s",
+            ]);
+        }
         for (kind, name) in [
             ("deployment", "overcast-csi-controller"),
             ("deployment", "overcast-cloud-controller-manager"),

@@ -26,6 +26,21 @@ impl Release {
         path
     }
 
+    /// The release's images (`overcast-csi.tar`, `overcast-ccm.tar`, tagged with its
+    /// commit) once `.ci/run`'s real node lane made them; `None` (said skipped) before.
+    pub fn images(&self, what: &str) -> Option<PathBuf> {
+        let dir = self.dir.join("images");
+        if dir.join(".built").is_file() {
+            return Some(dir);
+        }
+        crate::say_skipped(&format!(
+            "release {}'s images are not made ({}: .ci/run's real node lane makes them); {what} needs them",
+            self.commit,
+            dir.display()
+        ));
+        None
+    }
+
     /// A path in the release's sources (its layouts, overlays, …).
     pub fn src(&self, path: &str) -> PathBuf {
         self.dir.join("src").join(path)

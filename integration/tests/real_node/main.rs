@@ -2,8 +2,9 @@
 //! containerd and kubelet v1.25), installed the way a user installs it: the images built
 //! here by `deploy/images/build.sh`, imported into the node's containerd, `kubectl apply
 //! -k integration/real-node` (the local overlay with only the images pointed at those
-//! tags and the kit's sidecars). Then a PVC mounted into a running pod by the real
-//! kubelet. `.ci/run`'s real-node step runs it (`-- --ignored`) with `OVERCAST_TEST_NODE`
+//! tags and the kit's sidecars) — over an earlier release's suite and a pod on a volume it
+//! made, where that release's images were made ([`upgrade`]). Then a PVC mounted into a
+//! running pod by the real kubelet. `.ci/run`'s real-node step runs it (`-- --ignored`) with `OVERCAST_TEST_NODE`
 //! and `OVERCAST_TEST_IMAGES` set; run so without them, it says it was skipped.
 
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use overcast_integration::real_node::{claim, disk_files, local_loops, pod, Node,
 mod fencing;
 mod load_balancer;
 mod lost_state;
+mod upgrade;
 mod volumes;
 
 const NS: &str = "overcast-it-node";
@@ -26,6 +28,9 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
     let Some(node) = Node::from_env() else {
         return;
     };
+    // From an earlier release, where its images were made: a pod on a volume it made,
+    // then this release applied over it (below, as a user upgrades).
+    let writer = upgrade::an_earlier_release_with_a_writer(&node, NS);
     node.install();
     // kubelet registered the driver through our registrar: the CSINode lists it.
     let csinode = node.wait_for(
@@ -44,19 +49,18 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
     assert!(csinode.contains("allocatable"), "{csinode}");
     the_ccm_initialized_the_node_on_its_kubelets_address(&node);
 
-    let _ = node.try_kubectl(&["create", "namespace", NS]);
-    node.apply(
-        "writer",
-        &[
-            claim(NS, "data", "overcast-local", "64Mi", false),
-            pod(
-                NS,
-                "writer",
-                Volume::Claim("data"),
-                "echo hello-from-a-pod > /data/file && sync && sleep 3600",
-            ),
-        ],
-    );
+    if let Some(uid) = &writer {
+        upgrade::the_writer_kept_its_volume_through_the_roll(&node, NS, uid);
+    } else {
+        let _ = node.try_kubectl(&["create", "namespace", NS]);
+        node.apply(
+            "writer",
+            &[
+                claim(NS, "data", "overcast-local", "64Mi", false),
+                pod(NS, "writer", Volume::Claim("data"), upgrade::WRITER),
+            ],
+        );
+    }
     node.wait_for(
         "the pod Running with its volume",
         Duration::from_secs(180),
