@@ -149,13 +149,17 @@ impl Node {
         self.import_images_from(&self.import, images);
         let dir = std::env::temp_dir().join(format!("overcast-real-node-{}", release.commit));
         std::fs::create_dir_all(&dir).unwrap();
+        // kustomize takes a base by a relative path only ("new root cannot be absolute").
+        let base = release.src("integration/real-node");
+        let up = "../".repeat(dir.components().count().saturating_sub(1));
+        let base = format!("{up}{}", base.display().to_string().trim_start_matches('/'));
         std::fs::write(
             dir.join("kustomization.yaml"),
             format!(
                 "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
                  resources:\n  - {}\nimages:\n  - name: localhost/overcast-csi\n    newTag: {c}\n\
                  \x20 - name: localhost/overcast-ccm\n    newTag: {c}\n",
-                release.src("integration/real-node").display(),
+                base,
                 c = release.commit
             ),
         )
