@@ -262,6 +262,26 @@ impl Workspace {
         self.run(&all)
     }
 
+    /// dhctl's converge after an upgrade of the provider: a plan that changes no
+    /// resource (an output may change), its apply, then a plan of no change at all.
+    pub fn converges_unchanged(&self, vars: &str, what: &str) {
+        let plan = self.plan(&[vars]);
+        assert!(
+            plan.code == 0 || (plan.code == 2 && !plan.stdout.contains("Plan:")),
+            "{what}: exit {}\n{}\n{}",
+            plan.code,
+            plan.stdout,
+            plan.stderr
+        );
+        self.run(&["apply", "-input=false", "-no-color", "-auto-approve", vars])
+            .ok();
+        expect(
+            &self.plan(&[vars]),
+            0,
+            &format!("{what}, after its converge"),
+        );
+    }
+
     /// `output -json`.
     pub fn outputs(&self) -> serde_json::Value {
         let out = self.run(&["output", "-json"]).ok();

@@ -28,15 +28,6 @@ use serde_json::json;
 const RELEASE: &str = "688adc9";
 const GIB: u64 = 1 << 30;
 
-/// The engine's answered calls that change something (every method but GET).
-fn writes(engine: &Engine) -> Vec<(String, u64)> {
-    engine
-        .calls()
-        .into_iter()
-        .filter(|(call, _)| !call.starts_with("GET "))
-        .collect()
-}
-
 /// However the test ends: its objects' finalizers released and the objects and namespace
 /// deleted (kubectl), so that no ZvirtMachine a stopped capi holds is left for a later
 /// test that deletes the CRDs to wait on for good.
@@ -191,7 +182,7 @@ async fn a_machine_an_earlier_release_made_is_kept_as_it_is_after_the_upgrade() 
     // What it left, read back after it stopped (its last status writes included).
     let machine_before = zms.get("capi-upgrade-0").await.unwrap();
     let cluster_before = zcs.get("zvirt").await.unwrap();
-    let written = writes(&engine);
+    let written = engine.writes();
 
     // This release: its CRDs, then its capi on the same objects.
     capi::install(&client, &capi::provider_crds("zvirt")).await;
@@ -254,7 +245,7 @@ async fn a_machine_an_earlier_release_made_is_kept_as_it_is_after_the_upgrade() 
         cluster_after.status, cluster_before.status,
         "the cluster's status changed"
     );
-    assert_eq!(writes(&engine), written, "this release wrote to the engine");
+    assert_eq!(engine.writes(), written, "this release wrote to the engine");
     assert_eq!(engine.vm_count(), 1, "a second VM was made");
 
     // Deleted: this release removes the VM the earlier one made, and lets the object go.

@@ -305,6 +305,14 @@ impl Engine {
         self.state.lock().expect("state").calls.clone()
     }
 
+    /// The calls so far that change something (every method but GET), by `METHOD route`.
+    pub fn writes(&self) -> Vec<(String, u64)> {
+        self.calls()
+            .into_iter()
+            .filter(|(call, _)| !call.starts_with("GET "))
+            .collect()
+    }
+
     /// API calls so far (logins not counted).
     pub fn total_calls(&self) -> u64 {
         self.calls().values().sum()
