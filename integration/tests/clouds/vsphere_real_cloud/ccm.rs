@@ -192,10 +192,20 @@ async fn the_ccm_initializes_nodes_from_vcenter_and_deletes_none_while_it_is_sil
         Stdio::from(std::fs::File::create(&ccm_log).unwrap()),
     );
 
+    // Initialized, then its addresses: as upstream's cloud-node controller, the ccm
+    // removes the taint in one write and sets the addresses on the status in the next (a
+    // read between the two saw none, CI28).
+    let has_addresses = |n: &Node| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.addresses.as_ref())
+            .is_some_and(|a| !a.is_empty())
+    };
     let got = wait("both nodes initialized", 60, async || {
         let a = nodes.get("overcast-it-vs-a").await.ok()?;
         let b = nodes.get("overcast-it-vs-b").await.ok()?;
-        (!tainted(&a, UNINITIALIZED) && !tainted(&b, UNINITIALIZED)).then_some(a)
+        (!tainted(&a, UNINITIALIZED) && !tainted(&b, UNINITIALIZED) && has_addresses(&a))
+            .then_some(a)
     })
     .await;
     assert_eq!(
