@@ -87,12 +87,54 @@ impl Node {
                 let events = self
                     .try_kubectl(&["get", "events", "-A", "--sort-by=.lastTimestamp"])
                     .unwrap_or_default();
+                let ccm = self
+                    .try_kubectl(&[
+                        "-n",
+                        "kube-system",
+                        "logs",
+                        "deployment/overcast-cloud-controller-manager",
+                        "--tail=120",
+                    ])
+                    .unwrap_or_else(|e| e);
                 panic!(
-                    "{what}: not after {limit:?}; last: {last:?}\npods:\n{pods}\nevents:\n{events}"
+                    "{what}: not after {limit:?}; last: {last:?}\npods:\n{pods}\nevents:\n{events}\n\
+                     who wrote each node's taints:\n{}\nthe ccm's log:\n{ccm}",
+                    self.taint_writers()
                 );
             }
             std::thread::sleep(Duration::from_millis(250));
         }
+    }
+
+    /// Each Node's taints and the managers whose field sets own them (`managedFields`:
+    /// which controller wrote the list last, and when) — what a wait on a taint needs to
+    /// say when it fails.
+    fn taint_writers(&self) -> String {
+        let Ok(out) = self.try_kubectl(&["get", "nodes", "-o", "json", "--show-managed-fields"])
+        else {
+            return String::new();
+        };
+        let doc: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        let mut said = String::new();
+        for n in doc["items"].as_array().into_iter().flatten() {
+            said += &format!(
+                "{} taints={} resourceVersion={}\n",
+                n["metadata"]["name"], n["spec"]["taints"], n["metadata"]["resourceVersion"]
+            );
+            for m in n["metadata"]["managedFields"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                if m["fieldsV1"]["f:spec"].get("f:taints").is_some() {
+                    said += &format!(
+                        "  taints written by {} ({} {}, {})\n",
+                        m["manager"], m["operation"], m["subresource"], m["time"]
+                    );
+                }
+            }
+        }
+        said
     }
 
     /// kubelet restarted (node-up's script: SIGTERM, then started with the same flags);

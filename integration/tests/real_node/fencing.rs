@@ -250,6 +250,25 @@ fn vm_b_dies_and_comes_back(node: &Node, kit: &Path, cloud: &dyn Cloud, uncertai
         |out| !out.contains(OUT_OF_SERVICE),
     );
     assert!(!events(node, &uid, "OutOfServiceTaintRemoved").is_empty());
+    // The annotation goes once the node lifecycle controller has taken its taints off:
+    // its write (kube-controller-manager v1.25, before kubernetes#113136) may carry the
+    // list it read before ours went — CI28 saw our taint back that way — and then the
+    // ccm, its annotation still there, removes it again. At the end, both gone.
+    node.wait_for(
+        "the ccm's annotation released from vm-b, its taint off",
+        Duration::from_secs(90),
+        &[
+            "get",
+            "node",
+            node_b::NAME,
+            "-o",
+            "jsonpath={.metadata.annotations.overcast\\.dev/fenced}|{.spec.taints[*].key}",
+        ],
+        |out| {
+            let (annotation, taints) = out.split_once('|').unwrap_or((out, ""));
+            annotation.trim().is_empty() && !taints.contains(OUT_OF_SERVICE)
+        },
+    );
 
     node.kubectl(&["delete", "namespace", NS, "--wait=true", "--timeout=180s"]);
     drop(b);

@@ -272,7 +272,7 @@ impl NodeSync<'_> {
         if self.parts.fencing.is_some() {
             let before = nodes
                 .iter()
-                .filter(|n| fencing::fenced_by_us((*n).borrow()))
+                .filter(|n| fencing::carries_ours((*n).borrow()))
                 .count();
             self.metrics
                 .out_of_service

@@ -19,7 +19,13 @@
 //!   listing's absences. An error, a timeout, a page that is not the API's, a providerID
 //!   another provider spelled: no answer, nothing applied;
 //! - removed only where this controller applied it (its annotation says so: a taint a
-//!   person applied stays theirs), once the node is Ready and its VM running again;
+//!   person applied stays theirs), once the node is Ready and its VM running again. The
+//!   annotation outlives the taint until the node lifecycle controller has taken its own
+//!   taints (`unreachable`, `not-ready`) off: before Kubernetes 1.26 (kubernetes#113136)
+//!   that controller writes a node's whole taint list unguarded, from a read that may
+//!   predate our removal, and so puts our taint back (seen on the kit's node, v1.25); the
+//!   annotation still there, it is removed again. For the same reason a taint of ours that
+//!   disappears while the node is still lost and its VM still off is applied again;
 //! - never on a node labelled `overcast.dev/fencing=disabled`.
 
 use std::time::Duration;
@@ -42,6 +48,16 @@ pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";
 pub const OPT_OUT_LABEL: &str = "overcast.dev/fencing";
 /// On a Node this controller fenced: when, and what the cloud said.
 pub const FENCED_ANNOTATION: &str = "overcast.dev/fenced";
+/// The node lifecycle controller's taints of a node whose kubelet stopped reporting.
+const LIFECYCLE_TAINTS: [&str; 2] = [
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/not-ready",
+];
+
+/// Whether `node` carries the taint this controller applied (the gauge's count).
+pub fn carries_ours(node: &Node) -> bool {
+    fenced_by_us(node) && has_taint(node, OUT_OF_SERVICE_TAINT)
+}
 
 /// The fencing part's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,8 +72,11 @@ pub enum Step {
     Nothing,
     /// Taint it; the cloud's answer, for the event.
     Apply(&'static str),
-    /// Remove the taint and the annotation this controller put there.
+    /// Remove the taint this controller put there (its annotation stays: see [`Step::Release`]).
     Remove,
+    /// Remove this controller's annotation: the taint is off and the node lifecycle
+    /// controller has made its last write of this outage (its taints are off too).
+    Release,
     /// It would be applied once the grace has run out: look again then.
     Wait(Duration),
 }
@@ -95,14 +114,28 @@ pub fn step(
     fencing: Fencing,
     now: Timestamp,
 ) -> Step {
+    let tainted = has_taint(node, OUT_OF_SERVICE_TAINT);
+    let opted_out = node.labels().get(OPT_OUT_LABEL).map(String::as_str) == Some("disabled");
     if fenced_by_us(node) {
         let back =
             super::ready(node) && instance.is_some_and(|i| i.state == InstanceState::Running);
-        return if back { Step::Remove } else { Step::Nothing };
-    }
-    if has_taint(node, OUT_OF_SERVICE_TAINT)
-        || node.labels().get(OPT_OUT_LABEL).map(String::as_str) == Some("disabled")
-    {
+        if back && tainted {
+            return Step::Remove;
+        }
+        if back {
+            let lifecycle_done = !LIFECYCLE_TAINTS.iter().any(|t| has_taint(node, t));
+            return if lifecycle_done {
+                Step::Release
+            } else {
+                Step::Nothing
+            };
+        }
+        // Still lost: our taint stays; gone (another writer's stale list), it is applied
+        // again on the same terms as the first time.
+        if tainted || opted_out {
+            return Step::Nothing;
+        }
+    } else if tainted || opted_out {
         return Step::Nothing;
     }
     let answer = match instance {
@@ -167,8 +200,7 @@ impl NodeSync<'_> {
                     .into_iter()
                     .filter(|t| t.key != OUT_OF_SERVICE_TAINT)
                     .collect();
-                self.set_taints(node, t, Some((FENCED_ANNOTATION, serde_json::Value::Null)))
-                    .await?;
+                self.set_taints(node, t, None).await?;
                 tracing::info!(node = %node.name_any(), "node back: out-of-service taint removed");
                 self.metrics.fenced("removed");
                 self.event_of(
@@ -181,6 +213,16 @@ impl NodeSync<'_> {
                 )
                 .await;
                 Ok(Outcome::Unfenced)
+            }
+            Step::Release => {
+                self.set_taints(
+                    node,
+                    taints(node),
+                    Some((FENCED_ANNOTATION, serde_json::Value::Null)),
+                )
+                .await?;
+                tracing::info!(node = %node.name_any(), "node back: fencing annotation released");
+                Ok(Outcome::Nothing)
             }
         }
     }

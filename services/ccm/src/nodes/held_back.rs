@@ -32,7 +32,6 @@ pub struct HeldBack {
 pub fn waiting(node: &Node, parts: Parts, why: &str) -> Option<(&'static str, String)> {
     if parts.fencing.is_some()
         && fencing::unknown_for(node, jiff::Timestamp::now()).is_some()
-        && !fencing::fenced_by_us(node)
         && !has_taint(node, OUT_OF_SERVICE_TAINT)
         && node.labels().get(OPT_OUT_LABEL).map(String::as_str) != Some("disabled")
     {

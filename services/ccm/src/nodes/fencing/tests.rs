@@ -152,6 +152,54 @@ fn our_taint_comes_off_only_when_the_node_is_ready_and_its_vm_running() {
     assert_eq!(step_now(&opted, Some(&running), true), Step::Remove);
 }
 
+/// `node` with its taints replaced by `keys` (NoExecute).
+fn tainted(mut n: Node, keys: &[&str]) -> Node {
+    n.spec.as_mut().unwrap().taints = Some(
+        keys.iter()
+            .map(|k| serde_json::from_value(json!({"key": k, "effect": "NoExecute"})).unwrap())
+            .collect(),
+    );
+    n
+}
+
+#[test]
+fn our_annotation_goes_after_the_lifecycle_controller_s_last_write_and_a_lost_taint_comes_back() {
+    let running = instance("n", InstanceState::Running);
+    let off = instance("n", InstanceState::Shutdown);
+    let back = fenced(with_ready(
+        node("n", &[], true, Some("fake://n")),
+        "True",
+        5,
+    ));
+    // Our taint off, the lifecycle controller's not yet: its write (which, before 1.26,
+    // may carry a taint list read before ours went) is still to come; the annotation stays.
+    let unreachable = tainted(back.clone(), &["node.kubernetes.io/unreachable"]);
+    assert_eq!(step_now(&unreachable, Some(&running), true), Step::Nothing);
+    let not_ready = tainted(back.clone(), &["node.kubernetes.io/not-ready"]);
+    assert_eq!(step_now(&not_ready, Some(&running), true), Step::Nothing);
+    // That write put ours back: removed again.
+    let put_back = tainted(
+        back.clone(),
+        &[OUT_OF_SERVICE_TAINT, "overcast.dev/someone-else"],
+    );
+    assert_eq!(step_now(&put_back, Some(&running), true), Step::Remove);
+    // Both off: the annotation released.
+    let done = tainted(back.clone(), &["overcast.dev/someone-else"]);
+    assert_eq!(step_now(&done, Some(&running), true), Step::Release);
+    // Still lost and off, our taint gone (a stale list written over it): applied again.
+    let lost_again = tainted(fenced(lost("n", 600)), &["node.kubernetes.io/unreachable"]);
+    assert!(matches!(
+        step_now(&lost_again, Some(&off), false),
+        Step::Apply(_)
+    ));
+    // ... only on a positive answer, and never against the opt-out label.
+    assert_eq!(step_now(&lost_again, Some(&running), true), Step::Nothing);
+    assert_eq!(step_now(&lost_again, None, false), Step::Nothing);
+    let mut opted = lost_again.clone();
+    opted.metadata.labels = Some([(OPT_OUT_LABEL.to_owned(), "disabled".to_owned())].into());
+    assert_eq!(step_now(&opted, Some(&off), true), Step::Nothing);
+}
+
 fn fencing_only() -> Parts {
     Parts {
         initialize: false,
@@ -165,6 +213,7 @@ async fn a_fence_is_one_guarded_patch_with_the_taint_and_our_annotation_then_und
     let cloud = FakeCloud::with(vec![
         instance("off", InstanceState::Shutdown),
         instance("back", InstanceState::Running),
+        instance("released", InstanceState::Running),
         instance("running", InstanceState::Running),
     ]);
     let mut back = fenced(with_ready(
@@ -179,6 +228,16 @@ async fn a_fence_is_one_guarded_patch_with_the_taint_and_our_annotation_then_und
         .as_mut()
         .unwrap()
         .push(serde_json::from_value(json!({"key": "keep", "effect": "NoSchedule"})).unwrap());
+    // Back before, our taint already off: only the annotation goes.
+    let mut released = fenced(with_ready(
+        node("released", &[], true, Some("fake://released")),
+        "True",
+        5,
+    ));
+    released.spec.as_mut().unwrap().taints = Some(vec![serde_json::from_value(
+        json!({"key": "keep", "effect": "NoSchedule"}),
+    )
+    .unwrap()]);
     let nodes = vec![
         with_ready(
             node("off", &[SHUTDOWN_TAINT], false, Some("fake://off")),
@@ -186,6 +245,7 @@ async fn a_fence_is_one_guarded_patch_with_the_taint_and_our_annotation_then_und
             60,
         ),
         back,
+        released,
         lost("running", 600),
     ];
     let calls = vec![
@@ -208,7 +268,23 @@ async fn a_fence_is_one_guarded_patch_with_the_taint_and_our_annotation_then_und
                 b["spec"]["taints"],
                 json!([{"key": "keep", "effect": "NoSchedule"}])
             );
-            assert_eq!(b["metadata"]["annotations"][FENCED_ANNOTATION], json!(null));
+            assert!(
+                b["metadata"].get("annotations").is_none(),
+                "the annotation stays with the taint's removal: {b}"
+            );
+            assert_eq!(b["metadata"]["resourceVersion"], "42");
+        }),
+        Call::new("PATCH", "/api/v1/nodes/released", node_json("released")).checking(|b| {
+            assert_eq!(
+                b["spec"]["taints"],
+                json!([{"key": "keep", "effect": "NoSchedule"}])
+            );
+            assert!(
+                b["metadata"]["annotations"]
+                    .as_object()
+                    .is_some_and(|a| a.get(FENCED_ANNOTATION) == Some(&json!(null))),
+                "the annotation released: {b}"
+            );
             assert_eq!(b["metadata"]["resourceVersion"], "42");
         }),
     ];
@@ -216,7 +292,7 @@ async fn a_fence_is_one_guarded_patch_with_the_taint_and_our_annotation_then_und
     let guard = DeletionGuard::off();
     let (report, served) = run_with(&cloud, nodes, calls, fencing_only(), &guard, &metrics).await;
     let report = report.unwrap();
-    assert_eq!((report.fenced, report.unfenced, served), (1, 1, 2));
+    assert_eq!((report.fenced, report.unfenced, served), (1, 1, 3));
     let count = |a: &str| {
         metrics
             .fencing
