@@ -145,8 +145,29 @@ pub fn spawn_dvp(
     cluster_uuid: &str,
 ) -> (crate::KillOnDrop, u16) {
     let port = crate::free_port();
-    let child = crate::KillOnDrop(
-        std::process::Command::new(crate::binary("capi"))
+    let child = spawn_dvp_with(
+        &crate::binary("capi"),
+        kubeconfig,
+        cloud_config,
+        ns,
+        cluster_uuid,
+        port,
+    );
+    (child, port)
+}
+
+/// The same with the `capi` binary `capi` (an earlier release's), its metrics on
+/// `metrics_port`.
+pub fn spawn_dvp_with(
+    capi: &Path,
+    kubeconfig: &str,
+    cloud_config: &Path,
+    ns: &str,
+    cluster_uuid: &str,
+    metrics_port: u16,
+) -> crate::KillOnDrop {
+    crate::KillOnDrop(
+        std::process::Command::new(capi)
             .arg("--cloud=dvp")
             .arg(format!("--cloud-config={}", cloud_config.display()))
             .arg(format!("--kubeconfig={kubeconfig}"))
@@ -154,12 +175,11 @@ pub fn spawn_dvp(
             .arg(format!("--cluster-uuid={cluster_uuid}"))
             .arg("--poll-interval=1")
             .arg(format!("--leader-elect-lease-name={ns}"))
-            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .arg(format!("--metrics-address=127.0.0.1:{metrics_port}"))
             .stderr(std::process::Stdio::inherit())
             .spawn()
             .expect("capi"),
-    );
-    (child, port)
+    )
 }
 
 /// Every call a binary made to the parent (`dvp_api_requests_total` on its metrics port),

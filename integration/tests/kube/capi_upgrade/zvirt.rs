@@ -23,66 +23,9 @@ use overcast_integration::release;
 use overcast_integration::zvirt_sim::{self, Engine, Latency};
 use serde_json::json;
 
-/// The release that made the machine: before capi's CRDs took Cluster API v1beta2's
-/// `initialization` and its reconciles were counted by kind.
-const RELEASE: &str = "688adc9";
+use super::{reconciles, Cleanup, RELEASE};
+
 const GIB: u64 = 1 << 30;
-
-/// However the test ends: its objects' finalizers released and the objects and namespace
-/// deleted (kubectl), so that no ZvirtMachine a stopped capi holds is left for a later
-/// test that deletes the CRDs to wait on for good.
-struct Cleanup {
-    kubeconfig: String,
-    ns: String,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let kubectl = |args: &[&str]| {
-            let _ = std::process::Command::new("kubectl")
-                .arg(format!("--kubeconfig={}", self.kubeconfig))
-                .args(args)
-                .output();
-        };
-        for kind in ["zvirtmachines", "zvirtclusters"] {
-            for name in ["capi-upgrade-0", "zvirt"] {
-                kubectl(&[
-                    "-n",
-                    &self.ns,
-                    "patch",
-                    kind,
-                    name,
-                    "--type=merge",
-                    "-p",
-                    r#"{"metadata":{"finalizers":null}}"#,
-                ]);
-            }
-            kubectl(&["-n", &self.ns, "delete", kind, "--all", "--wait=false"]);
-        }
-        kubectl(&["delete", "namespace", &self.ns, "--wait=false"]);
-    }
-}
-
-/// `capi_reconciles_total{kind}` and `capi_reconcile_errors_total{kind}` on `port`, once
-/// the metrics answer.
-async fn reconciles(port: u16, kind: &str) -> (u64, u64) {
-    wait_for("capi's metrics", Duration::from_secs(30), async || {
-        let (code, text) = overcast_integration::http_get(port, "/metrics");
-        (code == 200).then(|| {
-            let of = |name: &str| {
-                text.lines()
-                    .filter(|l| l.starts_with(&format!("{name}{{kind=\"{kind}\"}}")))
-                    .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-                    .sum::<u64>()
-            };
-            (
-                of("capi_reconciles_total"),
-                of("capi_reconcile_errors_total"),
-            )
-        })
-    })
-    .await
-}
 
 #[tokio::test]
 async fn a_machine_an_earlier_release_made_is_kept_as_it_is_after_the_upgrade() {
@@ -104,7 +47,7 @@ async fn a_machine_an_earlier_release_made_is_kept_as_it_is_after_the_upgrade() 
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let _cleanup = Cleanup {
         kubeconfig: kubeconfig.clone(),
-        ns: ns.clone(),
+        namespaces: vec![(ns.clone(), &["zvirtmachines", "zvirtclusters"])],
     };
     namespaces
         .create(
