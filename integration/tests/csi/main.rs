@@ -11,6 +11,7 @@ mod csi_sanity;
 mod ctl;
 mod fuzz;
 mod lost_state;
+mod namespaced;
 mod node;
 mod node_owns;
 mod process;
