@@ -207,12 +207,15 @@ async fn the_volumes_of_the_release_of_688adc9_are_served_and_keep_their_names()
     let records: serde_json::Value =
         serde_json::from_slice(&std::fs::read(format!("{ROOT}/node/volumes.json")).unwrap())
             .unwrap();
-    assert_eq!(records["format"], 2, "{records}");
+    assert_eq!(
+        std::fs::read_to_string(format!("{ROOT}/node/FORMAT")).unwrap(),
+        "overcast-node-state 3\n"
+    );
     let mut k = Kubelet::new(&csi).await;
     k.root = Path::new(ROOT).join("kubelet");
     for id in [&fs, &block] {
         assert_eq!(
-            records["volumes"][id.as_str()]["staging"],
+            records[id.as_str()]["staging"],
             k.staging(id).display().to_string(),
             "{records}"
         );

@@ -60,16 +60,41 @@ impl NodeState {
     /// a hand edit) is renamed to `volumes.json.damaged-<unix time>` and the node starts
     /// with no records: its calls then work from what is mounted. A crash-looping plugin
     /// would serve nothing at all. A file of a newer format is set aside the same way, as
-    /// `volumes.json.format-<n>` (that release's to read again); one of format 1 is
-    /// written again as [`FORMAT`] at once.
+    /// `volumes.json.format-<n>` (that release's to read again); one of an earlier
+    /// format is written again as [`FORMAT`] at once.
     pub fn open(dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let file = dir.join("volumes.json");
+        let format_file = dir.join("FORMAT");
+        let declared = declared_format(&format_file);
         let mut set_aside = None;
         let volumes = match std::fs::read(&file) {
             Ok(bytes) => match parse(&bytes) {
-                Parsed::Records(volumes, FORMAT) => volumes,
-                Parsed::Records(volumes, older) => {
+                // Said by `FORMAT`, or by the file itself (an envelope of a format after 2).
+                parsed
+                    if declared.is_some_and(|d| d > FORMAT)
+                        || matches!(parsed, Parsed::Newer(_)) =>
+                {
+                    let newer = match parsed {
+                        Parsed::Newer(n) => n,
+                        _ => declared.unwrap_or_default(),
+                    };
+                    let path = dir.join(format!("volumes.json.format-{newer}"));
+                    let error = format!(
+                        "format {newer}, written by a newer release of Overcast (this release \
+                         reads up to {FORMAT}); kept for that release"
+                    );
+                    set_aside = Some(put_aside(&file, path, error)?);
+                    BTreeMap::new()
+                }
+                Parsed::Records(volumes, 1) if declared == Some(FORMAT) => volumes,
+                Parsed::Records(volumes, shape) => {
+                    // The map alone without `FORMAT` is format 1; the envelope, 2.
+                    let older = if shape == 1 {
+                        declared.unwrap_or(1)
+                    } else {
+                        shape
+                    };
                     write_durably(&file, &encode(&volumes)?)?;
                     tracing::info!(
                         file = %file.display(),
@@ -80,15 +105,7 @@ impl NodeState {
                     );
                     volumes
                 }
-                Parsed::Newer(format) => {
-                    let path = dir.join(format!("volumes.json.format-{format}"));
-                    let error = format!(
-                        "format {format}, written by a newer release of Overcast (this release \
-                         reads up to {FORMAT}); kept for that release"
-                    );
-                    set_aside = Some(put_aside(&file, path, error)?);
-                    BTreeMap::new()
-                }
+                Parsed::Newer(_) => unreachable!("a newer format is set aside above"),
                 Parsed::Damaged(error) => {
                     let unix = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
@@ -102,6 +119,14 @@ impl NodeState {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
             Err(e) => return Err(e),
         };
+        // After the records: a crash between the two leaves records an earlier format
+        // describes as well (the same map), read again at the next start.
+        if declared != Some(FORMAT) {
+            write_durably(
+                &format_file,
+                format!("{FORMAT_MAGIC} {FORMAT}\n").as_bytes(),
+            )?;
+        }
         Ok(Self {
             file,
             volumes: Mutex::new(volumes),
@@ -143,10 +168,31 @@ impl NodeState {
     }
 }
 
-/// The format of `volumes.json` this release writes: `{"format": 2, "volumes": {<volume
-/// id>: <record>}}`. Format 1, every release's before this one said its format (the
-/// release of 2026-11-27, 688adc9, among them), is the bare map of records.
-pub const FORMAT: u64 = 2;
+/// The format of the node's records this release writes: `volumes.json` the map of
+/// records (`{<volume id>: <record>}`) and, beside it, `FORMAT` saying
+/// `overcast-node-state 3`. The map is the one every release has read: 688adc9's node
+/// plugin (format 1: the map, no `FORMAT`) exits on anything else, so a downgrade to it
+/// would leave the node serving nothing (the real node's downgrade test found that
+/// with format 2); it ignores `FORMAT`. Format 2, `{"format": 2, "volumes": <the map>}`,
+/// was written by builds of this branch before: read, and written again as 3.
+pub const FORMAT: u64 = 3;
+/// The first word of `FORMAT`.
+const FORMAT_MAGIC: &str = "overcast-node-state";
+
+/// The format `FORMAT` declares: `None` when there is no such file (format 1, or a crash
+/// before it was written) or it says something else (rewritten; the records are read by
+/// their shape).
+fn declared_format(file: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let declared = text
+        .trim()
+        .strip_prefix(FORMAT_MAGIC)
+        .and_then(|n| n.trim().parse().ok());
+    if declared.is_none() {
+        tracing::warn!(file = %file.display(), content = %text.trim(), "the node's format file is not ours: written again");
+    }
+    declared
+}
 
 enum Parsed {
     /// The records, and the format they were in.
@@ -164,11 +210,11 @@ fn parse(bytes: &[u8]) -> Parsed {
         Ok(v) => v,
         Err(e) => return Parsed::Damaged(e.to_string()),
     };
-    // A format 1 map whose volume is named "format" holds a record there, not a number.
+    // A map whose volume is named "format" holds a record there, not a number.
     match value.get("format").and_then(serde_json::Value::as_u64) {
-        Some(format) if format > FORMAT => Parsed::Newer(format),
-        Some(format) => match serde_json::from_value::<Envelope>(value) {
-            Ok(e) => Parsed::Records(e.volumes, format),
+        Some(format) if format > 2 => Parsed::Newer(format),
+        Some(_) => match serde_json::from_value::<Envelope>(value) {
+            Ok(e) => Parsed::Records(e.volumes, 2),
             Err(e) => Parsed::Damaged(e.to_string()),
         },
         None => match serde_json::from_value(value) {
@@ -179,8 +225,7 @@ fn parse(bytes: &[u8]) -> Parsed {
 }
 
 fn encode(volumes: &BTreeMap<String, NodeVolume>) -> std::io::Result<Vec<u8>> {
-    serde_json::to_vec_pretty(&serde_json::json!({ "format": FORMAT, "volumes": volumes }))
-        .map_err(std::io::Error::other)
+    serde_json::to_vec_pretty(volumes).map_err(std::io::Error::other)
 }
 
 /// Renames the records file to `path`, kept for a human (or the release that wrote it),
@@ -268,22 +313,61 @@ mod tests {
             .update("v", |v| v.staging = Some("/s".into()))
             .unwrap();
         let file = dir.path().join("volumes.json");
-        let written: serde_json::Value =
+        let format = dir.path().join("FORMAT");
+        assert_eq!(
+            std::fs::read_to_string(&format).unwrap(),
+            "overcast-node-state 3\n"
+        );
+        // The map every release reads, 688adc9's node plugin among them (it exits on
+        // any other shape): that release's type, a map of records, parses it.
+        let written: BTreeMap<String, serde_json::Value> =
             serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-        assert_eq!(written["format"], 2);
-        assert_eq!(written["volumes"]["v"]["staging"], "/s");
-        let newer = br#"{"format": 3, "volumes": {"v": {"mounts": []}}}"#;
+        assert_eq!(written["v"]["staging"], "/s");
+        // A newer release says so in `FORMAT` ...
+        std::fs::write(&format, "overcast-node-state 4\n").unwrap();
+        let newer = br#"{"v": {"mounts": []}}"#;
         std::fs::write(&file, newer).unwrap();
         let state = NodeState::open(dir.path()).unwrap();
         assert_eq!(state.get("v"), None);
         let aside = state.set_aside().expect("set aside").clone();
-        assert_eq!(aside.path, dir.path().join("volumes.json.format-3"));
+        assert_eq!(aside.path, dir.path().join("volumes.json.format-4"));
         assert!(
             aside.error.contains("written by a newer release"),
             "{}",
             aside.error
         );
         assert_eq!(std::fs::read(&aside.path).unwrap(), newer, "kept whole");
+        assert_eq!(
+            std::fs::read_to_string(&format).unwrap(),
+            "overcast-node-state 3\n",
+            "what is there now is this release's"
+        );
+        // ... or in an envelope after this branch's format 2.
+        let envelope = br#"{"format": 5, "volumes": {"v": {"mounts": []}}}"#;
+        std::fs::write(&file, envelope).unwrap();
+        let state = NodeState::open(dir.path()).unwrap();
+        assert_eq!(
+            state.set_aside().expect("set aside").path,
+            dir.path().join("volumes.json.format-5")
+        );
+    }
+
+    #[test]
+    fn format_2_s_envelope_is_read_and_written_again_as_the_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("volumes.json");
+        std::fs::write(
+            &file,
+            br#"{"format": 2, "volumes": {"v": {"device": null, "staging": "/s", "block": false, "fs_type": "ext4", "targets": {}}}}"#,
+        )
+        .unwrap();
+        let state = NodeState::open(dir.path()).unwrap();
+        assert!(state.set_aside().is_none());
+        assert_eq!(state.get("v").unwrap().staging, Some("/s".into()));
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(written["v"]["staging"], "/s", "{written}");
+        assert!(written.get("format").is_none(), "{written}");
     }
 
     #[test]
@@ -300,7 +384,12 @@ mod tests {
         assert_eq!(state.get("format").unwrap().staging, Some("/s".into()));
         let written: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-        assert_eq!(written["format"], 2, "brought forward at start");
+        assert_eq!(written["format"]["staging"], "/s", "still the map");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("FORMAT")).unwrap(),
+            "overcast-node-state 3\n",
+            "brought forward at start"
+        );
     }
 
     #[test]
