@@ -22,14 +22,21 @@ pub struct NamespacedController {
 
 impl NamespacedController {
     pub async fn start(dir: &Path, state: &Path) -> Self {
+        Self::start_with(&binary("csi"), dir, state).await
+    }
+
+    /// The same with the `csi` binary `csi` (an earlier release's).
+    pub async fn start_with(csi: &Path, dir: &Path, state: &Path) -> Self {
         let view = dir.join("view");
         std::fs::create_dir_all(&view).unwrap();
         let socket = dir.join("ns-controller.sock");
+        // An earlier one's, left by its kill.
+        let _ = std::fs::remove_file(&socket);
         let script = format!(
             "mount --bind {state} {view} && exec {csi} --mode=controller --state-dir={view} --endpoint=unix://{socket} --node-id={NODE_ID} --zone={ZONE} --region={REGION}",
             state = state.display(),
             view = view.display(),
-            csi = binary("csi").display(),
+            csi = csi.display(),
             socket = socket.display(),
         );
         let log = std::fs::File::create(dir.join("ns-controller.log")).unwrap();
@@ -201,6 +208,115 @@ async fn a_replaced_controller_adopts_the_device_bound_in_a_gone_mount_namespace
         b"before the replacement"
     );
 
+    n.node_unpublish_volume(node_unpublish_request(&id, &target))
+        .await
+        .unwrap();
+    n.node_unstage_volume(unstage_request(&id, &staging))
+        .await
+        .unwrap();
+    c.controller_unpublish_volume(unpublish_request(&id))
+        .await
+        .unwrap();
+    assert!(devices_of(&file).is_empty());
+    c.delete_volume(delete_request(&id)).await.unwrap();
+}
+
+/// The release whose controller binds a file twice when it is restarted under an attached
+/// disk (its start-up matched loop devices by their path alone, and a device a gone mount
+/// namespace bound shows another path): a downgrade to it, or any restart of its
+/// controller pod, leaves that.
+const DOUBLE_BINDER: &str = "688adc9";
+
+/// State 688adc9 itself leaves: its controller pod, in a namespace of its own, attaches a
+/// volume the node stages and mounts; the pod is replaced twice, and the second start
+/// binds the file to a second device (that release's own binary, run to show it). This
+/// release's controller then starts on that state: one device per disk again — the one
+/// the mount is on, recorded and answered by publish — the other detached; then the
+/// volume's life goes on to its delete.
+#[tokio::test]
+async fn a_disk_688adc9_bound_twice_is_kept_on_the_device_in_use() {
+    let what = "the repair of a disk an earlier release bound twice";
+    let Some(old) = overcast_integration::release::get(DOUBLE_BINDER, what) else {
+        return;
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("overcast-it-ns2-")
+        .tempdir()
+        .unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let state = std::fs::canonicalize(&state).unwrap();
+    let mut ns = NamespacedController::start_with(&old.bin("csi"), dir.path(), &state).await;
+    let mut c = ns.controller().await;
+    let id = volume(&mut c, "pvc-twice", 64 * MIB).await;
+    let ctx = c
+        .controller_publish_volume(publish_request(&id, false))
+        .await
+        .unwrap()
+        .into_inner()
+        .publish_context;
+    let file = state.join("disks").join(format!("{id}.img"));
+    let node = Csi::start(&["--mode=node", &format!("--state-dir={}", state.display())]).await;
+    let mut n = node.node().await;
+    let staging = node.dir.path().join("staging");
+    let target = node.dir.path().join("target");
+    std::fs::create_dir_all(&staging).unwrap();
+    n.node_stage_volume(stage_request(&id, &ctx, &staging, mount_cap("ext4")))
+        .await
+        .unwrap();
+    n.node_publish_volume(node_publish_request(
+        &id,
+        &ctx,
+        &staging,
+        &target,
+        mount_cap("ext4"),
+    ))
+    .await
+    .unwrap();
+    std::fs::write(target.join("data"), b"written through the first device").unwrap();
+    let mounted = ctx["devicePath"].clone();
+
+    // Its pod replaced, twice: the second start binds the file again.
+    let _ = ns.child.kill();
+    let _ = ns.child.wait();
+    drop(ns);
+    let mut again = NamespacedController::start_with(&old.bin("csi"), dir.path(), &state).await;
+    let doubled = devices_of(&file);
+    let _ = again.child.kill();
+    let _ = again.child.wait();
+    drop(again);
+    assert_eq!(
+        doubled.len(),
+        2,
+        "{DOUBLE_BINDER}'s restarted controller bound the file a second time: {doubled:?}"
+    );
+
+    // This release: one device, the one in use.
+    let controller = Csi::start(&[
+        "--mode=controller",
+        &format!("--state-dir={}", state.display()),
+    ])
+    .await;
+    assert_eq!(
+        devices_of(&file),
+        vec![mounted.clone()],
+        "the device the mount is on kept, the other detached"
+    );
+    let mut c = controller.controller().await;
+    let answered = c
+        .controller_publish_volume(publish_request(&id, false))
+        .await
+        .unwrap()
+        .into_inner()
+        .publish_context;
+    assert_eq!(
+        answered["devicePath"], mounted,
+        "publish answers the device in use"
+    );
+    assert_eq!(
+        std::fs::read(target.join("data")).unwrap(),
+        b"written through the first device"
+    );
     n.node_unpublish_volume(node_unpublish_request(&id, &target))
         .await
         .unwrap();

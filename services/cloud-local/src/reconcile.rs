@@ -252,6 +252,22 @@ pub async fn run(
                 .filter(|i| !keep.contains(i))
                 .collect();
             if candidates.contains(&a.loop_index) {
+                // A file bound twice (688adc9's controller, restarted under an attached
+                // disk, bound it again: it matched devices by path alone) is two caches of
+                // one disk: the device in use — mounted, the one kubelet staged — is kept
+                // and recorded, and the other, no longer kept, is detached below.
+                if !loopdev::held(a.loop_index) {
+                    if let Some(used) = candidates
+                        .iter()
+                        .copied()
+                        .find(|i| *i != a.loop_index && loopdev::held(*i))
+                    {
+                        tracing::warn!(disk.id = %id, recorded = a.loop_index, in_use = used, "a disk bound to two loop devices: keeping the one in use");
+                        a.loop_index = used;
+                        n.devices_adopted += 1;
+                        changed = true;
+                    }
+                }
                 keep.insert(a.loop_index);
                 continue;
             }
