@@ -28,9 +28,14 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
     let Some(node) = Node::from_env() else {
         return;
     };
+    // Where the test's time goes: each phase's start, on stderr.
+    let t0 = Instant::now();
+    let phase = |what: &str| eprintln!("[{:>4}s] {what}", t0.elapsed().as_secs());
     // From an earlier release, where its images were made: a pod on a volume it made,
     // then this release applied over it (below, as a user upgrades).
+    phase("the earlier release and its writer");
     let writer = upgrade::an_earlier_release_with_a_writer(&node, NS);
+    phase("this release installed");
     node.install();
     // kubelet registered the driver through our registrar: the CSINode lists it.
     let csinode = node.wait_for(
@@ -51,6 +56,8 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
 
     if let Some(uid) = &writer {
         upgrade::the_writer_kept_its_volume_through_the_roll(&node, NS, uid);
+        phase("the way back and forth");
+        upgrade::and_through_a_downgrade_and_back(&node, NS, uid);
     } else {
         let _ = node.try_kubectl(&["create", "namespace", NS]);
         node.apply(
@@ -61,6 +68,7 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
             ],
         );
     }
+    phase("the writer's volume: a pod again, stats, the node plugin and kubelet replaced");
     node.wait_for(
         "the pod Running with its volume",
         Duration::from_secs(180),
@@ -137,15 +145,20 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
         &["-n", NS, "exec", "reader", "--", "cat", "/data/file"],
         |out| out.trim() == "hello-from-a-pod",
     );
+    phase("volumes");
     volumes::expand_in_a_running_pod(&node);
     volumes::raw_block_device(&node);
     volumes::controller_deleted_mid_provisioning(&node);
+    phase("lost state");
     lost_state::grows_after_the_controller_was_replaced(&node);
     lost_state::node_plugin_killed_during_first_mkfs(&node);
     lost_state::node_plugin_without_records(&node);
+    phase("a load balancer");
     load_balancer::a_load_balancer_service_reaches_its_pod(&node);
+    phase("fencing on the local cloud");
     fencing::volumes_follow_their_pod_when_its_vm_dies(&node);
 
+    phase("everything deleted");
     // Everything deleted: no loop device, no disk file, no mount left.
     node.kubectl(&["delete", "namespace", NS, "--wait=true", "--timeout=180s"]);
     let _ = node.try_kubectl(&["delete", "storageclass", "overcast-it-xfs"]);
@@ -175,7 +188,9 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
 
     // Last: the suite moved to the zVirt simulator (the kit's node registered anew), and
     // fencing again there.
+    phase("fencing on the zVirt simulator");
     fencing::volumes_follow_their_pod_on_the_zvirt_simulator(&node);
+    phase("done");
 }
 
 /// kubelet runs with `--cloud-provider=external` (`.ci/run` starts the node so), as on
