@@ -4,6 +4,7 @@
 //! `csi --mode controller` runs in a mount namespace of its own, seeing the state
 //! directory through a bind mount at another path, as a controller pod sees its hostPath.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -97,34 +98,16 @@ async fn a_replaced_controller_adopts_the_device_bound_in_a_gone_mount_namespace
     let state = std::fs::canonicalize(&state).unwrap();
     let mut ns = NamespacedController::start(dir.path(), &state).await;
     let mut c = ns.controller().await;
-    let id = volume(&mut c, "pvc-grows", 320 * MIB).await;
-    let ctx = c
-        .controller_publish_volume(publish_request(&id, false))
-        .await
-        .unwrap()
-        .into_inner()
-        .publish_context;
-    let file = state.join("disks").join(format!("{id}.img"));
+    let Mounted {
+        id,
+        ctx,
+        file,
+        node: _node,
+        mut n,
+        staging,
+        target,
+    } = mounted(&mut c, &state, "pvc-grows", 320 * MIB, "xfs").await;
     assert_eq!(devices_of(&file).len(), 1);
-
-    // The node plugin, in this namespace, stages and publishes from it.
-    let node = Csi::start(&["--mode=node", &format!("--state-dir={}", state.display())]).await;
-    let mut n = node.node().await;
-    let staging = node.dir.path().join("staging");
-    let target = node.dir.path().join("target");
-    std::fs::create_dir_all(&staging).unwrap();
-    n.node_stage_volume(stage_request(&id, &ctx, &staging, mount_cap("xfs")))
-        .await
-        .unwrap();
-    n.node_publish_volume(node_publish_request(
-        &id,
-        &ctx,
-        &staging,
-        &target,
-        mount_cap("xfs"),
-    ))
-    .await
-    .unwrap();
     std::fs::write(target.join("data"), b"before the replacement").unwrap();
 
     // The controller's pod goes, and its mount namespace with it.
@@ -208,17 +191,7 @@ async fn a_replaced_controller_adopts_the_device_bound_in_a_gone_mount_namespace
         b"before the replacement"
     );
 
-    n.node_unpublish_volume(node_unpublish_request(&id, &target))
-        .await
-        .unwrap();
-    n.node_unstage_volume(unstage_request(&id, &staging))
-        .await
-        .unwrap();
-    c.controller_unpublish_volume(unpublish_request(&id))
-        .await
-        .unwrap();
-    assert!(devices_of(&file).is_empty());
-    c.delete_volume(delete_request(&id)).await.unwrap();
+    unmounted_and_deleted(&mut n, &mut c, &id, &staging, &target, &file).await;
 }
 
 /// The release whose controller binds a file twice when it is restarted under an attached
@@ -248,31 +221,15 @@ async fn a_disk_688adc9_bound_twice_is_kept_on_the_device_in_use() {
     let state = std::fs::canonicalize(&state).unwrap();
     let mut ns = NamespacedController::start_with(&old.bin("csi"), dir.path(), &state).await;
     let mut c = ns.controller().await;
-    let id = volume(&mut c, "pvc-twice", 64 * MIB).await;
-    let ctx = c
-        .controller_publish_volume(publish_request(&id, false))
-        .await
-        .unwrap()
-        .into_inner()
-        .publish_context;
-    let file = state.join("disks").join(format!("{id}.img"));
-    let node = Csi::start(&["--mode=node", &format!("--state-dir={}", state.display())]).await;
-    let mut n = node.node().await;
-    let staging = node.dir.path().join("staging");
-    let target = node.dir.path().join("target");
-    std::fs::create_dir_all(&staging).unwrap();
-    n.node_stage_volume(stage_request(&id, &ctx, &staging, mount_cap("ext4")))
-        .await
-        .unwrap();
-    n.node_publish_volume(node_publish_request(
-        &id,
-        &ctx,
-        &staging,
-        &target,
-        mount_cap("ext4"),
-    ))
-    .await
-    .unwrap();
+    let Mounted {
+        id,
+        ctx,
+        file,
+        node: _node,
+        mut n,
+        staging,
+        target,
+    } = mounted(&mut c, &state, "pvc-twice", 64 * MIB, "ext4").await;
     std::fs::write(target.join("data"), b"written through the first device").unwrap();
     let mounted = ctx["devicePath"].clone();
 
@@ -317,15 +274,83 @@ async fn a_disk_688adc9_bound_twice_is_kept_on_the_device_in_use() {
         std::fs::read(target.join("data")).unwrap(),
         b"written through the first device"
     );
-    n.node_unpublish_volume(node_unpublish_request(&id, &target))
+    unmounted_and_deleted(&mut n, &mut c, &id, &staging, &target, &file).await;
+}
+
+/// A volume made and attached by the controller `c`, staged (`fs`) and published by a
+/// node plugin of this release on `state`.
+struct Mounted {
+    id: String,
+    ctx: HashMap<String, String>,
+    file: PathBuf,
+    /// The node plugin, serving while this lives.
+    node: Csi,
+    n: NodeClient,
+    staging: PathBuf,
+    target: PathBuf,
+}
+
+async fn mounted(
+    c: &mut ControllerClient,
+    state: &Path,
+    name: &str,
+    bytes: i64,
+    fs: &str,
+) -> Mounted {
+    let id = volume(c, name, bytes).await;
+    let ctx = c
+        .controller_publish_volume(publish_request(&id, false))
+        .await
+        .unwrap()
+        .into_inner()
+        .publish_context;
+    let file = state.join("disks").join(format!("{id}.img"));
+    let node = Csi::start(&["--mode=node", &format!("--state-dir={}", state.display())]).await;
+    let mut n = node.node().await;
+    let staging = node.dir.path().join("staging");
+    let target = node.dir.path().join("target");
+    std::fs::create_dir_all(&staging).unwrap();
+    n.node_stage_volume(stage_request(&id, &ctx, &staging, mount_cap(fs)))
         .await
         .unwrap();
-    n.node_unstage_volume(unstage_request(&id, &staging))
+    n.node_publish_volume(node_publish_request(
+        &id,
+        &ctx,
+        &staging,
+        &target,
+        mount_cap(fs),
+    ))
+    .await
+    .unwrap();
+    Mounted {
+        id,
+        ctx,
+        file,
+        node,
+        n,
+        staging,
+        target,
+    }
+}
+
+/// The volume unpublished, unstaged, detached — no loop device left — and deleted.
+async fn unmounted_and_deleted(
+    n: &mut NodeClient,
+    c: &mut ControllerClient,
+    id: &str,
+    staging: &Path,
+    target: &Path,
+    file: &Path,
+) {
+    n.node_unpublish_volume(node_unpublish_request(id, target))
         .await
         .unwrap();
-    c.controller_unpublish_volume(unpublish_request(&id))
+    n.node_unstage_volume(unstage_request(id, staging))
         .await
         .unwrap();
-    assert!(devices_of(&file).is_empty());
-    c.delete_volume(delete_request(&id)).await.unwrap();
+    c.controller_unpublish_volume(unpublish_request(id))
+        .await
+        .unwrap();
+    assert!(devices_of(file).is_empty());
+    c.delete_volume(delete_request(id)).await.unwrap();
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::{Client, ResourceExt};
 use overcast_capi::crd::dvp::{DeckhouseCluster, DeckhouseMachine};
 use overcast_integration::capi;
@@ -23,7 +23,7 @@ use overcast_integration::real::{self, wait_for};
 use overcast_integration::release;
 use serde_json::{json, Value};
 
-use super::{reconciles, Cleanup, RELEASE};
+use super::{taken_over, Cleanup, RELEASE};
 
 const GIB: u64 = 1 << 30;
 const MACHINE: &str = "upgrade-1";
@@ -191,30 +191,13 @@ async fn a_dvp_machine_an_earlier_release_made_is_at_rest_after_the_upgrade() {
         CLUSTER_UUID,
         port,
     );
-    wait_for(
-        "this release's capi reconciled the machine and the cluster",
-        Duration::from_secs(60),
-        async || {
-            let (machines, _) = reconciles(port, "DeckhouseMachine").await;
-            let (clusters, _) = reconciles(port, "DeckhouseCluster").await;
-            (machines >= 1 && clusters >= 1).then_some(())
-        },
+    taken_over(
+        port,
+        &dms,
+        MACHINE,
+        ("DeckhouseMachine", "DeckhouseCluster"),
     )
     .await;
-    // A change to the object: reconciled again, a few of its polls' worth.
-    dms.patch(
-        MACHINE,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"annotations": {"overcast.dev/it-touched": "1"}}})),
-    )
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(
-        reconciles(port, "DeckhouseMachine").await.1,
-        0,
-        "this release failed to reconcile the earlier release's machine"
-    );
     let machine_after = dms.get(MACHINE).await.unwrap();
     let cluster_after = dcs.get("dvp").await.unwrap();
     assert_eq!(

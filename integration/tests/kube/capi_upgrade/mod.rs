@@ -3,9 +3,13 @@
 //! writes its objects) with that release's CRDs makes a machine; it is stopped as its pod
 //! is on an upgrade (SIGTERM); this release's CRDs and `capi` take over the same objects.
 
+use std::fmt::Debug;
 use std::time::Duration;
 
+use kube::api::{Api, Patch, PatchParams};
 use overcast_integration::real::wait_for;
+use serde::de::DeserializeOwned;
+use serde_json::json;
 
 mod dvp;
 mod zvirt;
@@ -74,4 +78,37 @@ async fn reconciles(port: u16, kind: &str) -> (u64, u64) {
         })
     })
     .await
+}
+
+/// This release's capi (metrics on `port`) has reconciled the machine and the cluster
+/// (`kinds`: the machine's, the cluster's); then, the machine `name` touched (an
+/// annotation), it reconciles it again, a few of its polls' worth, without an error.
+async fn taken_over<K>(port: u16, machines: &Api<K>, name: &str, kinds: (&str, &str))
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    wait_for(
+        "this release's capi reconciled the machine and the cluster",
+        Duration::from_secs(60),
+        async || {
+            let (machine, _) = reconciles(port, kinds.0).await;
+            let (cluster, _) = reconciles(port, kinds.1).await;
+            (machine >= 1 && cluster >= 1).then_some(())
+        },
+    )
+    .await;
+    machines
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"overcast.dev/it-touched": "1"}}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        reconciles(port, kinds.0).await.1,
+        0,
+        "this release failed to reconcile the earlier release's machine"
+    );
 }
