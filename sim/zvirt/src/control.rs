@@ -185,7 +185,13 @@ impl Engine {
         let files = disk_files(&st);
         for vm in st.vms.values_mut() {
             for (disk, a) in vm.attachments.iter_mut() {
-                self.unplug(disk, a, files.get(disk).map(PathBuf::as_path));
+                // The last chance to release them: a busy one is waited for.
+                self.unplug_within(
+                    disk,
+                    a,
+                    files.get(disk).map(PathBuf::as_path),
+                    Duration::from_secs(10),
+                );
             }
         }
     }

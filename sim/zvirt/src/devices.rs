@@ -80,9 +80,28 @@ impl Engine {
 
     /// Unplugs the attachment's device (the attachment itself stays unless dropped).
     pub(super) fn unplug(&self, disk: &str, a: &mut SimAttachment, file: Option<&Path>) {
+        self.unplug_within(disk, a, file, Duration::ZERO);
+    }
+
+    /// [`Self::unplug`], a device still busy tried again for up to `patience`: right after
+    /// an unmount the kernel may hold it a moment longer (a program stopped then left its
+    /// loop device bound in a CI run).
+    pub(super) fn unplug_within(
+        &self,
+        disk: &str,
+        a: &mut SimAttachment,
+        file: Option<&Path>,
+        patience: Duration,
+    ) {
         let _ = std::fs::remove_file(self.link(disk));
         if let (Some(index), Some(file)) = (a.device, file) {
-            let _ = overcast_cloud_local::loopdev::detach(index, file);
+            let until = Instant::now() + patience;
+            while let Err(e) = overcast_cloud_local::loopdev::detach(index, file) {
+                if e.kind() != std::io::ErrorKind::ResourceBusy || Instant::now() >= until {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
         a.device = None;
     }
