@@ -122,11 +122,27 @@ impl Kubelet {
         assert!(!is_mount_point(&self.staging(id)));
     }
 
+    /// ControllerUnpublish as the external-attacher sends it: a device the kernel still
+    /// holds a moment after the unmount (FAILED_PRECONDITION, "held exclusively"; CI33 on
+    /// a loaded machine) is asked again, with backoff, for up to 10 s.
     pub async fn detach(&mut self, id: &str) {
-        self.c
-            .controller_unpublish_volume(unpublish_request(id))
-            .await
-            .unwrap();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match self
+                .c
+                .controller_unpublish_volume(unpublish_request(id))
+                .await
+            {
+                Ok(_) => return,
+                Err(e)
+                    if e.code() == tonic::Code::FailedPrecondition
+                        && std::time::Instant::now() < until =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await
+                }
+                Err(e) => panic!("unpublish {id}: {e}"),
+            }
+        }
     }
 
     pub async fn stats(
