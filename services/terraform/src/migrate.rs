@@ -11,6 +11,9 @@ use serde_json::Value;
 pub struct Report {
     pub moved: Vec<String>,
     pub dropped: Vec<String>,
+    /// Resources the state lacked that the layout has, written as an import of the
+    /// object that is already there.
+    pub added: Vec<String>,
 }
 
 /// The resources of a Terraform state of format 4 (what both migrations read).
@@ -70,6 +73,9 @@ pub fn run() -> Result<(), String> {
     }
     for d in &report.dropped {
         eprintln!("dropped {d}");
+    }
+    for a in &report.added {
+        eprintln!("added   {a}");
     }
     // Written, not printed: a full disk or a closed pipe is an error that says so (and a
     // non-zero exit), not a panic.

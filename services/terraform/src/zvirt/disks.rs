@@ -3,7 +3,7 @@
 //! resource is done when the disk is `ok` again.
 
 use http::Method;
-use overcast_cloud_zvirt::client::{boolean as engine_bool, number};
+use overcast_cloud_zvirt::client::{boolean as engine_bool, members, number};
 use serde_json::{json, Value as J};
 
 use super::{check_uuid, gone, not_found, until, uuid_of, Cloud};
@@ -358,6 +358,35 @@ impl Resource<Cloud> for DiskAttachment {
 
 // --- ovirt_disk_resize ------------------------------------------------------------
 
+/// The import id's suffix naming a VM's bootable disk (`<vm id>/boot`).
+pub const BOOT_OF: &str = "/boot";
+
+/// The bootable disk of VM `vm`, `None` when the VM or its boot disk is gone.
+async fn boot_disk(engine: &Cloud, vm: &str) -> Outcome<Option<String>> {
+    if !overcast_cloud_zvirt::client::is_id(vm) {
+        return Err(Diag::new(
+            "Not a VM id",
+            format!("{vm:?} is not an engine ID"),
+        ));
+    }
+    match engine
+        .json(
+            "diskattachment_list",
+            Method::GET,
+            &format!("/vms/{vm}/diskattachments"),
+            None,
+        )
+        .await
+    {
+        Ok(doc) => Ok(members(&doc, "disk_attachment")
+            .find(|a| engine_bool(&a["bootable"]))
+            .and_then(|a| a["disk"]["id"].as_str().or(a["id"].as_str()))
+            .map(str::to_owned)),
+        Err(e) if not_found(&e) => Ok(None),
+        Err(e) => Err(Diag::cloud(&format!("list VM {vm}'s disks"), e)),
+    }
+}
+
 /// Grows a disk (a template's boot disk cloned small) to a size; never shrinks it.
 pub struct DiskResize;
 
@@ -387,18 +416,41 @@ impl Resource<Cloud> for DiskResize {
     }
 
     async fn read(&self, engine: &Cloud, state: &Obj) -> Outcome<Option<Obj>> {
-        let id = uuid_of(state, "disk_id")?;
+        let imported = string(state, "disk_id").is_none();
+        let id = match string(state, "id").and_then(|id| id.strip_suffix(BOOT_OF)) {
+            Some(vm) if imported => match boot_disk(engine, vm).await? {
+                Some(disk) => disk,
+                None => return Ok(None),
+            },
+            _ if imported => uuid_of(state, "id")?,
+            _ => uuid_of(state, "disk_id")?,
+        };
         Ok(disk(engine, &id).await?.map(|d| {
             let mut seen = Obj::from([("id".to_owned(), s(&id)), ("disk_id".to_owned(), s(&id))]);
             // A disk found smaller than asked (made again out of band) shows as a change;
-            // one grown beyond it by someone else does not (it is never shrunk).
+            // one grown beyond it by someone else does not (it is never shrunk). After an
+            // import the size is the disk's own.
             let want = int(state, "size").unwrap_or(0);
             let have = number(&d["provisioned_size"]).unwrap_or(0) as i64;
-            if have < want {
+            if have < want || imported {
                 seen.insert("size".into(), n(have));
             }
             seen
         }))
+    }
+
+    /// A disk's id, or `<vm id>/boot`: the bootable disk of that VM (what
+    /// `migrate-state` writes for a state of a Deckhouse layout that grew no boot disk,
+    /// so that ours, which does, takes over the disk the VM has).
+    fn import(&self, id: &str) -> Outcome<Obj> {
+        let vm = id.strip_suffix(BOOT_OF).unwrap_or(id);
+        if !overcast_cloud_zvirt::client::is_id(vm) {
+            return Err(Diag::new(
+                "Cannot import the disk resize",
+                format!("{id:?} is neither a disk's id nor <VM id>{BOOT_OF}"),
+            ));
+        }
+        Ok(Obj::from([("id".to_owned(), s(id))]))
     }
 
     async fn update(&self, engine: &Cloud, prior: &Obj, planned: &Obj) -> Outcome<Obj> {

@@ -16,14 +16,23 @@
 //! old addresses destroys the node's VM and makes another (the upgrade test found it). The
 //! data sources of those modules are dropped: a plan reads the layout's own again.
 //!
+//! Deckhouse's earliest layouts grew no boot disk (no `ovirt_disk_resize` in their state,
+//! `ee/candi/…/master-node/main.tf` @0505833c); ours do, so the resize is added as an
+//! import of the disk the VM boots from (`<vm id>/boot`): the next plan reads its size and,
+//! with the layout keeping an existing disk's size, changes nothing.
+//!
 //! What it never does: change an attribute, drop a managed resource, or guess. A resource of any
 //! other type or provider refuses the whole state, nothing written: a state entry lost
-//! by mistake is an object nobody deletes. A state already migrated comes out unchanged
-//! (same serial), so running it twice is safe.
+//! by mistake is an object nobody deletes. So does a value no layout of ours can keep — an
+//! attribute this provider's schema lacks (Terraform would drop it unseen), a master VM
+//! not named as dhctl names a master —, naming the resource and the attribute. A state
+//! already migrated comes out unchanged (same serial), so running it twice is safe.
 
 use serde_json::{json, Value};
 
 use crate::migrate::Report;
+use crate::resource::Resource;
+use crate::schema::Block;
 
 /// The provider's type and the namespaces Deckhouse's layouts named it under.
 const NAMESPACES: [&str; 2] = ["ovirt", "terraform-provider-ovirt"];
@@ -214,10 +223,120 @@ pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
             ));
         }
     }
-    if unknown.is_empty() && report.moved.is_empty() && report.dropped.is_empty() {
+    for r in &out {
+        unkept(r, &mut unknown);
+    }
+    for w in ["master", "node"] {
+        if let Some(resize) = boot_disk_resize(&out, w) {
+            report.added.push(format!(
+                "ovirt_disk_resize.{w}_boot_disk_resize: the disk VM {} boots from (the layout that made it grew none; ours keeps its size)",
+                resize["instances"][0]["attributes"]["id"].as_str().unwrap_or("?").trim_end_matches(super::disks::BOOT_OF),
+            ));
+            out.push(resize);
+        }
+    }
+    if unknown.is_empty()
+        && report.moved.is_empty()
+        && report.dropped.is_empty()
+        && report.added.is_empty()
+    {
         return Ok((state.clone(), report));
     }
     Ok((crate::migrate::rewritten(state, out, &unknown)?, report))
+}
+
+/// This provider's schema of a managed resource type of Deckhouse's layouts.
+fn schema_of(ty: &str) -> Option<Block> {
+    Some(match ty {
+        "ovirt_vm" => super::vm::Vm.schema(),
+        "ovirt_vm_start" => super::vm_start::VmStart.schema(),
+        "ovirt_nic" => super::nic::Nic.schema(),
+        "ovirt_disk" => super::disks::Disk.schema(),
+        "ovirt_disk_attachment" => super::disks::DiskAttachment.schema(),
+        "ovirt_disk_resize" => super::disks::DiskResize.schema(),
+        _ => return None,
+    })
+}
+
+/// A value that says nothing (what a provider writes for an attribute never set).
+fn empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
+}
+
+/// Whether `name` is a master's VM name as dhctl gives it (`<prefix>-master-<index>`).
+fn a_masters_name(name: &str) -> bool {
+    name.rsplit_once("-master-").is_some_and(|(prefix, index)| {
+        !prefix.is_empty() && !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
+/// What of the managed resource `r` no layout of ours can keep, each named with its
+/// resource and attribute.
+fn unkept(r: &Value, unknown: &mut Vec<String>) {
+    if r["mode"] != "managed" {
+        return;
+    }
+    let ty = r["type"].as_str().unwrap_or_default();
+    let Some(schema) = schema_of(ty) else {
+        return;
+    };
+    let addr = format!("{ty}.{}", r["name"].as_str().unwrap_or("?"));
+    for instance in r["instances"].as_array().into_iter().flatten() {
+        let Some(attrs) = instance["attributes"].as_object() else {
+            continue;
+        };
+        for (k, v) in attrs {
+            let known = schema.attrs.iter().any(|a| a.name == k.as_str())
+                || schema.nested.iter().any(|b| b.name == k.as_str());
+            if !known && !empty(v) {
+                unknown.push(format!(
+                    "{addr}: its attribute {k} = {v} is not one this provider's {ty} has (Terraform would drop it unseen)"
+                ));
+            }
+        }
+        if addr == "ovirt_vm.master_vm" {
+            if let Some(name) = attrs.get("name").and_then(Value::as_str) {
+                if !a_masters_name(name) {
+                    unknown.push(format!(
+                        "{addr}: its name {name:?} is not a master's as dhctl names it (<prefix>-master-<index>): \
+                         our layouts find a node's VM by that name and would rename this one \
+                         (a layout from before Deckhouse's terraform-modules, \
+                         ee/candi/cloud-providers/zvirt/layouts/standard/master-node/main.tf@1c8c88ff, made it so)"
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// The `ovirt_disk_resize` a node's state lacks when the layout that made it grew no boot
+/// disk (`w`: `master` or `node`): an import of the disk its VM boots from.
+fn boot_disk_resize(resources: &[Value], w: &str) -> Option<Value> {
+    let at_root = |ty: &str, name: &str| {
+        resources.iter().find(|r| {
+            r["mode"] == "managed"
+                && r["type"] == ty
+                && r["name"] == name
+                && r.get("module").is_none()
+        })
+    };
+    let vm = at_root("ovirt_vm", &format!("{w}_vm"))?;
+    if at_root("ovirt_disk_resize", &format!("{w}_boot_disk_resize")).is_some() {
+        return None;
+    }
+    let id = vm["instances"][0]["attributes"]["id"].as_str()?;
+    overcast_cloud_zvirt::client::is_id(id).then(|| {
+        json!({"mode": "managed", "type": "ovirt_disk_resize", "name": format!("{w}_boot_disk_resize"),
+            "provider": vm["provider"],
+            "instances": [{"schema_version": 0, "attributes": {"id": format!("{id}{}", super::disks::BOOT_OF)},
+                "sensitive_attributes": [], "dependencies": [format!("ovirt_vm.{w}_vm")]}]})
+    })
 }
 
 #[cfg(test)]
@@ -425,5 +544,79 @@ mod tests {
         assert!(!is_zvirt(&state(
             "provider[\"registry.terraform.io/hashicorp/kubernetes\"]"
         )));
+    }
+
+    const VM: &str = "0b7e1f55-6f3c-4c2e-9a51-3f1d2c7b8a90";
+
+    /// A master's state as Deckhouse's layout @0505833c leaves it: no boot disk resize.
+    fn without_resize(name: &str) -> Value {
+        let p = "provider[\"registry.terraform.io/ovirt/ovirt\"]";
+        json!({"version": 4, "terraform_version": "0.14.8", "serial": 3, "lineage": "l", "outputs": {},
+        "resources": [
+            {"mode": "managed", "type": "ovirt_vm", "name": "master_vm", "provider": p,
+             "instances": [{"schema_version": 0, "attributes": {"id": VM, "name": name,
+                 "initialization_hostname": name, "os_type": "other_linux", "cpu_mode": null}}]},
+            resource("ovirt_vm_start", "master_vm", p, "managed"),
+        ]})
+    }
+
+    #[test]
+    fn a_state_without_a_boot_disk_resize_gets_one_as_an_import_of_the_vm_s_boot_disk() {
+        let (out, report) = migrate(&without_resize("d8-master-0")).unwrap();
+        let resize = out["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["type"] == "ovirt_disk_resize")
+            .expect("a resize added");
+        assert_eq!(resize["name"], "master_boot_disk_resize");
+        assert_eq!(
+            resize["provider"],
+            "provider[\"registry.terraform.io/terraform-provider-ovirt/ovirt\"]"
+        );
+        assert_eq!(
+            resize["instances"][0]["attributes"],
+            json!({"id": format!("{VM}/boot")})
+        );
+        assert_eq!(
+            resize["instances"][0]["dependencies"],
+            json!(["ovirt_vm.master_vm"])
+        );
+        assert_eq!(report.added.len(), 1, "{report:?}");
+        assert!(report.added[0].contains(VM), "{report:?}");
+        // Twice is once.
+        let (again, report) = migrate(&out).unwrap();
+        assert_eq!(again, out);
+        assert_eq!(report, Report::default());
+    }
+
+    #[test]
+    fn what_no_layout_of_ours_can_keep_refuses_the_state_naming_resource_and_attribute() {
+        // The layout before terraform-modules named its one master without an index.
+        let e = migrate(&without_resize("d8-master")).unwrap_err();
+        assert!(
+            e.contains("ovirt_vm.master_vm: its name \"d8-master\""),
+            "{e}"
+        );
+        // An attribute this provider lacks, with a value: Terraform would drop it.
+        let mut s = without_resize("d8-master-0");
+        s["resources"][0]["instances"][0]["attributes"]["cloud_init_user"] = json!("core");
+        let e = migrate(&s).unwrap_err();
+        assert!(
+            e.contains("ovirt_vm.master_vm: its attribute cloud_init_user = \"core\""),
+            "{e}"
+        );
+        // Without a value it loses nothing.
+        s["resources"][0]["instances"][0]["attributes"]["cloud_init_user"] = json!(null);
+        assert!(migrate(&s).is_ok());
+        for (name, ok) in [
+            ("d8-master-0", true),
+            ("a-b-master-12", true),
+            ("d8-master", false),
+            ("-master-0", false),
+            ("d8-master-x", false),
+        ] {
+            assert_eq!(a_masters_name(name), ok, "{name}");
+        }
     }
 }

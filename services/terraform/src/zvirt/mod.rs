@@ -4,8 +4,8 @@
 //!
 //! Served: the provider block; `ovirt_vm`, `ovirt_vm_start`, `ovirt_nic`, `ovirt_disk`,
 //! `ovirt_disk_attachment`, `ovirt_disk_resize`; the data sources `ovirt_templates`,
-//! `ovirt_disk_attachments`, `ovirt_wait_for_ip` (and Overcast's `ovirt_vm_cpu_topology`,
-//! for the layouts' takeover); on `ovirt_vm` also the Deckhouse fork's
+//! `ovirt_disk_attachments`, `ovirt_wait_for_ip` (and Overcast's `ovirt_existing_vm` and
+//! `ovirt_vm_cpu_topology`, for the layouts' takeover); on `ovirt_vm` also the Deckhouse fork's
 //! `initialization_dns` and `initialization_nic`. Missing (said in docs/STATUS.md): the oVirt
 //! provider's other resources (tags, affinity groups, templates, …).
 
@@ -21,6 +21,7 @@ use crate::server::Server;
 
 mod data;
 mod disks;
+mod existing_vm;
 pub mod migrate;
 mod nic;
 mod vm;
@@ -122,6 +123,7 @@ pub fn server() -> Server<Cloud> {
     .data_source("ovirt_disk_attachments", data::DiskAttachments)
     .data_source("ovirt_wait_for_ip", data::WaitForIp)
     .data_source("ovirt_vm_cpu_topology", vm_cpu::VmCpuTopology)
+    .data_source("ovirt_existing_vm", existing_vm::ExistingVm)
 }
 
 pub(crate) use crate::resource::until;
