@@ -101,9 +101,16 @@ impl Engine {
                 }
             }
             if vm.status == "up" && vm.ips.is_empty() {
-                if let (Some(since), Some(ips)) = (vm.up_since, guest_ips.get(&vm.name)) {
+                // What the test says the guest reports, else the static addresses
+                // cloud-init gave its interfaces from the VM's initialization (a guest
+                // configured so reports them once its agent runs).
+                let ips = guest_ips
+                    .get(&vm.name)
+                    .cloned()
+                    .unwrap_or_else(|| static_addresses(&vm.initialization));
+                if let Some(since) = vm.up_since.filter(|_| !ips.is_empty()) {
                     if now >= since + self.latency.guest_agent {
-                        vm.ips = ips.clone();
+                        vm.ips = ips;
                     }
                 }
             }
@@ -444,4 +451,43 @@ pub(super) fn nic_json(vm: &SimVm, nic: &SimNic) -> Value {
         v["vnic_profile"] = json!({"href": format!("{API}/vnicprofiles/{p}"), "id": p});
     }
     v
+}
+
+/// The static addresses of a VM's `initialization.nic_configurations` (oVirt's
+/// NicConfiguration: `boot_protocol` static, `ip.address`, `ipv6.address`), without a
+/// prefix length.
+fn static_addresses(init: &Value) -> Vec<String> {
+    let nics = init["nic_configurations"]["nic_configuration"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for nic in nics {
+        for (protocol, ip) in [("boot_protocol", "ip"), ("ipv6_boot_protocol", "ipv6")] {
+            if nic[protocol].as_str() != Some("static") {
+                continue;
+            }
+            if let Some(a) = nic[ip]["address"].as_str().filter(|a| !a.is_empty()) {
+                out.push(a.split('/').next().unwrap_or(a).to_owned());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guest_reports_the_static_addresses_cloud_init_gave_it() {
+        let init = json!({"nic_configurations": {"nic_configuration": [
+            {"name": "eth0", "boot_protocol": "static", "on_boot": "true",
+             "ip": {"address": "10.1.0.5/24", "netmask": "255.255.255.0", "gateway": "10.1.0.1"},
+             "ipv6_boot_protocol": "static", "ipv6": {"address": "fd00::5", "version": "v6"}},
+            {"name": "eth1", "boot_protocol": "dhcp"},
+        ]}});
+        assert_eq!(static_addresses(&init), ["10.1.0.5", "fd00::5"]);
+        assert!(static_addresses(&Value::Null).is_empty());
+    }
 }
