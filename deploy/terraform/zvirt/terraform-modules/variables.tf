@@ -89,11 +89,20 @@ locals {
 
   _provider = try(var.settings.spec.settings.provider.parameters, {})
   _nodes    = try(var.settings.spec.settings.nodes.parameters, {})
+  # A group's class, with the static address the ModuleConfig gave the group where the
+  # class has none (`nodes.parameters.customNetworkConfigs[<group>]`: Deckhouse's module
+  # read it there before the ZvirtInstanceClass had the field, `master-node/variables.tf`
+  # @89d82879; node.tf reads either).
   _groups = [
     for name, g in var.nodeGroups : {
-      name          = name
-      replicas      = try(g.spec.cloudInstances.minPerZone, 1)
-      instanceClass = try(var.instanceClasses[g.spec.cloudInstances.classReference.name].spec, {})
+      name     = name
+      replicas = try(g.spec.cloudInstances.minPerZone, 1)
+      instanceClass = merge(
+        try(var.instanceClasses[g.spec.cloudInstances.classReference.name].spec, {}),
+        try(var.instanceClasses[g.spec.cloudInstances.classReference.name].spec.customNetworkConfig, null) != null ? {} : {
+          customNetworkConfig = try(local._nodes.customNetworkConfigs[name], null)
+        },
+      )
     }
   ]
   _from_objects = {

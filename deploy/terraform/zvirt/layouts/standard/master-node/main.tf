@@ -3,10 +3,10 @@
 # a state dhctl wrote with terraform-provider-ovirt plans no change here.
 
 locals {
-  prefix         = var.clusterConfiguration.cloud.prefix
-  instance_class = local.configuration.masterNodeGroup.instanceClass
-  name           = "${local.prefix}-master-${var.nodeIndex}"
-  ram_bytes      = local.instance_class.memory * 1024 * 1024
+  prefix          = var.clusterConfiguration.cloud.prefix
+  instance_class  = local.configuration.masterNodeGroup.instanceClass
+  name            = "${local.prefix}-master-${var.nodeIndex}"
+  data_disk_alias = "${local.name}-kubernetes-data"
 }
 
 data "ovirt_templates" "master_template" {
@@ -16,11 +16,11 @@ data "ovirt_templates" "master_template" {
 
 resource "ovirt_vm" "master_vm" {
   name        = local.name
-  cluster_id  = local.configuration.clusterID
+  cluster_id  = local.cluster_id
   template_id = tolist(data.ovirt_templates.master_template.templates)[0].id
   clone       = true
 
-  # Deckhouse's topology, or the existing VM's own (cpu.tf).
+  # Deckhouse's topology, or the existing VM's own (node.tf).
   cpu_sockets = local.cpu_sockets
   cpu_cores   = local.cpu_cores
   cpu_threads = local.cpu_threads
@@ -28,14 +28,36 @@ resource "ovirt_vm" "master_vm" {
   memory            = local.ram_bytes
   maximum_memory    = local.ram_bytes
   memory_ballooning = false
-  vm_type           = lookup(local.instance_class, "vmType", "high_performance")
+  vm_type           = local.vm_type
 
   initialization_custom_script = local.user_data
+  # A static address, as Deckhouse's layouts give it (node.tf).
+  initialization_dns = local.network_dns
+  dynamic "initialization_nic" {
+    for_each = local.network_nics
+    content {
+      name = initialization_nic.value.name
+      ipv4 {
+        address = initialization_nic.value.address
+        netmask = initialization_nic.value.netmask
+        gateway = initialization_nic.value.gateway
+      }
+    }
+  }
 
   lifecycle {
-    # The bootstrap is read once, at first boot; the engine reports an OS type and a
-    # placement policy nobody set.
-    ignore_changes = [os_type, initialization_custom_script, placement_policy_affinity, placement_policy_host_ids]
+    # Cloud-init (the bootstrap, a static address, DNS, a host name) is read once, at
+    # first boot: a VM keeps what it was made with, whichever release of Deckhouse's wrote
+    # it. The engine reports an OS type and a placement policy nobody set.
+    ignore_changes = [
+      os_type,
+      initialization_custom_script,
+      initialization_hostname,
+      initialization_dns,
+      initialization_nic,
+      placement_policy_affinity,
+      placement_policy_host_ids,
+    ]
   }
 }
 
@@ -46,7 +68,8 @@ data "ovirt_disk_attachments" "master-vm-boot-disk-attachment" {
 
 resource "ovirt_disk_resize" "master_boot_disk_resize" {
   disk_id = tolist(data.ovirt_disk_attachments.master-vm-boot-disk-attachment.attachments)[0].disk_id
-  size    = lookup(local.instance_class, "rootDiskSizeGb", 50) * 1024 * 1024 * 1024
+  # The class's, or the disk's own, or 50 GiB for a new VM (node.tf).
+  size = local.root_disk_size
 
   lifecycle {
     ignore_changes = [disk_id]
@@ -54,17 +77,19 @@ resource "ovirt_disk_resize" "master_boot_disk_resize" {
 }
 
 resource "ovirt_nic" "master_vm_nic" {
-  name            = lookup(local.instance_class, "nicName", "nic1")
+  name            = local.nic_name
   vm_id           = ovirt_vm.master_vm.id
-  vnic_profile_id = local.instance_class.vnicProfileID
+  vnic_profile_id = local.vnic_profile_id
 }
 
 resource "ovirt_disk" "master-kubernetes-data" {
   format            = "raw"
   sparse            = false
-  size              = lookup(local.instance_class, "etcdDiskSizeGb", 10) * 1024 * 1024 * 1024
-  storage_domain_id = local.instance_class.storageDomainID
-  alias             = "${local.name}-kubernetes-data"
+  # The class's, or the disk's own (Deckhouse's earliest masters: 15 GiB, fixed), or
+  # 10 GiB for a new one (node.tf).
+  size              = local.data_disk_size
+  storage_domain_id = local.storage_domain_id
+  alias             = local.data_disk_alias
 }
 
 resource "ovirt_disk_attachment" "master-kubernetes-data-attachment" {

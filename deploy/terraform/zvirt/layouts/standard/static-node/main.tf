@@ -7,7 +7,8 @@ locals {
   group          = [for g in lookup(local.configuration, "nodeGroups", []) : g if g.name == var.nodeGroupName][0]
   instance_class = local.group.instanceClass
   name           = "${local.prefix}-${var.nodeGroupName}-${var.nodeIndex}"
-  ram_bytes      = local.instance_class.memory * 1024 * 1024
+  # No data disk.
+  data_disk_alias = null
 }
 
 data "ovirt_templates" "node_template" {
@@ -17,11 +18,11 @@ data "ovirt_templates" "node_template" {
 
 resource "ovirt_vm" "node_vm" {
   name        = local.name
-  cluster_id  = local.configuration.clusterID
+  cluster_id  = local.cluster_id
   template_id = tolist(data.ovirt_templates.node_template.templates)[0].id
   clone       = true
 
-  # Deckhouse's topology, or the existing VM's own (cpu.tf).
+  # Deckhouse's topology, or the existing VM's own (node.tf).
   cpu_sockets = local.cpu_sockets
   cpu_cores   = local.cpu_cores
   cpu_threads = local.cpu_threads
@@ -29,12 +30,34 @@ resource "ovirt_vm" "node_vm" {
   memory            = local.ram_bytes
   maximum_memory    = local.ram_bytes
   memory_ballooning = false
-  vm_type           = lookup(local.instance_class, "vmType", "high_performance")
+  vm_type           = local.vm_type
 
   initialization_custom_script = local.user_data
+  # A static address, as Deckhouse's layouts give it (node.tf).
+  initialization_dns = local.network_dns
+  dynamic "initialization_nic" {
+    for_each = local.network_nics
+    content {
+      name = initialization_nic.value.name
+      ipv4 {
+        address = initialization_nic.value.address
+        netmask = initialization_nic.value.netmask
+        gateway = initialization_nic.value.gateway
+      }
+    }
+  }
 
   lifecycle {
-    ignore_changes = [os_type, initialization_custom_script, placement_policy_affinity, placement_policy_host_ids]
+    # As the master's (master-node/main.tf).
+    ignore_changes = [
+      os_type,
+      initialization_custom_script,
+      initialization_hostname,
+      initialization_dns,
+      initialization_nic,
+      placement_policy_affinity,
+      placement_policy_host_ids,
+    ]
   }
 }
 
@@ -44,7 +67,8 @@ data "ovirt_disk_attachments" "node-vm-boot-disk-attachment" {
 
 resource "ovirt_disk_resize" "node_boot_disk_resize" {
   disk_id = tolist(data.ovirt_disk_attachments.node-vm-boot-disk-attachment.attachments)[0].disk_id
-  size    = lookup(local.instance_class, "rootDiskSizeGb", 50) * 1024 * 1024 * 1024
+  # The class's, or the disk's own, or 50 GiB for a new VM (node.tf).
+  size = local.root_disk_size
 
   lifecycle {
     ignore_changes = [disk_id]
@@ -52,9 +76,9 @@ resource "ovirt_disk_resize" "node_boot_disk_resize" {
 }
 
 resource "ovirt_nic" "node_vm_nic" {
-  name            = lookup(local.instance_class, "nicName", "nic1")
+  name            = local.nic_name
   vm_id           = ovirt_vm.node_vm.id
-  vnic_profile_id = local.instance_class.vnicProfileID
+  vnic_profile_id = local.vnic_profile_id
 }
 
 resource "ovirt_vm_start" "node_vm" {

@@ -1,1 +1,0 @@
-../../../terraform-modules/cpu.tf
