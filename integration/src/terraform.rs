@@ -246,13 +246,17 @@ impl Workspace {
 
     /// `init` as dhctl: the plugin directory only.
     pub fn init(&self) {
+        self.try_init().ok();
+    }
+
+    /// The same, its failure for the caller to read.
+    pub fn try_init(&self) -> Run {
         self.run(&[
             "init",
             "-input=false",
             "-no-color",
             &format!("-plugin-dir={}", self.plugins.display()),
         ])
-        .ok();
     }
 
     /// `plan -detailed-exitcode` with `args`: 0 no change, 2 changes, 1 failed.

@@ -9,6 +9,7 @@
 //! or on the PATH); said skipped without.
 
 mod deckhouse;
+mod made;
 mod takeover;
 mod upgrade;
 
@@ -114,16 +115,22 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
     let profile = engine.add_vnic_profile("ovirtmgmt");
     let domain = engine.storage_domain_id("data");
     engine.set_guest_ips_on_boot("tf-master-0", &["127.0.0.1", "fe80::1", "10.1.0.5"]);
-    engine.set_guest_ips_on_boot("tf-worker-0", &["10.1.0.6"]);
+    // The worker's address is the static one its class gives (below): the guest reports
+    // what cloud-init set.
     let layouts = terraform::copy_layouts("zvirt", root);
     let standard = layouts.join("layouts/standard");
     let vars = |index, group| {
         let f = root.join(format!("vars-{group}-{index}.json"));
-        std::fs::write(
-            &f,
-            var_file(&url, &profile, &domain, index, group).to_string(),
-        )
-        .unwrap();
+        let mut v = var_file(&url, &profile, &domain, index, group);
+        // The workers have static addresses (`customNetworkConfig`, as the
+        // ZvirtClusterConfiguration spells it: the DNS servers one string).
+        v["providerClusterConfiguration"]["nodeGroups"][0]["instanceClass"]
+            ["customNetworkConfig"] = json!({
+            "networkInterfaceName": "eth0", "networkInterfaceAddress": ["10.1.0.7", "10.1.0.8"],
+            "networkInterfaceNetmask": "255.255.255.0", "networkInterfaceGateway": "10.1.0.1",
+            "dnsServers": "10.1.0.53 10.1.0.54",
+        });
+        std::fs::write(&f, v.to_string()).unwrap();
         format!("-var-file={}", f.display())
     };
 
@@ -259,6 +266,21 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
     });
     let worker = engine.vm_by_name("tf-worker-0").expect("the node's VM");
     assert_eq!(worker["status"], "up", "{worker}");
+    // Its static address, as the engine records the VM's initialization, and the guest
+    // that booted with it.
+    assert_eq!(
+        worker["initialization"]["nic_configurations"]["nic_configuration"],
+        json!([{"name": "eth0", "on_boot": "true", "boot_protocol": "static",
+            "ip": {"address": "10.1.0.7", "netmask": "255.255.255.0", "gateway": "10.1.0.1"}}]),
+        "{worker}"
+    );
+    assert_eq!(
+        worker["initialization"]["dns_servers"], "10.1.0.53 10.1.0.54",
+        "{worker}"
+    );
+    let reported = real_wait_for_ip(&engine, "tf-worker-0");
+    assert_eq!(reported, ["10.1.0.7"], "the guest's address");
+    expect(&tf(|| node.plan(&[&nv])), 0, "the node's second plan");
     assert_eq!(
         tf(|| node.outputs()),
         json!({}),
@@ -282,4 +304,28 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
         left_behind,
         "destroy left a disk of its own"
     );
+}
+
+/// The addresses the guest of VM `name` reports, once it reports any (30 s at most).
+fn real_wait_for_ip(engine: &Engine, name: &str) -> Vec<String> {
+    let started = std::time::Instant::now();
+    loop {
+        let vm = engine.vm_by_name(name).expect("the VM");
+        let ips: Vec<String> = vm["reported_devices"]["reported_device"][0]["ips"]["ip"]
+            .as_array()
+            .map(|ips| {
+                ips.iter()
+                    .filter_map(|ip| ip["address"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !ips.is_empty() {
+            return ips;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{name}'s guest reported no address: {vm}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
