@@ -4,9 +4,14 @@
 //!
 //! Every resource's schema says [`STATE_VERSION`]; Terraform keeps it beside each
 //! instance's attributes (`schema_version` in the state file) and hands both back. A state
-//! of an earlier version is brought forward step by step (none yet: every release so far
-//! wrote version 0); a later version is refused with what to do (Terraform refuses it
-//! first, "managed by newer provider version"; this is for any other client).
+//! of an earlier version is brought forward step by step; a later version is refused with
+//! what to do (Terraform refuses it first, "managed by newer provider version"; this is
+//! for any other client). The versions:
+//! - 0: every release up to issue 68's (and every upstream provider's state a takeover
+//!   migrates: SDKv2 writes 0).
+//! - 1: `dvp_virtual_machine` has `annotations` (Deckhouse's layouts annotate a VM with
+//!   its instance class's `additionalAnnotations`). A version-0 state lacks the key: it
+//!   reads as the empty map (its `absent`), which is what the VM had from us.
 //!
 //! At version 0, what releases wrote before an attribute existed lacks its key: an
 //! attribute that says what it was then ([`crate::schema::Attr::absent`]) takes that
@@ -24,7 +29,7 @@ use crate::resource::Diag;
 use crate::schema::{Block, Obj};
 
 /// The schema version of every resource's state this release writes.
-pub const STATE_VERSION: i64 = 0;
+pub const STATE_VERSION: i64 = 1;
 
 /// `raw` (the state's JSON attributes, as Terraform kept them), written at schema
 /// `version`, as this release's state of the resource `block`.
@@ -122,9 +127,13 @@ mod tests {
 
     #[test]
     fn a_newer_release_s_state_is_refused_saying_what_to_do() {
-        let e = upgraded("r", 1, br#"{"id": "1", "name": "a"}"#, &ty()).unwrap_err();
+        let e = upgraded("r", STATE_VERSION + 1, br#"{"id": "1", "name": "a"}"#, &ty())
+            .unwrap_err();
         assert!(e.summary.contains("newer release"), "{e:?}");
-        assert!(e.detail.contains("schema version 1"), "{e:?}");
+        assert!(
+            e.detail.contains(&format!("schema version {}", STATE_VERSION + 1)),
+            "{e:?}"
+        );
     }
 
     /// Every resource's state type, by provider and resource, as JSON.

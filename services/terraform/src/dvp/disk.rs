@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::{
     check_name, create, delete, dynamic, get, labels_of, labels_type, labels_value, name_of, patch,
-    waiting_for, Cloud,
+    strings_at, waiting_for, Cloud,
 };
 use crate::cty::{Type, Value};
 use crate::resource::{until, Diag, Outcome, Resource};
@@ -233,11 +233,18 @@ impl Resource<Cloud> for VirtualDisk {
 
 /// Labels to set, and those dropped as null (a merge patch removes them).
 pub(super) fn labels_patch(prior: &Obj, planned: &Obj) -> serde_json::Value {
+    map_patch(prior, planned, "labels")
+}
+
+/// A merge patch of the map `attr` (labels, annotations) from `prior` to `planned`: the
+/// keys `prior` held and `planned` does not, removed; what `planned` holds, set. Keys
+/// neither names (a person's, a controller's) are left alone.
+pub(super) fn map_patch(prior: &Obj, planned: &Obj, attr: &str) -> serde_json::Value {
     let mut out = serde_json::Map::new();
-    for k in labels_of(prior).keys() {
+    for k in strings_at(prior, attr).keys() {
         out.insert(k.clone(), serde_json::Value::Null);
     }
-    out.extend(labels_of(planned));
+    out.extend(strings_at(planned, attr));
     serde_json::Value::Object(out)
 }
 

@@ -101,7 +101,12 @@ fn labels_type() -> Type {
 }
 
 fn labels_of(o: &Obj) -> serde_json::Map<String, J> {
-    match o.get("labels") {
+    strings_at(o, "labels")
+}
+
+/// The map of strings `attr` of `o` (labels, annotations) as JSON.
+fn strings_at(o: &Obj, attr: &str) -> serde_json::Map<String, J> {
+    match o.get(attr) {
         Some(Value::Map(m)) => m
             .iter()
             .filter_map(|(k, v)| match v {
@@ -120,7 +125,18 @@ fn labels_of(o: &Obj) -> serde_json::Map<String, J> {
 /// `labels` whose every key `ignore_changes` keeps (an object made unlabelled by an older
 /// Deckhouse) plans no change; null only where the state held null.
 fn labels_value(state: &Obj, m: Option<&std::collections::BTreeMap<String, String>>) -> Value {
-    let ours = labels_of(state);
+    map_value(state, "labels", m)
+}
+
+/// [`labels_value`] for the map `attr` (annotations too: DVP's controllers write neither
+/// on its objects — the API's "CR handling contract" —, so after an import every key is
+/// one a person or a layout wrote).
+fn map_value(
+    state: &Obj,
+    attr: &str,
+    m: Option<&std::collections::BTreeMap<String, String>>,
+) -> Value {
+    let ours = strings_at(state, attr);
     let imported = !matches!(state.get("name"), Some(Value::String(_)));
     let kept: std::collections::BTreeMap<String, Value> = m
         .into_iter()
@@ -128,7 +144,7 @@ fn labels_value(state: &Obj, m: Option<&std::collections::BTreeMap<String, Strin
         .filter(|(k, _)| imported || ours.contains_key(*k))
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
         .collect();
-    if kept.is_empty() && !imported && !matches!(state.get("labels"), Some(Value::Map(_))) {
+    if kept.is_empty() && !imported && !matches!(state.get(attr), Some(Value::Map(_))) {
         Value::Null
     } else {
         Value::Map(kept)

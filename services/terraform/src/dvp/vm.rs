@@ -8,10 +8,10 @@ use kube::Api;
 use overcast_cloud_dvp::api;
 use serde_json::json;
 
-use super::disk::labels_patch;
+use super::disk::{labels_patch, map_patch};
 use super::{
-    check_name, create, delete, dynamic, get, labels_of, labels_type, labels_value, name_of, patch,
-    waiting_for, Cloud,
+    check_name, create, delete, dynamic, get, labels_of, labels_type, labels_value, map_value,
+    name_of, patch, strings_at, waiting_for, Cloud,
 };
 use crate::cty::{Type, Value};
 use crate::resource::{until, Diag, Outcome, Resource};
@@ -136,6 +136,11 @@ impl Resource<Cloud> for VirtualMachine {
                 )
                 .force_new(),
                 optional("labels", labels_type(), "Labels of the VM."),
+                // Deckhouse's layouts annotate a VM with the instance class's
+                // `additionalAnnotations` (beside their own `last_applied_*`); changed in
+                // place, as labels. None in a state written before it: an empty map.
+                optional("annotations", labels_type(), "Annotations of the VM.")
+                    .absent_as(Value::Map(Default::default())),
                 computed("phase", Type::String, "Pending, Starting, Running, …"),
                 computed("ip_address", Type::String, "Its address."),
                 computed("node_name", Type::String, "The parent node it runs on."),
@@ -226,7 +231,17 @@ impl Resource<Cloud> for VirtualMachine {
             spec["provisioning"] =
                 json!({"type": "UserDataRef", "userDataRef": {"kind": "Secret", "name": secret}});
         }
-        let obj = dynamic("VirtualMachine", &name, labels_of(p), spec).map_err(|d| (None, d))?;
+        let mut obj =
+            dynamic("VirtualMachine", &name, labels_of(p), spec).map_err(|d| (None, d))?;
+        let annotations = strings_at(p, "annotations");
+        if !annotations.is_empty() {
+            obj.metadata.annotations = Some(
+                annotations
+                    .into_iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k, v.to_owned())))
+                    .collect(),
+            );
+        }
         create(parent, "vm_create", &vm_api(parent), "VirtualMachine", &obj)
             .await
             .map_err(|d| (None, d))?;
@@ -308,13 +323,21 @@ impl Resource<Cloud> for VirtualMachine {
             "labels".into(),
             labels_value(state, vm.metadata.labels.as_ref()),
         );
+        seen.insert(
+            "annotations".into(),
+            map_value(state, "annotations", vm.metadata.annotations.as_ref()),
+        );
         Ok(Some(seen))
     }
 
-    /// Labels, and the run and migration policies: DVP applies both to a running VM.
+    /// Labels and annotations, and the run and migration policies: DVP applies both to a
+    /// running VM.
     async fn update(&self, parent: &Cloud, prior: &Obj, planned: &Obj) -> Outcome<Obj> {
         let name = name_of(prior, "id")?;
-        let mut body = json!({"metadata": {"labels": labels_patch(prior, planned)}});
+        let mut body = json!({"metadata": {
+            "labels": labels_patch(prior, planned),
+            "annotations": map_patch(prior, planned, "annotations"),
+        }});
         for (attr, field) in [
             ("run_policy", "runPolicy"),
             ("live_migration_policy", "liveMigrationPolicy"),
