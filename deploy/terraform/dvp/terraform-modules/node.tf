@@ -87,6 +87,18 @@ locals {
   )
   vm_hash = substr(sha256(jsonencode(local.vm_params)), 0, 6)
 
+  # The VM's own labels beyond Deckhouse's identity ones: the instance class's
+  # `additionalLabels`, then the cluster's `additionalVMLabels` (Deckhouse's master-node
+  # and static-node variables @b2e479d3 and @0907b049: `merge(<class's>,
+  # lookup(providerClusterConfiguration, "additionalVMLabels", {}))`, the configuration's
+  # top level; its schema @0907b049 declares them under `provider`, and its validator
+  # reads the ModuleConfig's `nodes.parameters` — variables.tf brings either here).
+  additional_labels = merge(
+    { for k, v in lookup(local.vm, "additionalLabels", {}) : k => tostring(v) },
+    { for k, v in try(local.configuration.provider.additionalVMLabels, {}) : k => tostring(v) },
+    { for k, v in try(local.configuration.additionalVMLabels, {}) : k => tostring(v) },
+  )
+
   # What Deckhouse labels a node's disks, address and Secret with.
   labels = {
     "deckhouse.io/managed-by"       = "deckhouse"
@@ -188,6 +200,8 @@ resource "dvp_virtual_machine" "node" {
   node_selector       = local.node_selector
   tolerations         = local.tolerations
   priority_class_name = local.priority_class_name
+  # Deckhouse's identity labels, then the class's and the cluster's own (which win on a
+  # key, as in Deckhouse's `merge(additionalLabels, additionalVMLabels)`).
   labels = merge(
     {
       "deckhouse.io/managed-by"         = "deckhouse"
@@ -196,12 +210,14 @@ resource "dvp_virtual_machine" "node" {
       "dvp.deckhouse.io/node-group"     = local.node_group
       "dvp.deckhouse.io/hostname"       = local.hostname
     },
-    lookup(local.vm, "additionalLabels", {}),
+    local.additional_labels,
   )
+  annotations = { for k, v in lookup(local.vm, "additionalAnnotations", {}) : k => tostring(v) }
 
   lifecycle {
     # The name and identity labels it has (see the notes above); what it is made of
-    # replaces it through its own attributes.
+    # replaces it through its own attributes. Deckhouse's own annotations (the
+    # parameters its VM's name was hashed from) stay as Deckhouse wrote them.
     ignore_changes = [
       name,
       labels["deckhouse.io/managed-by"],
@@ -209,6 +225,8 @@ resource "dvp_virtual_machine" "node" {
       labels["dvp.deckhouse.io/cluster-uuid"],
       labels["dvp.deckhouse.io/node-group"],
       labels["dvp.deckhouse.io/hostname"],
+      annotations["last_applied_destructive_vm_parameters"],
+      annotations["last_applied_destructive_vm_parameters_hash"],
     ]
   }
 }

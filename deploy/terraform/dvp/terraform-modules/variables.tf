@@ -100,12 +100,15 @@ locals {
     }
   ]
   _from_objects = {
-    provider        = { namespace = try(var.settings.spec.settings.provider.parameters.namespace, "") }
-    sshPublicKey    = try(local._nodes.sshPublicKey, "")
-    region          = try(local._nodes.region, "")
-    zones           = try(local._nodes.zones, [])
-    masterNodeGroup = try([for g in local._groups : g if g.name == "master"][0], null)
-    nodeGroups      = [for g in local._groups : g if g.name != "master"]
+    provider = { namespace = try(var.settings.spec.settings.provider.parameters.namespace, "") }
+    # Labels for every VM of the cluster, where the module's validator reads them
+    # (`ModuleConfig.spec.settings.nodes.parameters.additionalVMLabels`).
+    additionalVMLabels = try(local._nodes.additionalVMLabels, {})
+    sshPublicKey       = try(local._nodes.sshPublicKey, "")
+    region             = try(local._nodes.region, "")
+    zones              = try(local._nodes.zones, [])
+    masterNodeGroup    = try([for g in local._groups : g if g.name == "master"][0], null)
+    nodeGroups         = [for g in local._groups : g if g.name != "master"]
   }
   # Through JSON, as Deckhouse's module does: the two shapes are objects of other types.
   configuration = jsondecode(local.use_cluster_configuration ? jsonencode(var.providerClusterConfiguration) : jsonencode(local._from_objects))

@@ -83,8 +83,8 @@ resource "ovirt_nic" "master_vm_nic" {
 }
 
 resource "ovirt_disk" "master-kubernetes-data" {
-  format            = "raw"
-  sparse            = false
+  format = "raw"
+  sparse = false
   # The class's, or the disk's own (Deckhouse's earliest masters: 15 GiB, fixed), or
   # 10 GiB for a new one (node.tf).
   size              = local.data_disk_size
