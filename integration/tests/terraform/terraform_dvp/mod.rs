@@ -21,6 +21,7 @@ use overcast_integration::terraform::{self, expect, tf, Workspace};
 use serde_json::json;
 
 mod deckhouse;
+mod made;
 mod takeover;
 mod upgrade;
 
