@@ -231,7 +231,9 @@ async fn dhctl_s_sequence_makes_reads_replans_and_destroys_a_vm() {
         std::fs::write(&state_file, state.to_string()).unwrap();
     };
     // A newer schema version: Terraform itself refuses before asking the provider.
-    with_vm(&|i| i["schema_version"] = serde_json::json!(i["schema_version"].as_i64().unwrap() + 1));
+    with_vm(&|i| {
+        i["schema_version"] = serde_json::json!(i["schema_version"].as_i64().unwrap() + 1)
+    });
     let newer = tf(|| ws.plan(&[&v]));
     expect(&newer, 1, "the plan of a state at a newer schema version");
     assert!(

@@ -9,6 +9,7 @@ use kube::api::{Api, DynamicObject};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
+use super::deckhouse::Release;
 use super::*;
 
 pub(super) const K8S: &str = "provider[\"registry.terraform.io/hashicorp/kubernetes\"]";
@@ -48,56 +49,17 @@ pub(super) fn beside(module: Option<&str>, mode: &str, ty: &str, name: &str) -> 
     r
 }
 
-/// A release of Deckhouse's DVP layouts, as far as what it writes differs here (the names
-/// differ by [`deckhouse::Node::since_1_77`]):
-/// - ≤ 1.74 (`candi/cloud-providers/dvp/terraform-modules/master/main.tf` @6e01cad3,
-///   `master/variables.tf` @023a52f3): the VM's `runPolicy: AlwaysOn` and no
-///   `liveMigrationPolicy` (the parent's default applies), the VM labelled with the four
-///   `dvp.deckhouse.io/*` labels and no `deckhouse.io/managed-by`, the disks, address and
-///   Secret unlabelled; readiness by `wait` blocks in the manifests, no owner references;
-/// - ≥ 1.75: the VM's `runPolicy: AlwaysOnUnlessStoppedManually` and
-///   `liveMigrationPolicy: PreferForced` (`candi/cloud-providers/dvp/layouts/standard/
-///   master-node/variables.tf` @095e8372, the layout's defaults), the labels
-///   `deckhouse.io/managed-by` and `dvp.deckhouse.io/cluster-uuid` on every object (1.75,
-///   #17267), `kubernetes_resource_ready_v1` and (1.76, #16777) owner references;
-/// - 1.76 on: labels on the cloud-init Secret (CHANGELOG-v1.76, #20436); 1.75's has none;
-/// - 1.77 on: the Secret `immutable` (`terraform-modules/master/main.tf` @76036b98) and
-///   the disks named without their storage class.
-pub(super) struct Release {
-    pub(super) label: &'static str,
-    /// 1.75 on: the policies, `managed-by`, labelled disks and address, readiness resources.
-    pub(super) since_1_75: bool,
-    pub(super) secret_labels: bool,
-    pub(super) secret_immutable: bool,
-}
-
-pub(super) const RELEASE_1_74: Release = Release {
-    label: "1.74",
-    since_1_75: false,
-    secret_labels: false,
-    secret_immutable: false,
-};
-pub(super) const RELEASE_1_76: Release = Release {
-    label: "1.76",
-    since_1_75: true,
-    secret_labels: true,
-    secret_immutable: false,
-};
-pub(super) const RELEASE_1_77: Release = Release {
-    label: "1.77",
-    since_1_75: true,
-    secret_labels: true,
-    secret_immutable: true,
-};
-
 /// Makes node `n` as Deckhouse's layout of `release` does and returns its state as that
 /// layout leaves it: the objects, waited for as its readiness resources wait, and the
-/// outputs.
+/// outputs. The VM takes the class's labels and annotations of `extras`, and the
+/// cluster's labels where the version writes them (`cluster_labels`).
 pub(super) async fn made_by_deckhouse(
     w: &World,
     n: &deckhouse::Node<'_>,
     module: &str,
     release: &Release,
+    extras: &Extras,
+    cluster_labels: bool,
 ) -> Value {
     let ns = &w.sim.namespace;
     let hostname = n.hostname();
@@ -120,11 +82,12 @@ pub(super) async fn made_by_deckhouse(
     post(
         &api::virtual_machine_ip_address(),
         json!({"apiVersion": v, "kind": "VirtualMachineIPAddress",
-            "metadata": {"name": n.vmip("Auto"), "namespace": ns, "labels": infra_labels},
-            "spec": {"staticIP": "", "type": "Auto"}}),
+            "metadata": {"name": n.vmip(n.address), "namespace": ns, "labels": infra_labels},
+            "spec": if n.address == "Auto" { json!({"staticIP": "", "type": "Auto"}) }
+                    else { json!({"staticIP": n.address, "type": "Static"}) }}),
     )
     .await;
-    let vmip_name = n.vmip("Auto");
+    let vmip_name = n.vmip(n.address);
     let leased = real::wait_for("the address leased", Duration::from_secs(30), async || {
         let o = w
             .api(&api::virtual_machine_ip_address())
@@ -161,6 +124,19 @@ pub(super) async fn made_by_deckhouse(
         .await;
         block_devices.push(json!({"kind": "VirtualDisk", "name": n.etcd_disk()}));
     }
+    // The class's additional disks, after the others (their own module each).
+    for i in 0..n.additional_disks {
+        post(
+            &api::virtual_disk(),
+            json!({"apiVersion": v, "kind": "VirtualDisk",
+                "metadata": {"name": n.additional_disk(i), "namespace": ns, "labels": infra_labels, "annotations": {
+                    "last_applied_destructive_additional_disk_parameters": n.additional_params().to_string(),
+                    "last_applied_destructive_additional_disk_parameters_hash": n.additional_disk(i).rsplit('-').next().unwrap()}},
+                "spec": {"persistentVolumeClaim": {"size": "1Gi"}}}),
+        )
+        .await;
+        block_devices.push(json!({"kind": "VirtualDisk", "name": n.additional_disk(i)}));
+    }
     // templates/cloudinit.tftpl with dhctl's bootstrap.
     let user_data = format!(
         "runcmd:\n- echo bootstrap\n\n\nhostname: {hostname}\nprefer_fqdn_over_hostname: false\nssh_authorized_keys:\n  - \"{}\"\n\nusers:\n- default\n",
@@ -194,19 +170,37 @@ pub(super) async fn made_by_deckhouse(
         "blockDeviceRefs": block_devices,
         "provisioning": {"type": "UserDataRef", "userDataRef": {"kind": "Secret", "name": n.secret(&leased)}},
         "runPolicy": "AlwaysOn",
-        "virtualMachineIPAddressName": n.vmip("Auto"),
+        "virtualMachineIPAddressName": n.vmip(n.address),
     });
     if release.since_1_75 {
         vm_labels["deckhouse.io/managed-by"] = json!("deckhouse");
         vm_spec["runPolicy"] = json!("AlwaysOnUnlessStoppedManually");
         vm_spec["liveMigrationPolicy"] = json!("PreferForced");
     }
+    // The class's labels, then the cluster's (`merge({identity}, merge(<class's>,
+    // <cluster's>))`); its annotations after Deckhouse's own.
+    let mut more = extras.labels.as_object().cloned().unwrap_or_default();
+    if cluster_labels {
+        more.extend(
+            extras
+                .cluster_labels
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        );
+    }
+    vm_labels.as_object_mut().unwrap().extend(more);
+    let mut annotations = json!({"last_applied_destructive_vm_parameters": params.to_string(),
+        "last_applied_destructive_vm_parameters_hash": n.vm(&leased).rsplit('-').next().unwrap()});
+    annotations
+        .as_object_mut()
+        .unwrap()
+        .extend(extras.annotations.as_object().cloned().unwrap_or_default());
     post(
         &api::virtual_machine(),
         json!({"apiVersion": v, "kind": "VirtualMachine",
             "metadata": {"name": n.vm(&leased), "namespace": ns, "labels": vm_labels,
-                "annotations": {"last_applied_destructive_vm_parameters": params.to_string(),
-                    "last_applied_destructive_vm_parameters_hash": n.vm(&leased).rsplit('-').next().unwrap()}},
+                "annotations": annotations},
             "spec": vm_spec}),
     )
     .await;
@@ -226,7 +220,7 @@ pub(super) async fn made_by_deckhouse(
         "name": vm_name, "uid": vm.metadata.uid}]}});
     let owned = [
         (api::virtual_disk(), n.root_disk()),
-        (api::virtual_machine_ip_address(), n.vmip("Auto")),
+        (api::virtual_machine_ip_address(), n.vmip(n.address)),
     ]
     .into_iter()
     .chain(n.etcd.map(|_| (api::virtual_disk(), n.etcd_disk())));
@@ -271,7 +265,7 @@ pub(super) async fn made_by_deckhouse(
         manifest(
             "module.ipv4-address",
             "ipv4_address",
-            &get(api::virtual_machine_ip_address(), n.vmip("Auto")).await,
+            &get(api::virtual_machine_ip_address(), n.vmip(n.address)).await,
             Some(0),
         ),
         beside(
@@ -310,6 +304,21 @@ pub(super) async fn made_by_deckhouse(
             "cloudinit-secret",
         ),
     ];
+    for i in 0..n.additional_disks {
+        let module = format!("module.additional-disk[\"{i}\"]");
+        resources.push(manifest(
+            &module,
+            "additional_disk",
+            &get(api::virtual_disk(), n.additional_disk(i)).await,
+            None,
+        ));
+        resources.push(beside(
+            Some(&module),
+            "managed",
+            "kubernetes_resource_ready_v1",
+            "additional_disk",
+        ));
+    }
     if !release.since_1_75 {
         // ≤ 1.74 waited in the manifests themselves (`wait { fields = {...} }`) and
         // referenced no owners.

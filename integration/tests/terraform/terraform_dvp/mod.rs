@@ -36,6 +36,22 @@ enum Inputs {
     ModuleConfig,
 }
 
+/// What the test's instance class and cluster configuration carry beyond the basics.
+#[derive(Clone, Debug, Default)]
+struct Extras {
+    /// The node's static address (`ipAddresses[index]`); `None`: `Auto`.
+    address: Option<String>,
+    /// Additional disks of the class (1Gi each, the parent's default storage class).
+    additional_disks: u32,
+    /// The class's `virtualMachine.additionalLabels`, `additionalAnnotations` (null: none).
+    labels: serde_json::Value,
+    annotations: serde_json::Value,
+    /// The cluster's `additionalVMLabels` (null: none).
+    cluster_labels: serde_json::Value,
+    /// The class's `virtualMachine.runPolicy` (none: left out).
+    run_policy: Option<&'static str>,
+}
+
 struct World {
     sim: DvpSim,
     kubeconfig_b64: String,
@@ -86,14 +102,47 @@ impl World {
 
     /// The same, in the shape `inputs` says.
     fn vars_as(&self, index: u32, group: &str, kubeconfig_b64: &str, inputs: Inputs) -> String {
-        let instance_class = json!({
+        self.vars_with(index, group, kubeconfig_b64, inputs, &Extras::default())
+    }
+
+    /// The same with `extras` in the class and the cluster's configuration.
+    fn vars_with(
+        &self,
+        index: u32,
+        group: &str,
+        kubeconfig_b64: &str,
+        inputs: Inputs,
+        extras: &Extras,
+    ) -> String {
+        let addresses = match &extras.address {
+            // The node's own at its index (the test's nodes are one per group).
+            Some(a) => json!((0..=index)
+                .map(|i| if i == index { a.clone() } else { "Auto".into() })
+                .collect::<Vec<String>>()),
+            None => json!(["Auto"]),
+        };
+        let mut instance_class = json!({
             "virtualMachine": {
                 "cpu": {"cores": 2, "coreFraction": "50%"}, "memory": {"size": "4Gi"},
-                "virtualMachineClassName": "generic", "ipAddresses": ["Auto"],
+                "virtualMachineClassName": "generic", "ipAddresses": addresses,
             },
             "rootDisk": {"size": "10Gi", "image": {"kind": "ClusterVirtualImage", "name": self.image}},
             "etcdDisk": {"size": "2Gi"},
         });
+        if !extras.labels.is_null() {
+            instance_class["virtualMachine"]["additionalLabels"] = extras.labels.clone();
+        }
+        if !extras.annotations.is_null() {
+            instance_class["virtualMachine"]["additionalAnnotations"] = extras.annotations.clone();
+        }
+        if let Some(p) = extras.run_policy {
+            instance_class["virtualMachine"]["runPolicy"] = json!(p);
+        }
+        if extras.additional_disks > 0 {
+            instance_class["additionalDisks"] = json!((0..extras.additional_disks)
+                .map(|_| json!({"size": "1Gi"}))
+                .collect::<Vec<_>>());
+        }
         let mut body = json!({
             "clusterConfiguration": {
                 "apiVersion": "deckhouse.io/v1", "kind": "ClusterConfiguration",
@@ -111,6 +160,12 @@ impl World {
             "nodeGroupName": group,
             "cloudConfig": base64::engine::general_purpose::STANDARD.encode("runcmd:\n- echo bootstrap\n"),
         });
+        if !extras.cluster_labels.is_null() {
+            // Where Deckhouse's layouts read them (`lookup(var.providerClusterConfiguration,
+            // "additionalVMLabels", {})`, @b2e479d3 and @0907b049).
+            body["providerClusterConfiguration"]["additionalVMLabels"] =
+                extras.cluster_labels.clone();
+        }
         if inputs == Inputs::ModuleConfig {
             // What dhctl passes from 1.77 for a cluster moved to ModuleConfig version 2
             // (`modules/030-cloud-provider-dvp/candi/terraform-modules/migration/
@@ -138,6 +193,13 @@ impl World {
                     "provider": {"parameters": {"namespace": pcc["provider"]["namespace"]}},
                     "nodes": {"parameters": {"sshPublicKey": pcc["sshPublicKey"],
                         "ipAddresses": {"master": ["Auto"], "worker": ["Auto"]}}}}}});
+            body["settings"]["spec"]["settings"]["nodes"]["parameters"]["ipAddresses"][group] =
+                addresses;
+            if !extras.cluster_labels.is_null() {
+                // Where the module's validator reads them.
+                body["settings"]["spec"]["settings"]["nodes"]["parameters"]["additionalVMLabels"] =
+                    extras.cluster_labels.clone();
+            }
             body["nodeGroups"] =
                 json!({"master": group_of("master"), "worker": group_of("worker")});
             body["instanceClasses"] =
@@ -147,11 +209,12 @@ impl World {
                 "type": "cloud-provider.deckhouse.io/credentials",
                 "stringData": {"authScheme": "kubeconfig", "secret": kubeconfig_b64}}});
         }
+        let text = body.to_string();
         let f = self.dir.path().join(format!(
-            "vars-{group}-{index}-{}-{inputs:?}.json",
-            kubeconfig_b64.len()
+            "vars-{group}-{index}-{inputs:?}-{:x}.json",
+            md5::compute(&text)
         ));
-        std::fs::write(&f, body.to_string()).unwrap();
+        std::fs::write(&f, text).unwrap();
         format!("-var-file={}", f.display())
     }
 
@@ -169,6 +232,8 @@ impl World {
             memory: "4Gi",
             ssh_key: "ssh-ed25519 AAAA test",
             since_1_77: false,
+            address: "Auto",
+            additional_disks: 0,
         }
     }
 
