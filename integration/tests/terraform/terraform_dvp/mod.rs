@@ -418,7 +418,20 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
     expect(&tf(|| master.plan(&[&v])), 0, "the plan after the re-run");
 
     let node = Workspace::module(&bin, &root, w.layout("static-node"), PROVIDER);
-    let nv = w.vars(0, "worker", &w.kubeconfig_b64);
+    // The worker's class labels and annotates its VMs, the cluster labels every VM.
+    let extras = Extras {
+        labels: json!({"app": "postgres"}),
+        annotations: json!({"owner": "dba-team"}),
+        cluster_labels: json!({"team": "infra"}),
+        ..Extras::default()
+    };
+    let nv = w.vars_with(
+        0,
+        "worker",
+        &w.kubeconfig_b64,
+        Inputs::ClusterConfiguration,
+        &extras,
+    );
     tf(|| node.init());
     tf(|| {
         node.run(&["apply", "-input=false", "-no-color", "-auto-approve", &nv])
@@ -438,6 +451,12 @@ async fn the_standard_layout_makes_a_master_and_a_node_as_dhctl_runs_it() {
         json!([{"kind": "VirtualDisk", "name": worker.root_disk()}])
     );
     assert_eq!(vm.labels()["dvp.deckhouse.io/node-group"], "worker");
+    assert_eq!(vm.labels()["app"], "postgres");
+    assert_eq!(vm.labels()["team"], "infra");
+    assert_eq!(
+        vm.annotations().get("owner").map(String::as_str),
+        Some("dba-team")
+    );
     expect(&tf(|| node.plan(&[&nv])), 0, "the node's second plan");
 
     tf(|| {
