@@ -485,3 +485,20 @@ pub const VERSIONS: &[Version] = &[
         ..V174
     },
 ];
+
+/// docs/migrate/machines.md's table has a row for every version here (its first cell the
+/// version's label).
+#[test]
+fn every_version_has_its_row_in_the_docs() {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/migrate/machines.md"),
+    )
+    .unwrap();
+    for v in VERSIONS {
+        assert!(
+            doc.contains(&format!("| `{}` |", v.label)),
+            "docs/migrate/machines.md has no row for {}",
+            v.label
+        );
+    }
+}

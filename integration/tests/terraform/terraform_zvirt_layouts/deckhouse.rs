@@ -471,3 +471,24 @@ pub const BASES: &[Base] = &[
         },
     },
 ];
+
+/// docs/migrate/machines.md's table has a row for every version here (its first cell the
+/// version's label), so no row is without its test and no version without its row.
+#[test]
+fn every_version_has_its_row_in_the_docs() {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/migrate/machines.md"),
+    )
+    .unwrap();
+    let labels = MASTERS
+        .iter()
+        .chain(STATICS)
+        .map(|v| v.label)
+        .chain(BASES.iter().map(|b| b.label));
+    for label in labels {
+        assert!(
+            doc.contains(&format!("| `{label}` |")),
+            "docs/migrate/machines.md has no row for {label}"
+        );
+    }
+}
