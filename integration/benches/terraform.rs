@@ -15,6 +15,9 @@
 //!   Cluster API path: the VM, the root disk, one additional disk and the Secret — no
 //!   VirtualMachineIPAddress), removed by `ParentVms::remove`.
 //!
+//! And the plan of the unchanged zVirt master (dhctl's converge check): its calls, beside
+//! the baseline's reads of the same objects by the clients (`EngineVms::find`, the disks).
+//!
 //! Needs Terraform (`OVERCAST_TERRAFORM` or on the PATH) and the release provider:
 //! `cargo build --release --bins && cargo bench -p overcast-integration --bench terraform`
 
@@ -133,6 +136,33 @@ async fn zvirt(bin: &std::path::Path) {
         engine.finish_removals();
     }
     row("zVirt baseline: make (clients)", make, make_calls);
+    // What a check of an unchanged master must read at least: the VM, its boot disk and
+    // its etcd disk, once each, by the clients.
+    let vm = vms
+        .create("baseline", &spec, b"#cloud-config\n")
+        .await
+        .unwrap();
+    while vms.find("baseline").await.unwrap().unwrap().phase != VmPhase::Stopped {
+        tokio::time::sleep(poll).await;
+    }
+    let (mut read, mut read_calls) = (vec![], vec![]);
+    for _ in 0..RUNS {
+        let before = engine.total_calls();
+        let t = Instant::now();
+        vms.find("baseline").await.unwrap().unwrap();
+        for d in disks.list_disks().await.unwrap() {
+            std::hint::black_box(d);
+        }
+        read.push(t.elapsed());
+        read_calls.push(engine.total_calls() - before);
+    }
+    vms.remove(&vm).await.unwrap();
+    engine.finish_removals();
+    row(
+        "zVirt baseline: read the VM and disks (clients)",
+        read,
+        read_calls,
+    );
     row("zVirt baseline: remove (clients)", remove, remove_calls);
 
     // The layout's master-node module.
@@ -166,6 +196,7 @@ async fn zvirt(bin: &std::path::Path) {
     tokio::task::block_in_place(|| master.init());
     let (mut apply, mut apply_calls, mut destroy, mut destroy_calls) =
         (vec![], vec![], vec![], vec![]);
+    let (mut plan, mut plan_calls) = (vec![], vec![]);
     for _ in 0..RUNS {
         let before = engine.total_calls();
         let t = Instant::now();
@@ -176,6 +207,14 @@ async fn zvirt(bin: &std::path::Path) {
         });
         apply.push(t.elapsed());
         apply_calls.push(engine.total_calls() - before);
+        // dhctl's converge check of a master that has not changed: the refresh of every
+        // resource and the data sources (the existing VM's topology and disk sizes too).
+        let before = engine.total_calls();
+        let t = Instant::now();
+        let run = tokio::task::block_in_place(|| master.plan(&[&v]));
+        assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+        plan.push(t.elapsed());
+        plan_calls.push(engine.total_calls() - before);
         let before = engine.total_calls();
         let t = Instant::now();
         tokio::task::block_in_place(|| {
@@ -188,6 +227,11 @@ async fn zvirt(bin: &std::path::Path) {
         engine.finish_removals();
     }
     row("zVirt master-node: terraform apply", apply, apply_calls);
+    row(
+        "zVirt master-node: terraform plan, unchanged",
+        plan,
+        plan_calls,
+    );
     row(
         "zVirt master-node: terraform destroy",
         destroy,
