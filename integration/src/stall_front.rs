@@ -28,6 +28,8 @@ pub enum Mode {
 pub struct StallFront {
     pub addr: SocketAddr,
     mode: watch::Sender<Mode>,
+    /// The mode the front is in: its listener bound or dropped for it.
+    applied: watch::Receiver<Mode>,
     task: JoinHandle<()>,
     /// Connections accepted while hung, for tests.
     held: Arc<Mutex<usize>>,
@@ -39,6 +41,7 @@ impl StallFront {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (mode, mut rx) = watch::channel(Mode::Pass);
+        let (applied_tx, applied) = watch::channel(Mode::Pass);
         let held = Arc::new(Mutex::new(0));
         let counted = Arc::clone(&held);
         let task = tokio::spawn(async move {
@@ -53,6 +56,7 @@ impl StallFront {
                     }
                     _ => {}
                 }
+                applied_tx.send_replace(now);
                 let Some(l) = &listener else {
                     if rx.changed().await.is_err() {
                         return;
@@ -99,13 +103,20 @@ impl StallFront {
         Self {
             addr,
             mode,
+            applied,
             task,
             held,
         }
     }
 
-    pub fn set(&self, mode: Mode) {
+    /// Switches to `mode`, returning once the front is in it: a call made after a switch
+    /// back to passing finds the address listening again (the listener is bound anew
+    /// after a refusal, which a caller racing it met as a refused connection — CI, the
+    /// DVP stalls test).
+    pub async fn set(&self, mode: Mode) {
         self.mode.send_replace(mode);
+        let mut applied = self.applied.clone();
+        let _ = applied.wait_for(|m| *m == mode).await;
     }
 
     /// Connections accepted and held while hung.

@@ -114,13 +114,13 @@ async fn capi_says_a_hung_then_refusing_engine_and_makes_one_vm() {
         (engine.vm_count() == 1).then_some(())
     })
     .await;
-    front.set(Mode::Hang);
+    front.set(Mode::Hang).await;
     let took = until_said(&log, SILENT, &endpoint, 1, Duration::from_secs(20)).await;
     eprintln!("capi: said the hung engine after {took:?}");
     let answered = last_success("zvirt", port, &endpoint).expect("the gauge");
     assert!(answered > 0.0, "it answered before the hang");
 
-    front.set(Mode::Refuse);
+    front.set(Mode::Refuse).await;
     until_said(&log, SILENT, &endpoint, 2, Duration::from_secs(45)).await;
     assert_eq!(
         last_success("zvirt", port, &endpoint),
@@ -129,7 +129,7 @@ async fn capi_says_a_hung_then_refusing_engine_and_makes_one_vm() {
     );
     assert_eq!(engine.vm_count(), 1, "a VM made or removed while silent");
 
-    front.set(Mode::Pass);
+    front.set(Mode::Pass).await;
     until_said(&log, BACK, &endpoint, 1, Duration::from_secs(30)).await;
     let zms: Api<ZvirtMachine> = Api::namespaced(client.clone(), &ns);
     wait_for(

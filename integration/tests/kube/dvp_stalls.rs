@@ -87,7 +87,7 @@ async fn the_csi_controller_on_dvp_says_a_hung_then_refusing_parent_and_loses_no
     assert!(before > 0.0);
 
     // Hung: a listing waits on it, and the controller says so while it waits.
-    front.set(Mode::Hang);
+    front.set(Mode::Hang).await;
     let waiting = {
         let mut c = driver.controller().await;
         tokio::spawn(async move { c.list_volumes(csi::ListVolumesRequest::default()).await })
@@ -100,7 +100,7 @@ async fn the_csi_controller_on_dvp_says_a_hung_then_refusing_parent_and_loses_no
 
     // Refusing: calls fail fast (the provisioner retries them, as here every 2 s), said
     // again once the last warning is 30 s old.
-    front.set(Mode::Refuse);
+    front.set(Mode::Refuse).await;
     let t = std::time::Instant::now();
     while said(&log, SILENT, &endpoint) < 2 {
         assert!(
@@ -120,7 +120,7 @@ async fn the_csi_controller_on_dvp_says_a_hung_then_refusing_parent_and_loses_no
     let _ = waiting.await;
 
     // Back: the next call answers, and that is said; the disk is as it was.
-    front.set(Mode::Pass);
+    front.set(Mode::Pass).await;
     let listed = c
         .list_volumes(csi::ListVolumesRequest::default())
         .await

@@ -73,7 +73,7 @@ async fn the_csi_controller_says_a_hung_then_refusing_engine_and_loses_nothing()
     assert!(answered > 0.0);
 
     // Hung: a listing waits on it, and the controller says so while it waits.
-    front.set(Mode::Hang);
+    front.set(Mode::Hang).await;
     let waiting = {
         let mut c = driver.controller().await;
         tokio::spawn(async move { c.list_volumes(csi::ListVolumesRequest::default()).await })
@@ -89,7 +89,7 @@ async fn the_csi_controller_says_a_hung_then_refusing_engine_and_loses_nothing()
 
     // Refusing: calls fail fast (the provisioner retries them, as here every 2 s), said
     // again once the last warning is 30 s old.
-    front.set(Mode::Refuse);
+    front.set(Mode::Refuse).await;
     let t = Instant::now();
     while said(&log, SILENT, &endpoint) < 2 {
         assert!(
@@ -104,7 +104,7 @@ async fn the_csi_controller_says_a_hung_then_refusing_engine_and_loses_nothing()
     let _ = waiting.await;
 
     // Back: the next call answers, and that is said; the volume is as it was.
-    front.set(Mode::Pass);
+    front.set(Mode::Pass).await;
     let listed = c
         .list_volumes(csi::ListVolumesRequest::default())
         .await
@@ -163,14 +163,14 @@ async fn the_discoverer_says_a_hung_then_refusing_engine_and_keeps_its_secret() 
     let written = secret().unwrap();
     let before = last_success(port, &endpoint).expect("the gauge");
 
-    front.set(Mode::Hang);
+    front.set(Mode::Hang).await;
     let took = until_said(&log, SILENT, &endpoint, 1, Duration::from_secs(20)).await;
     eprintln!("discoverer: said the hung engine after {took:?}");
     // Read once the silence is said, not before the hang: a round that started before it
     // may have been answered in between (CI: 11 ms later), and that answer is the last.
     let answered = last_success(port, &endpoint).expect("the gauge");
     assert!(answered >= before);
-    front.set(Mode::Refuse);
+    front.set(Mode::Refuse).await;
     until_said(&log, SILENT, &endpoint, 2, Duration::from_secs(45)).await;
     assert_eq!(
         last_success(port, &endpoint),
@@ -183,7 +183,7 @@ async fn the_discoverer_says_a_hung_then_refusing_engine_and_keeps_its_secret() 
         "nothing written over while it is silent"
     );
 
-    front.set(Mode::Pass);
+    front.set(Mode::Pass).await;
     until_said(&log, BACK, &endpoint, 1, Duration::from_secs(20)).await;
     assert!(last_success(port, &endpoint).unwrap() > answered);
     assert_eq!(
@@ -264,7 +264,7 @@ async fn the_ccm_says_a_hung_then_refusing_engine_and_fences_nothing() {
     };
     untouched("the engine answering that worker-1's VM runs");
 
-    front.set(Mode::Hang);
+    front.set(Mode::Hang).await;
     let took = until_said(&log, SILENT, &endpoint, 1, Duration::from_secs(20)).await;
     eprintln!("ccm: said the hung engine after {took:?}");
     let held_back = || {
@@ -290,7 +290,7 @@ async fn the_ccm_says_a_hung_then_refusing_engine_and_fences_nothing() {
     // Read once the silence is said: the last answer before it.
     let answered = last_success(port, &endpoint).expect("the gauge");
 
-    front.set(Mode::Refuse);
+    front.set(Mode::Refuse).await;
     until_said(&log, SILENT, &endpoint, 2, Duration::from_secs(45)).await;
     assert_eq!(
         last_success(port, &endpoint),
@@ -299,7 +299,7 @@ async fn the_ccm_says_a_hung_then_refusing_engine_and_fences_nothing() {
     );
     untouched("the engine hung, then refusing");
 
-    front.set(Mode::Pass);
+    front.set(Mode::Pass).await;
     until_said(&log, BACK, &endpoint, 1, Duration::from_secs(20)).await;
     assert!(last_success(port, &endpoint).unwrap() > answered);
     // Syncs that answer again: worker-1's VM still runs, so it is still not fenced.
