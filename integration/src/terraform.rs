@@ -292,3 +292,25 @@ impl Workspace {
         serde_json::from_str(&out.stdout).expect("outputs JSON")
     }
 }
+
+/// `terraform-provider-overcast migrate-state` as an operator runs it: the state on its
+/// stdin; (whether it migrated, the state it printed, what it said on stderr).
+pub fn migrate_state(state: &[u8]) -> (bool, Vec<u8>, String) {
+    use std::io::Write as _;
+    let mut child = Command::new(crate::binary("terraform-provider-overcast"))
+        .arg("migrate-state")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("migrate-state");
+    child
+        .stdin
+        .take()
+        .expect("its stdin")
+        .write_all(state)
+        .expect("the state written");
+    let out = child.wait_with_output().expect("migrate-state ran");
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.success(), out.stdout, said)
+}

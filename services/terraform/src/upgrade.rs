@@ -127,11 +127,17 @@ mod tests {
 
     #[test]
     fn a_newer_release_s_state_is_refused_saying_what_to_do() {
-        let e = upgraded("r", STATE_VERSION + 1, br#"{"id": "1", "name": "a"}"#, &ty())
-            .unwrap_err();
+        let e = upgraded(
+            "r",
+            STATE_VERSION + 1,
+            br#"{"id": "1", "name": "a"}"#,
+            &ty(),
+        )
+        .unwrap_err();
         assert!(e.summary.contains("newer release"), "{e:?}");
         assert!(
-            e.detail.contains(&format!("schema version {}", STATE_VERSION + 1)),
+            e.detail
+                .contains(&format!("schema version {}", STATE_VERSION + 1)),
             "{e:?}"
         );
     }

@@ -281,6 +281,32 @@ impl World {
         out
     }
 
+    /// Every VM's, disk's and address's name with its resourceVersion: a write to any shows.
+    async fn resource_versions(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for ar in [
+            api::virtual_machine(),
+            api::virtual_disk(),
+            api::virtual_machine_ip_address(),
+        ] {
+            for o in self
+                .api(&ar)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+            {
+                out.push(format!(
+                    "{}={}",
+                    o.name_any(),
+                    o.resource_version().unwrap()
+                ));
+            }
+        }
+        out.sort();
+        out
+    }
+
     fn layout(&self, module: &str) -> std::path::PathBuf {
         let root = self.dir.path();
         if !root.join("dvp").exists() {

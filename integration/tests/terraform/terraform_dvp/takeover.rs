@@ -12,34 +12,14 @@
 //! DVP serves now is refused by `migrate-state`; one whose VM the parent refuses made none.
 //! Base-infrastructure's takeover leaves Deckhouse's NetworkPolicy in the parent.
 
-use kube::api::ListParams;
 use serde_json::{json, Value};
 
 use super::deckhouse::{Kind, Refusal, Version, VERSIONS};
 use super::made::*;
 use super::*;
 
-/// `terraform-provider-overcast migrate-state < state`: (whether it migrated, the state
-/// or nothing, what it said).
 fn migrate_state(state: &Value) -> (bool, Vec<u8>, String) {
-    use std::io::Write;
-    let mut child =
-        std::process::Command::new(overcast_integration::binary("terraform-provider-overcast"))
-            .arg("migrate-state")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(state.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.success(), out.stdout, said)
+    terraform::migrate_state(state.to_string().as_bytes())
 }
 
 /// `terraform-provider-dvp migrate-state` as an operator runs it, into the workspace.
@@ -58,26 +38,6 @@ fn writes(w: &World) -> Vec<String> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone()
-}
-
-/// Every VM, disk and address of the parent namespace with its resourceVersion.
-async fn versions(w: &World) -> Vec<String> {
-    let mut out = Vec::new();
-    for ar in [
-        api::virtual_machine(),
-        api::virtual_disk(),
-        api::virtual_machine_ip_address(),
-    ] {
-        for o in w.api(&ar).list(&ListParams::default()).await.unwrap().items {
-            out.push(format!(
-                "{}={}",
-                o.name_any(),
-                o.resource_version().unwrap()
-            ));
-        }
-    }
-    out.sort();
-    out
 }
 
 /// A 2024 state (DVP's API of then: `VirtualMachineDisk`, `VirtualMachineIPAddressClaim`,
@@ -170,7 +130,7 @@ async fn take_over(
         None => {}
     }
     let state = made_by_deckhouse(w, &n, module, v.release, &extras, v.cluster_labels).await;
-    let before = versions(w).await;
+    let before = w.resource_versions().await;
     let written = writes(w).len();
     let dir = w.dir.path().join(format!("v{i}"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -237,7 +197,11 @@ async fn take_over(
         [] as [String; 0],
         "{what}: the apply wrote to the parent"
     );
-    assert_eq!(versions(w).await, before, "{what}: an object changed");
+    assert_eq!(
+        w.resource_versions().await,
+        before,
+        "{what}: an object changed"
+    );
 
     // A real change: a new label and annotation in the class reach the same VM in place,
     // keeping the cluster's labels and Deckhouse's own annotations; the run policy too.

@@ -9,7 +9,6 @@
 //! discovery data is Deckhouse's exactly now), nothing written to the parent, and a plan
 //! of no change after.
 
-use kube::api::ListParams;
 use overcast_integration::release;
 
 use super::*;
@@ -17,26 +16,6 @@ use super::*;
 /// The release whose provider and layouts made the cluster: the last before our layouts
 /// took Deckhouse's names, labels and defaults (0eeb907).
 const RELEASE: &str = "688adc9";
-
-/// Every VM's, disk's and address's name with its resourceVersion: a write to any shows.
-async fn versions(w: &World) -> Vec<String> {
-    let mut out = Vec::new();
-    for ar in [
-        api::virtual_machine(),
-        api::virtual_disk(),
-        api::virtual_machine_ip_address(),
-    ] {
-        for o in w.api(&ar).list(&ListParams::default()).await.unwrap().items {
-            out.push(format!(
-                "{}={}",
-                o.name_any(),
-                o.resource_version().unwrap()
-            ));
-        }
-    }
-    out.sort();
-    out
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_an_earlier_release_made_plans_no_change_after_the_upgrade() {
@@ -82,7 +61,7 @@ async fn a_cluster_an_earlier_release_made_plans_no_change_after_the_upgrade() {
         objects.iter().filter(|o| o.starts_with("vm/")).count() == 2,
         "{RELEASE} made a master and a node: {objects:?}"
     );
-    let before = versions(&w).await;
+    let before = w.resource_versions().await;
     // What the earlier release wrote is behind us: from here, the parent must see none.
     w.sim
         .faults
@@ -118,7 +97,7 @@ async fn a_cluster_an_earlier_release_made_plans_no_change_after_the_upgrade() {
         "the converge wrote to the parent"
     );
     assert_eq!(
-        versions(&w).await,
+        w.resource_versions().await,
         before,
         "an object in the parent changed"
     );

@@ -12,9 +12,7 @@
 //! of ours can keep is refused by `migrate-state`, naming the resource and the attribute.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use overcast_integration::terraform::Run;
 use serde_json::Value;
@@ -27,26 +25,12 @@ const OURS: &str = "registry.terraform.io/terraform-provider-ovirt/ovirt";
 /// `terraform-provider-overcast migrate-state < state`: (the migrated state or `None`
 /// when refused, stderr).
 fn migrate_state(state: &Value) -> (Option<Value>, String) {
-    let mut child = Command::new(overcast_integration::binary("terraform-provider-overcast"))
-        .arg("migrate-state")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("migrate-state");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(state.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    if !out.status.success() {
-        assert!(out.stdout.is_empty(), "a refusal wrote a state");
-        return (None, stderr);
+    let (ok, out, said) = terraform::migrate_state(state.to_string().as_bytes());
+    if !ok {
+        assert!(out.is_empty(), "a refusal wrote a state");
+        return (None, said);
     }
-    (Some(serde_json::from_slice(&out.stdout).unwrap()), stderr)
+    (Some(serde_json::from_slice(&out).unwrap()), said)
 }
 
 /// The engine's calls other than reads since `before`.

@@ -24,15 +24,9 @@ const RELEASE_PROVIDER: (&str, &str) = ("ovirt", "ovirt");
 /// `terraform-provider-overcast migrate-state < from > to`, as docs/deploy.md says to
 /// run it on each state after this upgrade; what it said.
 fn migrate_state(from: &std::path::Path, to: &std::path::Path) -> String {
-    let out =
-        std::process::Command::new(overcast_integration::binary("terraform-provider-overcast"))
-            .arg("migrate-state")
-            .stdin(std::fs::File::open(from).unwrap())
-            .output()
-            .unwrap();
-    let said = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "migrate-state: {said}");
-    std::fs::write(to, &out.stdout).unwrap();
+    let (ok, out, said) = terraform::migrate_state(&std::fs::read(from).unwrap());
+    assert!(ok, "migrate-state: {said}");
+    std::fs::write(to, out).unwrap();
     said
 }
 

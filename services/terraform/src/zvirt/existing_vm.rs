@@ -75,31 +75,12 @@ impl DataSource<Cloud> for ExistingVm {
 
     async fn read(&self, engine: &Cloud, config: &Obj) -> Outcome<Obj> {
         let name = string(config, "name").unwrap_or_default().to_owned();
-        let doc = engine
-            .json(
-                "vm_search",
-                Method::GET,
-                &format!("/vms?{}&follow=disk_attachments", search("name", &name)),
-                None,
-            )
-            .await
-            .map_err(|e| Diag::cloud(&format!("look up VM {name}"), e))?;
-        // The engine's search matches patterns; the name is compared whole.
-        let vm = members(&doc, "vm").find(|v| v["name"].as_str() == Some(name.as_str()));
+        let vm = vm_named(engine, &name, "&follow=disk_attachments").await?;
         let mut out = config.clone();
-        let topology = vm.map(|v| &v["cpu"]["topology"]);
-        let count = |k: &str| n(topology.and_then(|t| number(&t[k])).unwrap_or(0) as i64);
-        out.insert(
-            "id".into(),
-            s(vm.and_then(|v| v["id"].as_str()).unwrap_or(&name)),
-        );
-        out.insert("exists".into(), Value::Bool(vm.is_some()));
-        out.insert("cpu_sockets".into(), count("sockets"));
-        out.insert("cpu_cores".into(), count("cores"));
-        out.insert("cpu_threads".into(), count("threads"));
+        topology(&mut out, &name, vm.as_ref());
         let mut boot = 0;
         let mut data = 0;
-        if let Some(vm) = vm {
+        if let Some(vm) = &vm {
             let bootable = members(&vm["disk_attachments"], "disk_attachment")
                 .find(|a| boolean(&a["bootable"]))
                 .and_then(|a| a["disk"]["id"].as_str().or(a["id"].as_str()));
@@ -126,6 +107,42 @@ impl DataSource<Cloud> for ExistingVm {
         out.insert("data_disk_size".into(), n(data as i64));
         Ok(out)
     }
+}
+
+/// The VM named `name` (the search's `extra` query appended), `None` when there is none.
+/// The engine's search matches patterns: the name is compared whole.
+pub(super) async fn vm_named(
+    engine: &Cloud,
+    name: &str,
+    extra: &str,
+) -> Outcome<Option<serde_json::Value>> {
+    let doc = engine
+        .json(
+            "vm_search",
+            Method::GET,
+            &format!("/vms?{}{extra}", search("name", name)),
+            None,
+        )
+        .await
+        .map_err(|e| Diag::cloud(&format!("look up VM {name}"), e))?;
+    let vm = members(&doc, "vm")
+        .find(|v| v["name"].as_str() == Some(name))
+        .cloned();
+    Ok(vm)
+}
+
+/// `id`, `exists` and the CPU topology of `vm` (zeros when there is none) into `out`.
+pub(super) fn topology(out: &mut Obj, name: &str, vm: Option<&serde_json::Value>) {
+    let topology = vm.map(|v| &v["cpu"]["topology"]);
+    let count = |k: &str| n(topology.and_then(|t| number(&t[k])).unwrap_or(0) as i64);
+    out.insert(
+        "id".into(),
+        s(vm.and_then(|v| v["id"].as_str()).unwrap_or(name)),
+    );
+    out.insert("exists".into(), Value::Bool(vm.is_some()));
+    out.insert("cpu_sockets".into(), count("sockets"));
+    out.insert("cpu_cores".into(), count("cores"));
+    out.insert("cpu_threads".into(), count("threads"));
 }
 
 /// The provisioned size of the disk at `path` (0 when it is gone).

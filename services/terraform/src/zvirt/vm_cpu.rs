@@ -8,16 +8,14 @@
 //! this, ours keeps what the VM has when it has the CPUs asked for, and uses Deckhouse's
 //! current topology otherwise (a new VM, or a real change of `numCPUs`).
 //!
-//! It only reads (one search by name); no VM of that name answers zeros.
+//! It only reads (one search by name); no VM of that name answers zeros. Earlier layouts of
+//! ours read it; today's read [`super::existing_vm`], which answers the same and more.
 
-use http::Method;
-use overcast_cloud_zvirt::client::{members, number};
-use overcast_cloud_zvirt::vms::search;
-
+use super::existing_vm::{topology, vm_named};
 use super::Cloud;
-use crate::cty::{Type, Value};
+use crate::cty::Type;
 use crate::resource::{DataSource, Diag, Outcome};
-use crate::schema::{computed, id, n, required, s, string, Block, Obj};
+use crate::schema::{computed, id, required, string, Block, Obj};
 
 pub struct VmCpuTopology;
 
@@ -54,28 +52,9 @@ impl DataSource<Cloud> for VmCpuTopology {
 
     async fn read(&self, engine: &Cloud, config: &Obj) -> Outcome<Obj> {
         let name = string(config, "name").unwrap_or_default().to_owned();
-        let doc = engine
-            .json(
-                "vm_search",
-                Method::GET,
-                &format!("/vms?{}", search("name", &name)),
-                None,
-            )
-            .await
-            .map_err(|e| Diag::cloud(&format!("look up VM {name}"), e))?;
-        // The engine's search matches patterns; the name is compared whole.
-        let vm = members(&doc, "vm").find(|v| v["name"].as_str() == Some(name.as_str()));
+        let vm = vm_named(engine, &name, "").await?;
         let mut out = config.clone();
-        let topology = vm.map(|v| &v["cpu"]["topology"]);
-        let count = |k: &str| n(topology.and_then(|t| number(&t[k])).unwrap_or(0) as i64);
-        out.insert(
-            "id".into(),
-            s(vm.and_then(|v| v["id"].as_str()).unwrap_or(&name)),
-        );
-        out.insert("exists".into(), Value::Bool(vm.is_some()));
-        out.insert("cpu_sockets".into(), count("sockets"));
-        out.insert("cpu_cores".into(), count("cores"));
-        out.insert("cpu_threads".into(), count("threads"));
+        topology(&mut out, &name, vm.as_ref());
         Ok(out)
     }
 }
