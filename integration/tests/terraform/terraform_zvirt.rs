@@ -217,7 +217,7 @@ async fn dhctl_s_sequence_makes_reads_replans_and_destroys_a_vm() {
     expect(&again, 0, "the second plan");
 
     // The state as a newer release would have left it (issue 60; a newer schema version:
-    // services/terraform/src/upgrade.rs says why every change of shape bumps it):
+    // services/terraform-core/src/upgrade.rs says why every change of shape bumps it):
     // refused, saying so, and nothing touched; the state as it was plans clean again.
     let state_file = ws.dir.join("terraform.tfstate");
     let kept = std::fs::read_to_string(&state_file).unwrap();

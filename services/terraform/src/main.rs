@@ -1,22 +1,16 @@
 //! `terraform-provider-overcast`: a Terraform/OpenTofu provider speaking plugin protocol 6,
 //! started by Terraform as go-plugin starts a provider ([`plugin`]).
 //!
-//! Installed as `terraform-provider-ovirt` it serves `ovirt` ([`zvirt`]), with the oVirt
-//! provider's names and schemas, on Overcast's zVirt engine client; installed as
-//! `terraform-provider-dvp`, `dvp` ([`dvp`]) on its DVP client; [`server`] plans and applies the same way
-//! for every resource. The transport ([`plugin`]): go-plugin's handshake, AutoMTLS (the
-//! client pinned to Terraform's certificate, P-521 verified), the Provider service and
-//! go-plugin's controller on a Unix socket.
+//! Installed as `terraform-provider-ovirt` it serves `ovirt` (`overcast_terraform_zvirt`),
+//! with the oVirt provider's names and schemas, on Overcast's zVirt engine client; installed
+//! as `terraform-provider-dvp`, `dvp` (`overcast_terraform_dvp`) on its DVP client; the core
+//! (`overcast_terraform_core`) plans and applies the same way for every resource. The
+//! transport (its `plugin`): go-plugin's handshake, AutoMTLS (the client pinned to
+//! Terraform's certificate, P-521 verified), the Provider service and go-plugin's
+//! controller on a Unix socket.
 
-mod cty;
-mod dvp;
 mod migrate;
-mod plugin;
-mod resource;
-mod schema;
-mod server;
-mod upgrade;
-mod zvirt;
+mod shapes;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -24,6 +18,7 @@ use std::task::{Context, Poll};
 
 use overcast_api::goplugin::grpc_controller_server::{GrpcController, GrpcControllerServer};
 use overcast_api::tfplugin6::provider_server::ProviderServer;
+use overcast_terraform_core::plugin;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::UnixListener;
 use tokio::sync::Notify;
@@ -135,9 +130,9 @@ async fn main() -> anyhow::Result<()> {
     // directory: `terraform-provider-dvp_v…` serves `dvp`, any other name `ovirt`.
     let installed_as = std::env::args().next().unwrap_or_default();
     let router = if plugin::is_dvp(&installed_as) {
-        builder.add_service(ProviderServer::new(dvp::server()))
+        builder.add_service(ProviderServer::new(overcast_terraform_dvp::server()))
     } else {
-        builder.add_service(ProviderServer::new(zvirt::server()))
+        builder.add_service(ProviderServer::new(overcast_terraform_zvirt::server()))
     };
     router
         .add_service(GrpcControllerServer::new(Controller(stop)))

@@ -9,6 +9,9 @@
 //! `initialization_dns` and `initialization_nic`. Missing (said in docs/STATUS.md): the oVirt
 //! provider's other resources (tags, affinity groups, templates, …).
 
+// The core's modules under the names this crate's files use.
+pub(crate) use overcast_terraform_core::{cty, resource, schema};
+
 use std::sync::Arc;
 
 use overcast_cloud::CloudError;
@@ -17,7 +20,7 @@ use overcast_cloud_zvirt::{Config, Engine};
 use crate::cty::{Type, Value};
 use crate::resource::{Diag, Outcome};
 use crate::schema::{boolean, optional, required, string, Block, Obj};
-use crate::server::Server;
+use overcast_terraform_core::server::Server;
 
 mod data;
 mod disks;

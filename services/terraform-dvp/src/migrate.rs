@@ -17,7 +17,7 @@
 
 use serde_json::{json, Value};
 
-use crate::migrate::Report;
+use overcast_terraform_core::migrate::Report;
 
 /// A `kubernetes_manifest`'s `object` (or `manifest`), unwrapped from the `{value, type}`
 /// a dynamic attribute is stored as.
@@ -92,7 +92,7 @@ fn our_provider(theirs: &str) -> String {
 /// Rewrites `state` (Terraform's state format 4). An error names what it cannot place;
 /// then nothing is to be written.
 pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
-    let resources = crate::migrate::resources(state)?;
+    let resources = overcast_terraform_core::migrate::resources(state)?;
     let mut report = Report::default();
     let mut out: Vec<Value> = Vec::new();
     let mut unknown = Vec::new();
@@ -218,7 +218,10 @@ pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
             }
         }
     }
-    Ok((crate::migrate::rewritten(state, out, &unknown)?, report))
+    Ok((
+        overcast_terraform_core::migrate::rewritten(state, out, &unknown)?,
+        report,
+    ))
 }
 
 #[cfg(test)]

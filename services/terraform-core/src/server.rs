@@ -51,9 +51,9 @@ impl<C: Send + Sync + 'static> Server<C> {
         self
     }
 
-    /// Every resource's state type (`schema_version`'s discipline: `upgrade.rs`).
-    #[cfg(test)]
-    pub(crate) fn state_types(&self) -> serde_json::Value {
+    /// Every resource's state type (`schema_version`'s discipline: `upgrade.rs`; the
+    /// provider binary's test records them).
+    pub fn state_types(&self) -> serde_json::Value {
         self.resources
             .iter()
             .map(|(name, r)| ((*name).to_owned(), r.schema().ty().to_json()))

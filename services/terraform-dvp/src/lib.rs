@@ -7,6 +7,9 @@
 //! An object of the same name already in the namespace is never taken over: the create
 //! fails naming it (import it to manage it).
 
+// The core's modules under the names this crate's files use.
+pub(crate) use overcast_terraform_core::{cty, resource, schema};
+
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -20,7 +23,7 @@ use serde_json::Value as J;
 use crate::cty::{Type, Value};
 use crate::resource::{until, Diag, Outcome};
 use crate::schema::{required, string, Block, Obj};
-use crate::server::Server;
+use overcast_terraform_core::server::Server;
 
 mod disk;
 pub mod migrate;
