@@ -94,6 +94,28 @@ impl Type {
     }
 }
 
+impl Value {
+    /// Whether it is, or holds anywhere inside, a value not yet known.
+    pub fn has_unknown(&self) -> bool {
+        match self {
+            Value::Unknown => true,
+            Value::List(l) => l.iter().any(Value::has_unknown),
+            Value::Map(m) => m.values().any(Value::has_unknown),
+            _ => false,
+        }
+    }
+
+    /// Every value not yet known in it, at any depth, null.
+    pub fn forget_unknown(&mut self) {
+        match self {
+            Value::Unknown => *self = Value::Null,
+            Value::List(l) => l.iter_mut().for_each(Value::forget_unknown),
+            Value::Map(m) => m.values_mut().for_each(Value::forget_unknown),
+            _ => {}
+        }
+    }
+}
+
 /// msgpack as read, before the type gives it meaning.
 #[derive(Debug, Clone, PartialEq)]
 enum Mp {

@@ -200,13 +200,24 @@ pub fn socket_dir() -> std::io::Result<(tempfile::TempDir, PathBuf)> {
     Ok((dir, path))
 }
 
-/// Whether the binary was run as the `dvp` provider (its file name in the plugin
-/// directory: `terraform-provider-dvp_v<version>`).
-pub fn is_dvp(argv0: &str) -> bool {
-    std::path::Path::new(argv0)
+/// The provider the binary was run as, by its file name in the plugin directory
+/// (`terraform-provider-<name>_v<version>`): `dvp`, `openstack`, else `ovirt`.
+pub fn installed_as(argv0: &str) -> &'static str {
+    let file = std::path::Path::new(argv0)
         .file_name()
         .and_then(|n| n.to_str())
-        .is_some_and(|n| n == "terraform-provider-dvp" || n.starts_with("terraform-provider-dvp_"))
+        .unwrap_or_default();
+    let is = |name: &str| {
+        let full = format!("terraform-provider-{name}");
+        file == full || file.starts_with(&format!("{full}_"))
+    };
+    if is("dvp") {
+        "dvp"
+    } else if is("openstack") {
+        "openstack"
+    } else {
+        "ovirt"
+    }
 }
 
 #[cfg(test)]
@@ -215,13 +226,20 @@ mod tests {
 
     #[test]
     fn the_installed_name_chooses_the_provider() {
-        assert!(is_dvp(
-            "/p/registry.terraform.io/overcast/dvp/1.0.0/linux_amd64/terraform-provider-dvp_v1.0.0"
-        ));
-        assert!(is_dvp("terraform-provider-dvp"));
-        assert!(!is_dvp("/p/terraform-provider-ovirt_v2.2.0"));
-        assert!(!is_dvp("/usr/bin/terraform-provider-dvpx"));
-        assert!(!is_dvp("terraform-provider-overcast"));
+        assert_eq!(
+            installed_as(
+                "/p/registry.terraform.io/overcast/dvp/1.0.0/linux_amd64/terraform-provider-dvp_v1.0.0"
+            ),
+            "dvp"
+        );
+        assert_eq!(installed_as("terraform-provider-dvp"), "dvp");
+        assert_eq!(
+            installed_as("/p/terraform-provider-openstack/openstack/1.54.1/linux_amd64/terraform-provider-openstack_v1.54.1"),
+            "openstack"
+        );
+        assert_eq!(installed_as("/p/terraform-provider-ovirt_v2.2.0"), "ovirt");
+        assert_eq!(installed_as("/usr/bin/terraform-provider-dvpx"), "ovirt");
+        assert_eq!(installed_as("terraform-provider-overcast"), "ovirt");
     }
 
     #[test]

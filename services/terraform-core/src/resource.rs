@@ -64,6 +64,13 @@ pub trait Resource<C: Send + Sync>: Send + Sync {
         Vec::new()
     }
 
+    /// Whether the recorded `prior` and the configured `proposed` value of the attribute
+    /// `name` say the same (a state that holds a digest of the text, as the provider it
+    /// stands in for wrote it): then a change of it does not replace the object.
+    fn same(&self, _name: &str, _prior: &crate::cty::Value, _proposed: &crate::cty::Value) -> bool {
+        false
+    }
+
     /// Makes the object `planned` describes; answers its state. An error after the
     /// object exists answers it too (`Err((Some(state), diag))`), so Terraform keeps it
     /// and a re-run finishes or replaces it instead of making a second one.
@@ -89,6 +96,42 @@ pub trait Resource<C: Send + Sync>: Send + Sync {
 
     /// Removes the object; one already gone is not an error.
     async fn delete(&self, cloud: &C, state: &Obj) -> Outcome<()>;
+}
+
+/// A resource of a provider standing in for one of the legacy SDK (`Server::legacy`):
+/// its schema with every optional attribute of a nested block also computed, since that
+/// SDK's states hold each such attribute at its zero value where nobody set it (a
+/// planned null there would be a change).
+pub struct SdkV2<R>(pub R);
+
+#[async_trait::async_trait]
+impl<C: Send + Sync, R: Resource<C>> Resource<C> for SdkV2<R> {
+    fn schema(&self) -> Block {
+        let mut b = self.0.schema();
+        b.keep_nested_optional();
+        b
+    }
+    fn validate(&self, config: &Obj) -> Vec<Diag> {
+        self.0.validate(config)
+    }
+    fn same(&self, name: &str, prior: &crate::cty::Value, proposed: &crate::cty::Value) -> bool {
+        self.0.same(name, prior, proposed)
+    }
+    async fn create(&self, cloud: &C, planned: &Obj) -> Result<Obj, (Option<Obj>, Diag)> {
+        self.0.create(cloud, planned).await
+    }
+    async fn read(&self, cloud: &C, state: &Obj) -> Outcome<Option<Obj>> {
+        self.0.read(cloud, state).await
+    }
+    async fn update(&self, cloud: &C, prior: &Obj, planned: &Obj) -> Outcome<Obj> {
+        self.0.update(cloud, prior, planned).await
+    }
+    fn import(&self, id: &str) -> Outcome<Obj> {
+        self.0.import(id)
+    }
+    async fn delete(&self, cloud: &C, state: &Obj) -> Outcome<()> {
+        self.0.delete(cloud, state).await
+    }
 }
 
 /// A data source on one cloud's client `C`.

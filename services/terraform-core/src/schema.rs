@@ -47,6 +47,18 @@ pub struct Nested {
     pub name: &'static str,
     pub block: Block,
     pub force_new: bool,
+    pub nesting: Nesting,
+}
+
+/// How a nested block is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nesting {
+    /// Zero or more times, in order: a list of objects.
+    List,
+    /// Zero or more times, the order not the user's (SDKv2's `TypeSet` of a resource).
+    Set,
+    /// At most once: an object, null when not given (SDKv2's `timeouts`).
+    Single,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -118,11 +130,23 @@ impl Block {
         }
     }
 
-    pub fn with_nested(mut self, name: &'static str, block: Block, force_new: bool) -> Self {
+    pub fn with_nested(self, name: &'static str, block: Block, force_new: bool) -> Self {
+        self.with_nesting(name, block, force_new, Nesting::List)
+    }
+
+    /// A nested block given `nesting` so.
+    pub fn with_nesting(
+        mut self,
+        name: &'static str,
+        block: Block,
+        force_new: bool,
+        nesting: Nesting,
+    ) -> Self {
         self.nested.push(Nested {
             name,
             block,
             force_new,
+            nesting,
         });
         self
     }
@@ -139,7 +163,15 @@ impl Block {
             .map(|a| (a.name.to_owned(), a.ty.clone()))
             .collect();
         for n in &self.nested {
-            fields.insert(n.name.to_owned(), Type::List(Box::new(n.block.ty())));
+            let of = n.block.ty();
+            fields.insert(
+                n.name.to_owned(),
+                match n.nesting {
+                    Nesting::List => Type::List(Box::new(of)),
+                    Nesting::Set => Type::Set(Box::new(of)),
+                    Nesting::Single => of,
+                },
+            );
         }
         Type::Object(fields)
     }
@@ -166,7 +198,11 @@ impl Block {
                 .map(|n| ts::NestedBlock {
                     type_name: n.name.into(),
                     block: Some(n.block.to_proto()),
-                    nesting: ts::nested_block::NestingMode::List as i32,
+                    nesting: match n.nesting {
+                        Nesting::List => ts::nested_block::NestingMode::List,
+                        Nesting::Set => ts::nested_block::NestingMode::Set,
+                        Nesting::Single => ts::nested_block::NestingMode::Single,
+                    } as i32,
                     ..Default::default()
                 })
                 .collect(),
@@ -183,9 +219,9 @@ impl Block {
     }
 
     /// Nested blocks the object lacks as empty lists: Terraform holds a block list as a
-    /// list, never null (an import or a refresh knows none).
+    /// list, never null (an import or a refresh knows none); a single block stays null.
     pub fn fill_blocks(&self, o: &mut Obj) {
-        for n in &self.nested {
+        for n in self.nested.iter().filter(|n| n.nesting != Nesting::Single) {
             let v = o.entry(n.name.to_owned()).or_insert(Value::Null);
             if *v == Value::Null {
                 *v = Value::List(Vec::new());
@@ -217,7 +253,31 @@ impl Block {
                 out.insert(a.name.to_owned(), Value::Unknown);
             }
         }
+        // And inside each nested block the user gave (a new server's network block: its
+        // address is the cloud's to say).
+        for n in &self.nested {
+            if let Some(Value::List(blocks)) = out.get_mut(n.name) {
+                for b in blocks.iter_mut() {
+                    if let Value::Map(o) = b {
+                        *o = n.block.plan_create(o);
+                    }
+                }
+            }
+        }
         out
+    }
+
+    /// Every optional attribute of its nested blocks (at any depth) also computed: see
+    /// `resource::SdkV2`.
+    pub fn keep_nested_optional(&mut self) {
+        for n in &mut self.nested {
+            for a in &mut n.block.attrs {
+                if a.usage == Use::Optional {
+                    a.kept = true;
+                }
+            }
+            n.block.keep_nested_optional();
+        }
     }
 
     /// The attributes (and nested blocks) the user changed between `prior` and

@@ -11,8 +11,8 @@ use tokio::sync::RwLock;
 use tonic::{Request, Response, Status};
 
 use crate::cty::{self, Type, Value};
-use crate::resource::{DataSource, Diag, Outcome, Resource};
-use crate::schema::{Block, Obj, Use};
+use crate::resource::{DataSource, Diag, Outcome, Resource, SdkV2};
+use crate::schema::{Block, Nesting, Obj, Use};
 
 /// Makes the cloud's client from the provider block (a DVP kubeconfig is read
 /// asynchronously).
@@ -28,6 +28,8 @@ pub struct Server<C> {
     resources: BTreeMap<&'static str, Box<dyn Resource<C>>>,
     data_sources: BTreeMap<&'static str, Box<dyn DataSource<C>>>,
     cloud: RwLock<Option<Arc<C>>>,
+    /// Standing in for a provider of the legacy SDK (SDKv2): see [`Server::legacy`].
+    legacy: bool,
 }
 
 impl<C: Send + Sync + 'static> Server<C> {
@@ -38,11 +40,45 @@ impl<C: Send + Sync + 'static> Server<C> {
             resources: BTreeMap::new(),
             data_sources: BTreeMap::new(),
             cloud: RwLock::new(None),
+            legacy: false,
+        }
+    }
+
+    /// This provider stands in for one built on the legacy SDK (terraform-provider-
+    /// openstack), whose states it must read as its own: they are at schema version 0,
+    /// and hold every attribute of a nested block, the ones nobody set at their zero
+    /// value — so such attributes are optional and computed here ([`SdkV2`]), a state
+    /// holding `""` then plans no change where the configuration says nothing. (The
+    /// protocol's `legacy_type_system`, which makes Terraform overlook such differences
+    /// for the SDK itself, is not honoured by Terraform 1.0 on protocol 6: the plans and
+    /// results here are exact.) Call before adding resources.
+    pub fn legacy(mut self) -> Self {
+        self.legacy = true;
+        self
+    }
+
+    /// The data sources served, by name.
+    pub fn data_source_names(&self) -> Vec<&'static str> {
+        self.data_sources.keys().copied().collect()
+    }
+
+    /// The schema version of the states this provider writes: the upstream's 0 for one
+    /// standing in for a legacy-SDK provider (so its states stay that provider's, both
+    /// ways), else this release's [`crate::upgrade::STATE_VERSION`].
+    pub fn state_version(&self) -> i64 {
+        if self.legacy {
+            0
+        } else {
+            crate::upgrade::STATE_VERSION
         }
     }
 
     pub fn resource(mut self, name: &'static str, r: impl Resource<C> + 'static) -> Self {
-        self.resources.insert(name, Box::new(r));
+        if self.legacy {
+            self.resources.insert(name, Box::new(SdkV2(r)));
+        } else {
+            self.resources.insert(name, Box::new(r));
+        }
         self
     }
 
@@ -144,6 +180,53 @@ fn refreshed(block: &Block, state: &Obj, seen: Obj) -> Obj {
     out
 }
 
+/// `new` (what the resource answered) with every value the plan knew as planned:
+/// Terraform takes from an apply only what the plan left unknown, and refuses any other
+/// difference ("Provider produced inconsistent result"). A value the cloud holds otherwise
+/// (an empty description for one nobody set) shows at the next refresh, as drift where it
+/// is the user's to set. Inside a nested block given as many times as planned, element by
+/// element; a set's elements, once they hold no unknown, as planned.
+pub fn conform(block: &Block, planned: &Obj, mut new: Obj) -> Obj {
+    for a in &block.attrs {
+        match planned.get(a.name) {
+            Some(Value::Unknown) | None => {}
+            Some(v) if !v.has_unknown() => {
+                new.insert(a.name.to_owned(), v.clone());
+            }
+            Some(_) => {}
+        }
+    }
+    for n in &block.nested {
+        let (Some(p), Some(v)) = (planned.get(n.name), new.get_mut(n.name)) else {
+            continue;
+        };
+        let conformed = match (p, &*v) {
+            (Value::List(ps), Value::List(vs)) if ps.len() == vs.len() => {
+                if n.nesting == Nesting::Set && !p.has_unknown() {
+                    p.clone()
+                } else {
+                    Value::List(
+                        ps.iter()
+                            .zip(vs)
+                            .map(|(pe, ve)| match (pe, ve) {
+                                (Value::Map(pm), Value::Map(vm)) => {
+                                    Value::Map(conform(&n.block, pm, vm.clone()))
+                                }
+                                _ => ve.clone(),
+                            })
+                            .collect(),
+                    )
+                }
+            }
+            (Value::Map(pm), Value::Map(vm)) => Value::Map(conform(&n.block, pm, vm.clone())),
+            (p, _) if !p.has_unknown() => p.clone(),
+            _ => continue,
+        };
+        *v = conformed;
+    }
+    new
+}
+
 #[tonic::async_trait]
 impl<C: Send + Sync + 'static> Provider for Server<C> {
     async fn get_provider_schema(
@@ -155,7 +238,11 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
             resource_schemas: self
                 .resources
                 .iter()
-                .map(|(k, r)| (k.to_string(), r.schema().schema()))
+                .map(|(k, r)| {
+                    let mut schema = r.schema().schema();
+                    schema.version = self.state_version();
+                    (k.to_string(), schema)
+                })
                 .collect(),
             data_source_schemas: self
                 .data_sources
@@ -217,7 +304,13 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
             let block = res.schema();
             let ty = block.ty();
             let json = r.raw_state.map(|s| s.json).unwrap_or_default();
-            let state = crate::upgrade::upgraded(&r.type_name, r.version, &json, &block)?;
+            let state = crate::upgrade::upgraded_to(
+                self.state_version(),
+                &r.type_name,
+                r.version,
+                &json,
+                &block,
+            )?;
             Ok(encode(state.as_ref(), &ty))
         });
         Ok(Response::new(match out {
@@ -305,7 +398,14 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
                 (_, None) => (None, Vec::new()),
                 (None, Some(p)) => (Some(block.plan_create(&p)), Vec::new()),
                 (Some(prior), Some(p)) => {
-                    let replace = block.replacing(prior, &p);
+                    let replace = block
+                        .replacing(prior, &p)
+                        .into_iter()
+                        .filter(|name| {
+                            let at = |o: &Obj| o.get(*name).cloned().unwrap_or(Value::Null);
+                            !res.same(name, &at(prior), &at(&p))
+                        })
+                        .collect::<Vec<_>>();
                     if replace.is_empty() {
                         (Some(p), replace)
                     } else {
@@ -356,14 +456,21 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
                 }))
             }
         };
-        let ty = res.schema().ty();
+        let block = res.schema();
+        let ty = block.ty();
         let out: Result<Option<Obj>, (Option<Obj>, Diag)> = async {
             let prior = decode(r.prior_state.as_ref(), &ty).map_err(|d| (None, d))?;
             let planned = decode(r.planned_state.as_ref(), &ty).map_err(|d| (prior.clone(), d))?;
             let cloud = self.cloud().await.map_err(|d| (prior.clone(), d))?;
             match (&prior, planned) {
                 (None, None) => Ok(None),
-                (None, Some(p)) => res.create(&cloud, &p).await.map(Some),
+                (None, Some(p)) => {
+                    let as_planned = |s: Obj| conform(&block, &p, s);
+                    res.create(&cloud, &p)
+                        .await
+                        .map(|s| Some(as_planned(s)))
+                        .map_err(|(s, d)| (s.map(as_planned), d))
+                }
                 (Some(old), None) => res
                     .delete(&cloud, old)
                     .await
@@ -372,7 +479,7 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
                 (Some(old), Some(p)) => res
                     .update(&cloud, old, &p)
                     .await
-                    .map(Some)
+                    .map(|s| Some(conform(&block, &p, s)))
                     .map_err(|d| (prior.clone(), d)),
             }
         }
@@ -382,12 +489,10 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
             Err((s, d)) => (s, Some(d)),
         };
         // A value left unknown by the plan that the cloud did not report (a kept
-        // attribute the engine leaves out, say) is null once applied: Terraform takes no
-        // unknown after an apply.
+        // attribute the engine leaves out, one inside a block, say) is null once applied:
+        // Terraform takes no unknown after an apply.
         for v in state.iter_mut().flat_map(|s| s.values_mut()) {
-            if *v == Value::Unknown {
-                *v = Value::Null;
-            }
+            v.forget_unknown();
         }
         Ok(Response::new(tf::apply_resource_change::Response {
             new_state: Some(encode(state.as_ref(), &ty)),
@@ -513,5 +618,52 @@ mod tests {
         let out = refreshed(&block(), &state, seen);
         assert_eq!(out["name"], s("b"));
         assert_eq!(out["memory"], crate::schema::n(1024));
+    }
+
+    /// Terraform 1.0 takes from an apply only what the plan left unknown: a description
+    /// nobody set stays null though the cloud says "", the unknown id is the cloud's; in a
+    /// block given as many times as planned, element by element.
+    #[test]
+    fn an_applied_object_keeps_every_value_its_plan_knew() {
+        let nic = Block::new(
+            "",
+            vec![optional("port", Type::String, ""), computed("mac", Type::String, "")],
+        );
+        let b = block().with_nesting("nic", nic, true, crate::schema::Nesting::List);
+        let planned = Obj::from([
+            ("id".into(), Value::Unknown),
+            ("name".into(), s("a")),
+            ("script".into(), Value::Null),
+            (
+                "nic".into(),
+                Value::List(vec![Value::Map(Obj::from([
+                    ("port".into(), s("p-1")),
+                    ("mac".into(), Value::Unknown),
+                ]))]),
+            ),
+        ]);
+        let answered = Obj::from([
+            ("id".into(), s("42")),
+            ("name".into(), s("a")),
+            ("script".into(), s("")),
+            (
+                "nic".into(),
+                Value::List(vec![Value::Map(Obj::from([
+                    ("port".into(), s("P-1")),
+                    ("mac".into(), s("fa:16:3e:00:00:01")),
+                ]))]),
+            ),
+        ]);
+        let out = conform(&b, &planned, answered);
+        assert_eq!(out["id"], s("42"));
+        assert_eq!(out["script"], Value::Null);
+        let Value::List(nics) = &out["nic"] else {
+            panic!("{out:?}")
+        };
+        let Value::Map(nic) = &nics[0] else {
+            panic!("{nics:?}")
+        };
+        assert_eq!(nic["port"], s("p-1"));
+        assert_eq!(nic["mac"], s("fa:16:3e:00:00:01"));
     }
 }

@@ -39,13 +39,25 @@ pub fn upgraded(
     raw: &[u8],
     block: &Block,
 ) -> Result<Option<Obj>, Diag> {
+    upgraded_to(STATE_VERSION, resource, version, raw, block)
+}
+
+/// [`upgraded`] for a provider whose states are at `current` (a legacy SDK's stand-in
+/// keeps the upstream's 0: `Server::state_version`).
+pub fn upgraded_to(
+    current: i64,
+    resource: &str,
+    version: i64,
+    raw: &[u8],
+    block: &Block,
+) -> Result<Option<Obj>, Diag> {
     let ty = &block.ty();
-    if version > STATE_VERSION {
+    if version > current {
         return Err(Diag::new(
             format!("{resource}: state from a newer release of the provider"),
             format!(
                 "this state was written at schema version {version}, and this release of the \
-                 Overcast provider reads up to version {STATE_VERSION}. Use the release that \
+                 Overcast provider reads up to version {current}. Use the release that \
                  wrote it, or a newer one: this one would drop what it does not know."
             ),
         ));
