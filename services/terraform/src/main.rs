@@ -3,7 +3,9 @@
 //!
 //! Installed as `terraform-provider-ovirt` it serves `ovirt` (`overcast_terraform_zvirt`),
 //! with the oVirt provider's names and schemas, on Overcast's zVirt engine client; installed
-//! as `terraform-provider-dvp`, `dvp` (`overcast_terraform_dvp`) on its DVP client; the core
+//! as `terraform-provider-dvp`, `dvp` (`overcast_terraform_dvp`) on its DVP client; as
+//! `terraform-provider-openstack`, `openstack` (`overcast_terraform_openstack`, with
+//! terraform-provider-openstack 1.54.1's names) on its OpenStack client; the core
 //! (`overcast_terraform_core`) plans and applies the same way for every resource. The
 //! transport (its `plugin`): go-plugin's handshake, AutoMTLS (the client pinned to
 //! Terraform's certificate, P-521 verified), the Provider service and go-plugin's
@@ -127,12 +129,15 @@ async fn main() -> anyhow::Result<()> {
     let stopped = Arc::clone(&stop);
     let mut builder = tonic::transport::Server::builder();
     // Terraform runs the binary under the name it is installed as in the plugin
-    // directory: `terraform-provider-dvp_v…` serves `dvp`, any other name `ovirt`.
-    let installed_as = std::env::args().next().unwrap_or_default();
-    let router = if plugin::is_dvp(&installed_as) {
-        builder.add_service(ProviderServer::new(overcast_terraform_dvp::server()))
-    } else {
-        builder.add_service(ProviderServer::new(overcast_terraform_zvirt::server()))
+    // directory: `terraform-provider-dvp_v…` serves `dvp`, `…-openstack_v…` `openstack`,
+    // any other name `ovirt`.
+    let argv0 = std::env::args().next().unwrap_or_default();
+    let router = match plugin::installed_as(&argv0) {
+        "dvp" => builder.add_service(ProviderServer::new(overcast_terraform_dvp::server())),
+        "openstack" => {
+            builder.add_service(ProviderServer::new(overcast_terraform_openstack::server()))
+        }
+        _ => builder.add_service(ProviderServer::new(overcast_terraform_zvirt::server())),
     };
     router
         .add_service(GrpcControllerServer::new(Controller(stop)))

@@ -1,7 +1,8 @@
 //! `terraform-provider-overcast migrate-state`: a state Deckhouse's layouts wrote, on
 //! stdin, rewritten for ours on stdout; what moved and what was dropped on stderr. The
 //! state says which cloud it is of: the oVirt provider's resources are zVirt's
-//! (`overcast_terraform_zvirt::migrate`), anything else is read as a DVP state
+//! (`overcast_terraform_zvirt::migrate`), terraform-provider-openstack's OpenStack's
+//! (`overcast_terraform_openstack::migrate`), anything else is read as a DVP state
 //! (`overcast_terraform_dvp::migrate`), which refuses what it does not know.
 
 use overcast_terraform_core::migrate::Report;
@@ -11,6 +12,8 @@ use serde_json::Value;
 pub fn migrate(state: &Value) -> Result<(Value, Report), String> {
     if overcast_terraform_zvirt::migrate::is_zvirt(state) {
         overcast_terraform_zvirt::migrate::migrate(state)
+    } else if overcast_terraform_openstack::migrate::is_openstack(state) {
+        overcast_terraform_openstack::migrate::migrate(state)
     } else {
         overcast_terraform_dvp::migrate::migrate(state)
     }

@@ -17,6 +17,10 @@ mod tests {
             "deckhouse".into(),
             overcast_terraform_dvp::server().state_types(),
         );
+        out.insert(
+            "openstack".into(),
+            overcast_terraform_openstack::server().state_types(),
+        );
         serde_json::Value::Object(out)
     }
 
