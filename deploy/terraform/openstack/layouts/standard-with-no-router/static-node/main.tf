@@ -1,0 +1,1 @@
+../../../terraform-modules/static-node/main.tf

@@ -1,0 +1,1 @@
+../../../terraform-modules/providers.tf
