@@ -27,6 +27,7 @@ mod router;
 mod secgroup;
 mod subnet;
 mod volume;
+mod volume_attach;
 
 use std::sync::Arc;
 
@@ -346,7 +347,10 @@ pub fn server() -> Server<Cloud> {
     .resource("openstack_compute_instance_v2", instance::Instance)
     .resource("openstack_compute_keypair_v2", compute::Keypair)
     .resource("openstack_compute_servergroup_v2", compute::ServerGroup)
-    .resource("openstack_compute_volume_attach_v2", volume::VolumeAttach)
+    .resource(
+        "openstack_compute_volume_attach_v2",
+        volume_attach::VolumeAttach,
+    )
     .resource(
         "openstack_compute_floatingip_v2",
         floatingip::ComputeFloatingIp,

@@ -1,12 +1,10 @@
-//! Cinder's volumes and Nova's volume attachments (`openstack_blockstorage_volume_v3`,
-//! `…_v2`, `openstack_compute_volume_attach_v2`), as terraform-provider-openstack 1.54.1
-//! makes and reads them: a node's root volume from an image, its kubernetes-data volume,
-//! attached.
+//! Cinder's volumes (`openstack_blockstorage_volume_v3`, `…_v2`), as
+//! terraform-provider-openstack 1.54.1 makes and reads them: a node's root volume from an
+//! image, its kubernetes-data volume (attached by [`crate::volume_attach`]).
 //!
 //! What it relies on: a volume is done when Cinder says `available` (`error` fails it with
 //! the provider's words, and — as upstream — an errored volume is deleted by no one but
-//! the user: it was never recorded); an attachment when Nova lists it and Cinder says
-//! `in-use`. A v2 volume (Deckhouse's earlier layouts) is served on the same Cinder
+//! the user: it was never recorded). A v2 volume (Deckhouse's earlier layouts) is served on the same Cinder
 //! endpoint (v3 answers v2's calls), its size replacing it as upstream's does.
 
 use std::time::Duration;
@@ -24,7 +22,7 @@ use crate::cty::{Type, Value};
 use crate::resource::{Diag, Outcome, Resource};
 use crate::schema::{boolean, computed, int, optional, required, s, string, Block, Nesting, Obj};
 
-const DEFAULT: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT: Duration = Duration::from_secs(600);
 
 /// `openstack_blockstorage_volume_v3` (`v2: false`) or `…_v2`.
 pub struct Volume {
@@ -69,7 +67,7 @@ fn observe(os: &Os, state: &Obj, v: &J, v2: bool) -> Obj {
     seen
 }
 
-async fn read_volume(os: &Os, id: &str) -> Outcome<Option<J>> {
+pub(crate) async fn read_volume(os: &Os, id: &str) -> Outcome<Option<J>> {
     Ok(get(
         os,
         Service::BlockStorage,
@@ -436,194 +434,4 @@ impl Resource<Cloud> for Volume {
         })
         .await
     }
-}
-
-/// A volume attached to a server through Nova; its id is `<server>/<attachment>`.
-pub struct VolumeAttach;
-
-#[async_trait::async_trait]
-impl Resource<Cloud> for VolumeAttach {
-    fn schema(&self) -> Block {
-        with_timeouts(
-            Block::new(
-                "A Cinder volume attached to a Nova server.",
-                vec![
-                    crate::schema::id("<server id>/<attachment id>."),
-                    region(),
-                    required("instance_id", Type::String, "The server.").force_new(),
-                    required("volume_id", Type::String, "The volume.").force_new(),
-                    optional(
-                        "device",
-                        Type::String,
-                        "The device Nova names it (/dev/vdb).",
-                    )
-                    .kept(),
-                    optional("multiattach", Type::Bool, "A volume several servers hold.")
-                        .force_new()
-                        .kept(),
-                ],
-            )
-            .with_nesting(
-                "vendor_options",
-                Block::new(
-                    "Options of this provider.",
-                    vec![optional(
-                        "ignore_volume_confirmation",
-                        Type::Bool,
-                        "Do not wait for Cinder to say in-use.",
-                    )
-                    .default(Value::Bool(false))],
-                ),
-                true,
-                Nesting::Set,
-            ),
-            &["create", "delete"],
-        )
-    }
-
-    async fn create(&self, os: &Cloud, p: &Obj) -> Result<Obj, (Option<Obj>, Diag)> {
-        let server = path_id(p, "instance_id").map_err(|d| (None, d))?;
-        let volume = path_id(p, "volume_id").map_err(|d| (None, d))?;
-        let mut attachment = serde_json::Map::new();
-        attachment.insert("volumeId".into(), json!(volume));
-        if let Some(d) = string(p, "device").filter(|v| !v.is_empty()) {
-            attachment.insert("device".into(), json!(d));
-        }
-        let made = call(
-            os,
-            Service::Compute,
-            "volume_attach",
-            Method::POST,
-            &format!("/servers/{server}/os-volume_attachments"),
-            Some(&json!({ "volumeAttachment": attachment })),
-            &[200],
-            &format!("attach volume {volume} to server {server}"),
-        )
-        .await
-        .map_err(|d| (None, d))?;
-        let aid = made["volumeAttachment"]["id"]
-            .as_str()
-            .unwrap_or(&volume)
-            .to_owned();
-        let mut state = p.clone();
-        state.insert("id".into(), s(format!("{server}/{aid}")));
-        let limit = timeout(p, "create", DEFAULT);
-        let fail = |d| (Some(state.clone()), d);
-        let attached = wait(
-            &format!("volume {volume} in-use on {server}"),
-            limit,
-            || async {
-                let Some(a) = get(
-                    os,
-                    Service::Compute,
-                    "volume_attachment_get",
-                    &format!("/servers/{server}/os-volume_attachments/{aid}"),
-                )
-                .await?
-                else {
-                    return Ok(None);
-                };
-                let v = read_volume(os, &volume).await?;
-                match v.as_ref().and_then(|v| v["status"].as_str()) {
-                    Some("error") => Err(Diag::new(
-                        format!("Volume {volume} failed to attach"),
-                        "volume entered unexpected error status",
-                    )),
-                    Some("in-use") => Ok(Some(a["volumeAttachment"].clone())),
-                    _ => Ok(None),
-                }
-            },
-        )
-        .await
-        .map_err(fail)?;
-        state.extend(observe_attachment(os, p, &attached));
-        Ok(state)
-    }
-
-    async fn read(&self, os: &Cloud, state: &Obj) -> Outcome<Option<Obj>> {
-        let (server, aid) = split_id(state)?;
-        Ok(get(
-            os,
-            Service::Compute,
-            "volume_attachment_get",
-            &format!("/servers/{server}/os-volume_attachments/{aid}"),
-        )
-        .await?
-        .map(|a| observe_attachment(os, state, &a["volumeAttachment"])))
-    }
-
-    fn import(&self, id: &str) -> Outcome<Obj> {
-        let mut parts = id.split('/');
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some(a), Some(b), None) if crate::common::safe(a) && crate::common::safe(b) => {
-                Ok(crate::common::id_only(id))
-            }
-            _ => Err(Diag::new(
-                "Cannot import the attachment",
-                format!("{id:?} is not <server id>/<attachment id>"),
-            )),
-        }
-    }
-
-    async fn delete(&self, os: &Cloud, state: &Obj) -> Outcome<()> {
-        let (server, aid) = split_id(state)?;
-        let path = format!("/servers/{server}/os-volume_attachments/{aid}");
-        let limit = timeout(state, "delete", DEFAULT);
-        wait(
-            &format!("volume {aid} detached from {server}"),
-            limit,
-            || async {
-                if get(os, Service::Compute, "volume_attachment_get", &path)
-                    .await?
-                    .is_none()
-                {
-                    return Ok(Some(()));
-                }
-                match os
-                    .api
-                    .expect(
-                        Service::Compute,
-                        "volume_detach",
-                        Method::DELETE,
-                        &path,
-                        None,
-                        &[202, 204],
-                    )
-                    .await
-                {
-                    Ok(_) | Err(overcast_cloud::CloudError::NotFound { .. }) => Ok(None),
-                    // Busy (the server is changing): asked again.
-                    Err(
-                        overcast_cloud::CloudError::Conflict(_)
-                        | overcast_cloud::CloudError::InvalidArgument(_),
-                    ) => Ok(None),
-                    Err(e) => Err(Diag::cloud("detach the volume", e)),
-                }
-            },
-        )
-        .await
-    }
-}
-
-fn split_id(state: &Obj) -> Outcome<(String, String)> {
-    let id = string(state, "id").unwrap_or_default();
-    match id.split_once('/') {
-        Some((server, aid)) if crate::common::safe(server) && crate::common::safe(aid) => {
-            Ok((server.to_owned(), aid.to_owned()))
-        }
-        _ => Err(Diag::at(
-            "id",
-            "Not an attachment's id",
-            format!("{id:?} is not <server id>/<attachment id>"),
-        )),
-    }
-}
-
-fn observe_attachment(os: &Os, state: &Obj, a: &J) -> Obj {
-    let mut seen = Obj::new();
-    seen.insert("instance_id".into(), text(&a["serverId"]));
-    seen.insert("volume_id".into(), text(&a["volumeId"]));
-    seen.insert("device".into(), text(&a["device"]));
-    seen.insert("region".into(), region_of(os, state));
-    seen
 }
