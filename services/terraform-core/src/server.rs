@@ -166,13 +166,16 @@ fn diags(d: impl IntoIterator<Item = Diag>) -> Vec<tf::Diagnostic> {
 /// What a refresh keeps: the provider's attributes as the cloud has them; the user's
 /// where Terraform recorded a value (drift shows) or where nothing but the id is known
 /// (an import), else as recorded — the cloud's defaults never show as changes the user
-/// did not make.
-fn refreshed(block: &Block, state: &Obj, seen: Obj) -> Obj {
+/// did not make. For a legacy SDK's stand-in (`sdk`) an optional and computed attribute
+/// is the provider's too, as that SDK's Read writes it whatever the state held.
+fn refreshed(block: &Block, state: &Obj, seen: Obj, sdk: bool) -> Obj {
     let known = |name: &str| !matches!(state.get(name), None | Some(Value::Null));
     let imported = block.attrs.iter().all(|a| a.name == "id" || !known(a.name));
     let mut out = state.clone();
     for (k, v) in seen {
-        let computed = block.attr(&k).is_some_and(|a| a.usage == Use::Computed);
+        let computed = block
+            .attr(&k)
+            .is_some_and(|a| a.usage == Use::Computed || (sdk && a.kept));
         if computed || (v != Value::Null && (imported || known(&k))) {
             out.insert(k, v);
         }
@@ -360,7 +363,7 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
             let cloud = self.cloud().await?;
             let seen = res.read(&cloud, &state).await?;
             let out = seen.map(|s| {
-                let mut o = refreshed(&block, &state, s);
+                let mut o = refreshed(&block, &state, s, self.legacy);
                 block.fill_blocks(&mut o);
                 o
             });
@@ -409,9 +412,16 @@ impl<C: Send + Sync + 'static> Provider for Server<C> {
                     if replace.is_empty() {
                         (Some(p), replace)
                     } else {
-                        // A new object: what the provider sets is not known yet.
+                        // A new object: what the provider sets is not known yet — its
+                        // computed attributes, and those the configuration leaves to it.
                         let mut fresh = p.clone();
-                        for a in block.attrs.iter().filter(|a| a.usage == Use::Computed) {
+                        let unset =
+                            |name: &str| matches!(config.get(name), None | Some(Value::Null));
+                        for a in block
+                            .attrs
+                            .iter()
+                            .filter(|a| a.usage == Use::Computed || (a.kept && unset(a.name)))
+                        {
                             fresh.insert(a.name.to_owned(), Value::Null);
                         }
                         (Some(block.plan_create(&fresh)), replace)

@@ -28,7 +28,7 @@ fn a_refresh_shows_drift_of_what_was_set_and_never_the_cloud_s_defaults() {
         ("memory".into(), crate::schema::n(1024)),
         ("status".into(), s("up")),
     ]);
-    let out = refreshed(&block(), &state, seen);
+    let out = refreshed(&block(), &state, seen, false);
     assert_eq!(out["name"], s("b"), "drift of what was set shows");
     assert_eq!(
         out["memory"],
@@ -50,7 +50,7 @@ fn an_import_takes_everything_the_cloud_says() {
         ("name".into(), s("b")),
         ("memory".into(), crate::schema::n(1024)),
     ]);
-    let out = refreshed(&block(), &state, seen);
+    let out = refreshed(&block(), &state, seen, false);
     assert_eq!(out["name"], s("b"));
     assert_eq!(out["memory"], crate::schema::n(1024));
 }
