@@ -192,13 +192,35 @@ pub async fn call(
     })
 }
 
+/// An idempotent call (a GET, a DELETE) tried again while the service answers 5xx — an
+/// SQL deadlock, a worker restarting — a few times over some seconds (upstream retries
+/// 500 and 503 around a server's create); any other answer as it came.
+pub async fn transient<T, F, Fut>(mut call: F) -> Result<T, CloudError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, CloudError>>,
+{
+    let mut pause = Duration::from_millis(500);
+    for _ in 0..4 {
+        match call().await {
+            Err(CloudError::Unavailable(_)) => {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            other => return other,
+        }
+    }
+    call().await
+}
+
 /// A GET whose 404 means the object is gone (`None`).
 pub async fn get(os: &Os, service: Service, name: &'static str, path: &str) -> Outcome<Option<J>> {
-    match os
-        .api
-        .expect(service, name, Method::GET, path, None, &[200])
-        .await
-    {
+    let answer = transient(|| {
+        os.api
+            .expect(service, name, Method::GET, path, None, &[200])
+    })
+    .await;
+    match answer {
         Ok(resp) => serde_json::from_slice(&resp.body).map(Some).map_err(|e| {
             Diag::new(
                 format!("Failed to read {name}"),
@@ -212,11 +234,12 @@ pub async fn get(os: &Os, service: Service, name: &'static str, path: &str) -> O
 
 /// A DELETE where a 404 (already gone) is done.
 pub async fn delete(os: &Os, service: Service, name: &'static str, path: &str) -> Outcome<()> {
-    match os
-        .api
-        .expect(service, name, Method::DELETE, path, None, &[200, 202, 204])
-        .await
-    {
+    let answer = transient(|| {
+        os.api
+            .expect(service, name, Method::DELETE, path, None, &[200, 202, 204])
+    })
+    .await;
+    match answer {
         Ok(_) | Err(CloudError::NotFound { .. }) => Ok(()),
         Err(e) => Err(Diag::cloud(&format!("delete {path}"), e)),
     }

@@ -296,6 +296,13 @@ async fn observe(os: &Os, state: &Obj, server: &J) -> Outcome<Obj> {
     seen.insert("access_ip_v4".into(), s(flat.access_v4));
     seen.insert("access_ip_v6".into(), s(flat.access_v6));
     seen.insert("all_metadata".into(), string_map(&server["metadata"]));
+    // Not read from Nova (upstream's Read leaves it): what the state holds, none as `{}`
+    // (see the schema).
+    let metadata = match state.get("metadata") {
+        Some(m @ Value::Map(_)) => m.clone(),
+        _ => Value::Map(Obj::new()),
+    };
+    seen.insert("metadata".into(), metadata);
     let mut groups: Vec<Value> = Vec::new();
     for g in server["security_groups"].as_array().into_iter().flatten() {
         let name = text(&g["name"]);

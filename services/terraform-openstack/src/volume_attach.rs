@@ -1,6 +1,8 @@
 //! Nova's volume attachments (`openstack_compute_volume_attach_v2`), as
 //! terraform-provider-openstack 1.54.1 makes and reads them: an attachment is done when
-//! Nova lists it and Cinder says the volume is `in-use`.
+//! Nova lists it and Cinder says the volume is `in-use`. One Nova took back after it
+//! accepted it (its compute host's attach failed) is made again, where upstream waits for
+//! it until its timeout.
 
 use http::Method;
 use overcast_cloud_openstack::Service;
@@ -14,6 +16,51 @@ use crate::resource::{Diag, Outcome, Resource};
 use crate::schema::{optional, required, s, string, Block, Nesting, Obj};
 
 use crate::volume::{read_volume, DEFAULT};
+
+/// How often an attachment Nova took back is made again.
+const ATTACH_TRIES: u32 = 3;
+
+/// Where an attachment stands once it settled.
+enum Attach {
+    /// The volume in-use, with Nova's attachment.
+    Done(J),
+    /// Nova took it back: the attachment gone, the volume attached to nothing of `server`.
+    TakenBack,
+}
+
+/// One look at attachment `aid` of `volume` to `server`: `None` while it is on its way.
+async fn attach_settled(os: &Os, server: &str, volume: &str, aid: &str) -> Outcome<Option<Attach>> {
+    let a = get(
+        os,
+        Service::Compute,
+        "volume_attachment_get",
+        &format!("/servers/{server}/os-volume_attachments/{aid}"),
+    )
+    .await?;
+    let v = read_volume(os, volume).await?;
+    let status = v.as_ref().and_then(|v| v["status"].as_str());
+    if status == Some("error") {
+        return Err(Diag::new(
+            format!("Volume {volume} failed to attach"),
+            "volume entered unexpected error status",
+        ));
+    }
+    Ok(match a {
+        Some(a) => (status == Some("in-use")).then(|| Attach::Done(a["volumeAttachment"].clone())),
+        // Nova records the attachment before it answers the POST: gone means taken back
+        // once Cinder has let the volume go too (not while it still holds it for `server`).
+        None => {
+            let held = v.as_ref().is_some_and(|v| {
+                v["attachments"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|a| a["server_id"] == server)
+            });
+            (status == Some("available") && !held).then_some(Attach::TakenBack)
+        }
+    })
+}
 
 /// A volume attached to a server through Nova; its id is `<server>/<attachment>`.
 pub struct VolumeAttach;
@@ -66,53 +113,57 @@ impl Resource<Cloud> for VolumeAttach {
         if let Some(d) = string(p, "device").filter(|v| !v.is_empty()) {
             attachment.insert("device".into(), json!(d));
         }
-        let made = call(
-            os,
-            Service::Compute,
-            "volume_attach",
-            Method::POST,
-            &format!("/servers/{server}/os-volume_attachments"),
-            Some(&json!({ "volumeAttachment": attachment })),
-            &[200],
-            &format!("attach volume {volume} to server {server}"),
-        )
-        .await
-        .map_err(|d| (None, d))?;
-        let aid = made["volumeAttachment"]["id"]
-            .as_str()
-            .unwrap_or(&volume)
-            .to_owned();
         let mut state = p.clone();
-        state.insert("id".into(), s(format!("{server}/{aid}")));
-        let limit = timeout(p, "create", DEFAULT);
-        let fail = |d| (Some(state.clone()), d);
-        let attached = wait(
-            &format!("volume {volume} in-use on {server}"),
-            limit,
-            || async {
-                let Some(a) = get(
-                    os,
-                    Service::Compute,
-                    "volume_attachment_get",
-                    &format!("/servers/{server}/os-volume_attachments/{aid}"),
-                )
-                .await?
-                else {
-                    return Ok(None);
-                };
-                let v = read_volume(os, &volume).await?;
-                match v.as_ref().and_then(|v| v["status"].as_str()) {
-                    Some("error") => Err(Diag::new(
-                        format!("Volume {volume} failed to attach"),
-                        "volume entered unexpected error status",
-                    )),
-                    Some("in-use") => Ok(Some(a["volumeAttachment"].clone())),
-                    _ => Ok(None),
+        // The compute host's attach can fail after Nova accepted it (a busy database, a
+        // backend's refusal): Nova then takes the attachment back — it is gone, the volume
+        // available again. Upstream waits for it until its timeout; it is made again here,
+        // a few times, as nothing of the first try is left.
+        let mut tries = 0;
+        let attached = loop {
+            tries += 1;
+            let made = call(
+                os,
+                Service::Compute,
+                "volume_attach",
+                Method::POST,
+                &format!("/servers/{server}/os-volume_attachments"),
+                Some(&json!({ "volumeAttachment": attachment })),
+                &[200],
+                &format!("attach volume {volume} to server {server}"),
+            )
+            .await
+            .map_err(|d| (None, d))?;
+            let aid = made["volumeAttachment"]["id"]
+                .as_str()
+                .unwrap_or(&volume)
+                .to_owned();
+            state.insert("id".into(), s(format!("{server}/{aid}")));
+            let limit = timeout(p, "create", DEFAULT);
+            let seen = wait(
+                &format!("volume {volume} in-use on {server}"),
+                limit,
+                || attach_settled(os, &server, &volume, &aid),
+            )
+            .await
+            .map_err(|d| (Some(state.clone()), d))?;
+            match seen {
+                Attach::Done(a) => break a,
+                Attach::TakenBack if tries < ATTACH_TRIES => {
+                    // made again
                 }
-            },
-        )
-        .await
-        .map_err(fail)?;
+                Attach::TakenBack => {
+                    return Err((
+                        None,
+                        Diag::new(
+                            format!("Volume {volume} failed to attach"),
+                            format!(
+                                "Nova accepted the attachment to server {server} and took it back, {tries} times: the compute host's attach failed (its log says why)"
+                            ),
+                        ),
+                    ))
+                }
+            }
+        };
         state.extend(observe_attachment(os, p, &attached));
         Ok(state)
     }

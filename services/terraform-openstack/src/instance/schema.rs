@@ -38,11 +38,17 @@ pub(super) fn schema() -> Block {
             .force_new()
             .kept(),
         optional("network_mode", Type::String, "auto or none.").force_new(),
+        // Optional and computed, and read as the empty map where the state holds none:
+        // Terraform 1.0.3 hands a null map of the configuration over as `{}` once an
+        // `ignore_changes` applies to the resource (every layout's server has one), 1.11
+        // as null — a state written either way plans no change with both. Left out, it
+        // keeps what the server has.
         optional(
             "metadata",
             Type::Map(Box::new(Type::String)),
             "Its metadata (changed in place).",
-        ),
+        )
+        .kept(),
         optional("config_drive", Type::Bool, "A config drive.").force_new(),
         optional("admin_pass", Type::String, "Its administrator password.").sensitive(),
         optional("access_ip_v4", Type::String, "Its IPv4 access address.").kept(),
