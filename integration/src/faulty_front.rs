@@ -27,6 +27,12 @@ pub enum Fault {
         content_type: &'static str,
         body: String,
     },
+    /// Nova taking a volume attachment back after it accepted it (its compute host's attach
+    /// failed, and it rolled back): the next `POST …/os-volume_attachments` is passed, then
+    /// the front waits for the volume to be in-use, detaches it through Nova and waits for
+    /// it to be available before it gives Nova's answer — which names an attachment that
+    /// is gone. Every request after it passes.
+    TakeBackAttach,
 }
 
 impl Fault {
@@ -63,6 +69,9 @@ pub struct FaultyFront {
     fault: Arc<Mutex<Fault>>,
     /// Requests answered with a fault.
     faulted: Arc<AtomicUsize>,
+    /// Requests passed to the service, and the bytes of their bodies both ways (what a
+    /// benchmark counts of a client's calls).
+    passed: Arc<(AtomicUsize, std::sync::atomic::AtomicU64)>,
     task: JoinHandle<()>,
 }
 
@@ -75,17 +84,22 @@ impl FaultyFront {
         let addr = listener.local_addr().expect("addr");
         let fault = Arc::new(Mutex::new(Fault::Pass));
         let faulted = Arc::new(AtomicUsize::new(0));
-        let (f, n) = (Arc::clone(&fault), Arc::clone(&faulted));
+        let passed = Arc::new((AtomicUsize::new(0), std::sync::atomic::AtomicU64::new(0)));
+        let (f, n, p) = (
+            Arc::clone(&fault),
+            Arc::clone(&faulted),
+            Arc::clone(&passed),
+        );
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let (f, n) = (Arc::clone(&f), Arc::clone(&n));
+                let (f, n, p) = (Arc::clone(&f), Arc::clone(&n), Arc::clone(&p));
                 tokio::spawn(async move {
                     let service = service_fn(move |req| {
-                        let (f, n) = (Arc::clone(&f), Arc::clone(&n));
-                        async move { Ok::<_, Infallible>(answer(req, upstream, &f, &n).await) }
+                        let (f, n, p) = (Arc::clone(&f), Arc::clone(&n), Arc::clone(&p));
+                        async move { Ok::<_, Infallible>(answer(req, upstream, &f, &n, &p).await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
@@ -97,8 +111,17 @@ impl FaultyFront {
             addr,
             fault,
             faulted,
+            passed,
             task,
         }
+    }
+
+    /// Requests passed to the service so far, and their bodies' bytes (request and answer).
+    pub fn passed(&self) -> (usize, u64) {
+        (
+            self.passed.0.load(Ordering::Relaxed),
+            self.passed.1.load(Ordering::Relaxed),
+        )
     }
 
     pub fn set(&self, fault: Fault) {
@@ -122,6 +145,7 @@ async fn answer(
     upstream: SocketAddr,
     fault: &Mutex<Fault>,
     faulted: &AtomicUsize,
+    passed: &(AtomicUsize, std::sync::atomic::AtomicU64),
 ) -> hyper::Response<Full<Bytes>> {
     let now = fault.lock().unwrap().clone();
     if let Fault::Answer {
@@ -149,25 +173,123 @@ async fn answer(
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    let Ok(stream) = tokio::net::TcpStream::connect(upstream).await else {
-        return bad_gateway(format!("{upstream} refused"));
-    };
-    let Ok((mut send, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
-    else {
-        return bad_gateway("handshake".into());
-    };
-    tokio::spawn(conn);
-    let req = hyper::Request::from_parts(parts, Full::new(body));
-    match send.send_request(req).await {
-        Ok(resp) => {
-            let (parts, body) = resp.into_parts();
-            let body = body
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
+    let take_back = now == Fault::TakeBackAttach
+        && parts.method == hyper::Method::POST
+        && parts.uri.path().ends_with("/os-volume_attachments");
+    let token = parts.headers.get("x-auth-token").cloned();
+    passed.0.fetch_add(1, Ordering::Relaxed);
+    passed.1.fetch_add(body.len() as u64, Ordering::Relaxed);
+    let asked: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let server_path = parts
+        .uri
+        .path()
+        .trim_end_matches("/os-volume_attachments")
+        .to_owned();
+    match forward(upstream, hyper::Request::from_parts(parts, Full::new(body))).await {
+        Ok((parts, body)) => {
+            passed.1.fetch_add(body.len() as u64, Ordering::Relaxed);
+            if take_back && parts.status.is_success() {
+                *fault.lock().unwrap() = Fault::Pass;
+                faulted.fetch_add(1, Ordering::Relaxed);
+                let volume = asked["volumeAttachment"]["volumeId"]
+                    .as_str()
+                    .unwrap_or_default();
+                if let Err(e) = detach(upstream, token, &server_path, volume).await {
+                    return bad_gateway(format!(
+                        "the front could not take the attachment back: {e}"
+                    ));
+                }
+            }
             hyper::Response::from_parts(parts, Full::new(body))
         }
-        Err(e) => bad_gateway(e.to_string()),
+        Err(e) => bad_gateway(e),
     }
+}
+
+/// One request to `upstream` on a connection of its own: the answer's head and body.
+async fn forward(
+    upstream: SocketAddr,
+    req: hyper::Request<Full<Bytes>>,
+) -> Result<(hyper::http::response::Parts, Bytes), String> {
+    let stream = tokio::net::TcpStream::connect(upstream)
+        .await
+        .map_err(|_| format!("{upstream} refused"))?;
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|_| "handshake".to_owned())?;
+    tokio::spawn(conn);
+    let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+    let (parts, body) = resp.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    Ok((parts, body))
+}
+
+/// What Nova's rollback leaves, done through Nova with the caller's token: `volume`,
+/// once in-use on the server at `server_path` (`/v2.1/servers/<id>`), detached, and
+/// available again (its status read through Nova's volume proxy, `/os-volumes`).
+async fn detach(
+    upstream: SocketAddr,
+    token: Option<hyper::header::HeaderValue>,
+    server_path: &str,
+    volume: &str,
+) -> Result<(), String> {
+    let root = server_path.split("/servers/").next().unwrap_or_default();
+    let call = |method: hyper::Method, path: String| {
+        let mut req = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", upstream.to_string());
+        if let Some(t) = &token {
+            req = req.header("x-auth-token", t.clone());
+        }
+        forward(
+            upstream,
+            req.body(Full::new(Bytes::new())).expect("request"),
+        )
+    };
+    let status = |path: String| {
+        let call = &call;
+        async move {
+            let (_, body) = call(hyper::Method::GET, path).await?;
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            Ok::<_, String>(
+                v["volume"]["status"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        }
+    };
+    let volume_path = format!("{root}/os-volumes/{volume}");
+    let until = |want: &'static str| {
+        let status = &status;
+        let volume_path = volume_path.clone();
+        async move {
+            for _ in 0..240 {
+                if status(volume_path.clone()).await? == want {
+                    return Ok(());
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            Err(format!("volume {volume} never {want}"))
+        }
+    };
+    until("in-use").await?;
+    let (parts, body) = call(
+        hyper::Method::DELETE,
+        format!("{server_path}/os-volume_attachments/{volume}"),
+    )
+    .await?;
+    if !parts.status.is_success() {
+        return Err(format!(
+            "detach: {} {}",
+            parts.status,
+            String::from_utf8_lossy(&body)
+        ));
+    }
+    until("available").await
 }

@@ -3,5 +3,6 @@
 //! One test binary for the area (a module per former test file): a build links it once.
 
 mod terraform_dvp;
+mod terraform_openstack;
 mod terraform_zvirt;
 mod terraform_zvirt_layouts;

@@ -1,0 +1,206 @@
+//! `deploy/terraform/openstack` run as dhctl runs it, with the real Terraform and
+//! `terraform-provider-overcast` installed as terraform-provider-openstack, against the
+//! real OpenStack services of `../shared/sim/openstack` (Keystone, Nova on its fake driver,
+//! Cinder on its fake driver, Neutron, Glance): each of the four layouts' cycle
+//! ([`layouts`]), a cluster terraform-provider-openstack 1.54.1 made taken over
+//! ([`takeover`]), and what goes wrong ([`unhappy`]). Each test works in a project of its
+//! own (its quotas its own, its leftovers counted), made and removed here. Runs when
+//! `OVERCAST_TEST_OPENSTACK_OPENRC` names the services' openrc and Terraform is at hand;
+//! says it was skipped otherwise.
+
+mod cloud;
+mod layouts;
+mod machine_class;
+mod takeover;
+mod unhappy;
+mod upstream;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use overcast_integration::terraform::{self, expect, tf, Workspace};
+use serde_json::{json, Value};
+
+use cloud::{Admin, ImageCopies, Project};
+use machine_class::{check_machine_class, machine_class};
+
+/// The provider's address in every state and layout: `terraform-provider-openstack/openstack`.
+pub(super) const PROVIDER: (&str, &str) = ("terraform-provider-openstack", "openstack");
+
+/// The tests of this module take turns: Nova has one compute host and the services'
+/// SQLite databases take one writer at a time.
+pub(super) static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A layout's folder under `deploy/terraform/openstack/layouts` and its name in
+/// OpenStackClusterConfiguration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Layout {
+    Standard,
+    StandardWithNoRouter,
+    Simple,
+    SimpleWithInternalNetwork,
+}
+
+impl Layout {
+    pub fn dir(self) -> &'static str {
+        match self {
+            Layout::Standard => "standard",
+            Layout::StandardWithNoRouter => "standard-with-no-router",
+            Layout::Simple => "simple",
+            Layout::SimpleWithInternalNetwork => "simple-with-internal-network",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Standard => "Standard",
+            Layout::StandardWithNoRouter => "StandardWithNoRouter",
+            Layout::Simple => "Simple",
+            Layout::SimpleWithInternalNetwork => "SimpleWithInternalNetwork",
+        }
+    }
+
+    /// Its section of the configuration (the sim's networks: `public` is external and
+    /// without DHCP, `subnet1` of `net1` is shared and routed to it), and the worker's main
+    /// network.
+    fn section(self, prefix: &str, cidr: &str) -> (&'static str, Value, String) {
+        match self {
+            Layout::Standard => (
+                "standard",
+                json!({"internalNetworkCIDR": cidr, "internalNetworkDNSServers": ["8.8.8.8"],
+                       "externalNetworkName": "public"}),
+                prefix.to_owned(),
+            ),
+            Layout::StandardWithNoRouter => (
+                "standardWithNoRouter",
+                json!({"internalNetworkCIDR": cidr, "externalNetworkName": "public",
+                       "externalNetworkDHCP": false}),
+                "public".to_owned(),
+            ),
+            Layout::Simple => (
+                "simple",
+                json!({"externalNetworkName": "public", "externalNetworkDHCP": false}),
+                "public".to_owned(),
+            ),
+            Layout::SimpleWithInternalNetwork => (
+                "simpleWithInternalNetwork",
+                json!({"internalSubnetName": "subnet1", "externalNetworkName": "public"}),
+                "net1".to_owned(),
+            ),
+        }
+    }
+}
+
+/// A cluster's configuration as dhctl passes it (`-var-file`), in `project`.
+pub(super) struct Cluster {
+    pub layout: Layout,
+    pub prefix: String,
+    pub vars: Value,
+}
+
+impl Cluster {
+    pub fn new(admin: &Admin, project: &Project, layout: Layout, cidr: &str) -> Self {
+        let prefix = project.name.clone();
+        let (key, section, main) = layout.section(&prefix, cidr);
+        let env = &admin.env;
+        let class = json!({"flavorName": "m1.small", "imageName": "fake-image",
+                           "rootDiskSize": 1, "etcdDiskSizeGb": 1});
+        let mut pcc = json!({
+            "apiVersion": "deckhouse.io/v1", "kind": "OpenStackClusterConfiguration",
+            "layout": layout.name(),
+            "sshPublicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBx6iJ2ckwTG7DZQfAQVPTqTy2NQoa4JDVHLOZMYtT5V overcast-test",
+            "provider": {"authURL": env["OS_AUTH_URL"], "domainName": "Default",
+                         "tenantName": project.name, "username": env["OS_USERNAME"],
+                         "password": env["OS_PASSWORD"], "region": env["OS_REGION_NAME"]},
+            "masterNodeGroup": {"replicas": 1, "instanceClass": class,
+                                "volumeTypeMap": {"nova": "__DEFAULT__"}},
+            "nodeGroups": [{"name": "worker", "replicas": 1,
+                            "instanceClass": {"flavorName": "m1.small", "imageName": "fake-image",
+                                              "mainNetwork": main}}],
+        });
+        pcc[key] = section;
+        let vars = json!({
+            "clusterConfiguration": {
+                "apiVersion": "deckhouse.io/v1", "kind": "ClusterConfiguration",
+                "clusterType": "Cloud", "cloud": {"provider": "OpenStack", "prefix": prefix},
+                "podSubnetCIDR": "10.111.0.0/16", "serviceSubnetCIDR": "10.222.0.0/16",
+                "kubernetesVersion": "Automatic"},
+            "providerClusterConfiguration": pcc,
+            "clusterUUID": "5c4e1a7e-1111-4222-8333-944444444444",
+        });
+        Self {
+            layout,
+            prefix,
+            vars,
+        }
+    }
+
+    /// The variables of base-infrastructure (no node), of master `index`, of node `index`
+    /// of `worker`, written to `root` as dhctl writes them; the `-var-file=` argument.
+    pub fn var_file(&self, root: &Path, step: &str, index: u32) -> String {
+        self.var_file_as(root, step, index, "")
+    }
+
+    /// The same in a file of its own (`tag`): a variant beside the others.
+    pub fn var_file_as(&self, root: &Path, step: &str, index: u32, tag: &str) -> String {
+        let mut v = self.vars.clone();
+        if step != "base-infrastructure" {
+            v["nodeIndex"] = json!(index);
+            v["cloudConfig"] = json!("I2Nsb3VkLWNvbmZpZwpydW5jbWQ6Ci0gZWNobyBib290c3RyYXAK");
+        }
+        if step == "static-node" {
+            v["nodeGroupName"] = json!("worker");
+        }
+        let path = root.join(format!("{step}-{index}{tag}.tfvars.json"));
+        std::fs::write(&path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+        format!("-var-file={}", path.display())
+    }
+}
+
+/// The layouts copied into `root`; a step's module there.
+pub(super) fn step(
+    bin: &Path,
+    root: &Path,
+    layouts: &Path,
+    layout: Layout,
+    step: &str,
+) -> Workspace {
+    let dir: PathBuf = layouts.join("layouts").join(layout.dir()).join(step);
+    // One plugin directory per step: a module of each layout's step names its own.
+    let plugins = root.join(format!("{}-{step}", layout.dir()));
+    std::fs::create_dir_all(&plugins).unwrap();
+    let w = Workspace::module(bin, &plugins, dir, PROVIDER);
+    tf(|| w.init());
+    w
+}
+
+/// `apply -auto-approve` with `vars`, which must succeed.
+pub(super) fn apply(w: &Workspace, vars: &str) {
+    tf(|| {
+        w.run(&["apply", "-input=false", "-no-color", "-auto-approve", vars])
+            .ok()
+    });
+}
+
+/// `destroy -auto-approve` with `vars`, which must succeed.
+pub(super) fn destroy(w: &Workspace, vars: &str) {
+    tf(|| {
+        w.run(&[
+            "destroy",
+            "-input=false",
+            "-no-color",
+            "-auto-approve",
+            vars,
+        ])
+        .ok()
+    });
+}
+
+/// A plan of no change.
+pub(super) fn unchanged(w: &Workspace, vars: &str, what: &str) {
+    tf(|| expect(&w.plan(&[vars]), 0, what));
+}
+
+pub(super) fn terraform_binary(what: &str) -> Option<PathBuf> {
+    terraform::binary(what)
+}
