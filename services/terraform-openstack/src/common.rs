@@ -457,6 +457,60 @@ pub fn read_tags(seen: &mut Obj, state: &Obj, all: &J) {
     );
 }
 
+/// A Neutron object changed in place: `body` (the changed attributes, none: no call) PUT
+/// under its `key` at `/v2.0/<plural>/<id>`, then its tags brought to the plan's.
+#[allow(clippy::too_many_arguments)]
+pub async fn neutron_update(
+    os: &Os,
+    name: &'static str,
+    key: &str,
+    plural: &str,
+    id: &str,
+    body: serde_json::Map<String, J>,
+    prior: &Obj,
+    planned: &Obj,
+) -> Outcome<()> {
+    if !body.is_empty() {
+        let mut doc = serde_json::Map::new();
+        doc.insert(key.to_owned(), J::Object(body));
+        call(
+            os,
+            Service::Network,
+            name,
+            Method::PUT,
+            &format!("/v2.0/{plural}/{id}"),
+            Some(&J::Object(doc)),
+            &[200],
+            &format!("update the {}", key.replace('_', " ")),
+        )
+        .await?;
+    }
+    update_tags(os, plural, id, prior, planned).await
+}
+
+/// A Neutron object's delete, asked again while Neutron says it is in use (409: a port
+/// not yet released) until `limit`; gone (404) is done, as upstream.
+pub async fn delete_when_free(
+    os: &Os,
+    name: &'static str,
+    path: &str,
+    what: &str,
+    limit: Duration,
+) -> Outcome<()> {
+    wait(&format!("{what} deleted"), limit, || async {
+        match os
+            .api
+            .expect(Service::Network, name, Method::DELETE, path, None, &[204])
+            .await
+        {
+            Ok(_) | Err(CloudError::NotFound { .. }) => Ok(Some(())),
+            Err(CloudError::Conflict(_)) => Ok(None),
+            Err(e) => Err(Diag::cloud(&format!("delete {what}"), e)),
+        }
+    })
+    .await
+}
+
 /// A state's tags changed in place: `(all − old) ∪ new` (upstream's update).
 pub async fn update_tags(os: &Os, kind: &str, id: &str, prior: &Obj, planned: &Obj) -> Outcome<()> {
     let (old, new) = (list_of(prior, "tags"), list_of(planned, "tags"));

@@ -10,8 +10,8 @@ use overcast_cloud_openstack::Service;
 use serde_json::{json, Value as J};
 
 use crate::common::{
-    add_value_specs, call, get, path_id, put_tags, query, read_tags, region, region_of, safe, tags,
-    text, timeout, update_tags, value_specs, wait, with_timeouts, Cloud, Os,
+    add_value_specs, call, get, neutron_update, path_id, put_tags, query, read_tags, region,
+    region_of, safe, tags, text, timeout, value_specs, wait, with_timeouts, Cloud, Os,
 };
 use crate::cty::Type;
 use crate::resource::{Diag, Outcome, Resource};
@@ -470,20 +470,17 @@ impl Resource<Cloud> for NetworkingFloatingIp {
                 body.insert("fixed_ip_address".into(), json!(f));
             }
         }
-        if !body.is_empty() {
-            call(
-                os,
-                Service::Network,
-                "floatingip_update",
-                Method::PUT,
-                &format!("/v2.0/floatingips/{id}"),
-                Some(&json!({ "floatingip": body })),
-                &[200],
-                "update the floating IP",
-            )
-            .await?;
-        }
-        update_tags(os, "floatingips", &id, prior, planned).await?;
+        neutron_update(
+            os,
+            "floatingip_update",
+            "floatingip",
+            "floatingips",
+            &id,
+            body,
+            prior,
+            planned,
+        )
+        .await?;
         let mut state = planned.clone();
         if let Some(f) = get(
             os,

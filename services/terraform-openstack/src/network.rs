@@ -7,9 +7,9 @@ use overcast_cloud_openstack::Service;
 use serde_json::{json, Value as J};
 
 use crate::common::{
-    add_value_specs, blocks, call, flag, get, list_of, number, path_id, put_tags, query, read_tags,
-    region, region_of, strings, tags, text, timeout, update_tags, value_specs, wait, with_timeouts,
-    Cloud,
+    add_value_specs, blocks, call, delete_when_free, flag, get, list_of, neutron_update, number,
+    path_id, put_tags, query, read_tags, region, region_of, strings, tags, text, timeout,
+    value_specs, wait, with_timeouts, Cloud,
 };
 use crate::cty::{Type, Value};
 use crate::resource::{DataSource, Diag, Outcome, Resource};
@@ -304,20 +304,17 @@ impl Resource<Cloud> for Network {
                 body.insert("mtu".into(), json!(m));
             }
         }
-        if !body.is_empty() {
-            call(
-                os,
-                Service::Network,
-                "network_update",
-                Method::PUT,
-                &format!("/v2.0/networks/{id}"),
-                Some(&json!({ "network": body })),
-                &[200],
-                "update the network",
-            )
-            .await?;
-        }
-        update_tags(os, "networks", &id, prior, planned).await?;
+        neutron_update(
+            os,
+            "network_update",
+            "network",
+            "networks",
+            &id,
+            body,
+            prior,
+            planned,
+        )
+        .await?;
         let n = get(
             os,
             Service::Network,
@@ -335,24 +332,13 @@ impl Resource<Cloud> for Network {
         let id = path_id(state, "id")?;
         // In use (a port Nova has not released yet): asked again until the timeout.
         let limit = timeout(state, "delete", DEFAULT);
-        wait(&format!("network {id} deleted"), limit, || async {
-            match os
-                .api
-                .expect(
-                    Service::Network,
-                    "network_delete",
-                    Method::DELETE,
-                    &format!("/v2.0/networks/{id}"),
-                    None,
-                    &[204],
-                )
-                .await
-            {
-                Ok(_) | Err(overcast_cloud::CloudError::NotFound { .. }) => Ok(Some(())),
-                Err(overcast_cloud::CloudError::Conflict(_)) => Ok(None),
-                Err(e) => Err(Diag::cloud("delete the network", e)),
-            }
-        })
+        delete_when_free(
+            os,
+            "network_delete",
+            &format!("/v2.0/networks/{id}"),
+            &format!("the network {id}"),
+            limit,
+        )
         .await
     }
 }

@@ -7,9 +7,9 @@ use overcast_cloud_openstack::Service;
 use serde_json::{json, Value as J};
 
 use crate::common::{
-    add_value_specs, blocks, call, flag, get, list_of, path_id, put_tags, read_tags, region,
-    region_of, strings, tags, text, timeout, update_tags, value_specs, wait, with_timeouts, Cloud,
-    Os,
+    add_value_specs, blocks, call, flag, get, list_of, neutron_update, path_id, put_tags,
+    read_tags, region, region_of, strings, tags, text, timeout, value_specs, wait, with_timeouts,
+    Cloud, Os,
 };
 use crate::cty::{Type, Value};
 use crate::resource::{Diag, Outcome, Resource};
@@ -461,20 +461,17 @@ impl Resource<Cloud> for Port {
                 .collect();
             body.insert("fixed_ips".into(), J::Array(fixed));
         }
-        if !body.is_empty() {
-            call(
-                os,
-                Service::Network,
-                "port_update",
-                Method::PUT,
-                &format!("/v2.0/ports/{id}"),
-                Some(&json!({ "port": body })),
-                &[200],
-                "update the port",
-            )
-            .await?;
-        }
-        update_tags(os, "ports", &id, prior, planned).await?;
+        neutron_update(
+            os,
+            "port_update",
+            "port",
+            "ports",
+            &id,
+            body,
+            prior,
+            planned,
+        )
+        .await?;
         let doc = get(
             os,
             Service::Network,

@@ -7,9 +7,9 @@ use overcast_cloud_openstack::Service;
 use serde_json::{json, Value as J};
 
 use crate::common::{
-    add_value_specs, blocks, call, flag, get, list_of, path_id, put_tags, read_tags, region,
-    region_of, strings, tags, text, timeout, update_tags, value_specs, wait, with_timeouts, Cloud,
-    Os,
+    add_value_specs, blocks, call, flag, get, list_of, neutron_update, path_id, put_tags,
+    read_tags, region, region_of, strings, tags, text, timeout, value_specs, wait, with_timeouts,
+    Cloud, Os,
 };
 use crate::cty::{Type, Value};
 use crate::resource::{Diag, Outcome, Resource};
@@ -278,20 +278,17 @@ impl Resource<Cloud> for Router {
                 gateway(planned).unwrap_or_else(|| json!({})),
             );
         }
-        if !body.is_empty() {
-            call(
-                os,
-                Service::Network,
-                "router_update",
-                Method::PUT,
-                &format!("/v2.0/routers/{id}"),
-                Some(&json!({ "router": body })),
-                &[200],
-                "update the router",
-            )
-            .await?;
-        }
-        update_tags(os, "routers", &id, prior, planned).await?;
+        neutron_update(
+            os,
+            "router_update",
+            "router",
+            "routers",
+            &id,
+            body,
+            prior,
+            planned,
+        )
+        .await?;
         let r = read_router(os, &id)
             .await?
             .ok_or_else(|| Diag::new("The router is gone", format!("router {id}")))?;

@@ -7,8 +7,8 @@ use overcast_cloud_openstack::Service;
 use serde_json::{json, Value as J};
 
 use crate::common::{
-    call, get, list_of, number, path_id, put_tags, query, read_tags, region, region_of, strings,
-    tags, text, timeout, update_tags, wait, with_timeouts, Cloud, Os,
+    call, delete_when_free, get, list_of, neutron_update, number, path_id, put_tags, query,
+    read_tags, region, region_of, strings, tags, text, timeout, with_timeouts, Cloud, Os,
 };
 use crate::cty::{Type, Value};
 use crate::resource::{DataSource, Diag, Outcome, Resource};
@@ -154,20 +154,17 @@ impl Resource<Cloud> for SecGroup {
                 body.insert(k.into(), json!(string(planned, k).unwrap_or_default()));
             }
         }
-        if !body.is_empty() {
-            call(
-                os,
-                Service::Network,
-                "secgroup_update",
-                Method::PUT,
-                &format!("/v2.0/security-groups/{id}"),
-                Some(&json!({ "security_group": body })),
-                &[200],
-                "update the security group",
-            )
-            .await?;
-        }
-        update_tags(os, "security-groups", &id, prior, planned).await?;
+        neutron_update(
+            os,
+            "secgroup_update",
+            "security_group",
+            "security-groups",
+            &id,
+            body,
+            prior,
+            planned,
+        )
+        .await?;
         let mut state = planned.clone();
         if let Some(d) = get(
             os,
@@ -186,24 +183,13 @@ impl Resource<Cloud> for SecGroup {
         let id = path_id(state, "id")?;
         // In use (a port not yet deleted): asked again until the timeout.
         let limit = timeout(state, "delete", DEFAULT);
-        wait(&format!("security group {id} deleted"), limit, || async {
-            match os
-                .api
-                .expect(
-                    Service::Network,
-                    "secgroup_delete",
-                    Method::DELETE,
-                    &format!("/v2.0/security-groups/{id}"),
-                    None,
-                    &[204],
-                )
-                .await
-            {
-                Ok(_) | Err(overcast_cloud::CloudError::NotFound { .. }) => Ok(Some(())),
-                Err(overcast_cloud::CloudError::Conflict(_)) => Ok(None),
-                Err(e) => Err(Diag::cloud("delete the security group", e)),
-            }
-        })
+        delete_when_free(
+            os,
+            "secgroup_delete",
+            &format!("/v2.0/security-groups/{id}"),
+            &format!("the security group {id}"),
+            limit,
+        )
         .await
     }
 }

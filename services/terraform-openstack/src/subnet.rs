@@ -7,9 +7,9 @@ use overcast_cloud_openstack::Service;
 use serde_json::{json, Value as J};
 
 use crate::common::{
-    add_value_specs, blocks, call, flag, get, list_of, number, path_id, put_tags, query, read_tags,
-    region, region_of, strings, tags, text, timeout, update_tags, value_specs, wait, with_timeouts,
-    Cloud,
+    add_value_specs, blocks, call, delete_when_free, flag, get, list_of, neutron_update, number,
+    path_id, put_tags, query, read_tags, region, region_of, strings, tags, text, timeout,
+    value_specs, with_timeouts, Cloud,
 };
 use crate::cty::{Type, Value};
 use crate::resource::{DataSource, Diag, Outcome, Resource};
@@ -367,20 +367,17 @@ impl Resource<Cloud> for Subnet {
                 .collect();
             body.insert("allocation_pools".into(), J::Array(pools));
         }
-        if !body.is_empty() {
-            call(
-                os,
-                Service::Network,
-                "subnet_update",
-                Method::PUT,
-                &format!("/v2.0/subnets/{id}"),
-                Some(&json!({ "subnet": body })),
-                &[200],
-                "update the subnet",
-            )
-            .await?;
-        }
-        update_tags(os, "subnets", &id, prior, planned).await?;
+        neutron_update(
+            os,
+            "subnet_update",
+            "subnet",
+            "subnets",
+            &id,
+            body,
+            prior,
+            planned,
+        )
+        .await?;
         let n = get(
             os,
             Service::Network,
@@ -398,24 +395,13 @@ impl Resource<Cloud> for Subnet {
         let id = path_id(state, "id")?;
         // In use (a port not yet released): asked again until the timeout, as upstream.
         let limit = timeout(state, "delete", DEFAULT);
-        wait(&format!("subnet {id} deleted"), limit, || async {
-            match os
-                .api
-                .expect(
-                    Service::Network,
-                    "subnet_delete",
-                    Method::DELETE,
-                    &format!("/v2.0/subnets/{id}"),
-                    None,
-                    &[204],
-                )
-                .await
-            {
-                Ok(_) | Err(overcast_cloud::CloudError::NotFound { .. }) => Ok(Some(())),
-                Err(overcast_cloud::CloudError::Conflict(_)) => Ok(None),
-                Err(e) => Err(Diag::cloud("delete the subnet", e)),
-            }
-        })
+        delete_when_free(
+            os,
+            "subnet_delete",
+            &format!("/v2.0/subnets/{id}"),
+            &format!("the subnet {id}"),
+            limit,
+        )
         .await
     }
 }
