@@ -33,6 +33,13 @@ pub enum Fault {
     /// it to be available before it gives Nova's answer — which names an attachment that
     /// is gone. Every request after it passes.
     TakeBackAttach,
+    /// Nova failing a server's delete on its compute host: the next `DELETE …/servers/<id>`
+    /// is answered 204 here (accepted, as Nova does before its compute host fails it) and
+    /// never reaches Nova, and the next read of that server is answered as Nova then shows
+    /// it — in ERROR with no task and a fault — once. Every request after it passes.
+    FailServerDelete,
+    /// (Of [`Fault::FailServerDelete`]: the server whose next read is answered.)
+    ServerDeleteFailed(String),
 }
 
 impl Fault {
@@ -173,6 +180,32 @@ async fn answer(
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
+    let server_read = match &now {
+        Fault::ServerDeleteFailed(id) => {
+            parts.method == hyper::Method::GET
+                && parts.uri.path().ends_with(&format!("/servers/{id}"))
+        }
+        _ => false,
+    };
+    let server_delete = now == Fault::FailServerDelete
+        && parts.method == hyper::Method::DELETE
+        && parts.uri.path().contains("/servers/")
+        && !parts.uri.path().contains("/os-");
+    if server_delete {
+        let id = parts
+            .uri
+            .path()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        *fault.lock().unwrap() = Fault::ServerDeleteFailed(id);
+        faulted.fetch_add(1, Ordering::Relaxed);
+        return hyper::Response::builder()
+            .status(204)
+            .body(Full::new(Bytes::new()))
+            .expect("response");
+    }
     let take_back = now == Fault::TakeBackAttach
         && parts.method == hyper::Method::POST
         && parts.uri.path().ends_with("/os-volume_attachments");
@@ -188,6 +221,18 @@ async fn answer(
     match forward(upstream, hyper::Request::from_parts(parts, Full::new(body))).await {
         Ok((parts, body)) => {
             passed.1.fetch_add(body.len() as u64, Ordering::Relaxed);
+            if server_read && parts.status.is_success() {
+                *fault.lock().unwrap() = Fault::Pass;
+                let mut doc: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                doc["server"]["status"] = "ERROR".into();
+                doc["server"]["OS-EXT-STS:vm_state"] = "error".into();
+                doc["server"]["OS-EXT-STS:task_state"] = serde_json::Value::Null;
+                doc["server"]["fault"] = serde_json::json!({"code": 500, "message": "OperationalError: (sqlite3.OperationalError) database is locked"});
+                let body = Bytes::from(doc.to_string());
+                let mut parts = parts;
+                parts.headers.remove(hyper::header::CONTENT_LENGTH);
+                return hyper::Response::from_parts(parts, Full::new(body));
+            }
             if take_back && parts.status.is_success() {
                 *fault.lock().unwrap() = Fault::Pass;
                 faulted.fetch_add(1, Ordering::Relaxed);

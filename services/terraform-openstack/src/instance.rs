@@ -31,6 +31,9 @@ pub use request::user_data_hash;
 
 const DEFAULT: Duration = Duration::from_secs(30 * 60);
 /// What upstream's Read writes as the image of a server booted from a volume.
+/// How often a delete Nova failed (the server in ERROR, no task) is asked again.
+const DELETE_TRIES: u32 = 3;
+
 const NO_IMAGE: &str = "Attempt to boot from volume - no image supplied";
 /// The statuses upstream's Read writes as `power_state` (lowercased).
 const POWER: [&str; 6] = [
@@ -584,10 +587,15 @@ impl Resource<Cloud> for Instance {
             .await?;
         }
         // Until Nova no longer has it; a server still there when the time is up is said
-        // with its status (and fault), and stays in the state for the next destroy.
+        // with its status (and fault), and stays in the state for the next destroy. Nova
+        // marks a delete in progress (`task_state` deleting) before it answers the DELETE:
+        // ERROR with no task after it means the compute host's delete failed (a busy
+        // database, in a CI run) — the DELETE is asked again, as a user would, a few
+        // times; then it fails with Nova's fault (upstream fails at the first ERROR).
         let last = std::sync::Mutex::new(J::Null);
+        let retried = std::sync::atomic::AtomicU32::new(0);
         let gone = crate::common::wait(&format!("server {id} to be deleted"), limit, || {
-            let (last, id) = (&last, &id);
+            let (last, id, retried) = (&last, &id, &retried);
             async move {
                 match read_server(os, id).await? {
                     None => Ok(Some(())),
@@ -595,8 +603,30 @@ impl Resource<Cloud> for Instance {
                         Ok(Some(()))
                     }
                     Some(s) => {
-                        *last.lock().unwrap_or_else(|e| e.into_inner()) = s;
-                        Ok(None)
+                        let failed = s["status"] == "ERROR" && s["OS-EXT-STS:task_state"].is_null();
+                        *last.lock().unwrap_or_else(|e| e.into_inner()) = s.clone();
+                        if !failed {
+                            return Ok(None);
+                        }
+                        if retried.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                            >= DELETE_TRIES
+                        {
+                            return Err(Diag::new(
+                                format!("Server {id} failed to delete"),
+                                format!(
+                                    "Nova left it in ERROR, {DELETE_TRIES} times asked again: {}",
+                                    fault(&s)
+                                ),
+                            ));
+                        }
+                        crate::common::delete(
+                            os,
+                            Service::Compute,
+                            "server_delete",
+                            &format!("/servers/{id}"),
+                        )
+                        .await
+                        .map(|()| None)
                     }
                 }
             }
