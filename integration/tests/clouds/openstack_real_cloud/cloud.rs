@@ -45,6 +45,29 @@ pub struct Cloud {
     pub _dir: tempfile::TempDir,
 }
 
+/// Makes a volume as the CSI controller and its CO do: an Unavailable answer is asked again
+/// after a look-up by name. The simulator's Cinder keeps its database in SQLite, and under
+/// the CI's load a create can answer 500 ("database is locked"); a test making its
+/// volumes by hand must not fail on what the driver retries (CI of issue 69).
+pub async fn created(disks: &impl Disks, spec: overcast_cloud::DiskSpec) -> overcast_cloud::Disk {
+    for attempt in 1..=5 {
+        if attempt > 1 {
+            if let Ok(Some(d)) = disks.disk_by_name(&spec.name).await {
+                return d;
+            }
+        }
+        match disks.create_disk(spec.clone()).await {
+            Ok(d) => return d,
+            Err(overcast_cloud::CloudError::Unavailable(e)) if attempt < 5 => {
+                eprintln!("create {}: {e} (attempt {attempt}; asked again)", spec.name);
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Err(e) => panic!("create {}: {e}", spec.name),
+        }
+    }
+    unreachable!()
+}
+
 impl Cloud {
     pub fn new() -> Option<Self> {
         let env = openrc()?;

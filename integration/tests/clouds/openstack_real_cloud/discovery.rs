@@ -105,9 +105,9 @@ async fn discovery_reports_what_the_services_hold() {
     assert!(conditions.iter().all(|c| c.ok), "{conditions:?}");
 
     // This cluster's volume with a PV name no PV has, and another cluster's.
-    let ours = cloud
-        .disks()
-        .create_disk(DiskSpec {
+    let ours = created(
+        &cloud.disks(),
+        DiskSpec {
             name: format!("overcast-it-orphan-{pid}"),
             size_bytes: 1 << 30,
             zone: Zone::default(),
@@ -118,28 +118,29 @@ async fn discovery_reports_what_the_services_hold() {
             )]
             .into(),
             source: None,
-        })
-        .await
-        .unwrap();
-    let theirs = CinderDisks::new(
-        Arc::clone(&cloud.os),
-        "another-cluster".into(),
-        String::new(),
-        Vec::new(),
-        60,
-        false,
-        Waits::default(),
+        },
     )
-    .create_disk(DiskSpec {
-        name: format!("overcast-it-theirs-{pid}"),
-        size_bytes: 1 << 30,
-        zone: Zone::default(),
-        parameters: BTreeMap::new(),
-        metadata: BTreeMap::new(),
-        source: None,
-    })
-    .await
-    .unwrap();
+    .await;
+    let theirs = created(
+        &CinderDisks::new(
+            Arc::clone(&cloud.os),
+            "another-cluster".into(),
+            String::new(),
+            Vec::new(),
+            60,
+            false,
+            Waits::default(),
+        ),
+        DiskSpec {
+            name: format!("overcast-it-theirs-{pid}"),
+            size_bytes: 1 << 30,
+            zone: Zone::default(),
+            parameters: BTreeMap::new(),
+            metadata: BTreeMap::new(),
+            source: None,
+        },
+    )
+    .await;
     let listed: Vec<String> = discovery
         .cluster_disks()
         .await

@@ -17,17 +17,18 @@ async fn listing_pages_and_a_stopped_cinder_is_retryable_and_loses_nothing() {
     let disks = cloud.disks().with_page_size(2);
     let mut made = Vec::new();
     for i in 0..5 {
-        let d = disks
-            .create_disk(DiskSpec {
+        let d = created(
+            &disks,
+            DiskSpec {
                 name: format!("overcast-it-page-{pid}-{i}"),
                 size_bytes: 1 << 30,
                 zone: Zone::default(),
                 parameters: BTreeMap::new(),
                 metadata: BTreeMap::new(),
                 source: None,
-            })
-            .await
-            .expect("create");
+            },
+        )
+        .await;
         made.push(d.id);
     }
     let before = cloud.metrics.requests("volume_list");

@@ -27,10 +27,7 @@ async fn server_and_volume(
     let name = format!("overcast-it-{tag}-{}", std::process::id());
     let server = cloud.boot(&name).await;
     let disks = cloud.disks();
-    let disk = disks
-        .create_disk(spec(&name, BTreeMap::new()))
-        .await
-        .expect("create");
+    let disk = created(&disks, spec(&name, BTreeMap::new())).await;
     (server, disks, disk)
 }
 
@@ -215,13 +212,14 @@ async fn a_volume_being_deleted_is_waited_for_and_not_reported_healthy() {
     };
     cloud.sweep().await;
     let disks = cloud.disks();
-    let disk = disks
-        .create_disk(spec(
+    let disk = created(
+        &disks,
+        spec(
             &format!("overcast-it-deleting-{}", std::process::id()),
             BTreeMap::new(),
-        ))
-        .await
-        .expect("create");
+        ),
+    )
+    .await;
     let work = tempfile::tempdir().unwrap();
     let driver = controller(&cloud, work.path()).await;
     let mut c = driver.controller().await;
