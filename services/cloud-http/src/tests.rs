@@ -359,14 +359,16 @@ fn metrics_carry_the_upstream_names() {
     );
 }
 
+/// An answer over the limit is refused before it is read (its Content-Length says so),
+/// named with the endpoint, the call and the size, and not asked again: the same listing
+/// answers the same size (issue 70: an engine's whole VM listing, retried, read 472 MB).
 #[tokio::test]
-async fn an_answer_larger_than_the_limit_is_refused_not_read_whole() {
+async fn an_answer_larger_than_the_limit_is_refused_not_read_whole_and_not_asked_again() {
     let big: &'static str = Box::leak("x".repeat(200_000).into_boxed_str());
-    let s = serve(vec![(200, big, Duration::ZERO)], None).await;
+    let s = serve(vec![(200, big, Duration::ZERO); 4], None).await;
     let c = HttpClient::new(
         HttpSettings {
             max_body: 64 << 10,
-            attempts: 1,
             ..settings()
         },
         None,
@@ -376,8 +378,18 @@ async fn an_answer_larger_than_the_limit_is_refused_not_read_whole() {
         .send(get(&format!("http://{}/huge", s.url)))
         .await
         .unwrap_err();
-    assert!(matches!(e, CloudError::Unavailable(_)), "{e}");
-    assert!(e.to_string().contains("reading the answer"), "{e}");
+    assert!(matches!(e, CloudError::Internal(_)), "{e}");
+    let text = e.to_string();
+    for part in [
+        "volume_get",
+        "GET 127.0.0.1/huge",
+        "200000 bytes",
+        "the 65536 bytes",
+    ] {
+        assert!(text.contains(part), "{part:?} in {text}");
+    }
+    assert_eq!(s.seen.lock().unwrap().len(), 1, "asked once");
+    assert_eq!(c.metrics().bytes(), 0, "nothing of it read");
 }
 
 /// A hung endpoint is said while the call still waits, once per window however many
