@@ -46,6 +46,51 @@ impl Engine {
         id
     }
 
+    /// A boot disk for the VM `vm` (`<name>_Disk1`, no description, attached bootable and
+    /// active, a sparse file of `size` bytes), as a VM made from a template has: what
+    /// fills a real engine's disk listing. Returns the disk's id.
+    pub fn add_boot_disk(&self, vm: &str, size: u64) -> String {
+        let disk = uuid();
+        let file = self.dir.join(format!("{disk}.img"));
+        let _ = std::fs::File::create(&file).and_then(|f| f.set_len(size));
+        let mut st = self.state.lock().expect("state");
+        let now = Instant::now();
+        let domain = st.domains.first().map(|d| d.id.clone()).unwrap_or_default();
+        let name = st.vms.get(vm).map(|v| v.name.clone()).unwrap_or_default();
+        st.disks.insert(
+            disk.clone(),
+            SimDisk {
+                id: disk.clone(),
+                alias: format!("{name}_Disk1"),
+                description: String::new(),
+                size,
+                pending_size: None,
+                format: "cow".into(),
+                sparse: true,
+                domain,
+                unlock_at: None,
+                gone_at: None,
+                file,
+                stuck: false,
+                illegal: false,
+                removal_held: false,
+            },
+        );
+        if let Some(v) = st.vms.get_mut(vm) {
+            v.attachments.insert(
+                disk.clone(),
+                SimAttachment {
+                    active_at: now,
+                    device: None,
+                    read_only: false,
+                    bootable: true,
+                    interface: "virtio_scsi".into(),
+                },
+            );
+        }
+        disk
+    }
+
     /// Another data center; returns its id.
     pub fn add_data_center(&self, name: &str) -> String {
         let id = uuid();
@@ -322,6 +367,11 @@ impl Engine {
     /// API calls so far (logins not counted).
     pub fn total_calls(&self) -> u64 {
         self.calls().values().sum()
+    }
+
+    /// The bytes of every answer's body so far (logins included).
+    pub fn answer_bytes(&self) -> u64 {
+        self.state.lock().expect("state").answer_bytes
     }
 
     /// The disks the engine holds: (id, alias, size).

@@ -147,31 +147,8 @@ pub(super) fn form_value(form: &str, key: &str) -> Option<String> {
         .map(|(_, v)| v.into_owned())
 }
 
-/// Whether the engine's search matches `value` with `pattern`: case-insensitively, `*`
-/// standing for any run of characters (the engine searches with SQL's ILIKE).
-pub(super) fn search_matches(pattern: &str, value: &str, case_sensitive: bool) -> bool {
-    let (pattern, value) = if case_sensitive {
-        (pattern.to_owned(), value.to_owned())
-    } else {
-        (pattern.to_lowercase(), value.to_lowercase())
-    };
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == value;
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !value.starts_with(first) || !value[first.len()..].ends_with(last) {
-        return false;
-    }
-    let mut rest = &value[first.len()..value.len() - last.len()];
-    for middle in &parts[1..parts.len() - 1] {
-        match rest.find(middle) {
-            Some(i) => rest = &rest[i + middle.len()..],
-            None => return false,
-        }
-    }
-    true
-}
+/// Whether the engine's search matches `value` with `pattern` (see [`super::search`]).
+pub(super) use super::search::wildcard as search_matches;
 
 /// `alias="x"` or `alias=x` in a search expression: the value for `key`.
 pub(super) fn search_term(search: &str, key: &str) -> Option<String> {

@@ -7,9 +7,14 @@
 //! - `GET /disks/{id}` carries `vms` only with `all_content=true` (or `All-Content: true`);
 //!   disk listings and searches never do. `GET /vms?follow=disk_attachments` inlines each
 //!   VM's attachments.
-//! - Search (`alias=`/`name=`, `*` wildcards, case-insensitive unless `case_sensitive=true`,
-//!   `max`): a search with `'` or `;` anywhere, or a value ending in `\`, is one the search
-//!   backend refuses — answered 200 with an empty collection, as the engine does.
+//! - Search (`search.rs`: conditions on a VM's `name`, `id`, `cluster`, `status` and a
+//!   disk's `alias`/`name`, `id`, `description`; `=` and `!=`, `*` wildcards,
+//!   case-insensitive unless `case_sensitive=true`; `and`, `or`; `sortby`; `page`): a
+//!   search the backend refuses (`'` or `;` anywhere, a value ending in `\`, an unknown
+//!   field, an `id` that is no UUID) is answered 200 with an empty collection, as the
+//!   engine does. Paging as the engine pages: a VM search is cut in SQL (`page n` of
+//!   `max`, by name unless `sortby`); a disk search is run whole and its first `max` kept
+//!   (BackendDisksResource: `page 2` and later answer nothing), by alias then id.
 //! - Faults as the engine writes them (`{"reason": "Operation Failed", "detail": "[…]"}`)
 //!   with the status its error type maps to (`ErrorMessageHelper`): detaching from a VM
 //!   that is gone, or a disk that is not attached, is **400**; attaching to a gone VM is
@@ -178,6 +183,8 @@ struct State {
     token_ttl: Option<Duration>,
     html: bool,
     slow: Option<Duration>,
+    /// The bytes of every answer's body so far.
+    answer_bytes: u64,
     /// Every search answers an empty collection, as the engine answers a search its
     /// backend refuses.
     blind_search: bool,
@@ -338,7 +345,13 @@ impl Engine {
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
                         let engine = engine.clone();
-                        async move { Ok::<_, Infallible>(engine.handle(req).await) }
+                        async move {
+                            let resp = engine.handle(req).await;
+                            // What every answer weighs: the benchmarks' bytes per operation.
+                            let size = hyper::body::Body::size_hint(resp.body()).lower();
+                            engine.state.lock().expect("state").answer_bytes += size;
+                            Ok::<_, Infallible>(resp)
+                        }
                     });
                     let http = hyper::server::conn::http1::Builder::new();
                     match tls {
@@ -367,7 +380,9 @@ mod devices;
 mod helpers;
 mod ops;
 mod routes;
+mod search;
 mod vms;
 pub mod xml;
 
 use helpers::*;
+use search::{disk_field, searched, vm_field, DISK_FIELDS, VM_FIELDS};

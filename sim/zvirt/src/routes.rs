@@ -127,27 +127,31 @@ impl Engine {
         let case_sensitive = form_value(&query, "case_sensitive")
             .is_some_and(|v| v.is_empty() || v.eq_ignore_ascii_case("true"));
         // `max` caps a listing (no `max`: everything, as the engine answers).
-        let max = form_value(&query, "max")
-            .and_then(|m| m.parse::<usize>().ok())
-            .unwrap_or(usize::MAX);
+        let max = form_value(&query, "max").and_then(|m| m.parse::<usize>().ok());
         match (method.as_str(), parts.as_slice()) {
             ("GET", [""]) => answer(
                 200,
                 json!({"product_info": {"name": "oVirt Engine", "vendor": "ovirt.org",
                     "version": {"major": "4", "minor": "5", "build": "4", "revision": "0", "full_version": "4.5.4"}}}),
             ),
-            ("GET", ["disks"]) if !search_valid => collection("disk", Vec::new()),
             ("GET", ["disks"]) => {
-                let wanted = search.as_deref().and_then(|s| search_term(s, "alias"));
-                let list: Vec<Value> = st
+                let Some(found) = searched(search.as_deref(), DISK_FIELDS, search_valid) else {
+                    return collection("disk", Vec::new());
+                };
+                let matching: Vec<&SimDisk> = st
                     .disks
                     .values()
-                    .filter(|d| {
-                        wanted
-                            .as_deref()
-                            .is_none_or(|a| search_matches(a, &d.alias, case_sensitive))
-                    })
-                    .take(max)
+                    .filter(|d| found.matches(|f| disk_field(&st, d, f), case_sensitive))
+                    .collect();
+                // BackendDisksResource runs a search without `max` (Integer.MAX_VALUE
+                // rows: `page 2` and later are empty) and cuts the first `max` of it;
+                // no search: every disk, cut to `max`. Ordered by alias, then id.
+                let ordered = found.page(matching, "alias", |d, f| disk_field(&st, d, f), None);
+                let page = found.page.unwrap_or(1);
+                let list: Vec<Value> = ordered
+                    .into_iter()
+                    .skip(if page > 1 { usize::MAX } else { 0 })
+                    .take(max.unwrap_or(usize::MAX))
                     .map(|d| self.disk_json(&st, d, false))
                     .collect();
                 collection("disk", list)
@@ -159,18 +163,20 @@ impl Engine {
             },
             ("PUT", ["disks", id]) => self.update_disk(&mut st, id, &doc),
             ("DELETE", ["disks", id]) => self.remove_disk(&mut st, id),
-            ("GET", ["vms"]) if !search_valid => collection("vm", Vec::new()),
             ("GET", ["vms"]) => {
-                let wanted = search.as_deref().and_then(|s| search_term(s, "name"));
-                let list: Vec<Value> = st
+                let Some(found) = searched(search.as_deref(), VM_FIELDS, search_valid) else {
+                    return collection("vm", Vec::new());
+                };
+                let matching: Vec<&SimVm> = st
                     .vms
                     .values()
-                    .filter(|vm| {
-                        wanted
-                            .as_deref()
-                            .is_none_or(|n| search_matches(n, &vm.name, case_sensitive))
-                    })
-                    .take(max)
+                    .filter(|vm| found.matches(|f| vm_field(&st, vm, f), case_sensitive))
+                    .collect();
+                // An administrator's VM search pages in SQL: `page n` of `max` rows,
+                // ordered by name unless `sortby` says otherwise.
+                let list: Vec<Value> = found
+                    .page(matching, "name", |vm, f| vm_field(&st, vm, f), max)
+                    .into_iter()
                     .map(|vm| {
                         let mut v = vm_json(vm, follows(&query, "reported_devices"));
                         // `follow` inlines a linked collection (the Follow interface
