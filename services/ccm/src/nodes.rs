@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress as K8sAddress, Taint};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Resource, ResourceExt};
-use overcast_cloud::{Instance, InstanceIndex, Instances};
+use overcast_cloud::{Instance, InstanceIndex, Instances, NodeRef};
 use serde_json::json;
 
 use crate::addresses::{with_node_ip, AddressPolicy, PROVIDED_NODE_IP};
@@ -219,10 +219,23 @@ impl NodeSync<'_> {
     }
 
     async fn sync<N: Borrow<Node> + Sync>(&self, nodes: &[N]) -> Result<SyncReport> {
+        // (The metric keeps the name it has always had: one cloud answer per sync.)
         self.metrics.cloud_call("list_instances");
-        // One answer for every node; on error nothing below runs (uncertain is not gone).
-        // The Nodes that wait on it are told when it is slow or fails.
-        let listing = self.cloud.list_instances();
+        // One answer for every node — about these nodes alone where the cloud can say
+        // (its cost follows the cluster, not the cloud); on error nothing below runs
+        // (uncertain is not gone). The Nodes that wait on it are told when it is slow or
+        // fails.
+        let refs: Vec<NodeRef<'_>> = nodes
+            .iter()
+            .map(|n| {
+                let node: &Node = n.borrow();
+                NodeRef {
+                    name: node.metadata.name.as_deref().unwrap_or_default(),
+                    provider_id: provider_id(node),
+                }
+            })
+            .collect();
+        let listing = self.cloud.instances_of(&refs);
         tokio::pin!(listing);
         let listed = match tokio::time::timeout(HELD_BACK_AFTER, listing.as_mut()).await {
             Ok(listed) => listed,

@@ -104,6 +104,25 @@ pub trait Instances: Send + Sync + 'static {
     }
     /// Every instance. An error means "unknown", never "gone".
     async fn list_instances(&self) -> Result<Vec<Instance>>;
+    /// The instances of `nodes`: what a node sync reads. For each node, the instance its
+    /// providerID names, or — a node without one — every instance of its name, whenever
+    /// they exist; others may come too. What it leaves out is gone, as a listing's
+    /// absence is: a provider whose cloud can answer for these alone (zVirt's search on
+    /// ids and names) confirms an absence before it answers one, and its cost follows
+    /// the cluster, not the cloud. An error means "unknown", never "gone". Default: every
+    /// instance.
+    async fn instances_of(&self, nodes: &[NodeRef<'_>]) -> Result<Vec<Instance>> {
+        let _ = nodes;
+        self.list_instances().await
+    }
+}
+
+/// A node as a sync asks the cloud about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeRef<'a> {
+    pub name: &'a str,
+    /// Its `spec.providerID`, when set.
+    pub provider_id: Option<&'a str>,
 }
 
 /// `<scheme>://<id>`, the id non-empty and without `/`: the form most providers write.

@@ -25,10 +25,11 @@ use std::sync::Arc;
 pub use claims::{Claim, NameClaims};
 pub use config::ConfigError;
 pub use discovery::{CloudCondition, ClusterDisk, Discovery, InstanceType};
-pub use disks::{Attachment, Attachments, Disk, DiskCondition, DiskSpec, Disks, Zone};
+pub use disks::{page_of, Attachment, Attachments, Disk, DiskCondition, DiskSpec, Disks, Zone};
 pub use error::{CloudError, Result};
 pub use instances::{
     AddressType, Instance, InstanceIndex, InstanceKey, InstanceState, Instances, NodeAddress,
+    NodeRef,
 };
 pub use load_balancers::{
     Backend, LbPort, LoadBalancerRef, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers,

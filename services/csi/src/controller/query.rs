@@ -105,35 +105,27 @@ impl ControllerService {
             "" => None,
             token => Some(self.redeem_token(token)?),
         };
-        let disks = self
+        let (disks, more) = self
             .cloud
-            .list_disks()
+            .list_disks_page(after.as_deref(), max)
             .await
             .map_err(|e| to_status("list volumes", e))?;
-        let mut rest = disks
+        let entries: Vec<_> = disks
             .iter()
-            .filter(|d| after.as_deref().is_none_or(|a| d.id.as_str() > a))
-            .peekable();
-        let mut entries = Vec::new();
-        for disk in rest.by_ref() {
-            entries.push(csi::list_volumes_response::Entry {
+            .map(|disk| csi::list_volumes_response::Entry {
                 volume: Some(self.volume_of(disk)),
                 status: Some(csi::list_volumes_response::VolumeStatus {
                     published_node_ids: published_nodes(disk),
                     volume_condition: Some(condition_of(disk)),
                 }),
-            });
-            if max != 0 && entries.len() == max {
-                break;
-            }
-        }
-        let next_token = match rest.peek() {
-            Some(_) => entries
+            })
+            .collect();
+        let next_token = match more {
+            true => disks
                 .last()
-                .and_then(|e| e.volume.as_ref())
-                .map(|v| self.issue_token(&v.volume_id))
+                .map(|d| self.issue_token(&d.id))
                 .unwrap_or_default(),
-            None => String::new(),
+            false => String::new(),
         };
         Ok(csi::ListVolumesResponse {
             entries,
