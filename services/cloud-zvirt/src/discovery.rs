@@ -142,7 +142,15 @@ impl Discovery for EngineDiscovery {
         Ok(out)
     }
 
+    /// The cluster's disks as one narrow search lists them: the report needs no
+    /// attachments.
     async fn cluster_disks(&self) -> Result<Vec<ClusterDisk>> {
-        ClusterDisk::all_of(&self.disks).await
+        Ok(self
+            .disks
+            .ours_listed()
+            .await?
+            .iter()
+            .map(|d| ClusterDisk::from(self.disks.to_disk(d)))
+            .collect())
     }
 }

@@ -39,6 +39,7 @@ use crate::client::{boolean, is_id, members, number, Engine};
 /// StorageClass parameters, as the oVirt CSI driver names them.
 mod attach;
 mod create;
+mod listing;
 mod names;
 mod read;
 
@@ -381,46 +382,18 @@ impl Disks for EngineDisks {
         Ok(self.by_alias(name).await?.first().map(|d| self.to_disk(d)))
     }
 
+    /// This cluster's disks, each read with where it is attached (a listing never says:
+    /// see [`EngineDisks::ours_listed`]).
     async fn list_disks(&self) -> Result<Vec<Disk>> {
-        let doc = self
-            .engine
-            .json("disk_list", Method::GET, "/disks", None)
-            .await?;
-        // A listing never says where disks are attached (`vms` is excluded, and the
-        // engine populates nothing in a list even with all_content): the VMs' own
-        // attachments say it, all in one call.
-        let vms = self
-            .engine
-            .json("vm_list", Method::GET, "/vms?follow=disk_attachments", None)
-            .await?;
-        let mut attached: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for vm in members(&vms, "vm") {
-            let Some(vm_id) = vm["id"].as_str() else {
-                continue;
-            };
-            for a in members(&vm["disk_attachments"], "disk_attachment") {
-                if let Some(disk) = a["disk"]["id"].as_str().or(a["id"].as_str()) {
-                    attached.entry(disk).or_default().push(vm_id);
-                }
-            }
-        }
-        Ok(members(&doc, "disk")
-            .filter(|d| self.ours(d))
-            .map(|d| {
-                let mut disk = self.to_disk(d);
-                disk.attachments = attached
-                    .get(disk.id.as_str())
-                    .into_iter()
-                    .flatten()
-                    .map(|vm| Attachment {
-                        node: (*vm).to_owned(),
-                        readonly: false,
-                        publish_context: context(&disk.id),
-                    })
-                    .collect();
-                disk
-            })
-            .collect())
+        let ours = self.ours_listed().await?;
+        self.with_attachments(ours).await
+    }
+
+    async fn list_disks_page(&self, after: Option<&str>, max: usize) -> Result<(Vec<Disk>, bool)> {
+        let ours = self.ours_listed().await?;
+        let (page, more) =
+            overcast_cloud::page_of(ours, |d| d["id"].as_str().unwrap_or_default(), after, max);
+        Ok((self.with_attachments(page).await?, more))
     }
 
     async fn delete_disk(&self, id: &str) -> Result<()> {

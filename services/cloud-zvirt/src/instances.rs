@@ -5,22 +5,24 @@
 //! Beyond upstream: the instance type (the VM's instance type's name, else
 //! `zvirt-vm.cpu-<n>.mem-<GiB>gb`), zone = its oVirt cluster, region = its data center.
 //!
-//! One sync is a fixed number of calls whatever the number of VMs: the VMs with their
-//! reported devices inline (`follow`), the clusters, the data centers, and the instance
-//! types only when a VM has one.
+//! A sync reads the cluster's nodes' VMs alone, searched by id and name with their
+//! reported devices inline (`follow`), however many VMs the engine holds (one search per
+//! 40 nodes), then the clusters, the data centers, and the instance types only when a VM
+//! has one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use http::Method;
 use overcast_cloud::{
-    AddressType, Instance, InstanceKey, InstanceState, Instances, NodeAddress, Result, Zone,
+    AddressType, CloudError, Instance, InstanceKey, InstanceState, Instances, NodeAddress, NodeRef,
+    Result, Zone,
 };
 use serde_json::Value;
 
-use crate::client::{members, number, Engine};
+use crate::client::{is_id, members, number, Engine};
 
 pub const PROVIDER: &str = "zvirt";
 
@@ -31,6 +33,63 @@ pub struct EngineInstances {
 impl EngineInstances {
     pub fn new(engine: Arc<Engine>) -> Self {
         Self { engine }
+    }
+
+    /// The instances of `vms` (as the engine answers them, reported devices inline):
+    /// with their zones (the clusters and data centers, listed) and instance types.
+    async fn described(&self, vms: Vec<Value>) -> Result<Vec<Instance>> {
+        if vms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let clusters = self.names("cluster_list", "/clusters", "cluster").await?;
+        let data_centers = self
+            .names("datacenter_list", "/datacenters", "data_center")
+            .await?;
+        let typed = vms.iter().any(|vm| vm["instance_type"]["id"].is_string());
+        let types = match typed {
+            true => {
+                self.names("instancetype_list", "/instancetypes", "instance_type")
+                    .await?
+            }
+            false => BTreeMap::new(),
+        };
+        Ok(vms
+            .iter()
+            .filter_map(|vm| {
+                let id = vm["id"].as_str()?;
+                let name = vm["name"].as_str()?;
+                let cluster = vm["cluster"]["id"].as_str().and_then(|c| clusters.get(c));
+                let zone = cluster.and_then(|c| {
+                    let dc = c["data_center"]["id"]
+                        .as_str()
+                        .and_then(|d| data_centers.get(d));
+                    Some(Zone {
+                        zone: c["name"].as_str()?.to_owned(),
+                        region: dc
+                            .and_then(|d| d["name"].as_str())
+                            .unwrap_or_default()
+                            .to_owned(),
+                    })
+                });
+                let instance_type = vm["instance_type"]["id"]
+                    .as_str()
+                    .and_then(|t| types.get(t))
+                    .and_then(|t| t["name"].as_str())
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| shape(vm));
+                Some(Instance {
+                    node_name: name.to_owned(),
+                    provider_id: format!("{PROVIDER}://{id}"),
+                    instance_type,
+                    addresses: addresses(vm),
+                    zone,
+                    state: match vm["status"].as_str() {
+                        Some("down") => InstanceState::Shutdown,
+                        _ => InstanceState::Running,
+                    },
+                })
+            })
+            .collect())
     }
 
     /// id → name of a collection.
@@ -112,55 +171,100 @@ impl Instances for EngineInstances {
             .engine
             .json("vm_list", Method::GET, "/vms?follow=reported_devices", None)
             .await?;
-        let clusters = self.names("cluster_list", "/clusters", "cluster").await?;
-        let data_centers = self
-            .names("datacenter_list", "/datacenters", "data_center")
-            .await?;
-        let typed = members(&vms, "vm").any(|vm| vm["instance_type"]["id"].is_string());
-        let types = match typed {
-            true => {
-                self.names("instancetype_list", "/instancetypes", "instance_type")
-                    .await?
-            }
-            false => BTreeMap::new(),
-        };
-        Ok(members(&vms, "vm")
-            .filter_map(|vm| {
-                let id = vm["id"].as_str()?;
-                let name = vm["name"].as_str()?;
-                let cluster = vm["cluster"]["id"].as_str().and_then(|c| clusters.get(c));
-                let zone = cluster.and_then(|c| {
-                    let dc = c["data_center"]["id"]
-                        .as_str()
-                        .and_then(|d| data_centers.get(d));
-                    Some(Zone {
-                        zone: c["name"].as_str()?.to_owned(),
-                        region: dc
-                            .and_then(|d| d["name"].as_str())
-                            .unwrap_or_default()
-                            .to_owned(),
-                    })
-                });
-                let instance_type = vm["instance_type"]["id"]
-                    .as_str()
-                    .and_then(|t| types.get(t))
-                    .and_then(|t| t["name"].as_str())
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| shape(vm));
-                Some(Instance {
-                    node_name: name.to_owned(),
-                    provider_id: format!("{PROVIDER}://{id}"),
-                    instance_type,
-                    addresses: addresses(vm),
-                    zone,
-                    state: match vm["status"].as_str() {
-                        Some("down") => InstanceState::Shutdown,
-                        _ => InstanceState::Running,
-                    },
-                })
-            })
-            .collect())
+        self.described(members(&vms, "vm").cloned().collect()).await
     }
+
+    /// The nodes' VMs alone, however many the engine holds: searched by id (a node with a
+    /// providerID) and by name (one without), [`TERMS_PER_SEARCH`] terms a call. The
+    /// engine answers a search its backend refuses with an empty collection, so a search
+    /// that answers nothing is not believed on its word: each id it asked is read alone
+    /// (404: gone), and names fall back to the whole listing.
+    async fn instances_of(&self, nodes: &[NodeRef<'_>]) -> Result<Vec<Instance>> {
+        let mut ids = BTreeSet::new();
+        let mut names = BTreeSet::new();
+        for node in nodes {
+            match node.provider_id {
+                // A providerID this provider cannot read is no question to the engine:
+                // the sync leaves that node alone.
+                Some(p) => {
+                    if let Some(key) = self
+                        .instance_keys(p)
+                        .ok()
+                        .and_then(|k| k.into_iter().next())
+                    {
+                        if is_id(&key.0) {
+                            ids.insert(key.0);
+                        }
+                    }
+                }
+                None if searchable(node.name) => {
+                    names.insert(node.name.to_owned());
+                }
+                // A name the search language cannot hold (Kubernetes allows none such):
+                // the whole listing answers for it.
+                None => return self.list_instances().await,
+            }
+        }
+        let terms: Vec<(bool, String)> = ids
+            .into_iter()
+            .map(|id| (true, id))
+            .chain(names.into_iter().map(|n| (false, n)))
+            .collect();
+        let mut found: BTreeMap<String, Value> = BTreeMap::new();
+        for chunk in terms.chunks(TERMS_PER_SEARCH) {
+            let search = chunk
+                .iter()
+                .map(|(id, v)| match id {
+                    true => format!("id={v}"),
+                    false => format!("name=\"{v}\""),
+                })
+                .collect::<Vec<_>>()
+                .join(" or ");
+            let query: String = form_urlencoded::Serializer::new(String::new())
+                .append_pair("search", &search)
+                .append_pair("follow", "reported_devices")
+                .finish();
+            let doc = self
+                .engine
+                .json("vm_search", Method::GET, &format!("/vms?{query}"), None)
+                .await?;
+            let before = found.len();
+            found.extend(
+                members(&doc, "vm")
+                    .filter_map(|vm| Some((vm["id"].as_str()?.to_owned(), vm.clone()))),
+            );
+            if found.len() > before {
+                continue;
+            }
+            // Nothing at all: absent, or a search the engine refused. Each id is read.
+            for (_, id) in chunk.iter().filter(|(is_id, _)| *is_id) {
+                let path = format!("/vms/{id}?follow=reported_devices");
+                match self.engine.json("vm_get", Method::GET, &path, None).await {
+                    Ok(_) => {
+                        tracing::warn!(vm = %id, "the engine's VM search did not answer a VM it holds: listing every VM this sync");
+                        return self.list_instances().await;
+                    }
+                    Err(CloudError::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if chunk.iter().any(|(is_id, _)| !is_id) {
+                return self.list_instances().await;
+            }
+        }
+        self.described(found.into_values().collect()).await
+    }
+}
+
+/// Terms in one VM search: each is under 50 characters, and the engine's Apache takes a
+/// request line of 8,190 bytes at most.
+const TERMS_PER_SEARCH: usize = 40;
+
+/// Whether the engine's search can hold `name` as a quoted value: the backend refuses
+/// `'` and `;` anywhere, a quote ends the value, a trailing `\` escapes it, and `*` is a
+/// wildcard.
+fn searchable(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['\'', ';', '"', '*']) && !name.ends_with('\\')
 }
 
 #[cfg(test)]

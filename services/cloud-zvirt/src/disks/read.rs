@@ -15,7 +15,7 @@ use overcast_cloud::discovery::{MADE_BY, PV_NAME_KEY};
 use super::*;
 
 impl EngineDisks {
-    pub(super) fn to_disk(&self, d: &Value) -> Disk {
+    pub(crate) fn to_disk(&self, d: &Value) -> Disk {
         let description: Description = d["description"]
             .as_str()
             .and_then(|s| serde_json::from_str(s).ok())
