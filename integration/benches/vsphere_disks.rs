@@ -12,6 +12,10 @@
 //! the vCenter's part vcsim lacks (it reads every VM to say which hold a disk or whether a
 //! deleted one is held, where a vCenter answers from its own index).
 //!
+//! After them all, the csi's peak resident set (VmHWM). `OVERCAST_BENCH_VSPHERE_ROUTE=every-vm`
+//! measures the route of a vCenter that cannot say which VMs hold a disk (every VM's devices
+//! read, in batches).
+//!
 //! `OVERCAST_TEST_VCSIM=/path/to/vcsim cargo bench -p overcast-integration --bench vsphere_disks`
 //! (`OVERCAST_BENCH_VMS=5,250,1000`: VMs per pool, the sizes measured).
 
@@ -76,11 +80,22 @@ const ROWS: [&str; 8] = [
     "baseline: one bare CnsQueryVolume by id",
 ];
 
-async fn at(per_pool: usize, n: usize) -> Option<(usize, Vec<Op>)> {
+/// Which route a listing takes: the vCenter's associations (`RetrieveVStorageObjectAssociations`,
+/// answered by the front with the VMs' references), or every VM's devices — the route of a
+/// vCenter that cannot answer them (`OVERCAST_BENCH_VSPHERE_ROUTE=every-vm`: the front answers
+/// with instance UUIDs, which the driver cannot resolve, so it reads every VM).
+fn spelling() -> VmIdSpelling {
+    match std::env::var("OVERCAST_BENCH_VSPHERE_ROUTE").as_deref() {
+        Ok("every-vm") => VmIdSpelling::InstanceUuid,
+        _ => VmIdSpelling::Moref,
+    }
+}
+
+async fn at(per_pool: usize, n: usize) -> Option<(usize, Vec<Op>, u64)> {
     let costs = Costs::start(
         "vsphere_disks bench",
         per_pool,
-        VmIdSpelling::Moref,
+        spelling(),
         "",
         &["--cluster=overcast-bench"],
     )
@@ -188,7 +203,8 @@ async fn at(per_pool: usize, n: usize) -> Option<(usize, Vec<Op>)> {
     for id in &kept[..5] {
         unplug_disk(&costs.admin, &costs.vm, id).await;
     }
-    Some((costs.vms, ops))
+    let peak = overcast_integration::peak_rss_kib(costs.driver.pid());
+    Some((costs.vms, ops, peak))
 }
 
 /// A client of the vCenter through the counting front.
@@ -231,20 +247,26 @@ async fn main() {
         columns.push(col);
     }
     print!("| RPC (median of {n}): calls / answer bytes / time |");
-    for (vms, _) in &columns {
+    for (vms, _, _) in &columns {
         print!(" {vms} VMs |");
     }
     println!();
     println!("|---|{}", "---|".repeat(columns.len()));
     for (i, row) in ROWS.iter().enumerate() {
         print!("| {row} |");
-        for (_, ops) in &columns {
+        for (_, ops, _) in &columns {
             print!(" {} |", ops[i].cell());
         }
         println!();
     }
+    print!("| the csi's peak resident set (VmHWM) after them all |");
+    for (_, _, peak) in &columns {
+        print!(" {:.1} MiB |", *peak as f64 / 1024.0);
+    }
+    println!();
     // Flatness: the largest inventory's bytes against the smallest's.
-    if let (Some((small_vms, small)), Some((large_vms, large))) = (columns.first(), columns.last())
+    if let (Some((small_vms, small, _)), Some((large_vms, large, _))) =
+        (columns.first(), columns.last())
     {
         println!();
         for (i, row) in ROWS.iter().enumerate().take(7) {

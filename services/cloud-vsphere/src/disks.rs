@@ -56,19 +56,15 @@ const MAX_DISK: u64 = 62 << 40;
 /// What [`VsphereDisks::read`] reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Parts {
-    Vms,
     /// The VMs' names alone (no devices): finding one VM by node name.
     Names,
     Datastores,
 }
 
-/// What one inventory read says: each VM by its node name, where each volume is
-/// attached, and the datastores.
+/// What one inventory read says: each VM by its node name, and the datastores.
 #[derive(Debug, Default)]
 struct Inventory {
     vms: BTreeMap<String, Moref>,
-    /// Where each volume is attached.
-    attached: Holders,
     /// Accessible datastores.
     datastores: Vec<placement::Datastore>,
 }
@@ -162,16 +158,12 @@ impl VsphereDisks {
     /// a large inventory, so an operation reads only the part it needs.
     async fn read(&self, parts: Parts) -> Result<Inventory> {
         let spec: (&str, &[&str]) = match parts {
-            Parts::Vms => (
-                "VirtualMachine",
-                &["name", "guest.hostName", "config.hardware.device"],
-            ),
             Parts::Names => ("VirtualMachine", &["name", "guest.hostName"]),
             Parts::Datastores => ("Datastore", &["summary"]),
         };
         let view = match parts {
             Parts::Datastores => &self.datastores,
-            Parts::Vms | Parts::Names => &self.view,
+            Parts::Names => &self.view,
         };
         let props = view.retrieve(&[spec]).await?;
         let mut inv = Inventory::default();
@@ -193,14 +185,6 @@ impl VsphereDisks {
                 continue;
             }
             let node = holders::node_name(&p);
-            if let Some(devices) = p.get("config.hardware.device") {
-                for (volume, uuid) in volume_disks(devices) {
-                    inv.attached
-                        .entry(volume)
-                        .or_default()
-                        .push((node.clone(), uuid));
-                }
-            }
             inv.vms.insert(node, p.obj);
         }
         Ok(inv)
@@ -362,13 +346,19 @@ impl Disks for VsphereDisks {
         Ok(self.disk_of(v, &holders, places.as_ref(), None))
     }
 
+    /// Without its holders: a repeated CreateVolume, what asks by name, answers with
+    /// none, and on a vCenter that cannot say which VMs hold a disk they cost every VM.
     async fn disk_by_name(&self, name: &str) -> Result<Option<Disk>> {
         let Some(v) = self.by_name(name).await? else {
             return Ok(None);
         };
-        let holders = self.holders(std::slice::from_ref(&v)).await?;
         let places = self.places().await?;
-        Ok(Some(self.disk_of(v, &holders, places.as_ref(), None)))
+        Ok(Some(self.disk_of(
+            v,
+            &Holders::new(),
+            places.as_ref(),
+            None,
+        )))
     }
 
     async fn list_disks(&self) -> Result<Vec<Disk>> {

@@ -99,7 +99,7 @@ async fn publish_unpublish_and_list_read_no_more_at_500_vms_than_at_10() {
 async fn a_listing_whose_associations_cannot_be_resolved_reads_every_vm() {
     let Some(costs) = Costs::start(
         "associations spelled otherwise",
-        5,
+        60,
         VmIdSpelling::InstanceUuid,
         "",
         &["--cluster=overcast-it"],
@@ -140,14 +140,37 @@ async fn a_listing_whose_associations_cannot_be_resolved_reads_every_vm() {
         .flat_map(|e| e.status.as_ref().unwrap().published_node_ids.clone())
         .collect();
     assert_eq!(published, [NODE], "{entries:?}");
+    // The associations' VMs tried, then every VM listed without its devices and read
+    // 100 at a time (120 VMs: two batches) — memory follows a batch, not the inventory.
     assert!(
         tally
             .methods
             .iter()
             .filter(|m| *m == "RetrievePropertiesEx")
             .count()
-            >= 2,
-        "the associations' VMs tried, then every VM read: {:?}",
+            >= 4,
+        "the associations' VMs tried, the VMs listed, then two batches of devices: {:?}",
+        tally.methods
+    );
+    // A CreateVolume repeated by name answers without the volume's holders: it asks the
+    // vCenter nothing about VMs (before: every VM's devices, twice).
+    let (r, tally, _) = costs
+        .measure(c.create_volume(create_request("pvc-costs-uuid", 1 << 30)))
+        .await;
+    assert_eq!(
+        r.expect("create again")
+            .into_inner()
+            .volume
+            .unwrap()
+            .volume_id,
+        id
+    );
+    assert!(
+        !tally
+            .methods
+            .iter()
+            .any(|m| m == "RetrieveVStorageObjectAssociations"),
+        "a repeated create read the volume's holders: {:?}",
         tally.methods
     );
 }

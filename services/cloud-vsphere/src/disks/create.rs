@@ -38,9 +38,9 @@ impl VsphereDisks {
             }
         }
         if let Some(v) = self.by_name(&spec.name).await? {
-            let holders = self.holders(std::slice::from_ref(&v)).await?;
+            // A create's answer carries no attachments: none are read.
             let places = self.places().await?;
-            return Ok(self.disk_of(v, &holders, places.as_ref(), Some(&spec.zone)));
+            return Ok(self.disk_of(v, &Holders::new(), places.as_ref(), Some(&spec.zone)));
         }
         let places = match self.places().await? {
             Some(p) => p,
