@@ -24,6 +24,8 @@ mod engine_rules;
 mod machines;
 /// `overcast-sim zvirt`, the program, as the quickstart runs it.
 mod program;
+/// An engine holding far more than this cluster: searched and paged, never read whole.
+mod scale;
 /// The engine hung, then refusing: the csi controller and the discoverer say so.
 mod stalls;
 /// A volume the oVirt CSI driver made, after the switch to ours.
