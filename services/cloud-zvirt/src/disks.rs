@@ -389,11 +389,29 @@ impl Disks for EngineDisks {
         self.with_attachments(ours).await
     }
 
+    /// A page of [`EngineDisks::ours_listed`], each disk read with its attachments. A page
+    /// whose every disk went away since the listing is not answered empty while more
+    /// follow (an empty page would end the CO's listing): the next one is read instead.
     async fn list_disks_page(&self, after: Option<&str>, max: usize) -> Result<(Vec<Disk>, bool)> {
         let ours = self.ours_listed().await?;
-        let (page, more) =
-            overcast_cloud::page_of(ours, |d| d["id"].as_str().unwrap_or_default(), after, max);
-        Ok((self.with_attachments(page).await?, more))
+        let mut after = after.map(str::to_owned);
+        loop {
+            let (page, more) = overcast_cloud::page_of(
+                ours.clone(),
+                |d| d["id"].as_str().unwrap_or_default(),
+                after.as_deref(),
+                max,
+            );
+            let last = page
+                .last()
+                .and_then(|d| d["id"].as_str())
+                .map(str::to_owned);
+            let disks = self.with_attachments(page).await?;
+            if !disks.is_empty() || !more {
+                return Ok((disks, more));
+            }
+            after = last;
+        }
     }
 
     async fn delete_disk(&self, id: &str) -> Result<()> {
