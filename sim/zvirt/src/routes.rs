@@ -146,11 +146,9 @@ impl Engine {
                 // BackendDisksResource runs a search without `max` (Integer.MAX_VALUE
                 // rows: `page 2` and later are empty) and cuts the first `max` of it;
                 // no search: every disk, cut to `max`. Ordered by alias, then id.
-                let ordered = found.page(matching, "alias", |d, f| disk_field(&st, d, f), None);
-                let page = found.page.unwrap_or(1);
-                let list: Vec<Value> = ordered
+                let list: Vec<Value> = found
+                    .page(matching, "alias", |d, f| disk_field(&st, d, f), None)
                     .into_iter()
-                    .skip(if page > 1 { usize::MAX } else { 0 })
                     .take(max.unwrap_or(usize::MAX))
                     .map(|d| self.disk_json(&st, d, false))
                     .collect();

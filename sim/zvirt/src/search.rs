@@ -168,8 +168,8 @@ impl Search {
     }
 
     /// Orders `items` as the search asks (else by `default` ascending, as the backend
-    /// appends its own ORDER BY), then cuts the page `max` asks: `page n` of `max`, or the
-    /// first `max`.
+    /// appends its own ORDER BY), then cuts the page: `page n` of `max` rows (no `max`:
+    /// of Integer.MAX_VALUE, as the REST layer asks).
     pub(crate) fn page<T>(
         &self,
         mut items: Vec<T>,
@@ -191,9 +191,9 @@ impl Search {
                 order
             }
         });
-        let Some(max) = max else {
-            return items;
-        };
+        // No `max`: the engine's page is Integer.MAX_VALUE rows long, so `page 2` and
+        // later are empty.
+        let max = max.unwrap_or(usize::MAX);
         let skip = self.page.unwrap_or(1).saturating_sub(1).saturating_mul(max);
         items.into_iter().skip(skip).take(max).collect()
     }
@@ -381,6 +381,13 @@ mod tests {
                 .unwrap()
                 .page(items.clone(), "name", |v, _| v.clone(), Some(10));
         assert!(none.is_empty());
-        assert_eq!(s.page(items, "name", |v, _| v.clone(), None).len(), 25);
+        let all = parse("sortby name", VM).unwrap();
+        assert_eq!(
+            all.page(items.clone(), "name", |v, _| v.clone(), None)
+                .len(),
+            25
+        );
+        // `page 2` without `max`: past Integer.MAX_VALUE rows, nothing.
+        assert!(s.page(items, "name", |v, _| v.clone(), None).is_empty());
     }
 }
