@@ -665,6 +665,27 @@ pub async fn volume_lifecycle(
     c.delete_volume(delete_request(&id)).await.expect("delete");
 }
 
+/// ControllerUnpublish as the external-attacher makes it: a FAILED_PRECONDITION (the loop
+/// device still held right after the unstage — "the detach is retried") is tried again,
+/// for up to 10 s. Seen in CI with the machine fully busy, in the upgrade test and in
+/// `csi/namespaced.rs`.
+pub async fn detach_as_the_attacher(c: &mut ControllerClient, id: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match c.controller_unpublish_volume(unpublish_request(id)).await {
+            Ok(_) => return,
+            Err(s)
+                if s.code() == tonic::Code::FailedPrecondition
+                    && std::time::Instant::now() < deadline =>
+            {
+                eprintln!("detach {id}: {} — retried", s.message());
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(s) => panic!("detach {id}: {s:?}"),
+        }
+    }
+}
+
 /// A `/proc/<pid>/status` figure in KiB (`VmRSS`, `VmHWM`, …); 0 when unreadable.
 fn proc_status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

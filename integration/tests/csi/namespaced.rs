@@ -348,9 +348,7 @@ async fn unmounted_and_deleted(
     n.node_unstage_volume(unstage_request(id, staging))
         .await
         .unwrap();
-    c.controller_unpublish_volume(unpublish_request(id))
-        .await
-        .unwrap();
+    detach_as_the_attacher(c, id).await;
     assert!(devices_of(file).is_empty());
     c.delete_volume(delete_request(id)).await.unwrap();
 }

@@ -86,21 +86,8 @@ impl Drop for Placed {
     }
 }
 
-/// ControllerUnpublish as the external-attacher makes it: a FAILED_PRECONDITION (the
-/// device still held, "the detach is retried") is tried again, for up to 10 s — once seen
-/// in CI right after the unstage, with the machine fully busy.
 async fn detach(k: &mut Kubelet, id: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match k.c.controller_unpublish_volume(unpublish_request(id)).await {
-            Ok(_) => return,
-            Err(s) if s.code() == tonic::Code::FailedPrecondition && Instant::now() < deadline => {
-                eprintln!("detach {id}: {} — retried", s.message());
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(s) => panic!("detach {id}: {s:?}"),
-        }
-    }
+    detach_as_the_attacher(&mut k.c, id).await
 }
 
 /// The driver's log on stderr when the test fails: what it did with the old records.
