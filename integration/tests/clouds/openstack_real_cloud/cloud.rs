@@ -219,7 +219,14 @@ impl Cloud {
                 }
             }
             let Some(s) = failed else {
-                panic!("server {id} not ACTIVE in {BOOT:?}");
+                // Still building: a build step lost to the same lock (CI of issue 70: a
+                // server stayed in BUILD for 180 s) — deleted and booted again as well.
+                if attempt == 3 {
+                    panic!("server {id} not ACTIVE in {BOOT:?}, the third boot");
+                }
+                eprintln!("server {id} not ACTIVE in {BOOT:?} (attempt {attempt}), booted again");
+                self.delete_server(&id).await;
+                continue;
             };
             if attempt == 3 {
                 panic!("server {id} went to ERROR three times: {s}");
