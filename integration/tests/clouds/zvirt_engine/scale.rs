@@ -304,3 +304,51 @@ async fn list_volumes_pages_this_cluster_s_disks_alone() {
         .unwrap();
     }
 }
+
+/// A cluster name the engine's search cannot hold bare (a space): ListVolumes lists every
+/// disk and keeps this cluster's — never an empty answer from a search the engine refuses.
+#[tokio::test]
+async fn a_cluster_name_the_search_cannot_hold_lists_every_disk_and_keeps_its_own() {
+    use overcast_integration::{create_request, csi_v1 as csi};
+    let s = sim(Latency::default()).await;
+    let vm = s.engine.add_vm("worker-0");
+    let other = s.engine.add_vm("other-0");
+    s.engine.add_boot_disk(&other, GIB);
+    let conf = s.cloud_config();
+    let driver = Csi::start(&[
+        "--cloud=zvirt",
+        "--cluster=two words",
+        &format!("--cloud-config={}", conf.display()),
+        &format!("--node-id={vm}"),
+        &format!("--zone={}", zvirt_sim::CLUSTER),
+        &format!("--device-by-id-dir={}", s.by_id.display()),
+    ])
+    .await;
+    let mut c = driver.controller().await;
+    let mut req = create_request("vol-spaced-cluster", GIB as i64);
+    req.parameters = parameters("data").into_iter().collect();
+    let id = c
+        .create_volume(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id;
+    let listed: Vec<String> = c
+        .list_volumes(csi::ListVolumesRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .entries
+        .into_iter()
+        .map(|e| e.volume.unwrap().volume_id)
+        .collect();
+    assert_eq!(listed, [id.clone()], "this cluster's volume alone");
+    c.delete_volume(csi::DeleteVolumeRequest {
+        volume_id: id,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
