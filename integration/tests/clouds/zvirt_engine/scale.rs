@@ -344,7 +344,11 @@ async fn a_cluster_name_the_search_cannot_hold_lists_every_disk_and_keeps_its_ow
         .into_iter()
         .map(|e| e.volume.unwrap().volume_id)
         .collect();
-    assert_eq!(listed, [id.clone()], "this cluster's volume alone");
+    assert_eq!(
+        listed,
+        std::slice::from_ref(&id),
+        "this cluster's volume alone"
+    );
     c.delete_volume(csi::DeleteVolumeRequest {
         volume_id: id,
         ..Default::default()
