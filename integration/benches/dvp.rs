@@ -247,5 +247,5 @@ async fn main() {
     );
     sim.remove_nodes().await;
     drop(sim);
-    dvp_sim::sweep(&client, &ns).await;
+    dvp_sim::sweep_namespace(&client, &ns).await;
 }

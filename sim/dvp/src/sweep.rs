@@ -8,9 +8,18 @@ use overcast_cloud_dvp::api::{self, VirtualDisk, VirtualMachine, Vmbda};
 use super::{delete_nodes, remove_finalizer, SIM_LABEL};
 
 /// Lets go of what a simulator that stopped mid-test (a failed test) left in namespaces
-/// named `<prefix>*`: its finalizers, then the namespaces. Nothing else acts on them.
+/// named `<prefix><run>` (`run` a process id, digits only): its finalizers, then the
+/// namespaces. Nothing else acts on them. Only digits: a test's prefix may begin
+/// another's (`…-takeover-` and `…-takeover-base-`), and a bare `starts_with` swept a
+/// running neighbour's namespace from under it.
 pub async fn sweep(client: &Client, prefix: &str) {
-    sweep_where(client, prefix, |n| n.starts_with(prefix)).await
+    sweep_where(client, prefix, |n| a_run_of(prefix, n)).await
+}
+
+/// Whether namespace `name` is `<prefix><digits>`.
+fn a_run_of(prefix: &str, name: &str) -> bool {
+    name.strip_prefix(prefix)
+        .is_some_and(|run| !run.is_empty() && run.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// [`sweep`] of the one namespace `namespace` (`overcast-sim dvp` at its start and stop:
@@ -74,5 +83,19 @@ async fn sweep_where(client: &Client, prefix: &str, chosen: impl Fn(&str) -> boo
         if pv.labels().get(SIM_LABEL).is_some_and(|ns| chosen(ns)) {
             let _ = pvs.delete(&pv.name_any(), &DeleteParams::default()).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::a_run_of;
+
+    #[test]
+    fn a_prefix_sweeps_its_own_runs_and_not_a_longer_test_s() {
+        let p = "overcast-it-tf-takeover-";
+        assert!(a_run_of(p, "overcast-it-tf-takeover-20084"));
+        assert!(!a_run_of(p, "overcast-it-tf-takeover-base-20084"));
+        assert!(!a_run_of(p, "overcast-it-tf-takeover-"));
+        assert!(!a_run_of(p, "overcast-it-tf-upgrade-20084"));
     }
 }
