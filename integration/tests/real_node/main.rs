@@ -174,8 +174,16 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
     }
     assert!(
         local_loops().is_empty(),
-        "loop devices left: {:?}",
-        local_loops()
+        "loop devices left: {:?}; every loop device (one backed by another loop device \
+         is kubelet's lock on a raw block volume): {}",
+        local_loops(),
+        String::from_utf8_lossy(
+            &std::process::Command::new("losetup")
+                .args(["-l", "-O", "NAME,BACK-FILE,BACK-INO,AUTOCLEAR"])
+                .output()
+                .map(|o| o.stdout)
+                .unwrap_or_default()
+        )
     );
     assert_eq!(disk_files(), 0, "no disk file left");
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();

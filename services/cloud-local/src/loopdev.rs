@@ -9,13 +9,12 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 
-const LOOP_MAJOR: u64 = 7;
 const LO_FLAGS_READ_ONLY: u32 = 1;
 const LO_FLAGS_AUTOCLEAR: u32 = 4;
 /// How long a detach waits for the kernel to finish unbinding.
@@ -34,7 +33,7 @@ struct LoopConfig {
 pub use overcast_mount::loopfile::{
     backing_file, backs, bound_devices, device_path, devices_backing, shows,
 };
-use overcast_mount::loopfile::{status, LoopInfo64, LO_KEY_SIZE, LO_NAME_SIZE};
+use overcast_mount::loopfile::{open_node, status, LoopInfo64, LO_KEY_SIZE, LO_NAME_SIZE};
 
 nix::ioctl_none_bad!(loop_ctl_get_free, 0x4C82);
 nix::ioctl_write_int_bad!(loop_set_fd, 0x4C00);
@@ -66,7 +65,7 @@ pub fn attach(file: &Path, readonly: bool, label: &str) -> io::Result<u32> {
         // SAFETY: LOOP_CTL_GET_FREE takes no argument and returns an index or -1.
         let index = unsafe { loop_ctl_get_free(control.as_raw_fd()) }.map_err(io::Error::from)?;
         let index = u32::try_from(index).map_err(|_| io::Error::other("negative loop index"))?;
-        let device = open_device(index, true)?;
+        let device = open_device(index)?;
         match bind(&device, &backing, readonly, label) {
             Ok(()) => return Ok(index),
             Err(Errno::EBUSY) => continue,
@@ -142,7 +141,7 @@ pub fn keep_bound(index: u32, file: &Path) -> io::Result<()> {
             format!("/dev/loop{index} does not back {}", file.display()),
         ));
     }
-    let device = open_device(index, false)?;
+    let device = open_device(index)?;
     clear_autoclear(&device).map_err(io::Error::from)
 }
 
@@ -183,7 +182,12 @@ pub fn detach(index: u32, file: &Path) -> io::Result<bool> {
                     "is mounted, or held exclusively by another user",
                 ))
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            // The device is gone, or the kernel is unbinding it (open answers ENXIO in
+            // both): done only if sysfs agrees. A missing node is made by `open_node`, so
+            // "no such file" here is an error to retry, never "not bound".
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) && !backs(index, file) => {
+                return Ok(false)
+            }
             Err(e) => return Err(e),
         };
         // Device numbers are reused: check again now that the device is ours to hold.
@@ -200,7 +204,7 @@ pub fn detach(index: u32, file: &Path) -> io::Result<bool> {
     let deadline = Instant::now() + DETACH_WAIT;
     while backs(index, file) {
         if Instant::now() >= deadline {
-            return match open_device(index, false).map(|d| clear_autoclear(&d)) {
+            return match open_device(index).map(|d| clear_autoclear(&d)) {
                 // Unbound between the last look and now: done after all.
                 _ if !backs(index, file) => Ok(true),
                 Ok(Ok(())) => Err(in_use(index, "is open in another process")),
@@ -231,7 +235,7 @@ pub fn refresh_capacity(index: u32, file: &Path) -> io::Result<()> {
             format!("/dev/loop{index} does not back {}", file.display()),
         ));
     }
-    let device = open_device(index, false)?;
+    let device = open_device(index)?;
     // SAFETY: LOOP_SET_CAPACITY takes no argument.
     unsafe { loop_set_capacity(device.as_raw_fd()) }.map_err(io::Error::from)?;
     Ok(())
@@ -249,54 +253,11 @@ pub fn available() -> io::Result<()> {
 /// Opens the device with O_EXCL, which for a block device means "fail with EBUSY if
 /// anyone holds it exclusively" (mount, mkfs, a stacked device).
 fn open_exclusive(index: u32) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_CLOEXEC | libc::O_EXCL)
-        .open(device_path(index))
+    open_node(index, false, libc::O_EXCL)
 }
 
-fn open_device(index: u32, create_node: bool) -> io::Result<File> {
-    let path = device_path(index);
-    match OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(&path)
-    {
-        Ok(f) => Ok(f),
-        // A /dev without devtmpfs (some containers) lacks nodes for devices the kernel
-        // just created: make the node ourselves.
-        Err(e) if e.kind() == io::ErrorKind::NotFound && create_node => {
-            make_node(&path, index)?;
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .custom_flags(libc::O_CLOEXEC)
-                .open(&path)
-        }
-        Err(e) => Err(e),
-    }
-}
-
-fn make_node(path: &Path, index: u32) -> io::Result<()> {
-    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
-    match mknod(
-        path,
-        SFlag::S_IFBLK,
-        Mode::from_bits_truncate(0o660),
-        makedev(LOOP_MAJOR, index.into()),
-    ) {
-        Ok(()) | Err(Errno::EEXIST) => {}
-        Err(e) => return Err(e.into()),
-    }
-    let meta = std::fs::metadata(path)?;
-    if !meta.file_type().is_block_device() {
-        return Err(io::Error::other(format!(
-            "{} is not a block device",
-            path.display()
-        )));
-    }
-    Ok(())
+fn open_device(index: u32) -> io::Result<File> {
+    open_node(index, true, 0)
 }
 
 #[cfg(test)]
@@ -347,6 +308,50 @@ mod tests {
         assert_ne!(shown, file, "sysfs shows the gone mount's path: {shown:?}");
         assert_eq!(bound, vec![index], "found by the file's device and inode");
         assert!(detached.expect("detach"), "detached by the file's path");
+        assert!(devices_backing(&file).unwrap().is_empty());
+    }
+
+    /// The same device seen from a `/dev` without its node (a privileged container's copy
+    /// of the host's `/dev`, taken before the device was made — the replaced controller's
+    /// view): still found by its file, so a delete is refused, and detached, not taken for
+    /// "not bound". (Root: the host's node is removed, as that `/dev` never had it.)
+    #[test]
+    fn a_device_without_a_node_in_this_dev_is_still_found_and_detached() {
+        use nix::mount::{mount, umount2, MntFlags, MsFlags};
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let view = dir.path().join("view");
+        std::fs::create_dir_all(state.join("disks")).unwrap();
+        std::fs::create_dir_all(&view).unwrap();
+        let file = state.join("disks/vol-no-node.img");
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(1 << 20)
+            .unwrap();
+        mount(
+            Some(&state),
+            &view,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .expect("bind mount");
+        let index = attach(&view.join("disks/vol-no-node.img"), false, "overcast-test")
+            .expect("attach through the mount");
+        umount2(&view, MntFlags::MNT_DETACH).expect("unmount");
+        std::fs::remove_file(device_path(index)).expect("remove the node");
+        let bound = devices_backing(&file);
+        let detached = detach(index, &file);
+        let node_back = device_path(index).exists();
+        // Whatever was asserted, the device goes.
+        if backing_file(index).is_some() {
+            let _ = std::process::Command::new("losetup")
+                .args(["-d", &device_path(index).to_string_lossy()])
+                .status();
+        }
+        assert_eq!(bound.unwrap(), vec![index], "found without its node");
+        assert!(detached.expect("detach"), "detached without its node");
+        assert!(node_back, "the node made again");
         assert!(devices_backing(&file).unwrap().is_empty());
     }
 

@@ -4,9 +4,10 @@
 //! unbinds) and the node plugin (which finds a volume's device), so both recognise a
 //! disk by what the kernel says, not by a spelling.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -49,6 +50,53 @@ pub fn device_path(index: u32) -> PathBuf {
     PathBuf::from(format!("/dev/loop{index}"))
 }
 
+const LOOP_MAJOR: u64 = 7;
+
+/// Opens loop device `index` with `flags` (`O_CLOEXEC` added), making its node first when
+/// this `/dev` lacks it. A privileged container's `/dev` is a copy of the host's taken when
+/// it started (no devtmpfs): a device the kernel made later — by another process, or by
+/// this container's predecessor — has no node here. "No such file" must never be read as
+/// "no such device": that answer once let a detach report done, and a delete unlink the
+/// file, while the device was still bound.
+pub fn open_node(index: u32, write: bool, flags: i32) -> io::Result<File> {
+    let path = device_path(index);
+    let open = || {
+        OpenOptions::new()
+            .read(true)
+            .write(write)
+            .custom_flags(libc::O_CLOEXEC | flags)
+            .open(&path)
+    };
+    match open() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            make_node(&path, index)?;
+            open()
+        }
+        other => other,
+    }
+}
+
+fn make_node(path: &Path, index: u32) -> io::Result<()> {
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+    match mknod(
+        path,
+        SFlag::S_IFBLK,
+        Mode::from_bits_truncate(0o660),
+        makedev(LOOP_MAJOR, index.into()),
+    ) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let meta = std::fs::metadata(path)?;
+    if !meta.file_type().is_block_device() {
+        return Err(io::Error::other(format!(
+            "{} is not a block device",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 /// The file loop device `index` is bound to, or `None` when it is unbound or absent.
 pub fn backing_file(index: u32) -> Option<PathBuf> {
     let raw = std::fs::read_to_string(format!("/sys/block/loop{index}/loop/backing_file")).ok()?;
@@ -80,13 +128,16 @@ pub fn shows(index: u32, shown: &Path, file: &Path) -> bool {
     if shown.file_name().is_none() || shown.file_name() != file.file_name() {
         return false;
     }
+    // An error here is a device going away under us (ENXIO while the kernel unbinds it)
+    // or a file that is gone: neither backs `file`. A missing device node, which once
+    // read the same way while the device was still bound, is made by `open_node`.
     same_inode(index, file).unwrap_or(false)
 }
 
 fn same_inode(index: u32, file: &Path) -> io::Result<bool> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(file)?;
-    let device = File::open(device_path(index))?;
+    let device = open_node(index, false, 0)?;
     let info = status(&device).map_err(io::Error::from)?;
     // The kernel reports the backing file's device in the same encoding as st_dev.
     Ok(info.lo_inode == meta.ino() && info.lo_device == meta.dev())
