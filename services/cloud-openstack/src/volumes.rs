@@ -28,6 +28,7 @@ use crate::client::{json, Microversion, OpenStack, Service};
 
 mod attach;
 mod create;
+mod listing;
 mod resize;
 #[cfg(test)]
 mod tests;
@@ -298,39 +299,6 @@ impl CinderDisks {
     }
 
     /// Every volume of the project, page by page (Cinder's markers).
-    pub async fn list_volumes(&self) -> Result<Vec<Volume>> {
-        let mut out = Vec::new();
-        let mut marker: Option<String> = None;
-        loop {
-            let mut path = format!("/volumes/detail?limit={}&sort=id:asc", self.page);
-            if let Some(m) = &marker {
-                path.push_str(&format!("&marker={m}"));
-            }
-            let resp = self
-                .os
-                .call(
-                    Service::BlockStorage,
-                    "volume_list",
-                    Method::GET,
-                    &path,
-                    None,
-                    None,
-                )
-                .await?;
-            if resp.status.as_u16() != 200 {
-                return Err(unexpected("volume_list", &resp));
-            }
-            let page = json::<Many>("volume_list", &resp)?.volumes;
-            let last = page.last().map(|v| v.id.clone());
-            let full = page.len() >= self.page;
-            out.extend(page);
-            match (full, last) {
-                (true, Some(id)) if marker.as_ref() != Some(&id) => marker = Some(id),
-                _ => return Ok(out),
-            }
-        }
-    }
-
     async fn server_exists(&self, server: &str) -> Result<bool> {
         if !is_uuid(server) {
             return Ok(false);
