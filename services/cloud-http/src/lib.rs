@@ -97,6 +97,9 @@ pub struct ApiMetrics {
     duration: Family<RequestLabel, Histogram>,
     requests: Family<RequestLabel, Counter>,
     errors: Family<RequestLabel, Counter>,
+    /// Body bytes sent and received, by request: what an operation moves, read from the
+    /// binary as a user reads it (the scale benchmarks divide it by the passes).
+    body_bytes: Family<RequestLabel, Counter>,
     /// Every request under any name (benchmarks count calls per operation).
     total: std::sync::atomic::AtomicU64,
     /// Bytes sent and received in request and answer bodies (benchmarks: what an
@@ -127,6 +130,11 @@ impl ApiMetrics {
             m.errors.clone(),
         );
         registry.register(
+            format!("{prefix}_api_body_bytes"),
+            "Bytes of request and answer bodies, by request",
+            m.body_bytes.clone(),
+        );
+        registry.register(
             format!("{prefix}_api_last_success_timestamp_seconds"),
             "When each endpoint of the cloud last answered (Unix time)",
             m.endpoints.last_success.clone(),
@@ -144,6 +152,7 @@ impl ApiMetrics {
             }),
             requests: Family::default(),
             errors: Family::default(),
+            body_bytes: Family::default(),
             endpoints: health::Endpoints::default(),
         }
     }
@@ -378,6 +387,10 @@ impl HttpClient {
             self.metrics
                 .bytes
                 .fetch_add(moved as u64, std::sync::atomic::Ordering::Relaxed);
+            self.metrics
+                .body_bytes
+                .get_or_create(&label)
+                .inc_by(moved as u64);
             self.metrics
                 .duration
                 .get_or_create(&label)
