@@ -236,7 +236,9 @@ impl Discovery for OpenStackDiscovery {
     }
 
     async fn cluster_disks(&self) -> Result<Vec<ClusterDisk>> {
-        let ours = self.disks.list_volumes().await?;
+        // Cinder's metadata filter: the volumes of other clusters in the project are not
+        // read (the provider filters its answer again).
+        let ours = self.disks.cluster_volumes(&self.cluster).await?;
         Ok(ours
             .into_iter()
             .filter(|v| v.metadata.get(CLUSTER_METADATA) == Some(&self.cluster))

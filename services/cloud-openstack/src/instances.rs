@@ -3,9 +3,11 @@
 //! `openstack://<region>/<server-id>` with `OS_CCM_REGIONAL=true`), the node matched by
 //! server name until it has one, instance type the flavor's `original_name`, zone the
 //! server's availability zone, `SHUTOFF` shut down, addresses from its ports and its
-//! `addresses` ([`addresses`]) — but for every node at once: one paginated
-//! `/servers/detail` and one paginated port list per sync, where OCCM asks per node
-//! (a server GET, a port list, a flavor GET).
+//! `addresses` ([`addresses`]). A sync reads what OCCM reads, the cluster's own nodes: a
+//! server GET per node (a name search for one without a providerID) and the ports of
+//! those servers in one call per 40 ([`of_nodes`]), never the project's every server —
+//! a project shared with other clusters costs nothing more. The whole listing (one
+//! paginated `/servers/detail` and port list) remains for what asks for everything.
 //!
 //! An answer that cannot be right is an error, never an empty cloud: a page that is not
 //! the JSON asked for (an HTML error page from a proxy), and an empty server list after a
@@ -14,6 +16,7 @@
 
 pub mod addresses;
 mod model;
+mod of_nodes;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,7 +24,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use http::Method;
-use overcast_cloud::instances::{Instance, InstanceKey, InstanceState, Instances};
+use overcast_cloud::instances::{Instance, InstanceKey, InstanceState, Instances, NodeRef};
 use overcast_cloud::{CloudError, Result, Zone};
 use serde::Deserialize;
 use tokio::sync::Mutex;
@@ -37,6 +40,9 @@ pub const PROVIDER: &str = "openstack";
 const EMBEDDED_FLAVOR: Microversion = Microversion(2, 47);
 /// Nova's and Neutron's default `max_limit`.
 const PAGE: usize = 1000;
+/// Devices a port listing names: 40 ids of 36 characters keep the URL near 2 KB, far
+/// under the 8 KB request line Apache and eventlet front Neutron with.
+const DEVICES_A_CALL: usize = 40;
 
 pub struct NovaInstances {
     os: Arc<OpenStack>,
@@ -46,7 +52,8 @@ pub struct NovaInstances {
     regional: bool,
     /// Flavor names by id, for servers listed below microversion 2.47.
     flavors: Mutex<HashMap<String, String>>,
-    /// How many servers the last successful listing had.
+    /// How many servers the last successful listing had (or, read node by node, how
+    /// many of the nodes' servers were found).
     last_count: AtomicUsize,
 }
 
@@ -116,6 +123,112 @@ impl NovaInstances {
                 _ => return Ok(out),
             }
         }
+    }
+
+    /// The microversion servers are read at: 2.47 (the flavor embedded) where Nova has it.
+    async fn server_version(&self) -> Result<Microversion> {
+        Ok(match self.os.max_microversion(Service::Compute).await? {
+            Some(v) if v >= EMBEDDED_FLAVOR => EMBEDDED_FLAVOR,
+            _ => Microversion(2, 1),
+        })
+    }
+
+    /// Ports (the fields the addresses need): the project's, or those of `devices` alone
+    /// (Neutron takes a repeated `device_id` as "any of", [`DEVICES_A_CALL`] a call).
+    async fn ports(&self, devices: Option<&[&str]>) -> Result<Vec<Port>> {
+        let fields = [
+            "id",
+            "device_id",
+            "device_owner",
+            "status",
+            "fixed_ips",
+            "created_at",
+            "mac_address",
+        ]
+        .map(|f| format!("fields={f}"))
+        .join("&");
+        let queries: Vec<String> = match devices {
+            None => vec![fields],
+            Some(devices) => devices
+                .chunks(DEVICES_A_CALL)
+                .map(|chunk| {
+                    let ids: Vec<String> = chunk
+                        .iter()
+                        .map(|d| format!("device_id={}", crate::volumes::encode(d)))
+                        .collect();
+                    format!("{fields}&{}", ids.join("&"))
+                })
+                .collect(),
+        };
+        let mut out = Vec::new();
+        for query in queries {
+            out.extend(
+                self.list(
+                    Service::Network,
+                    "port_list",
+                    &format!("/v2.0/ports?{query}"),
+                    "ports",
+                    |p: &Port| &p.id,
+                    None,
+                )
+                .await?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// `servers` as instances, their addresses from `ports`.
+    async fn to_instances(&self, servers: &[Server], ports: &[Port]) -> Result<Vec<Instance>> {
+        let mut by_server: HashMap<&str, Vec<&Port>> = HashMap::new();
+        for p in ports {
+            if p.device_owner.starts_with("compute:") && !p.device_id.is_empty() {
+                by_server.entry(p.device_id.as_str()).or_default().push(p);
+            }
+        }
+        let mut out = Vec::with_capacity(servers.len());
+        for s in servers {
+            if s.status == "DELETED" {
+                continue;
+            }
+            let mut ports = by_server.remove(s.id.as_str()).unwrap_or_default();
+            in_nic_order(&mut ports, &s.addresses);
+            let port_ips = ports
+                .iter()
+                .filter(|p| p.status == "ACTIVE")
+                .flat_map(|p| p.fixed_ips.iter().map(|ip| ip.ip_address.as_str()))
+                .collect();
+            let by_name: BTreeMap<String, Vec<ServerAddress>> =
+                s.addresses.0.iter().cloned().collect();
+            let src = AddressSource {
+                port_ips,
+                access_ipv4: s.access_ipv4.as_deref(),
+                access_ipv6: s.access_ipv6.as_deref(),
+                hostname: s.metadata.get("hostname").map(String::as_str),
+                addresses: Some(&by_name),
+            };
+            let zone = s
+                .availability_zone
+                .as_deref()
+                .map(sanitize_label)
+                .filter(|z| !z.is_empty())
+                .map(|zone| Zone {
+                    zone,
+                    region: self.region.clone().unwrap_or_default(),
+                });
+            out.push(Instance {
+                node_name: s.name.clone(),
+                provider_id: self.provider_id(&s.id),
+                instance_type: self.instance_type(&s.flavor).await?,
+                addresses: node_addresses(&src, &self.networking),
+                zone,
+                state: if s.status == "SHUTOFF" {
+                    InstanceState::Shutdown
+                } else {
+                    InstanceState::Running
+                },
+            });
+        }
+        Ok(out)
     }
 
     async fn instance_type(&self, flavor: &Flavor) -> Result<String> {
@@ -237,10 +350,7 @@ impl Instances for NovaInstances {
     }
 
     async fn list_instances(&self) -> Result<Vec<Instance>> {
-        let version = match self.os.max_microversion(Service::Compute).await? {
-            Some(v) if v >= EMBEDDED_FLAVOR => EMBEDDED_FLAVOR,
-            _ => Microversion(2, 1),
-        };
+        let version = self.server_version().await?;
         let servers: Vec<Server> = self
             .list(
                 Service::Compute,
@@ -257,77 +367,23 @@ impl Instances for NovaInstances {
                 "openstack: Nova listed no server where the last listing had {before}: taken as a wrong answer, not as every server gone"
             )));
         }
-        let fields = [
-            "id",
-            "device_id",
-            "device_owner",
-            "status",
-            "fixed_ips",
-            "created_at",
-            "mac_address",
-        ]
-        .map(|f| format!("fields={f}"))
-        .join("&");
-        let ports: Vec<Port> = self
-            .list(
-                Service::Network,
-                "port_list",
-                &format!("/v2.0/ports?{fields}"),
-                "ports",
-                |p: &Port| &p.id,
-                None,
-            )
-            .await?;
-        let mut by_server: HashMap<&str, Vec<&Port>> = HashMap::new();
-        for p in &ports {
-            if p.device_owner.starts_with("compute:") && !p.device_id.is_empty() {
-                by_server.entry(p.device_id.as_str()).or_default().push(p);
-            }
-        }
-        let mut out = Vec::with_capacity(servers.len());
-        for s in &servers {
-            if s.status == "DELETED" {
-                continue;
-            }
-            let mut ports = by_server.remove(s.id.as_str()).unwrap_or_default();
-            in_nic_order(&mut ports, &s.addresses);
-            let port_ips = ports
-                .iter()
-                .filter(|p| p.status == "ACTIVE")
-                .flat_map(|p| p.fixed_ips.iter().map(|ip| ip.ip_address.as_str()))
-                .collect();
-            let by_name: BTreeMap<String, Vec<ServerAddress>> =
-                s.addresses.0.iter().cloned().collect();
-            let src = AddressSource {
-                port_ips,
-                access_ipv4: s.access_ipv4.as_deref(),
-                access_ipv6: s.access_ipv6.as_deref(),
-                hostname: s.metadata.get("hostname").map(String::as_str),
-                addresses: Some(&by_name),
-            };
-            let zone = s
-                .availability_zone
-                .as_deref()
-                .map(sanitize_label)
-                .filter(|z| !z.is_empty())
-                .map(|zone| Zone {
-                    zone,
-                    region: self.region.clone().unwrap_or_default(),
-                });
-            out.push(Instance {
-                node_name: s.name.clone(),
-                provider_id: self.provider_id(&s.id),
-                instance_type: self.instance_type(&s.flavor).await?,
-                addresses: node_addresses(&src, &self.networking),
-                zone,
-                state: if s.status == "SHUTOFF" {
-                    InstanceState::Shutdown
-                } else {
-                    InstanceState::Running
-                },
-            });
-        }
+        let ports = self.ports(None).await?;
+        let out = self.to_instances(&servers, &ports).await?;
         self.last_count.store(servers.len(), Ordering::Relaxed);
+        Ok(out)
+    }
+
+    /// A server GET per node with a providerID, a name search per node without one, and
+    /// their ports by device: what the cluster's nodes are, whatever else the project
+    /// holds ([`of_nodes`]).
+    async fn instances_of(&self, nodes: &[NodeRef<'_>]) -> Result<Vec<Instance>> {
+        let servers = self.servers_of(nodes).await?;
+        let ids: Vec<&str> = servers.iter().map(|s| s.id.as_str()).collect();
+        let ports = self.ports(Some(&ids)).await?;
+        let out = self.to_instances(&servers, &ports).await?;
+        if !servers.is_empty() {
+            self.last_count.store(servers.len(), Ordering::Relaxed);
+        }
         Ok(out)
     }
 }

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use http::Method;
 use overcast_cloud::{
-    Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, PublishContext, Result, Zone,
+    page_of, Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, PublishContext, Result,
+    Zone,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -460,6 +461,19 @@ impl Disks for CinderDisks {
         out.sort_by(|a, b| a.id.cmp(&b.id));
         out.dedup_by(|a, b| a.id == b.id);
         Ok(out)
+    }
+
+    /// One Cinder page per ListVolumes page (`max + 1` volumes after the token's id), so
+    /// a page costs the same whatever the project holds. The project is listed whole
+    /// when the CO asks for every volume (`max` 0, as cinder-csi-plugin answers: every
+    /// volume of the project) or the token's volume is gone since the page before.
+    async fn list_disks_page(&self, after: Option<&str>, max: usize) -> Result<(Vec<Disk>, bool)> {
+        if max > 0 {
+            if let Some((volumes, more)) = self.volumes_after(after, max).await? {
+                return Ok((volumes.iter().map(|v| self.to_disk(v)).collect(), more));
+            }
+        }
+        Ok(page_of(self.list_disks().await?, |d| &d.id, after, max))
     }
 
     async fn delete_disk(&self, id: &str) -> Result<()> {

@@ -427,6 +427,16 @@ async fn a_wrong_or_missing_answer_from_nova_or_keystone_deletes_no_node() {
     .await;
     for (what, fault) in [
         ("an empty server list", Fault::json(json!({"servers": []}))),
+        // What a token of another project (an edited secret) reads as: the node's server
+        // not found, and no server listed at all.
+        (
+            "a 404 for every server",
+            Fault::Answer {
+                status: 404,
+                content_type: "application/json",
+                body: json!({"itemNotFound": {"code": 404, "message": "Instance could not be found."}}).to_string(),
+            },
+        ),
         ("a 503 page", Fault::unavailable()),
         ("an HTML page with 200", Fault::html_page()),
     ] {
