@@ -1,5 +1,10 @@
-//! Instances on DVP: every VirtualMachine of the namespace, listed in one call per sync
-//! (pages of 500), with the parent's Nodes listed once more for the zones the VMs run in.
+//! Instances on DVP. A sync reads the cluster's own VMs, whatever else the parent
+//! namespace holds (other clusters' VMs, where a namespace is shared): a GET per node
+//! with a providerID, and for nodes without one the VM of the node's name and the VMs
+//! whose hostname label names it — upstream's GetVMByName and GetVMByHostname, as one
+//! set-based selector for 40 names. The whole namespace (pages of 500) is listed only
+//! for what asks for every instance. The parent's Nodes are read for the zones the VMs
+//! run in.
 //!
 //! As upstream: providerID `dvp://<vm-name>`, the node name is the VM's
 //! `dvp.deckhouse.io/hostname` label (else its name), `status.ipAddress` is both the
@@ -10,7 +15,9 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+use futures::stream::{self, StreamExt, TryStreamExt};
 use kube::ResourceExt;
+use overcast_cloud::instances::NodeRef;
 use overcast_cloud::{AddressType, Instance, InstanceState, Instances, NodeAddress, Result, Zone};
 
 use crate::api::{self, VirtualMachine};
@@ -18,6 +25,10 @@ use crate::parent::Parent;
 use crate::zones::ParentNodes;
 
 pub const PROVIDER: &str = "dvp";
+/// VM GETs in flight at once during a sync.
+const IN_FLIGHT: usize = 8;
+/// Hostnames one selector names: 40 keep the request line near 2 KB.
+const NAMES_A_CALL: usize = 40;
 
 pub struct DvpInstances {
     parent: Parent,
@@ -103,6 +114,64 @@ impl Instances for DvpInstances {
         let zones = self.nodes.zones_by_node(&self.parent).await?;
         Ok(vms.iter().map(|vm| to_instance(vm, &zones)).collect())
     }
+
+    /// A 404 for a VM is the parent saying that VM is gone; any other failure is an
+    /// error ("unknown"). A providerID this provider cannot read is skipped: the ccm
+    /// leaves such a node alone.
+    async fn instances_of(&self, nodes: &[NodeRef<'_>]) -> Result<Vec<Instance>> {
+        let api = self.parent.vms();
+        let mut names: Vec<String> = Vec::new();
+        let mut hostnames: Vec<&str> = Vec::new();
+        for node in nodes {
+            match node.provider_id {
+                Some(pid) => {
+                    if let Ok(keys) = self.instance_keys(pid) {
+                        names.extend(keys.into_iter().next().map(|k| k.0));
+                    }
+                }
+                None => {
+                    names.push(node.name.to_owned());
+                    // Only a label value can be a label's value.
+                    if is_label_value(node.name) {
+                        hostnames.push(node.name);
+                    }
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        hostnames.sort_unstable();
+        hostnames.dedup();
+        let api = &api;
+        let mut vms: Vec<VirtualMachine> = stream::iter(names)
+            .map(|name| async move { self.parent.get_opt("virtualmachine_get", api, &name).await })
+            .buffer_unordered(IN_FLIGHT)
+            .try_filter_map(|vm| async move { Ok(vm) })
+            .try_collect()
+            .await?;
+        for chunk in hostnames.chunks(NAMES_A_CALL) {
+            let selector = format!("{} in ({})", api::HOSTNAME_LABEL, chunk.join(","));
+            vms.extend(
+                self.parent
+                    .list_all("virtualmachine_list", api, Some(&selector))
+                    .await?,
+            );
+        }
+        vms.sort_by_key(|vm| vm.name_any());
+        vms.dedup_by_key(|vm| vm.name_any());
+        let zones = self.nodes.zones_by_node(&self.parent).await?;
+        Ok(vms.iter().map(|vm| to_instance(vm, &zones)).collect())
+    }
+}
+
+/// Kubernetes' label-value rule: at most 63 characters, alphanumerics with `-_.` inside.
+fn is_label_value(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && v.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && v.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
 #[cfg(test)]

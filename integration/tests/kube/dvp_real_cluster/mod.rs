@@ -920,6 +920,17 @@ async fn the_ccm_initializes_a_node_from_its_vm_on_the_simulated_parent() {
         .is_some_and(|n| n >= 1.0),
         "{body}"
     );
+    // Initialized, the node is read by its VM's name (issue 70: a sync reads the
+    // cluster's VMs, not the namespace).
+    real::wait_for("a sync by the VM's name", Duration::from_secs(30), async || {
+        let (_, body) = overcast_integration::http_get(port, "/metrics");
+        real::metric(
+            &body,
+            "dvp_api_requests_total{request=\"virtualmachine_get\"}",
+        )
+        .filter(|n| *n >= 1.0)
+    })
+    .await;
     // The VM stops: the node gets the shutdown taint (not deleted); it runs again: taken off.
     world
         .sim
@@ -1551,13 +1562,17 @@ async fn a_parent_outage_is_retryable_and_deletes_nothing() {
             .unwrap(),
     );
     // Several syncs fail against the error page...
+    // (A sync reads the node's VM by name; a node not yet initialized, by a list.)
     real::wait_for("failed parent calls", Duration::from_secs(30), async || {
         let (_, body) = overcast_integration::http_get(port, "/metrics");
-        real::metric(
-            &body,
-            "dvp_api_request_errors_total{request=\"virtualmachine_list\"}",
-        )
-        .filter(|n| *n >= 3.0)
+        let failed = |request: &str| {
+            real::metric(
+                &body,
+                &format!("dvp_api_request_errors_total{{request=\"{request}\"}}"),
+            )
+            .unwrap_or(0.0)
+        };
+        Some(failed("virtualmachine_get") + failed("virtualmachine_list")).filter(|n| *n >= 3.0)
     })
     .await;
     assert!(
