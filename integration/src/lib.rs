@@ -33,6 +33,7 @@ pub mod kustomize;
 pub mod manifests;
 pub mod node_b;
 pub mod ossim;
+pub mod ossim_project;
 pub mod real;
 pub mod real_node;
 pub mod release;
