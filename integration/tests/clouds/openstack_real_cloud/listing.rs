@@ -87,7 +87,10 @@ async fn listing_pages_and_a_stopped_cinder_is_retryable_and_loses_nothing() {
     let ids: Vec<&str> = page.iter().map(|d| d.id.as_str()).collect();
     assert!(ids.iter().all(|id| *id > gone.as_str()), "{ids:?}");
     for id in &ours[2..] {
-        assert!(ids.contains(&id.as_str()), "{id} after a gone token: {ids:?}");
+        assert!(
+            ids.contains(&id.as_str()),
+            "{id} after a gone token: {ids:?}"
+        );
     }
 
     // Outage: a client with short deadlines, so the test does not wait minutes.

@@ -922,14 +922,18 @@ async fn the_ccm_initializes_a_node_from_its_vm_on_the_simulated_parent() {
     );
     // Initialized, the node is read by its VM's name (issue 70: a sync reads the
     // cluster's VMs, not the namespace).
-    real::wait_for("a sync by the VM's name", Duration::from_secs(30), async || {
-        let (_, body) = overcast_integration::http_get(port, "/metrics");
-        real::metric(
-            &body,
-            "dvp_api_requests_total{request=\"virtualmachine_get\"}",
-        )
-        .filter(|n| *n >= 1.0)
-    })
+    real::wait_for(
+        "a sync by the VM's name",
+        Duration::from_secs(30),
+        async || {
+            let (_, body) = overcast_integration::http_get(port, "/metrics");
+            real::metric(
+                &body,
+                "dvp_api_requests_total{request=\"virtualmachine_get\"}",
+            )
+            .filter(|n| *n >= 1.0)
+        },
+    )
     .await;
     // The VM stops: the node gets the shutdown taint (not deleted); it runs again: taken off.
     world
