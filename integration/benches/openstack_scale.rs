@@ -33,10 +33,10 @@ use overcast_cloud_http::ApiMetrics;
 use overcast_cloud_openstack::config::Networking;
 use overcast_cloud_openstack::{Config, NovaInstances, OpenStack};
 use overcast_integration::fake_api::FakeApi;
-use overcast_integration::figures::ms;
 use overcast_integration::ossim_project::{
     self, grow_to, servers, sweep, tiny_flavor, volumes, volumes_to,
 };
+use overcast_integration::scale::{scrape, Cost, Size};
 use overcast_integration::{
     binary, csi_v1 as csi, free_port, peak_rss_kib, rss_kib, Csi, KillOnDrop,
 };
@@ -47,34 +47,6 @@ const NODES: &str = "/api/v1/nodes";
 const OURS: usize = 5;
 const CLUSTER: &str = "overcast-bench-scale";
 const OTHER_CLUSTER: &str = "overcast-bench-scale-other";
-
-/// One operation's figures at one size.
-#[derive(Debug, Clone, Copy, Default)]
-struct Cost {
-    calls: f64,
-    bytes: f64,
-    took: Duration,
-}
-
-fn kib(bytes: f64) -> String {
-    match bytes {
-        b if b >= (1 << 20) as f64 => format!("{:.2} MB", b / 1e6),
-        b => format!("{:.1} KB", b / 1e3),
-    }
-}
-
-/// The sum of a series' samples (every label) on the Prometheus exposition at `port`.
-fn scrape(port: u16, series: &str) -> f64 {
-    let out = std::process::Command::new("curl")
-        .args(["-s", &format!("http://127.0.0.1:{port}/metrics")])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    out.lines()
-        .filter(|l| l.starts_with(series))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
 
 /// A process's own count of cloud calls and body bytes so far.
 fn moved(port: u16) -> (f64, f64) {
@@ -121,12 +93,6 @@ async fn per_pass(port: u16, count: &str, sum: &str) -> Cost {
     }
 }
 
-struct Size {
-    servers: usize,
-    ops: BTreeMap<&'static str, Cost>,
-    rss: BTreeMap<&'static str, (u64, u64)>,
-}
-
 struct Project {
     env: BTreeMap<String, String>,
     conf: std::path::PathBuf,
@@ -165,11 +131,7 @@ async fn one_size(p: &Project, n: usize, dir: &std::path::Path) -> Size {
         .filter(|s| s.2 == "ACTIVE")
         .take(OURS)
         .collect();
-    let mut size = Size {
-        servers: servers(&p.admin, PREFIX).await.len(),
-        ops: BTreeMap::new(),
-        rss: BTreeMap::new(),
-    };
+    let mut size = Size::new(servers(&p.admin, PREFIX).await.len());
 
     // The baseline: what a node sync read before, through the provider's own client.
     let metrics = Arc::new(ApiMetrics::unregistered());
@@ -371,53 +333,17 @@ async fn main() {
     for n in sizes {
         measured.push(one_size(&project, n, dir.path()).await);
     }
+    let grew = overcast_integration::scale::report("servers", &measured, |op| {
+        op.starts_with("baseline") || op.contains("the project")
+    });
     let (first, last) = (&measured[0], &measured[measured.len() - 1]);
-    println!(
-        "| op | calls {} → {} servers | bytes | time |",
-        first.servers, last.servers
-    );
-    println!("|---|---|---|---|");
-    let mut grew = Vec::new();
-    for (op, a) in &first.ops {
-        let b = last.ops[op];
-        println!(
-            "| {op} | {:.1} → {:.1} | {} → {} ({:.1}×) | {} → {} |",
-            a.calls,
-            b.calls,
-            kib(a.bytes),
-            kib(b.bytes),
-            b.bytes / a.bytes.max(1.0),
-            ms(a.took),
-            ms(b.took)
-        );
-        let by_design = op.starts_with("baseline") || op.contains("the project");
-        if !by_design && b.bytes > 2.0 * a.bytes {
-            grew.push(*op);
-        }
-    }
-    println!();
-    println!(
-        "| process | VmRSS {} → {} servers | VmHWM |",
-        first.servers, last.servers
-    );
-    println!("|---|---|---|");
-    for (p, (rss, hwm)) in &first.rss {
-        let (rss2, hwm2) = last.rss[p];
-        println!(
-            "| {p} | {:.1} → {:.1} MiB | {:.1} → {:.1} MiB |",
-            *rss as f64 / 1024.0,
-            rss2 as f64 / 1024.0,
-            *hwm as f64 / 1024.0,
-            hwm2 as f64 / 1024.0
-        );
-    }
     if std::env::var("OVERCAST_BENCH_KEEP").is_err() {
         sweep(&project.admin, PREFIX).await;
     }
     assert!(
         grew.is_empty(),
         "bytes at {} servers more than twice those at {}: {grew:?}",
-        last.servers,
-        first.servers
+        last.size,
+        first.size
     );
 }

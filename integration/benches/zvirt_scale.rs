@@ -20,12 +20,11 @@
 //! smallest. `cargo bench -p overcast-integration --bench zvirt_scale`
 //! (`OVERCAST_BENCH_VMS=10,2000`: the engine's sizes).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use http::Method;
 use overcast_integration::fake_api::FakeApi;
-use overcast_integration::figures::ms;
+use overcast_integration::scale::{scrape, Cost, Size};
 use overcast_integration::zvirt_sim::{self, Engine, Latency};
 use overcast_integration::{
     binary, csi_v1 as csi, free_port, peak_rss_kib, rss_kib, Csi, KillOnDrop,
@@ -35,34 +34,6 @@ use serde_json::json;
 const NODES: &str = "/api/v1/nodes";
 const OURS: usize = 5;
 const GIB: u64 = 1 << 30;
-
-/// One operation's figures at one size.
-#[derive(Debug, Clone, Copy, Default)]
-struct Cost {
-    calls: f64,
-    bytes: f64,
-    took: Duration,
-}
-
-fn kib(bytes: f64) -> String {
-    match bytes {
-        b if b >= (1 << 20) as f64 => format!("{:.2} MB", b / 1e6),
-        b => format!("{:.1} KB", b / 1e3),
-    }
-}
-
-/// A counter or histogram count from a Prometheus exposition at `port`.
-fn scrape(port: u16, series: &str) -> f64 {
-    let out = std::process::Command::new("curl")
-        .args(["-s", &format!("http://127.0.0.1:{port}/metrics")])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    out.lines()
-        .filter(|l| l.starts_with(series))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
 
 async fn measured<T>(engine: &Engine, f: impl std::future::Future<Output = T>) -> (T, Cost) {
     let (calls, bytes) = (engine.total_calls(), engine.answer_bytes());
@@ -106,12 +77,6 @@ async fn per_pass(engine: &Engine, port: u16, count: &str, sum: &str) -> Cost {
     }
 }
 
-struct Size {
-    vms: usize,
-    ops: BTreeMap<&'static str, Cost>,
-    rss: BTreeMap<&'static str, (u64, u64)>,
-}
-
 async fn one_size(vms: usize) -> Size {
     let dir = tempfile::tempdir().unwrap();
     let (by_id, files) = (dir.path().join("by-id"), dir.path().join("disks"));
@@ -133,11 +98,7 @@ async fn one_size(vms: usize) -> Size {
         engine.add_boot_disk(&id, 40 * GIB);
     }
     let conf = engine.cloud_config(dir.path());
-    let mut size = Size {
-        vms,
-        ops: BTreeMap::new(),
-        rss: BTreeMap::new(),
-    };
+    let mut size = Size::new(vms);
 
     // The baseline: what the releases before read for a node sync and a ListVolumes.
     let config = overcast_cloud_zvirt::Config::load(Some(&conf), &|_| None).unwrap();
@@ -309,49 +270,13 @@ async fn main() {
     for vms in sizes {
         measured.push(one_size(vms).await);
     }
+    let grew =
+        overcast_integration::scale::report("VMs", &measured, |op| op.starts_with("baseline"));
     let (first, last) = (&measured[0], &measured[measured.len() - 1]);
-    println!(
-        "| op | calls {} → {} VMs | answer bytes | time |",
-        first.vms, last.vms
-    );
-    println!("|---|---|---|---|");
-    let mut grew = Vec::new();
-    for (op, a) in &first.ops {
-        let b = last.ops[op];
-        println!(
-            "| {op} | {:.1} → {:.1} | {} → {} ({:.1}×) | {} → {} |",
-            a.calls,
-            b.calls,
-            kib(a.bytes),
-            kib(b.bytes),
-            b.bytes / a.bytes.max(1.0),
-            ms(a.took),
-            ms(b.took)
-        );
-        if !op.starts_with("baseline") && b.bytes > 2.0 * a.bytes {
-            grew.push(*op);
-        }
-    }
-    println!();
-    println!(
-        "| process | VmRSS {} → {} VMs | VmHWM |",
-        first.vms, last.vms
-    );
-    println!("|---|---|---|");
-    for (p, (rss, hwm)) in &first.rss {
-        let (rss2, hwm2) = last.rss[p];
-        println!(
-            "| {p} | {:.1} → {:.1} MiB | {:.1} → {:.1} MiB |",
-            *rss as f64 / 1024.0,
-            rss2 as f64 / 1024.0,
-            *hwm as f64 / 1024.0,
-            hwm2 as f64 / 1024.0
-        );
-    }
     assert!(
         grew.is_empty(),
         "bytes at {} VMs more than twice those at {}: {grew:?}",
-        last.vms,
-        first.vms
+        last.size,
+        first.size
     );
 }

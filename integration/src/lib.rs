@@ -37,6 +37,7 @@ pub mod ossim_project;
 pub mod real;
 pub mod real_node;
 pub mod release;
+pub mod scale;
 pub mod stall_front;
 pub mod terraform;
 pub mod upstream_node;

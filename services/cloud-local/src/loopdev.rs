@@ -270,19 +270,17 @@ mod tests {
         assert_eq!(std::mem::size_of::<LoopConfig>(), 304);
     }
 
-    /// A device bound through a mount that is gone since (a replaced controller pod's view
-    /// of the state directory) shows a path of that mount's root in sysfs; it is still
-    /// found, checked and detached by the file's own path. (Root: a bind mount and a real
-    /// loop device.)
-    #[test]
-    fn a_device_bound_through_a_gone_mount_is_still_found_by_its_file() {
+    /// A 1 MiB disk file `name` bound to a loop device through a bind mount of its state
+    /// directory that is gone since (a replaced controller pod's view): the directory (kept
+    /// while the test runs), the file's own path and the device's index.
+    fn bound_through_a_gone_mount(name: &str) -> (tempfile::TempDir, std::path::PathBuf, u32) {
         use nix::mount::{mount, umount2, MntFlags, MsFlags};
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
         let view = dir.path().join("view");
         std::fs::create_dir_all(state.join("disks")).unwrap();
         std::fs::create_dir_all(&view).unwrap();
-        let file = state.join("disks/vol-gone-mount.img");
+        let file = state.join("disks").join(name);
         std::fs::File::create(&file)
             .unwrap()
             .set_len(1 << 20)
@@ -295,13 +293,18 @@ mod tests {
             None::<&str>,
         )
         .expect("bind mount");
-        let index = attach(
-            &view.join("disks/vol-gone-mount.img"),
-            false,
-            "overcast-test",
-        )
-        .expect("attach through the mount");
+        let index = attach(&view.join("disks").join(name), false, "overcast-test")
+            .expect("attach through the mount");
         umount2(&view, MntFlags::MNT_DETACH).expect("unmount");
+        (dir, file, index)
+    }
+
+    /// A device bound through a mount that is gone since shows a path of that mount's root
+    /// in sysfs; it is still found, checked and detached by the file's own path. (Root: a
+    /// bind mount and a real loop device.)
+    #[test]
+    fn a_device_bound_through_a_gone_mount_is_still_found_by_its_file() {
+        let (_dir, file, index) = bound_through_a_gone_mount("vol-gone-mount.img");
         let shown = backing_file(index).unwrap();
         let bound = devices_backing(&file).unwrap();
         let detached = detach(index, &file);
@@ -317,28 +320,7 @@ mod tests {
     /// "not bound". (Root: the host's node is removed, as that `/dev` never had it.)
     #[test]
     fn a_device_without_a_node_in_this_dev_is_still_found_and_detached() {
-        use nix::mount::{mount, umount2, MntFlags, MsFlags};
-        let dir = tempfile::tempdir().unwrap();
-        let state = dir.path().join("state");
-        let view = dir.path().join("view");
-        std::fs::create_dir_all(state.join("disks")).unwrap();
-        std::fs::create_dir_all(&view).unwrap();
-        let file = state.join("disks/vol-no-node.img");
-        std::fs::File::create(&file)
-            .unwrap()
-            .set_len(1 << 20)
-            .unwrap();
-        mount(
-            Some(&state),
-            &view,
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .expect("bind mount");
-        let index = attach(&view.join("disks/vol-no-node.img"), false, "overcast-test")
-            .expect("attach through the mount");
-        umount2(&view, MntFlags::MNT_DETACH).expect("unmount");
+        let (_dir, file, index) = bound_through_a_gone_mount("vol-no-node.img");
         std::fs::remove_file(device_path(index)).expect("remove the node");
         let bound = devices_backing(&file);
         let detached = detach(index, &file);
