@@ -40,6 +40,11 @@ pub enum Fault {
     FailServerDelete,
     /// (Of [`Fault::FailServerDelete`]: the server whose next read is answered.)
     ServerDeleteFailed(String),
+    /// Nova slow to build a server (its compute host busy, an image being fetched): until
+    /// the instant, every read of one server (`GET …/servers/<id>`) that Nova answers
+    /// ACTIVE is answered as Nova shows a server still spawning — `BUILD`, vm_state
+    /// `building`, task_state `spawning`, power state NOSTATE. Every other request passes.
+    SlowBuild(std::time::Instant),
 }
 
 impl Fault {
@@ -206,6 +211,18 @@ async fn answer(
             .body(Full::new(Bytes::new()))
             .expect("response");
     }
+    let slow_read = match &now {
+        Fault::SlowBuild(until) => {
+            std::time::Instant::now() < *until
+                && parts.method == hyper::Method::GET
+                && parts
+                    .uri
+                    .path()
+                    .rsplit_once("/servers/")
+                    .is_some_and(|(_, id)| !id.is_empty() && !id.contains('/') && id != "detail")
+        }
+        _ => false,
+    };
     let take_back = now == Fault::TakeBackAttach
         && parts.method == hyper::Method::POST
         && parts.uri.path().ends_with("/os-volume_attachments");
@@ -232,6 +249,22 @@ async fn answer(
                 let mut parts = parts;
                 parts.headers.remove(hyper::header::CONTENT_LENGTH);
                 return hyper::Response::from_parts(parts, Full::new(body));
+            }
+            if slow_read && parts.status.is_success() {
+                let mut doc: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                if doc["server"]["status"] == "ACTIVE" {
+                    faulted.fetch_add(1, Ordering::Relaxed);
+                    doc["server"]["status"] = "BUILD".into();
+                    doc["server"]["OS-EXT-STS:vm_state"] = "building".into();
+                    doc["server"]["OS-EXT-STS:task_state"] = "spawning".into();
+                    doc["server"]["OS-EXT-STS:power_state"] = 0.into();
+                    let mut parts = parts;
+                    parts.headers.remove(hyper::header::CONTENT_LENGTH);
+                    return hyper::Response::from_parts(
+                        parts,
+                        Full::new(Bytes::from(doc.to_string())),
+                    );
+                }
             }
             if take_back && parts.status.is_success() {
                 *fault.lock().unwrap() = Fault::Pass;

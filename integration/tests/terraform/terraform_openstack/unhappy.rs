@@ -3,7 +3,9 @@
 //! puts in ERROR (no host can take its flavor). Each is a clear error naming the cause;
 //! nothing is made that the state does not hold (a server in ERROR is held, tainted, and
 //! destroy removes it); once the cause is gone the same apply finishes. And an attachment
-//! Nova takes back after it accepted it, and a delete Nova fails, are asked again.
+//! Nova takes back after it accepted it, and a delete Nova fails, are asked again; a server
+//! Nova is slow to build is waited for, up to the layout's `resourceManagementTimeout`,
+//! after which it is held tainted and the next apply replaces it.
 
 use super::*;
 use overcast_integration::faulty_front::Fault;
@@ -144,10 +146,13 @@ async fn a_node_that_cannot_be_made_fails_clearly_and_leaves_nothing_untracked()
 /// the services' database was locked, in a run of this module): the attachment gone, the
 /// volume available. Upstream waits for the gone attachment until its timeout; the
 /// provider sees it taken back and makes it again — the master's apply finishes, its
-/// etcd volume attached. Then Nova fails the master's delete (ERROR, no task): the delete
+/// etcd volume attached. A static node Nova is slow to build (BUILD for 20 s) is waited
+/// for; one slower than the layout's `resourceManagementTimeout` fails the apply saying
+/// so, is held in the state tainted (Nova's server, not an untracked one), and the next
+/// apply replaces it. Then Nova fails the master's delete (ERROR, no task): the delete
 /// is asked again and the destroy finishes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_attachment_nova_takes_back_and_a_delete_nova_fails_are_asked_again() {
+async fn what_nova_does_late_or_takes_back_is_waited_for_or_asked_again() {
     let Some(admin) = Admin::new("the OpenStack unhappy paths") else {
         return;
     };
@@ -184,11 +189,79 @@ async fn an_attachment_nova_takes_back_and_a_delete_nova_fails_are_asked_again()
         .map_or(0, Vec::len);
     assert_eq!(attached, 2, "the root volume and kubernetes-data: {found}");
 
+    // Nova slow to build the static node's server: waited for.
+    let node = step(&bin, root, &layouts, Layout::Simple, "static-node");
+    let node_vars = cluster.var_file(root, "static-node", 0);
+    let servers = || project.holdings()["servers"].len();
+    let slow = std::time::Duration::from_secs(20);
+    let started = std::time::Instant::now();
+    region.nova.set(Fault::SlowBuild(started + slow));
+    apply(&node, &node_vars);
+    let building = region.nova.faulted() - 1;
+    assert!(
+        building >= 1 && started.elapsed() >= slow,
+        "the apply did not wait for the server to build ({building} reads answered BUILD, \
+         {:?})",
+        started.elapsed()
+    );
+    region.nova.set(Fault::Pass);
+    unchanged(&node, &node_vars, "the node Nova was slow to build");
+    destroy(&node, &node_vars);
+
+    // Slower than the layout's timeout: the apply fails saying so, the server is held
+    // tainted (not left untracked), and once Nova has built it the next apply replaces it.
+    region
+        .nova
+        .set(Fault::SlowBuild(std::time::Instant::now() + 4 * slow));
+    let run = tf(|| {
+        node.run(&[
+            "apply",
+            "-input=false",
+            "-no-color",
+            "-auto-approve",
+            &node_vars,
+            "-var=resourceManagementTimeout=8s",
+        ])
+    });
+    assert_ne!(
+        run.code, 0,
+        "an apply past its timeout succeeded\n{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr.contains("Timed out") && run.stderr.contains("to become ACTIVE"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(servers(), 2, "the master and the node Nova is building");
+    assert!(
+        listed(&node).contains("openstack_compute_instance_v2.node"),
+        "{}",
+        listed(&node)
+    );
+    region.nova.set(Fault::Pass);
+    let plan = tf(|| node.plan(&[&node_vars]));
+    assert!(
+        plan.stdout.contains("is tainted, so must be replaced"),
+        "{}",
+        plan.stdout
+    );
+    apply(&node, &node_vars);
+    unchanged(&node, &node_vars, "the node replaced after its timeout");
+    assert_eq!(
+        servers(),
+        2,
+        "the timed-out server replaced, not kept beside"
+    );
+    destroy(&node, &node_vars);
+    assert_eq!(servers(), 1);
+    let faulted = region.nova.faulted();
+
     // Nova fails the server's delete on its compute host (ERROR, no task, its fault; seen
     // in a CI run when the services' database was locked): the delete is asked again.
     region.nova.set(Fault::FailServerDelete);
     destroy(&master, &master_vars);
-    assert_eq!(region.nova.faulted(), 2, "Nova failed one delete");
+    assert_eq!(region.nova.faulted(), faulted + 1, "Nova failed one delete");
     destroy(&base, &base_vars);
     project.assert_empty("after destroy");
 }
