@@ -18,7 +18,9 @@ use async_trait::async_trait;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use overcast_cloud::instances::NodeRef;
-use overcast_cloud::{AddressType, Instance, InstanceState, Instances, NodeAddress, Result, Zone};
+use overcast_cloud::{
+    is_label_value, AddressType, Instance, InstanceState, Instances, NodeAddress, Result, Zone,
+};
 
 use crate::api::{self, VirtualMachine};
 use crate::parent::Parent;
@@ -132,7 +134,7 @@ impl Instances for DvpInstances {
                 None => {
                     names.push(node.name.to_owned());
                     // Only a label value can be a label's value.
-                    if is_label_value(node.name) {
+                    if !node.name.is_empty() && is_label_value(node.name) {
                         hostnames.push(node.name);
                     }
                 }
@@ -162,16 +164,6 @@ impl Instances for DvpInstances {
         let zones = self.nodes.zones_by_node(&self.parent).await?;
         Ok(vms.iter().map(|vm| to_instance(vm, &zones)).collect())
     }
-}
-
-/// Kubernetes' label-value rule: at most 63 characters, alphanumerics with `-_.` inside.
-fn is_label_value(v: &str) -> bool {
-    !v.is_empty()
-        && v.len() <= 63
-        && v.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && v.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && v.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
 #[cfg(test)]

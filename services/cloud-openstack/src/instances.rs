@@ -25,7 +25,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use http::Method;
 use overcast_cloud::instances::{Instance, InstanceKey, InstanceState, Instances, NodeRef};
-use overcast_cloud::{CloudError, Result, Zone};
+use overcast_cloud::{is_label_value, CloudError, Result, Zone};
 use serde::Deserialize;
 use tokio::sync::Mutex;
 
@@ -232,7 +232,11 @@ impl NovaInstances {
     }
 
     async fn instance_type(&self, flavor: &Flavor) -> Result<String> {
-        if let Some(name) = flavor.original_name.as_deref().filter(|n| valid_label(n)) {
+        if let Some(name) = flavor
+            .original_name
+            .as_deref()
+            .filter(|n| is_label_value(n))
+        {
             return Ok(name.to_owned());
         }
         // Embedded flavors (2.47+) carry no id: a name that is no label value leaves the
@@ -266,9 +270,9 @@ impl NovaInstances {
                 }
                 let name = json::<One>("flavor_get", &resp)?.flavor.name;
                 // OCCM: the name when it is a valid label value, else the id.
-                if valid_label(&name) {
+                if is_label_value(&name) {
                     name
-                } else if valid_label(id) {
+                } else if is_label_value(id) {
                     id.to_owned()
                 } else {
                     String::new()
@@ -276,7 +280,7 @@ impl NovaInstances {
             }
             // A flavor deleted since the server was made: its id is all there is (when it
             // can be a label value).
-            404 if valid_label(id) => id.to_owned(),
+            404 if is_label_value(id) => id.to_owned(),
             404 => String::new(),
             _ => {
                 return Err(overcast_cloud_http::status_error(
@@ -388,15 +392,6 @@ impl Instances for NovaInstances {
     }
 }
 
-/// Kubernetes' label-value rule: at most 63 characters, alphanumerics with `-_.` inside.
-fn valid_label(v: &str) -> bool {
-    v.len() <= 63
-        && v.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && v.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
-        && v.chars().last().is_none_or(|c| c.is_ascii_alphanumeric())
-}
-
 /// OCCM's `util.SanitizeLabel`, for the zone: runs of other characters become `-`, the
 /// ends are trimmed of `-_.`, and it is cut at 63.
 fn sanitize_label(input: &str) -> String {
@@ -425,13 +420,5 @@ mod tests {
         assert_eq!(sanitize_label("zone a/b"), "zone-a-b");
         assert_eq!(sanitize_label("..zone_1.."), "zone_1");
         assert_eq!(sanitize_label(&"z".repeat(70)).len(), 63);
-    }
-
-    #[test]
-    fn flavor_names_that_are_not_label_values_are_not_used() {
-        assert!(valid_label("m1.small"));
-        assert!(!valid_label("m1 small"));
-        assert!(!valid_label(&"a".repeat(64)));
-        assert!(!valid_label("-a"));
     }
 }

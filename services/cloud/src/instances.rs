@@ -207,6 +207,17 @@ impl<'a> InstanceIndex<'a> {
     }
 }
 
+/// Kubernetes' `IsValidLabelValue`: at most 63 characters of `[A-Za-z0-9_.-]`, beginning
+/// and ending with a letter or digit; empty is valid. What a label on a Node may hold, and
+/// what a label selector may name.
+pub fn is_label_value(v: &str) -> bool {
+    v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && v.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
+        && v.chars().last().is_none_or(|c| c.is_ascii_alphanumeric())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,6 +237,40 @@ mod tests {
             "",
         ] {
             assert!(plain_keys("local", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn label_values_are_kubernetes_own() {
+        // apimachinery's validation_test.go TestIsValidLabelValue, good and bad.
+        for good in [
+            "simple",
+            "now-with-dashes",
+            "1-starts-with-num",
+            "end-with-num-1",
+            "1234",
+            "A",
+            "AB",
+            "AbC",
+            "Ab-C",
+            "a.b",
+            "a_b",
+            "",
+            &"a".repeat(63),
+        ] {
+            assert!(is_label_value(good), "{good:?}");
+        }
+        for bad in [
+            "nospecialchars%^=@",
+            "Tama-nui-te-rā.is.Māori.sun",
+            "\\backslashes\\in\\value",
+            "-starts-with-dash",
+            "ends-with-dash-",
+            ".starts.with.dot",
+            "ends.with.dot.",
+            &"a".repeat(64),
+        ] {
+            assert!(!is_label_value(bad), "{bad:?}");
         }
     }
 }

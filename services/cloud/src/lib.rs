@@ -28,8 +28,8 @@ pub use discovery::{CloudCondition, ClusterDisk, Discovery, InstanceType};
 pub use disks::{page_of, Attachment, Attachments, Disk, DiskCondition, DiskSpec, Disks, Zone};
 pub use error::{CloudError, Result};
 pub use instances::{
-    AddressType, Instance, InstanceIndex, InstanceKey, InstanceState, Instances, NodeAddress,
-    NodeRef,
+    is_label_value, AddressType, Instance, InstanceIndex, InstanceKey, InstanceState, Instances,
+    NodeAddress, NodeRef,
 };
 pub use load_balancers::{
     Backend, LbPort, LoadBalancerRef, LoadBalancerSpec, LoadBalancerStatus, LoadBalancers,
