@@ -156,6 +156,8 @@ pub struct Faults {
     pub proxied: std::sync::atomic::AtomicU64,
     /// The writes among them (method and path): what a provider made, changed or deleted.
     pub writes: Mutex<Vec<String>>,
+    /// The reads among them (path and query): what a provider asked to see.
+    pub reads: Mutex<Vec<String>>,
 }
 
 struct Attached {

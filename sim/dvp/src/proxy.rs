@@ -48,6 +48,12 @@ impl DvpSim {
                                     .lock()
                                     .unwrap_or_else(|e| e.into_inner())
                                     .push(format!("{} {}", parts.method, parts.uri.path()));
+                            } else {
+                                faults
+                                    .reads
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .push(parts.uri.to_string());
                             }
                             // The proxy speaks as the admin: the caller's token stays here.
                             parts.headers.remove(hyper::header::AUTHORIZATION);

@@ -200,6 +200,125 @@ async fn an_attachment_made_by_others_is_seen() {
     world.finish().await;
 }
 
+/// A disk's attachments are read by upstream's `virtualMachineDiskName` label (with the
+/// label empty, and without it: made by hand, as the test above does) — never the
+/// namespace's every attachment: 30 of other disks stand beside it, each labelled as
+/// upstream labels them, and no read of the attachments goes without a selector (of labels,
+/// or of the one attachment a wait follows), whether
+/// the provider asks about the disk, publishes it, lists the volumes or deletes it.
+#[tokio::test]
+async fn a_disk_s_attachments_are_read_without_the_namespace_s_others() {
+    let _turn = PARENT.lock().await;
+    let Some(world) = World::new("the DVP attachments-by-label test", "bylabel").await else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let proxied = world.sim.api_proxy(work.path()).await;
+    let kc = kube::config::Kubeconfig::read_from(&proxied).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let parent = Parent::from_config(
+        config,
+        world.sim.namespace.clone(),
+        Arc::new(ApiMetrics::unregistered()),
+    )
+    .unwrap();
+    let disks = DvpDisks::new(parent, 64, waits(Duration::from_secs(30)));
+    disks.create_disk(spec("pvc-mine")).await.expect("create");
+    let vmbda = |name: &str, labels: serde_json::Value, vm: &str, disk: &str| -> Vmbda {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "virtualization.deckhouse.io/v1alpha2",
+            "kind": "VirtualMachineBlockDeviceAttachment",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"virtualMachineName": vm,
+                     "blockDeviceRef": {"kind": "VirtualDisk", "name": disk}},
+        }))
+        .unwrap()
+    };
+    let mut made = vec![
+        vmbda(
+            "empty-label",
+            serde_json::json!({"virtualMachineDiskName": ""}),
+            "vm-gone-a",
+            "pvc-mine",
+        ),
+        vmbda("by-hand", serde_json::json!({}), "vm-gone-b", "pvc-mine"),
+    ];
+    for i in 0..30 {
+        let disk = format!("pvc-other-{i}");
+        made.push(vmbda(
+            &format!("vmbda-{disk}-elsewhere"),
+            serde_json::json!({"virtualMachineDiskName": disk, "virtualMachineName": "elsewhere"}),
+            "vm-elsewhere",
+            &disk,
+        ));
+    }
+    for v in &made {
+        world
+            .vmbdas()
+            .create(&PostParams::default(), v)
+            .await
+            .expect("VMBDA");
+    }
+    let reads_of_attachments = || -> Vec<String> {
+        std::mem::take(&mut *world.sim.faults.reads.lock().unwrap())
+            .into_iter()
+            .filter(|r| r.contains("/virtualmachineblockdeviceattachments"))
+            .collect()
+    };
+    let nodes = |d: &overcast_cloud::Disk| -> Vec<String> {
+        let mut n: Vec<String> = d.attachments.iter().map(|a| a.node.clone()).collect();
+        n.sort();
+        n
+    };
+    reads_of_attachments();
+
+    // Asked about the disk: its own three (upstream-labelled after the publish below).
+    let disk = disks.disk("pvc-mine").await.expect("get");
+    assert_eq!(nodes(&disk), ["vm-gone-a", "vm-gone-b"], "{disk:?}");
+    disks
+        .attach_disk("pvc-mine", "worker-1", false)
+        .await
+        .expect("publish");
+    let listed = disks.list_disks().await.expect("list");
+    let mine: Vec<_> = listed.iter().filter(|d| d.id == "pvc-mine").collect();
+    assert_eq!(mine.len(), 1, "{listed:?}");
+    assert_eq!(
+        nodes(mine[0]),
+        ["vm-gone-a", "vm-gone-b", "worker-1"],
+        "{:?}",
+        mine[0]
+    );
+    match disks.delete_disk("pvc-mine").await {
+        Err(CloudError::FailedPrecondition(m)) => assert!(m.contains("by-hand"), "{m}"),
+        other => panic!("delete of an attached disk: {other:?}"),
+    }
+    let reads = reads_of_attachments();
+    assert!(reads.len() >= 4, "{reads:?}");
+    let unselected: Vec<&String> = reads
+        .iter()
+        // A selector by label, or a wait on one object by name.
+        .filter(|r| !r.contains("labelSelector=") && !r.contains("fieldSelector=metadata.name"))
+        .collect();
+    assert!(
+        unselected.is_empty(),
+        "the namespace's every attachment was read: {unselected:?}"
+    );
+
+    disks
+        .detach_disk("pvc-mine", "worker-1")
+        .await
+        .expect("unpublish");
+    for v in &made {
+        let _ = world
+            .vmbdas()
+            .delete(&v.name_any(), &DeleteParams::default())
+            .await;
+    }
+    world.finish().await;
+}
+
 /// A CSI name with a dot: the real admission webhook refuses it as a VirtualDisk name
 /// (played by the simulator's proxy), so the provider maps it to a valid one.
 #[tokio::test]
