@@ -26,11 +26,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
-use overcast_cloud::{Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, Result, Zone};
+use overcast_cloud::{
+    page_of, Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, Result, Zone,
+};
 use serde_json::json;
 
 use crate::api::{self, VirtualDisk, VirtualMachine, Vmbda};
-use crate::parent::Parent;
+use crate::parent::{Parent, PAGE};
 use crate::zones::{zones_of, ParentNodes};
 
 mod attach;
@@ -394,6 +396,49 @@ impl Disks for DvpDisks {
             .await?;
         let disks: Vec<&VirtualDisk> = disks.iter().filter(|vd| is_volume(vd)).collect();
         self.with_attachments(&disks).await
+    }
+
+    /// A page through the parent's own paging, in its order (by name, the id): from the
+    /// start, the first `max + 1` volumes read alone; after `after`, the disks before it
+    /// are read a page of 500 at a time and dropped (the API server pages from a token of
+    /// its own, not from a name). Only the page's disks have their attachments read.
+    async fn list_disks_page(&self, after: Option<&str>, max: usize) -> Result<(Vec<Disk>, bool)> {
+        if max == 0 {
+            return Ok(page_of(self.list_disks().await?, |d| &d.id, after, max));
+        }
+        let limit = match after {
+            None => u32::try_from(max + 1).unwrap_or(u32::MAX).min(PAGE),
+            Some(_) => PAGE,
+        };
+        let api = self.parent.disks();
+        let mut found: Vec<VirtualDisk> = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let (page, next) = self
+                .parent
+                .list_page(
+                    "virtualdisk_list",
+                    &api,
+                    Some(api::DISK_NAME_LABEL),
+                    limit,
+                    token.as_deref(),
+                )
+                .await?;
+            found
+                .extend(page.into_iter().filter(|vd| {
+                    is_volume(vd) && after.is_none_or(|a| vd.name_any().as_str() > a)
+                }));
+            match next {
+                Some(next) if found.len() <= max => token = Some(next),
+                _ => break,
+            }
+        }
+        // The API server orders by the keys' bytes, as the ids compare; sorted anyway.
+        found.sort_by_key(|vd| vd.name_any());
+        let more = found.len() > max;
+        found.truncate(max);
+        let disks: Vec<&VirtualDisk> = found.iter().collect();
+        Ok((self.with_attachments(&disks).await?, more))
     }
 
     async fn delete_disk(&self, id: &str) -> Result<()> {

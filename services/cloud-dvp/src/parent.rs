@@ -30,7 +30,7 @@ pub const CALL_DEADLINE: Duration = Duration::from_secs(30);
 /// How long a call waits before it is said to be waiting (cloud-http's figure).
 pub const SLOW: Duration = Duration::from_secs(10);
 /// Objects per page of a list (the API server's continue tokens page the rest).
-const PAGE: u32 = 500;
+pub const PAGE: u32 = 500;
 
 #[derive(Clone)]
 pub struct Parent {
@@ -184,20 +184,46 @@ impl Parent {
         U: Clone + DeserializeOwned + Serialize + std::fmt::Debug + Default,
     {
         let mut out = Vec::new();
-        let mut lp = ListParams::default().limit(PAGE);
-        if let Some(s) = selector {
-            lp = lp.labels(s);
-        }
+        let mut token = None;
         loop {
-            let page: ObjectList<Object<P, U>> = self
-                .call(name, &format!("list {name}"), api.list(&lp))
+            let (page, next) = self
+                .list_page(name, api, selector, PAGE, token.as_deref())
                 .await?;
-            out.extend(page.items);
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => lp = lp.continue_token(&token),
+            out.extend(page);
+            match next {
+                Some(next) => token = Some(next),
                 None => return Ok(out),
             }
         }
+    }
+
+    /// One page of at most `limit` objects the selector matches, in the API server's
+    /// order (by name within a namespace), from `token` (a continue token of the page
+    /// before); the next page's token when more follow.
+    pub async fn list_page<P, U>(
+        &self,
+        name: &'static str,
+        api: &Api<Object<P, U>>,
+        selector: Option<&str>,
+        limit: u32,
+        token: Option<&str>,
+    ) -> Result<(Vec<Object<P, U>>, Option<String>)>
+    where
+        P: Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+        U: Clone + DeserializeOwned + Serialize + std::fmt::Debug + Default,
+    {
+        let mut lp = ListParams::default().limit(limit.max(1));
+        if let Some(s) = selector {
+            lp = lp.labels(s);
+        }
+        if let Some(t) = token {
+            lp = lp.continue_token(t);
+        }
+        let page: ObjectList<Object<P, U>> = self
+            .call(name, &format!("list {name}"), api.list(&lp))
+            .await?;
+        let next = page.metadata.continue_.filter(|c| !c.is_empty());
+        Ok((page.items, next))
     }
 
     /// Waits up to `limit` for `cond` on the named object — one list and one watch of it,

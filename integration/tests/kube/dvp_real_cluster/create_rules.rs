@@ -205,7 +205,8 @@ async fn an_attachment_made_by_others_is_seen() {
 /// namespace's every attachment: 30 of other disks stand beside it, each labelled as
 /// upstream labels them, and no read of the attachments goes without a selector (of labels,
 /// or of the one attachment a wait follows), whether
-/// the provider asks about the disk, publishes it, lists the volumes or deletes it.
+/// the provider asks about the disk, publishes it, lists the volumes or deletes it; and a
+/// ListVolumes page reads its own disks through the parent's paging.
 #[tokio::test]
 async fn a_disk_s_attachments_are_read_without_the_namespace_s_others() {
     let _turn = PARENT.lock().await;
@@ -305,6 +306,44 @@ async fn a_disk_s_attachments_are_read_without_the_namespace_s_others() {
         unselected.is_empty(),
         "the namespace's every attachment was read: {unselected:?}"
     );
+
+    // ListVolumes pages through the parent's own paging: a first page of one reads two
+    // disks (`limit=2`), the pages after go on from the last id, and together they give
+    // every volume once.
+    let paged = ["pvc-page-a", "pvc-page-b", "pvc-page-c"];
+    for d in paged {
+        disks.create_disk(spec(d)).await.expect("create");
+    }
+    world.sim.faults.reads.lock().unwrap().clear();
+    let ids = |page: &[overcast_cloud::Disk]| -> Vec<String> {
+        page.iter().map(|d| d.id.clone()).collect()
+    };
+    let (first, more) = disks.list_disks_page(None, 1).await.expect("page 1");
+    assert_eq!((ids(&first), more), (vec!["pvc-mine".to_owned()], true));
+    let disk_reads: Vec<String> = std::mem::take(&mut *world.sim.faults.reads.lock().unwrap())
+        .into_iter()
+        .filter(|r| r.contains("/virtualdisks"))
+        .collect();
+    assert!(
+        disk_reads.len() == 1 && disk_reads[0].contains("limit=2"),
+        "{disk_reads:?}"
+    );
+    let (second, more) = disks
+        .list_disks_page(Some("pvc-mine"), 2)
+        .await
+        .expect("page 2");
+    assert_eq!(
+        (ids(&second), more),
+        (vec![paged[0].to_owned(), paged[1].to_owned()], true)
+    );
+    let (third, more) = disks
+        .list_disks_page(Some(paged[1]), 2)
+        .await
+        .expect("page 3");
+    assert_eq!((ids(&third), more), (vec![paged[2].to_owned()], false));
+    for d in paged {
+        disks.delete_disk(d).await.expect("delete");
+    }
 
     disks
         .detach_disk("pvc-mine", "worker-1")
