@@ -158,6 +158,9 @@ pub struct Faults {
     pub writes: Mutex<Vec<String>>,
     /// The reads among them (path and query): what a provider asked to see.
     pub reads: Mutex<Vec<String>>,
+    /// The bytes of the answers to those reads, watches left out (what a benchmark counts
+    /// of a provider's reads of the parent).
+    pub answered: std::sync::atomic::AtomicU64,
 }
 
 struct Attached {

@@ -65,16 +65,38 @@ impl DvpSim {
                             if let Some(refusal) = webhook_refusal(&parts, &bytes) {
                                 return Ok(refusal);
                             }
+                            // A read's answer is counted whole; a watch streams on.
+                            let counted = parts.method == hyper::Method::GET
+                                && !parts.uri.query().unwrap_or_default().contains("watch=true");
                             let req = hyper::Request::from_parts(
                                 parts,
                                 kube::client::Body::from(bytes.to_vec()),
                             );
-                            Ok(upstream.send(req).await.unwrap_or_else(|e| {
-                                hyper::Response::builder()
-                                    .status(502)
-                                    .body(kube::client::Body::from(e.to_string().into_bytes()))
-                                    .expect("response")
-                            }))
+                            let answer = match upstream.send(req).await {
+                                Ok(answer) => answer,
+                                Err(e) => {
+                                    return Ok(hyper::Response::builder()
+                                        .status(502)
+                                        .body(kube::client::Body::from(e.to_string().into_bytes()))
+                                        .expect("response"))
+                                }
+                            };
+                            if !counted {
+                                return Ok(answer);
+                            }
+                            let (head, body) = answer.into_parts();
+                            let body = body
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
+                            faults
+                                .answered
+                                .fetch_add(body.len() as u64, Ordering::Relaxed);
+                            Ok(hyper::Response::from_parts(
+                                head,
+                                kube::client::Body::from(body.to_vec()),
+                            ))
                         }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
