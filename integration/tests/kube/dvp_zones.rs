@@ -505,6 +505,38 @@ async fn with_the_cluster_grant_discovery_lists_the_zones_and_what_the_classes_a
         .sim
         .add_vm("vm-a", "host-a", "10.66.1.1", &world.node("a1"))
         .await;
+    // Its root disk (its first VirtualDisk), whose size the VM's instance type carries.
+    let roots: Api<overcast_cloud_dvp::api::VirtualDisk> = Api::namespaced_with(
+        world.admin.clone(),
+        &ns,
+        &overcast_cloud_dvp::api::virtual_disk(),
+    );
+    roots
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",
+                "metadata": {"name": "vm-a-root"},
+                "spec": {"persistentVolumeClaim": {"size": "1536Mi"}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .expect("the VM's root disk");
+    real::wait_for(
+        "the root disk's capacity",
+        Duration::from_secs(30),
+        async || {
+            roots
+                .get("vm-a-root")
+                .await
+                .ok()?
+                .status?
+                .capacity
+                .map(|_| ())
+        },
+    )
+    .await;
     let classes: Api<kube::api::DynamicObject> = Api::all_with(
         world.admin.clone(),
         &overcast_cloud_dvp::api::virtual_machine_class(),
@@ -532,19 +564,19 @@ async fn with_the_cluster_grant_discovery_lists_the_zones_and_what_the_classes_a
     let discovery = DvpDiscovery::new(parent.clone(), DvpDisks::new(parent, 64, waits()));
     let doc = discovery.discovery_data().await.expect("discovery data");
     assert_eq!(doc["zones"], serde_json::json!(["zt-a", "zt-b"]));
-    let types: BTreeMap<String, (u32, u64)> = discovery
+    let types: BTreeMap<String, (u32, u64, u64)> = discovery
         .instance_types()
         .await
         .expect("instance types")
         .into_iter()
-        .map(|t| (t.name, (t.cpu, t.memory_mib)))
+        .map(|t| (t.name, (t.cpu, t.memory_mib, t.root_disk_gib)))
         .collect();
-    assert_eq!(types.get(&format!("{class}-1c-2gi")), Some(&(1, 2048)));
-    assert_eq!(types.get(&format!("{class}-2c-4gi")), Some(&(2, 4096)));
+    assert_eq!(types.get(&format!("{class}-1c-2gi")), Some(&(1, 2048, 0)));
+    assert_eq!(types.get(&format!("{class}-2c-4gi")), Some(&(2, 4096, 0)));
     assert_eq!(
         types.get("generic-2c-4gi"),
-        Some(&(2, 4096)),
-        "the VM's own shape: {types:?}"
+        Some(&(2, 4096, 2)),
+        "the VM's own shape, its 1.5 GiB root disk rounded up: {types:?}"
     );
     let conditions = discovery.conditions().await.expect("conditions");
     assert!(

@@ -24,7 +24,7 @@ use serde_json::json;
 use crate::api;
 use crate::disks::DvpDisks;
 use crate::instances::{instance_type, shape_name};
-use crate::parent::Parent;
+use crate::parent::{Parent, PAGE};
 use crate::zones::{zones_of, ParentNodes};
 
 const DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
@@ -258,51 +258,88 @@ impl Discovery for DvpDiscovery {
                 out.insert(t.name.clone(), t);
             }
         }
-        let vms = self
-            .parent
-            .list_all("virtualmachine_list", &self.parent.vms(), None)
-            .await?;
-        // A VM's root disk is its first VirtualDisk: all of them in one list.
-        let disks = self
-            .parent
-            .list_all("virtualdisk_list", &self.parent.disks(), None)
-            .await?;
-        let sizes: BTreeMap<String, u64> = disks
-            .iter()
-            .map(|d| {
+        // Read a page at a time and folded: a VM's shape and the name of its root disk
+        // (its first VirtualDisk), then those disks' sizes — a namespace of thousands of
+        // VMs is never held whole (issue 70: the discoverer's memory).
+        struct Shape {
+            name: String,
+            cpu: u32,
+            memory: u64,
+            root: Option<String>,
+        }
+        let mut shapes = Vec::new();
+        let vms = self.parent.vms();
+        let mut token: Option<String> = None;
+        loop {
+            let (page, next) = self
+                .parent
+                .list_page("virtualmachine_list", &vms, None, PAGE, token.as_deref())
+                .await?;
+            shapes.extend(page.iter().map(|vm| {
+                Shape {
+                    name: instance_type(vm),
+                    cpu: vm.spec.cpu.as_ref().map(|c| c.cores).unwrap_or(0),
+                    memory: vm
+                        .spec
+                        .memory
+                        .as_ref()
+                        .and_then(|m| api::quantity_bytes(&m.size.0))
+                        .unwrap_or(0),
+                    root: vm
+                        .spec
+                        .block_device_refs
+                        .iter()
+                        .find(|r| r.kind == "VirtualDisk")
+                        .map(|r| r.name.clone()),
+                }
+            }));
+            match next {
+                Some(next) => token = Some(next),
+                None => break,
+            }
+        }
+        let roots: std::collections::BTreeSet<&str> =
+            shapes.iter().filter_map(|s| s.root.as_deref()).collect();
+        let mut sizes: BTreeMap<String, u64> = BTreeMap::new();
+        let disks = self.parent.disks();
+        let mut token: Option<String> = None;
+        loop {
+            let (page, next) = self
+                .parent
+                .list_page("virtualdisk_list", &disks, None, PAGE, token.as_deref())
+                .await?;
+            for d in page
+                .iter()
+                .filter(|d| roots.contains(d.name_any().as_str()))
+            {
                 let size = d
                     .status
                     .as_ref()
                     .and_then(|s| s.capacity.as_deref())
                     .and_then(api::quantity_bytes)
                     .unwrap_or(0);
-                (d.name_any(), size)
-            })
-            .collect();
-        for vm in &vms {
-            let name = instance_type(vm);
-            let memory = vm
-                .spec
-                .memory
+                sizes.insert(d.name_any(), size);
+            }
+            match next {
+                Some(next) => token = Some(next),
+                None => break,
+            }
+        }
+        for shape in shapes {
+            let root = shape
+                .root
                 .as_ref()
-                .and_then(|m| api::quantity_bytes(&m.size.0))
-                .unwrap_or(0);
-            let root = vm
-                .spec
-                .block_device_refs
-                .iter()
-                .find(|r| r.kind == "VirtualDisk")
-                .and_then(|r| sizes.get(&r.name))
+                .and_then(|r| sizes.get(r))
                 .copied()
                 .unwrap_or(0);
-            let from_class = out.get(&name).is_some_and(|t| t.root_disk_gib == 0);
-            if from_class || !out.contains_key(&name) {
+            let from_class = out.get(&shape.name).is_some_and(|t| t.root_disk_gib == 0);
+            if from_class || !out.contains_key(&shape.name) {
                 out.insert(
-                    name.clone(),
+                    shape.name.clone(),
                     InstanceType {
-                        name,
-                        cpu: vm.spec.cpu.as_ref().map(|c| c.cores).unwrap_or(0),
-                        memory_mib: memory >> 20,
+                        name: shape.name,
+                        cpu: shape.cpu,
+                        memory_mib: shape.memory >> 20,
                         root_disk_gib: root.div_ceil(1 << 30),
                     },
                 );
