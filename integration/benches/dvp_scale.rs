@@ -129,7 +129,7 @@ async fn grow_to(sim: &DvpSim, client: &kube::Client, have: &mut usize, n: usize
                 "parent-a",
             )
             .await;
-            if x % 5 != 0 {
+            if !x.is_multiple_of(5) {
                 return;
             }
             // Another cluster's volume, as dvp-csi-driver makes and attaches it (to a VM
