@@ -45,6 +45,10 @@ pub enum Fault {
     /// ACTIVE is answered as Nova shows a server still spawning — `BUILD`, vm_state
     /// `building`, task_state `spawning`, power state NOSTATE. Every other request passes.
     SlowBuild(std::time::Instant),
+    /// What a token of another project (an edited secret) reads as: every server's read
+    /// (`GET …/servers/<id>`) answered 404, every listing of servers (`GET …/servers`,
+    /// `…/servers/detail`) answered 200 with none. Every other request passes.
+    EveryServerGone,
 }
 
 impl Fault {
@@ -210,6 +214,26 @@ async fn answer(
             .status(204)
             .body(Full::new(Bytes::new()))
             .expect("response");
+    }
+    if now == Fault::EveryServerGone && parts.method == hyper::Method::GET {
+        let path = parts.uri.path();
+        let tail = path.rsplit_once("/servers").map(|(_, t)| t);
+        let answer = match tail {
+            Some("" | "/" | "/detail") => Some((200, serde_json::json!({"servers": []}))),
+            Some(t) if t.len() > 1 && !t[1..].contains('/') => Some((
+                404,
+                serde_json::json!({"itemNotFound": {"code": 404, "message": "Instance could not be found."}}),
+            )),
+            _ => None,
+        };
+        if let Some((status, body)) = answer {
+            faulted.fetch_add(1, Ordering::Relaxed);
+            return hyper::Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body.to_string())))
+                .expect("response");
+        }
     }
     let slow_read = match &now {
         Fault::SlowBuild(until) => {

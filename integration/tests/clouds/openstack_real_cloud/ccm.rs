@@ -437,6 +437,12 @@ async fn a_wrong_or_missing_answer_from_nova_or_keystone_deletes_no_node() {
                 body: json!({"itemNotFound": {"code": 404, "message": "Instance could not be found."}}).to_string(),
             },
         ),
+        // The same, but the listing answers: every node's server 404, and the project
+        // lists none where the ccm saw servers — a wrong answer, not a cluster gone.
+        (
+            "a 404 for every server and an empty listing",
+            Fault::EveryServerGone,
+        ),
         ("a 503 page", Fault::unavailable()),
         ("an HTML page with 200", Fault::html_page()),
     ] {
