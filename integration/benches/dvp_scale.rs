@@ -28,17 +28,14 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::api::{Api, PostParams};
-use overcast_cloud_dvp::Parent;
 use overcast_cloud_http::ApiMetrics;
 use overcast_integration::dvp_sim::{self, DvpSim};
 use overcast_integration::fake_api::FakeApi;
-use overcast_integration::scale::{scrape, Cost, Size};
-use overcast_integration::{
-    binary, csi_v1 as csi, free_port, peak_rss_kib, real, rss_kib, Csi, KillOnDrop, NODE_ID,
-};
+use overcast_integration::scale::{self, Size};
+use overcast_integration::{csi_v1 as csi, free_port, peak_rss_kib, real, rss_kib, Csi, NODE_ID};
 use serde_json::json;
 
 const NODES: &str = "/api/v1/nodes";
@@ -50,43 +47,6 @@ fn moved(sim: &DvpSim) -> (f64, f64) {
         sim.faults.proxied.load(Ordering::Relaxed) as f64,
         sim.faults.answered.load(Ordering::Relaxed) as f64,
     )
-}
-
-/// What `f` cost the parent, as the proxy counted it.
-async fn measured<T>(sim: &DvpSim, f: impl std::future::Future<Output = T>) -> (T, Cost) {
-    let (calls, bytes) = moved(sim);
-    let t = Instant::now();
-    let out = f.await;
-    let took = t.elapsed();
-    let (calls2, bytes2) = moved(sim);
-    (
-        out,
-        Cost {
-            calls: calls2 - calls,
-            bytes: bytes2 - bytes,
-            took,
-        },
-    )
-}
-
-/// One periodic pass of a process serving metrics at `port`: the proxy's requests and
-/// bytes over a 10 s window divided by the passes its `count` series counted, and the
-/// time its `sum` series gives a pass.
-async fn per_pass(sim: &DvpSim, port: u16, count: &str, sum: &str) -> Cost {
-    assert!(
-        overcast_integration::eventually(Duration::from_secs(60), || scrape(port, count) >= 2.0)
-            .await,
-        "{count} counts passes"
-    );
-    let before = (scrape(port, count), scrape(port, sum), moved(sim));
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let after = (scrape(port, count), scrape(port, sum), moved(sim));
-    let n = (after.0 - before.0).max(1.0);
-    Cost {
-        calls: (after.2 .0 - before.2 .0) / n,
-        bytes: (after.2 .1 - before.2 .1) / n,
-        took: Duration::from_secs_f64(((after.1 - before.1) / n).max(0.0)),
-    }
 }
 
 /// The namespace holds `n` VMs: ours first, then other clusters', with one volume of
@@ -179,18 +139,8 @@ async fn one_size(
     let mut size = Size::new(*have);
 
     // The baseline: what a sync and a publish read before, through the provider's client.
-    let proxied = sim.api_proxy(dir).await;
-    let kc = kube::config::Kubeconfig::read_from(&proxied).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    let parent = Parent::from_config(
-        config,
-        sim.namespace.clone(),
-        Arc::new(ApiMetrics::unregistered()),
-    )
-    .unwrap();
-    let (_, cost) = measured(sim, async {
+    let (parent, _) = dvp_sim::through_proxy(sim, dir, Arc::new(ApiMetrics::unregistered())).await;
+    let (_, cost) = scale::measured(|| moved(sim), async {
         parent
             .list_all("virtualmachine_list", &parent.vms(), None)
             .await
@@ -198,7 +148,7 @@ async fn one_size(
     })
     .await;
     size.ops.insert("baseline: every VM (a sync before)", cost);
-    let (_, cost) = measured(sim, async {
+    let (_, cost) = scale::measured(|| moved(sim), async {
         parent
             .list_all("vmbda_list", &parent.vmbdas(), None)
             .await
@@ -222,7 +172,7 @@ async fn one_size(
     c.create_volume(overcast_integration::create_request(&volume, 32 << 20))
         .await
         .expect("create");
-    let (_, cost) = measured(sim, async {
+    let (_, cost) = scale::measured(|| moved(sim), async {
         c.controller_publish_volume(overcast_integration::publish_request(&volume, false))
             .await
             .expect("publish");
@@ -240,7 +190,7 @@ async fn one_size(
         ("csi: ListVolumes (the namespace's volumes)", 0),
         ("csi: ListVolumes, max_entries 1", 1),
     ] {
-        let (listed, cost) = measured(sim, async {
+        let (listed, cost) = scale::measured(|| moved(sim), async {
             c.list_volumes(csi::ListVolumesRequest {
                 max_entries: max,
                 starting_token: String::new(),
@@ -288,29 +238,18 @@ async fn one_size(
         );
     }
     let port = free_port();
-    let ccm = KillOnDrop(
-        std::process::Command::new(binary("ccm"))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg("--cloud=dvp")
-            .arg(format!("--cloud-config={}", conf.display()))
-            .arg("--controllers=node,node-lifecycle")
-            .arg("--leader-elect=false")
-            .arg("--node-sync-period=1")
-            .arg(format!("--metrics-address=127.0.0.1:{port}"))
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let sync = per_pass(
-        sim,
+    let ccm = scale::ccm("dvp", &kubeconfig, conf, port);
+    let sync = scale::per_pass(
+        || moved(sim),
         port,
         "ccm_reconciles_total{controller=\"node\"}",
         "ccm_reconcile_duration_seconds_sum{controller=\"node\"}",
+        Duration::from_secs(10),
     )
     .await;
     size.ops.insert("ccm: one node sync", sync);
     let newcomer = format!("ours-{}", OURS - 1);
-    let (_, cost) = measured(sim, async {
+    let (_, cost) = scale::measured(|| moved(sim), async {
         api.put(NODES, node(&newcomer, None));
         assert!(
             overcast_integration::eventually(Duration::from_secs(60), || {
@@ -330,22 +269,13 @@ async fn one_size(
 
     // The discoverer, one pass.
     let port = free_port();
-    let discoverer = KillOnDrop(
-        std::process::Command::new(binary("discoverer"))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg("--cloud=dvp")
-            .arg(format!("--cloud-config={}", conf.display()))
-            .arg("--discovery-period=1")
-            .arg(format!("--metrics-address=127.0.0.1:{port}"))
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let pass = per_pass(
-        sim,
+    let discoverer = scale::discoverer("dvp", &kubeconfig, conf, port, &[]);
+    let pass = scale::per_pass(
+        || moved(sim),
         port,
         "cloud_data_discovery_cycle_duration_seconds_count",
         "cloud_data_discovery_cycle_duration_seconds_sum",
+        Duration::from_secs(10),
     )
     .await;
     size.ops

@@ -36,10 +36,8 @@ use overcast_integration::fake_api::FakeApi;
 use overcast_integration::ossim_project::{
     self, grow_to, servers, sweep, tiny_flavor, volumes, volumes_to,
 };
-use overcast_integration::scale::{scrape, Cost, Size};
-use overcast_integration::{
-    binary, csi_v1 as csi, free_port, peak_rss_kib, rss_kib, Csi, KillOnDrop,
-};
+use overcast_integration::scale::{self, scrape, Cost, Size};
+use overcast_integration::{csi_v1 as csi, free_port, peak_rss_kib, rss_kib, Csi};
 use serde_json::json;
 
 const PREFIX: &str = "overcast-bench-scale";
@@ -54,43 +52,6 @@ fn moved(port: u16) -> (f64, f64) {
         scrape(port, "openstack_api_requests_total"),
         scrape(port, "openstack_api_body_bytes_total"),
     )
-}
-
-/// What `f` cost, as the process serving metrics at `port` counted it.
-async fn measured<T>(port: u16, f: impl std::future::Future<Output = T>) -> (T, Cost) {
-    let (calls, bytes) = moved(port);
-    let t = Instant::now();
-    let out = f.await;
-    let took = t.elapsed();
-    let (calls2, bytes2) = moved(port);
-    (
-        out,
-        Cost {
-            calls: calls2 - calls,
-            bytes: bytes2 - bytes,
-            took,
-        },
-    )
-}
-
-/// One periodic pass of a process serving metrics at `port`: its calls and bytes over a
-/// 10 s window divided by the passes its `count` series counted, and the time its `sum`
-/// series gives a pass.
-async fn per_pass(port: u16, count: &str, sum: &str) -> Cost {
-    assert!(
-        overcast_integration::eventually(Duration::from_secs(60), || scrape(port, count) >= 2.0)
-            .await,
-        "{count} counts passes"
-    );
-    let before = (scrape(port, count), scrape(port, sum), moved(port));
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let after = (scrape(port, count), scrape(port, sum), moved(port));
-    let n = (after.0 - before.0).max(1.0);
-    Cost {
-        calls: (after.2 .0 - before.2 .0) / n,
-        bytes: (after.2 .1 - before.2 .1) / n,
-        took: Duration::from_secs_f64(((after.1 - before.1) / n).max(0.0)),
-    }
 }
 
 struct Project {
@@ -181,7 +142,7 @@ async fn one_size(p: &Project, n: usize, dir: &std::path::Path) -> Size {
         ("csi: ListVolumes (the project, as cinder-csi)", 0),
         ("csi: ListVolumes, max_entries 1", 1),
     ] {
-        let (listed, cost) = measured(csi_port, async {
+        let (listed, cost) = scale::measured(|| moved(csi_port), async {
             c.list_volumes(csi::ListVolumesRequest {
                 max_entries: max,
                 starting_token: String::new(),
@@ -226,28 +187,18 @@ async fn one_size(p: &Project, n: usize, dir: &std::path::Path) -> Size {
         api.put(NODES, node(name, Some(id)));
     }
     let port = free_port();
-    let ccm = KillOnDrop(
-        std::process::Command::new(binary("ccm"))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg("--cloud=openstack")
-            .arg(format!("--cloud-config={}", p.conf.display()))
-            .arg("--controllers=node,node-lifecycle")
-            .arg("--leader-elect=false")
-            .arg("--node-sync-period=1")
-            .arg(format!("--metrics-address=127.0.0.1:{port}"))
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let sync = per_pass(
+    let ccm = scale::ccm("openstack", &kubeconfig, &p.conf, port);
+    let sync = scale::per_pass(
+        || moved(port),
         port,
         "ccm_reconciles_total{controller=\"node\"}",
         "ccm_reconcile_duration_seconds_sum{controller=\"node\"}",
+        Duration::from_secs(10),
     )
     .await;
     size.ops.insert("ccm: one node sync", sync);
     let (new_id, newcomer, _) = &ours[OURS - 1];
-    let (_, c2) = measured(port, async {
+    let (_, c2) = scale::measured(|| moved(port), async {
         api.put(NODES, node(newcomer, None));
         assert!(
             overcast_integration::eventually(Duration::from_secs(60), || {
@@ -266,22 +217,19 @@ async fn one_size(p: &Project, n: usize, dir: &std::path::Path) -> Size {
 
     // The discoverer, one pass.
     let port = free_port();
-    let discoverer = KillOnDrop(
-        std::process::Command::new(binary("discoverer"))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg("--cloud=openstack")
-            .arg(format!("--cloud-config={}", p.conf.display()))
-            .arg(format!("--cluster={CLUSTER}"))
-            .arg("--discovery-period=1")
-            .arg(format!("--metrics-address=127.0.0.1:{port}"))
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
+    let discoverer = scale::discoverer(
+        "openstack",
+        &kubeconfig,
+        &p.conf,
+        port,
+        &[&format!("--cluster={CLUSTER}")],
     );
-    let pass = per_pass(
+    let pass = scale::per_pass(
+        || moved(port),
         port,
         "cloud_data_discovery_cycle_duration_seconds_count",
         "cloud_data_discovery_cycle_duration_seconds_sum",
+        Duration::from_secs(10),
     )
     .await;
     size.ops.insert("discoverer: one pass", pass);

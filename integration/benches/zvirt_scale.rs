@@ -20,61 +20,22 @@
 //! smallest. `cargo bench -p overcast-integration --bench zvirt_scale`
 //! (`OVERCAST_BENCH_VMS=10,2000`: the engine's sizes).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::Method;
 use overcast_integration::fake_api::FakeApi;
-use overcast_integration::scale::{scrape, Cost, Size};
+use overcast_integration::scale::{self, Size};
 use overcast_integration::zvirt_sim::{self, Engine, Latency};
-use overcast_integration::{
-    binary, csi_v1 as csi, free_port, peak_rss_kib, rss_kib, Csi, KillOnDrop,
-};
+use overcast_integration::{csi_v1 as csi, free_port, peak_rss_kib, rss_kib, Csi};
 use serde_json::json;
 
 const NODES: &str = "/api/v1/nodes";
 const OURS: usize = 5;
 const GIB: u64 = 1 << 30;
 
-async fn measured<T>(engine: &Engine, f: impl std::future::Future<Output = T>) -> (T, Cost) {
-    let (calls, bytes) = (engine.total_calls(), engine.answer_bytes());
-    let t = Instant::now();
-    let out = f.await;
-    let cost = Cost {
-        calls: (engine.total_calls() - calls) as f64,
-        bytes: (engine.answer_bytes() - bytes) as f64,
-        took: t.elapsed(),
-    };
-    (out, cost)
-}
-
-/// One periodic pass of a process serving metrics at `port`: the engine's calls and bytes
-/// over a 6 s window divided by the passes its `count` series counted, and the time its
-/// `sum` series gives a pass (its own duration, not the period).
-async fn per_pass(engine: &Engine, port: u16, count: &str, sum: &str) -> Cost {
-    assert!(
-        overcast_integration::eventually(Duration::from_secs(30), || scrape(port, count) >= 2.0)
-            .await,
-        "{count} counts passes"
-    );
-    let before = (
-        scrape(port, count),
-        scrape(port, sum),
-        engine.total_calls(),
-        engine.answer_bytes(),
-    );
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let after = (
-        scrape(port, count),
-        scrape(port, sum),
-        engine.total_calls(),
-        engine.answer_bytes(),
-    );
-    let n = (after.0 - before.0).max(1.0);
-    Cost {
-        calls: (after.2 - before.2) as f64 / n,
-        bytes: (after.3 - before.3) as f64 / n,
-        took: Duration::from_secs_f64(((after.1 - before.1) / n).max(0.0)),
-    }
+/// The engine's count of calls and answered bytes so far.
+fn moved(engine: &Engine) -> (f64, f64) {
+    (engine.total_calls() as f64, engine.answer_bytes() as f64)
 }
 
 async fn one_size(vms: usize) -> Size {
@@ -104,7 +65,7 @@ async fn one_size(vms: usize) -> Size {
     let config = overcast_cloud_zvirt::Config::load(Some(&conf), &|_| None).unwrap();
     let client = overcast_cloud_zvirt::connect(&config, None).unwrap();
     client.json("api_get", Method::GET, "", None).await.unwrap();
-    let (_, c) = measured(&engine, async {
+    let (_, c) = scale::measured(|| moved(&engine), async {
         client
             .json("vm_list", Method::GET, "/vms?follow=reported_devices", None)
             .await
@@ -113,7 +74,7 @@ async fn one_size(vms: usize) -> Size {
     .await;
     size.ops
         .insert("baseline: the whole VM listing (a sync before)", c);
-    let (_, c) = measured(&engine, async {
+    let (_, c) = scale::measured(|| moved(&engine), async {
         client
             .json("disk_list", Method::GET, "/disks", None)
             .await
@@ -152,7 +113,7 @@ async fn one_size(vms: usize) -> Size {
         ("csi: ListVolumes", 0),
         ("csi: ListVolumes, max_entries 1", 1),
     ] {
-        let (listed, cost) = measured(&engine, async {
+        let (listed, cost) = scale::measured(|| moved(&engine), async {
             c.list_volumes(csi::ListVolumesRequest {
                 max_entries: max,
                 starting_token: String::new(),
@@ -190,29 +151,18 @@ async fn one_size(vms: usize) -> Size {
         api.put(NODES, node(&format!("worker-{i}"), Some(id)));
     }
     let port = free_port();
-    let ccm = KillOnDrop(
-        std::process::Command::new(binary("ccm"))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg("--cloud=zvirt")
-            .arg(format!("--cloud-config={}", conf.display()))
-            .arg("--controllers=node,node-lifecycle")
-            .arg("--leader-elect=false")
-            .arg("--node-sync-period=1")
-            .arg(format!("--metrics-address=127.0.0.1:{port}"))
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let sync = per_pass(
-        &engine,
+    let ccm = scale::ccm("zvirt", &kubeconfig, &conf, port);
+    let sync = scale::per_pass(
+        || moved(&engine),
         port,
         "ccm_reconciles_total{controller=\"node\"}",
         "ccm_reconcile_duration_seconds_sum{controller=\"node\"}",
+        Duration::from_secs(6),
     )
     .await;
     size.ops.insert("ccm: one node sync", sync);
     let newcomer = format!("worker-{}", OURS - 1);
-    let (_, c) = measured(&engine, async {
+    let (_, c) = scale::measured(|| moved(&engine), async {
         api.put(NODES, node(&newcomer, None));
         assert!(
             overcast_integration::eventually(Duration::from_secs(30), || {
@@ -232,22 +182,13 @@ async fn one_size(vms: usize) -> Size {
 
     // The discoverer, one pass.
     let port = free_port();
-    let discoverer = KillOnDrop(
-        std::process::Command::new(binary("discoverer"))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .arg("--cloud=zvirt")
-            .arg(format!("--cloud-config={}", conf.display()))
-            .arg("--discovery-period=1")
-            .arg(format!("--metrics-address=127.0.0.1:{port}"))
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let pass = per_pass(
-        &engine,
+    let discoverer = scale::discoverer("zvirt", &kubeconfig, &conf, port, &[]);
+    let pass = scale::per_pass(
+        || moved(&engine),
         port,
         "cloud_data_discovery_cycle_duration_seconds_count",
         "cloud_data_discovery_cycle_duration_seconds_sum",
+        Duration::from_secs(6),
     )
     .await;
     size.ops.insert("discoverer: one pass", pass);

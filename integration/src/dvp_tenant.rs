@@ -104,3 +104,21 @@ pub async fn drop_tenant(admin: &Client, namespace: &str) {
         .delete(&name, &dp)
         .await;
 }
+
+/// The provider's way to the parent through the simulator's proxy (what a test plays
+/// outages on, and counts reads through): a `Parent` for `sim`'s namespace, its calls
+/// counted in `metrics`, and the proxy's kubeconfig (for a binary's cloud-config).
+pub async fn through_proxy(
+    sim: &overcast_sim_dvp::DvpSim,
+    dir: &Path,
+    metrics: std::sync::Arc<overcast_cloud_http::ApiMetrics>,
+) -> (overcast_cloud_dvp::Parent, std::path::PathBuf) {
+    let proxied = sim.api_proxy(dir).await;
+    let kc = kube::config::Kubeconfig::read_from(&proxied).expect("the proxy's kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("the proxy's config");
+    let parent = overcast_cloud_dvp::Parent::from_config(config, sim.namespace.clone(), metrics)
+        .expect("a parent through the proxy");
+    (parent, proxied)
+}

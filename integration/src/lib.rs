@@ -22,7 +22,7 @@ pub use overcast_sim_zvirt as zvirt_sim;
 pub mod capi;
 /// The DVP parent simulator (`sim/dvp`), and the tenant accounts the tests make in it.
 pub mod dvp_sim {
-    pub use crate::dvp_tenant::{drop_tenant, tenant};
+    pub use crate::dvp_tenant::{drop_tenant, tenant, through_proxy};
     pub use overcast_sim_dvp::*;
 }
 mod dvp_tenant;

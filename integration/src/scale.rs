@@ -4,6 +4,7 @@
 //! the operations whose bytes more than doubled.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 use crate::figures::ms;
@@ -53,6 +54,93 @@ pub fn scrape(port: u16, series: &str) -> f64 {
         .filter(|l| l.starts_with(series))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// What `f` cost, as `moved` counts calls and bytes (the cloud's front, or the process's
+/// own metrics), and its time.
+pub async fn measured<T>(
+    moved: impl Fn() -> (f64, f64),
+    f: impl std::future::Future<Output = T>,
+) -> (T, Cost) {
+    let (calls, bytes) = moved();
+    let t = std::time::Instant::now();
+    let out = f.await;
+    let took = t.elapsed();
+    let (calls2, bytes2) = moved();
+    (
+        out,
+        Cost {
+            calls: calls2 - calls,
+            bytes: bytes2 - bytes,
+            took,
+        },
+    )
+}
+
+/// One periodic pass of a process serving metrics at `port`: what `moved` counts over a
+/// `window` divided by the passes its `count` series counted, and the time its `sum`
+/// series gives a pass (its own duration, not the period).
+pub async fn per_pass(
+    moved: impl Fn() -> (f64, f64),
+    port: u16,
+    count: &str,
+    sum: &str,
+    window: Duration,
+) -> Cost {
+    assert!(
+        crate::eventually(Duration::from_secs(60), || scrape(port, count) >= 2.0).await,
+        "{count} counts passes"
+    );
+    let before = (scrape(port, count), scrape(port, sum), moved());
+    tokio::time::sleep(window).await;
+    let after = (scrape(port, count), scrape(port, sum), moved());
+    let n = (after.0 - before.0).max(1.0);
+    Cost {
+        calls: (after.2 .0 - before.2 .0) / n,
+        bytes: (after.2 .1 - before.2 .1) / n,
+        took: Duration::from_secs_f64(((after.1 - before.1) / n).max(0.0)),
+    }
+}
+
+/// The ccm's node controllers for `cloud` (a sync a second, no leader election), its
+/// metrics at `port`: what the scale benchmarks measure a sync of.
+pub fn ccm(cloud: &str, kubeconfig: &Path, conf: &Path, port: u16) -> crate::KillOnDrop {
+    crate::KillOnDrop(
+        std::process::Command::new(crate::binary("ccm"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--cloud={cloud}"))
+            .arg(format!("--cloud-config={}", conf.display()))
+            .arg("--controllers=node,node-lifecycle")
+            .arg("--leader-elect=false")
+            .arg("--node-sync-period=1")
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the ccm"),
+    )
+}
+
+/// The discoverer for `cloud` (a pass a second), its metrics at `port`, with `extra`
+/// arguments.
+pub fn discoverer(
+    cloud: &str,
+    kubeconfig: &Path,
+    conf: &Path,
+    port: u16,
+    extra: &[&str],
+) -> crate::KillOnDrop {
+    crate::KillOnDrop(
+        std::process::Command::new(crate::binary("discoverer"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--cloud={cloud}"))
+            .arg(format!("--cloud-config={}", conf.display()))
+            .arg("--discovery-period=1")
+            .args(extra)
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the discoverer"),
+    )
 }
 
 /// Prints the operations at the first and last of `measured` (`unit`: what the size

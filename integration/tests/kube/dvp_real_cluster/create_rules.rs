@@ -214,17 +214,12 @@ async fn a_disk_s_attachments_are_read_without_the_namespace_s_others() {
         return;
     };
     let work = tempfile::tempdir().unwrap();
-    let proxied = world.sim.api_proxy(work.path()).await;
-    let kc = kube::config::Kubeconfig::read_from(&proxied).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    let parent = Parent::from_config(
-        config,
-        world.sim.namespace.clone(),
+    let (parent, _) = dvp_sim::through_proxy(
+        &world.sim,
+        work.path(),
         Arc::new(ApiMetrics::unregistered()),
     )
-    .unwrap();
+    .await;
     let disks = DvpDisks::new(parent, 64, waits(Duration::from_secs(30)));
     disks.create_disk(spec("pvc-mine")).await.expect("create");
     let vmbda = |name: &str, labels: serde_json::Value, vm: &str, disk: &str| -> Vmbda {
@@ -367,17 +362,12 @@ async fn a_volume_name_with_a_dot_makes_a_disk_the_webhook_admits() {
         return;
     };
     let work = tempfile::tempdir().unwrap();
-    let proxied = world.sim.api_proxy(work.path()).await;
-    let kc = kube::config::Kubeconfig::read_from(&proxied).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    let parent = Parent::from_config(
-        config,
-        world.sim.namespace.clone(),
+    let (parent, _) = dvp_sim::through_proxy(
+        &world.sim,
+        work.path(),
         Arc::new(ApiMetrics::unregistered()),
     )
-    .unwrap();
+    .await;
     // The proxy refuses a dotted VirtualDisk name as the webhook does.
     let raw: VirtualDisk = serde_json::from_value(serde_json::json!({
         "apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",

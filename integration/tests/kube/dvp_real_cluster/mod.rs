@@ -1468,17 +1468,12 @@ async fn a_parent_outage_is_retryable_and_deletes_nothing() {
         return;
     };
     let work = tempfile::tempdir().unwrap();
-    let proxied = world.sim.api_proxy(work.path()).await;
-    let kc = kube::config::Kubeconfig::read_from(&proxied).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    let parent = Parent::from_config(
-        config,
-        world.sim.namespace.clone(),
+    let (parent, proxied) = dvp_sim::through_proxy(
+        &world.sim,
+        work.path(),
         Arc::new(ApiMetrics::unregistered()),
     )
-    .unwrap();
+    .await;
     let disks = DvpDisks::new(parent.clone(), 64, waits(Duration::from_secs(30)));
     disks
         .create_disk(spec("pvc-outage"))
