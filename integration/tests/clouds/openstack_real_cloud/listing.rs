@@ -207,13 +207,22 @@ async fn listing_pages_and_a_stopped_cinder_is_retryable_and_loses_nothing() {
     }
     // Back: everything is there at its size, the csi's retries do what was asked (one
     // volume of the name), and the provider carries on.
-    let retried = c
-        .create_volume(overcast_integration::create_request(&outage_name, 1 << 30))
-        .await
-        .expect("create, retried")
-        .into_inner()
-        .volume
-        .unwrap();
+    // Asked again as the external-provisioner asks after an Unavailable: Cinder just
+    // started may still answer a 500 (its SQLite locked, seen in CI) before it settles.
+    let mut tries = 0;
+    let retried = loop {
+        tries += 1;
+        match c
+            .create_volume(overcast_integration::create_request(&outage_name, 1 << 30))
+            .await
+        {
+            Ok(answer) => break answer.into_inner().volume.unwrap(),
+            Err(e) if e.code() == tonic::Code::Unavailable && tries < 6 => {
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            }
+            Err(e) => panic!("create, retried {tries} times: {e:?}"),
+        }
+    };
     let named: Vec<_> = disks
         .list_disks()
         .await
