@@ -183,17 +183,27 @@ pub(super) fn apply(w: &Workspace, vars: &str) {
 }
 
 /// `destroy -auto-approve` with `vars`, which must succeed.
+/// The simulator's services answer a 500 naming their SQLite's `OperationalError` when
+/// the database is locked under load (seen in CI on a floating IP's disassociation): the
+/// destroy is run again, as an operator re-runs dhctl; any other failure fails at once.
 pub(super) fn destroy(w: &Workspace, vars: &str) {
-    tf(|| {
-        w.run(&[
-            "destroy",
-            "-input=false",
-            "-no-color",
-            "-auto-approve",
-            vars,
-        ])
-        .ok()
-    });
+    let args = [
+        "destroy",
+        "-input=false",
+        "-no-color",
+        "-auto-approve",
+        vars,
+    ];
+    let first = tf(|| w.run(&args));
+    if first.code != 0 && first.stderr.contains("sqlalchemy.exc.OperationalError") {
+        eprintln!(
+            "destroy met the simulator's locked database; run again:\n{}",
+            first.stderr
+        );
+        tf(|| w.run(&args).ok());
+        return;
+    }
+    first.ok();
 }
 
 /// A plan of no change.
