@@ -141,6 +141,15 @@ pub struct Run {
     pub stderr: String,
 }
 
+/// The last `max` bytes of `text` (from a character boundary).
+fn tail(text: &str, max: usize) -> &str {
+    let mut from = text.len().saturating_sub(max);
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    &text[from..]
+}
+
 impl Run {
     fn of(out: Output) -> Self {
         Self {
@@ -152,10 +161,14 @@ impl Run {
 
     /// Exit 0, or a panic showing what Terraform said.
     pub fn ok(self) -> Self {
+        // What went wrong first: a CI log keeps the head and tail of a long message, and
+        // a plan's listing on stdout would push Terraform's error out of both.
         assert_eq!(
-            self.code, 0,
-            "terraform failed:\n{}\n{}",
-            self.stdout, self.stderr
+            self.code,
+            0,
+            "terraform failed:\n{}\n-- its stdout (tail):\n{}",
+            self.stderr,
+            tail(&self.stdout, 4000)
         );
         self
     }

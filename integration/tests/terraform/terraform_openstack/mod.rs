@@ -174,33 +174,41 @@ pub(super) fn step(
     w
 }
 
-/// `apply -auto-approve` with `vars`, which must succeed.
+/// `apply -auto-approve` with `vars`, which must succeed (see [`once_more_if_locked`]).
 pub(super) fn apply(w: &Workspace, vars: &str) {
-    tf(|| {
-        w.run(&["apply", "-input=false", "-no-color", "-auto-approve", vars])
-            .ok()
-    });
+    once_more_if_locked(
+        w,
+        &["apply", "-input=false", "-no-color", "-auto-approve", vars],
+    );
 }
 
-/// `destroy -auto-approve` with `vars`, which must succeed.
-/// The simulator's services answer a 500 naming their SQLite's `OperationalError` when
-/// the database is locked under load (seen in CI on a floating IP's disassociation): the
-/// destroy is run again, as an operator re-runs dhctl; any other failure fails at once.
+/// `destroy -auto-approve` with `vars`, which must succeed (see [`once_more_if_locked`]).
 pub(super) fn destroy(w: &Workspace, vars: &str) {
-    let args = [
-        "destroy",
-        "-input=false",
-        "-no-color",
-        "-auto-approve",
-        vars,
-    ];
-    let first = tf(|| w.run(&args));
-    if first.code != 0 && first.stderr.contains("sqlalchemy.exc.OperationalError") {
+    once_more_if_locked(
+        w,
+        &[
+            "destroy",
+            "-input=false",
+            "-no-color",
+            "-auto-approve",
+            vars,
+        ],
+    );
+}
+
+/// Runs `args`, which must succeed. The simulator's services answer a 500 naming their
+/// SQLite's `OperationalError` when the database is locked under the parallel lanes (seen
+/// in CI on a floating IP's disassociation and in a base-infrastructure's apply): the
+/// command is run again, as an operator re-runs dhctl — Terraform's state holds what the
+/// first run made, and a locked transaction made nothing. Any other failure fails at once.
+fn once_more_if_locked(w: &Workspace, args: &[&str]) {
+    let first = tf(|| w.run(args));
+    if first.code != 0 && first.stderr.contains("OperationalError") {
         eprintln!(
-            "destroy met the simulator's locked database; run again:\n{}",
-            first.stderr
+            "{} met the simulator's locked database; run again:\n{}",
+            args[0], first.stderr
         );
-        tf(|| w.run(&args).ok());
+        tf(|| w.run(args).ok());
         return;
     }
     first.ok();
