@@ -265,6 +265,7 @@ async fn dvp(bin: &std::path::Path) {
     let config = overcast_cloud_dvp::Config {
         namespace: ns.clone(),
         kubeconfig: kc,
+        cluster_uuid: None,
         unknown_keys: Vec::new(),
     };
     let parent = Parent::connect(

@@ -2,7 +2,10 @@
 //! cluster's VMs are in. Read from the `--cloud-config` file (YAML: `namespace`, and
 //! `kubeconfig` as text or `kubeconfigDataBase64`, as Deckhouse's DVPClusterConfiguration
 //! carries it) and from the variables upstream's cloud-provider-dvp reads
-//! (`DVP_KUBERNETES_CONFIG_BASE64`, `DVP_NAMESPACE`), which win over the file.
+//! (`DVP_KUBERNETES_CONFIG_BASE64`, `DVP_NAMESPACE`, `CLUSTER_UUID`), which win over the
+//! file. The cluster's UUID (Deckhouse's `d8-cluster-uuid`) is optional: with it, the
+//! volumes this cluster makes are labelled as dvp-csi-driver labels them and listings
+//! read this cluster's disks and VMs only (without it, the namespace's every one).
 
 use std::path::Path;
 
@@ -15,6 +18,8 @@ use serde::Deserialize;
 const CLOUD: &str = "dvp";
 pub const ENV_KUBECONFIG: &str = "DVP_KUBERNETES_CONFIG_BASE64";
 pub const ENV_NAMESPACE: &str = "DVP_NAMESPACE";
+/// dvp-common's variable (`config.NewCloudConfig`), set from `d8-cluster-uuid`.
+pub const ENV_CLUSTER_UUID: &str = "CLUSTER_UUID";
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -22,6 +27,8 @@ struct File {
     namespace: Option<String>,
     kubeconfig: Option<String>,
     kubeconfig_data_base64: Option<String>,
+    #[serde(rename = "clusterUUID")]
+    cluster_uuid: Option<String>,
 }
 
 /// What the file and the variables take, for the configuration reference.
@@ -32,6 +39,7 @@ pub fn file_keys() -> FileKeys {
         env: vec![
             (ENV_KUBECONFIG, "kubeconfigDataBase64"),
             (ENV_NAMESPACE, "namespace"),
+            (ENV_CLUSTER_UUID, "clusterUUID"),
         ],
     }
 }
@@ -43,6 +51,9 @@ pub struct Config {
     pub namespace: String,
     /// The parent cluster's kubeconfig (its credentials: never logged).
     pub kubeconfig: Kubeconfig,
+    /// This cluster's UUID, the value of `dvp.deckhouse.io/cluster-uuid` on its VMs and
+    /// disks in the parent.
+    pub cluster_uuid: Option<String>,
     /// Keys of the file this version does not know (the caller warns).
     pub unknown_keys: Vec<String>,
 }
@@ -51,6 +62,7 @@ impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("namespace", &self.namespace)
+            .field("cluster_uuid", &self.cluster_uuid)
             .field("kubeconfig", &"<redacted>")
             .finish()
     }
@@ -77,6 +89,19 @@ impl Config {
             (None, None, Some(text)) => Some(text),
             (None, None, None) => None,
         };
+        let cluster_uuid = nonempty(env(ENV_CLUSTER_UUID))
+            .or(nonempty(file.cluster_uuid))
+            .map(|u| u.trim().to_owned());
+        if let Some(u) = cluster_uuid.as_deref() {
+            // A label's value on every disk and VM selected by it.
+            if !overcast_cloud::is_label_value(u) {
+                return Err(ConfigError::invalid(
+                    CLOUD,
+                    path,
+                    format!("the cluster UUID {u:?} ({ENV_CLUSTER_UUID}, or clusterUUID) is no label value"),
+                ));
+            }
+        }
         let mut missing = Vec::new();
         if namespace.is_none() {
             missing.push(format!(
@@ -112,6 +137,7 @@ impl Config {
             (Some(namespace), Some(kubeconfig)) if missing.is_empty() => Ok(Self {
                 namespace,
                 kubeconfig,
+                cluster_uuid,
                 unknown_keys,
             }),
             _ => Err(ConfigError::Missing {
@@ -174,6 +200,42 @@ mod tests {
         };
         let c = Config::load(Some(&dir.path().join("absent")), &env).unwrap();
         assert_eq!(c.namespace, "from-env");
+        assert_eq!(c.cluster_uuid, None);
+    }
+
+    #[test]
+    fn the_cluster_uuid_comes_from_upstreams_variable_or_the_file_and_must_be_a_label_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cloud-config");
+        let indented: String = KUBECONFIG.lines().map(|l| format!("  {l}\n")).collect();
+        let file = |uuid: &str| {
+            std::fs::write(
+                &path,
+                format!("namespace: vms\nclusterUUID: '{uuid}'\nkubeconfig: |\n{indented}"),
+            )
+            .unwrap()
+        };
+        file("6b4e0b5c-1d0a-4f6e-9a43-2f4b7f0c9d11");
+        let c = Config::load(Some(&path), &no_env).unwrap();
+        assert_eq!(
+            c.cluster_uuid.as_deref(),
+            Some("6b4e0b5c-1d0a-4f6e-9a43-2f4b7f0c9d11")
+        );
+        assert!(c.unknown_keys.is_empty(), "{:?}", c.unknown_keys);
+        let env = |k: &str| (k == ENV_CLUSTER_UUID).then(|| "from-env".to_owned());
+        assert_eq!(
+            Config::load(Some(&path), &env)
+                .unwrap()
+                .cluster_uuid
+                .as_deref(),
+            Some("from-env")
+        );
+        file("a b");
+        let e = Config::load(Some(&path), &no_env).unwrap_err().to_string();
+        assert!(
+            e.contains("no label value") && e.contains("CLUSTER_UUID"),
+            "{e}"
+        );
     }
 
     #[test]

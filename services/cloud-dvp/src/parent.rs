@@ -39,6 +39,8 @@ pub struct Parent {
     pub metrics: Arc<ApiMetrics>,
     /// The parent API server's `host:port`, as warnings and the gauge name it.
     pub endpoint: String,
+    /// This cluster's UUID (`dvp.deckhouse.io/cluster-uuid`), when configured.
+    pub cluster: Option<String>,
 }
 
 impl std::fmt::Debug for Parent {
@@ -59,7 +61,10 @@ impl Parent {
         )
         .await
         .map_err(|e| anyhow::anyhow!("the parent cluster's kubeconfig: {e}"))?;
-        Self::from_config(kube_config, config.namespace.clone(), metrics)
+        Ok(Self {
+            cluster: config.cluster_uuid.clone(),
+            ..Self::from_config(kube_config, config.namespace.clone(), metrics)?
+        })
     }
 
     /// A client for `config` without kube's own retries: kube retries a 429/503/504 up to
@@ -93,6 +98,15 @@ impl Parent {
             namespace,
             metrics,
             endpoint: "parent".into(),
+            cluster: None,
+        }
+    }
+
+    /// The same parent, for the cluster `uuid`.
+    pub fn for_cluster(self, uuid: impl Into<String>) -> Self {
+        Self {
+            cluster: Some(uuid.into()),
+            ..self
         }
     }
 

@@ -76,6 +76,9 @@ async fn configure(c: Obj) -> Outcome<Cloud> {
     let config = overcast_cloud_dvp::config::Config {
         namespace,
         kubeconfig,
+        // The layouts name every object they manage; nothing here lists the namespace, so
+        // the cluster's UUID (which narrows the CSI's and discoverer's listings) is not needed.
+        cluster_uuid: None,
         unknown_keys: Vec::new(),
     };
     let parent = Parent::connect(&config, Arc::new(ApiMetrics::unregistered()))
