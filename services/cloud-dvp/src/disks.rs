@@ -32,7 +32,8 @@ use overcast_cloud::{
 use serde_json::json;
 
 use crate::api::{self, VirtualDisk, VirtualMachine, Vmbda};
-use crate::parent::{Parent, PAGE};
+use crate::machines::CLUSTER_UUID_LABEL;
+use crate::parent::Parent;
 use crate::zones::{zones_of, ParentNodes};
 
 mod attach;
@@ -296,10 +297,13 @@ impl Disks for DvpDisks {
                         data_source: None,
                     },
                 );
-                vd.metadata.labels = Some(BTreeMap::from([(
-                    api::DISK_NAME_LABEL.to_owned(),
-                    name.clone(),
-                )]));
+                let mut labels = BTreeMap::from([(api::DISK_NAME_LABEL.to_owned(), name.clone())]);
+                // As dvp-csi-driver labels its disks when it knows the cluster: listings
+                // select this cluster's volumes by it.
+                if let Some(uuid) = &self.parent.cluster {
+                    labels.insert(CLUSTER_UUID_LABEL.to_owned(), uuid.clone());
+                }
+                vd.metadata.labels = Some(labels);
                 let mut annotations = BTreeMap::from([
                     (
                         api::PARAMETERS_ANNOTATION.to_owned(),
@@ -384,59 +388,16 @@ impl Disks for DvpDisks {
     }
 
     async fn list_disks(&self) -> Result<Vec<Disk>> {
-        // Only the disks made as volumes (upstream's label): the VMs' boot disks share
-        // the namespace and are no volumes.
-        let disks = self
-            .parent
-            .list_all(
-                "virtualdisk_list",
-                &self.parent.disks(),
-                Some(api::DISK_NAME_LABEL),
-            )
-            .await?;
-        let disks: Vec<&VirtualDisk> = disks.iter().filter(|vd| is_volume(vd)).collect();
+        let disks = self.volumes().await?;
+        let disks: Vec<&VirtualDisk> = disks.iter().collect();
         self.with_attachments(&disks).await
     }
 
-    /// A page through the parent's own paging, in its order (by name, the id): from the
-    /// start, the first `max + 1` volumes read alone; after `after`, the disks before it
-    /// are read a page of 500 at a time and dropped (the API server pages from a token of
-    /// its own, not from a name). Only the page's disks have their attachments read.
     async fn list_disks_page(&self, after: Option<&str>, max: usize) -> Result<(Vec<Disk>, bool)> {
         if max == 0 {
             return Ok(page_of(self.list_disks().await?, |d| &d.id, after, max));
         }
-        let limit = match after {
-            None => u32::try_from(max + 1).unwrap_or(u32::MAX).min(PAGE),
-            Some(_) => PAGE,
-        };
-        let api = self.parent.disks();
-        let mut found: Vec<VirtualDisk> = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let (page, next) = self
-                .parent
-                .list_page(
-                    "virtualdisk_list",
-                    &api,
-                    Some(api::DISK_NAME_LABEL),
-                    limit,
-                    token.as_deref(),
-                )
-                .await?;
-            found
-                .extend(page.into_iter().filter(|vd| {
-                    is_volume(vd) && after.is_none_or(|a| vd.name_any().as_str() > a)
-                }));
-            match next {
-                Some(next) if found.len() <= max => token = Some(next),
-                _ => break,
-            }
-        }
-        // The API server orders by the keys' bytes, as the ids compare; sorted anyway.
-        found.sort_by_key(|vd| vd.name_any());
-        let more = found.len() > max;
-        found.truncate(max);
+        let (found, more) = self.volumes_page(after, max).await?;
         let disks: Vec<&VirtualDisk> = found.iter().collect();
         Ok((self.with_attachments(&disks).await?, more))
     }

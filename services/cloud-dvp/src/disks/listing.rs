@@ -1,16 +1,104 @@
-//! How a disk's attachments are read without the namespace's others: by upstream's
-//! `virtualMachineDiskName` label (the disk's, or empty) and by its absence (made by
-//! hand), each answer filtered by what the attachment's spec names (issue 70).
+//! How this cluster's volumes and a disk's attachments are read without the namespace's
+//! others (issue 70). Volumes: by upstream's `virtualDiskName` label and, when the
+//! cluster's UUID is configured, by `dvp.deckhouse.io/cluster-uuid` — this cluster's,
+//! empty, or absent (dvp-csi-driver before it labelled, ours before this release), never
+//! another cluster's. Attachments: by upstream's `virtualMachineDiskName` label (the
+//! disk's, or empty) and by its absence (made by hand), each answer filtered by what the
+//! attachment's spec names.
 
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use overcast_cloud::{is_label_value, Disk, Result};
 
-use super::DvpDisks;
+use super::{is_volume, DvpDisks};
 use crate::api::{self, VirtualDisk, Vmbda};
+use crate::machines::CLUSTER_UUID_LABEL;
+use crate::parent::PAGE;
+
+/// The label selectors whose answers together are this cluster's volume disks: the VMs'
+/// boot disks share the namespace and carry no `virtualDiskName`. With the cluster's
+/// UUID, those labelled with it or with the label empty (dvp-csi-driver writes it empty
+/// when it was given none) and those without it; another cluster's labelled disks are
+/// never read. Without the UUID, the namespace's every volume disk.
+pub(crate) fn volume_selectors(cluster: Option<&str>) -> Vec<String> {
+    let volumes = api::DISK_NAME_LABEL;
+    match cluster {
+        Some(uuid) => vec![
+            // `in (a,)`: the trailing empty value takes the label set empty.
+            format!("{volumes},{CLUSTER_UUID_LABEL} in ({uuid},)"),
+            format!("{volumes},!{CLUSTER_UUID_LABEL}"),
+        ],
+        None => vec![volumes.to_owned()],
+    }
+}
 
 impl DvpDisks {
+    /// This cluster's volume disks, by name.
+    pub(super) async fn volumes(&self) -> Result<Vec<VirtualDisk>> {
+        let api = self.parent.disks();
+        let mut found = Vec::new();
+        for selector in volume_selectors(self.parent.cluster.as_deref()) {
+            found.extend(
+                self.parent
+                    .list_all("virtualdisk_list", &api, Some(&selector))
+                    .await?
+                    .into_iter()
+                    .filter(is_volume),
+            );
+        }
+        found.sort_by_key(|vd| vd.name_any());
+        Ok(found)
+    }
+
+    /// A page of this cluster's volume disks through the parent's own paging, in its
+    /// order (by name, the id), and whether more follow: from the start, the first
+    /// `max + 1` of each selector read alone; after `after`, the disks before it are read
+    /// a page of 500 at a time and dropped (the API server pages from a token of its own,
+    /// not from a name).
+    pub(super) async fn volumes_page(
+        &self,
+        after: Option<&str>,
+        max: usize,
+    ) -> Result<(Vec<VirtualDisk>, bool)> {
+        let limit = match after {
+            None => u32::try_from(max + 1).unwrap_or(u32::MAX).min(PAGE),
+            Some(_) => PAGE,
+        };
+        let api = self.parent.disks();
+        let mut found: Vec<VirtualDisk> = Vec::new();
+        for selector in volume_selectors(self.parent.cluster.as_deref()) {
+            let mut of_this: Vec<VirtualDisk> = Vec::new();
+            let mut token: Option<String> = None;
+            loop {
+                let (page, next) = self
+                    .parent
+                    .list_page(
+                        "virtualdisk_list",
+                        &api,
+                        Some(&selector),
+                        limit,
+                        token.as_deref(),
+                    )
+                    .await?;
+                of_this.extend(page.into_iter().filter(|vd| {
+                    is_volume(vd) && after.is_none_or(|a| vd.name_any().as_str() > a)
+                }));
+                match next {
+                    Some(next) if of_this.len() <= max => token = Some(next),
+                    _ => break,
+                }
+            }
+            found.extend(of_this);
+        }
+        // The API server orders by the keys' bytes, as the ids compare; the selectors'
+        // answers merged.
+        found.sort_by_key(|vd| vd.name_any());
+        let more = found.len() > max;
+        found.truncate(max);
+        Ok((found, more))
+    }
+
     /// Every attachment of the disk, found by what it points at (`spec.blockDeviceRef`):
     /// one made by hand or by another tool carries none of our labels, and missing it
     /// would report the volume unpublished and let DeleteVolume remove a disk in use.
@@ -64,8 +152,6 @@ impl DvpDisks {
     pub(super) async fn with_attachments(&self, disks: &[&VirtualDisk]) -> Result<Vec<Disk>> {
         let names: Vec<String> = disks.iter().map(|vd| vd.name_any()).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        // The volumes' attachments, 40 disks a selector, and the unlabelled once: the
-        // parent's other attachments unread.
         let mut vmbdas = Vec::new();
         if names.iter().all(|d| is_selectable(d)) {
             for batch in names.chunks(40) {
@@ -108,4 +194,21 @@ fn is_selectable(disk: &str) -> bool {
 fn of_these(v: &Vmbda, disks: &[&str]) -> bool {
     v.spec.block_device_ref.kind == "VirtualDisk"
         && disks.contains(&v.spec.block_device_ref.name.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::volume_selectors;
+
+    #[test]
+    fn this_clusters_volumes_are_selected_labelled_with_it_empty_or_unlabelled() {
+        assert_eq!(volume_selectors(None), ["virtualDiskName"]);
+        assert_eq!(
+            volume_selectors(Some("6b4e0b5c-1d0a-4f6e-9a43-2f4b7f0c9d11")),
+            [
+                "virtualDiskName,dvp.deckhouse.io/cluster-uuid in (6b4e0b5c-1d0a-4f6e-9a43-2f4b7f0c9d11,)",
+                "virtualDiskName,!dvp.deckhouse.io/cluster-uuid",
+            ]
+        );
+    }
 }
