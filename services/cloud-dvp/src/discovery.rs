@@ -24,6 +24,7 @@ use serde_json::json;
 use crate::api;
 use crate::disks::DvpDisks;
 use crate::instances::{instance_type, shape_name};
+use crate::machines::CLUSTER_UUID_LABEL;
 use crate::parent::{Parent, PAGE};
 use crate::zones::{zones_of, ParentNodes};
 
@@ -269,11 +270,24 @@ impl Discovery for DvpDiscovery {
         }
         let mut shapes = Vec::new();
         let vms = self.parent.vms();
+        // With the cluster's UUID, its VMs alone (capdvp and the layouts label each):
+        // another cluster's VMs in the namespace are not this cluster's types.
+        let ours = self
+            .parent
+            .cluster
+            .as_ref()
+            .map(|uuid| format!("{CLUSTER_UUID_LABEL}={uuid}"));
         let mut token: Option<String> = None;
         loop {
             let (page, next) = self
                 .parent
-                .list_page("virtualmachine_list", &vms, None, PAGE, token.as_deref())
+                .list_page(
+                    "virtualmachine_list",
+                    &vms,
+                    ours.as_deref(),
+                    PAGE,
+                    token.as_deref(),
+                )
                 .await?;
             shapes.extend(page.iter().map(|vm| {
                 Shape {
@@ -302,27 +316,38 @@ impl Discovery for DvpDiscovery {
             shapes.iter().filter_map(|s| s.root.as_deref()).collect();
         let mut sizes: BTreeMap<String, u64> = BTreeMap::new();
         let disks = self.parent.disks();
-        let mut token: Option<String> = None;
-        loop {
-            let (page, next) = self
-                .parent
-                .list_page("virtualdisk_list", &disks, None, PAGE, token.as_deref())
-                .await?;
-            for d in page
-                .iter()
-                .filter(|d| roots.contains(d.name_any().as_str()))
-            {
-                let size = d
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.capacity.as_deref())
-                    .and_then(api::quantity_bytes)
-                    .unwrap_or(0);
-                sizes.insert(d.name_any(), size);
+        let size_of = |d: &api::VirtualDisk| {
+            d.status
+                .as_ref()
+                .and_then(|s| s.capacity.as_deref())
+                .and_then(api::quantity_bytes)
+                .unwrap_or(0)
+        };
+        if ours.is_some() {
+            // This cluster's root disks, each read alone: as many reads as its VMs.
+            for root in &roots {
+                if let Some(d) = self.parent.get_opt("virtualdisk_get", &disks, root).await? {
+                    sizes.insert(d.name_any(), size_of(&d));
+                }
             }
-            match next {
-                Some(next) => token = Some(next),
-                None => break,
+        } else {
+            // Without the UUID the VMs are the namespace's: its disks read a page at a time.
+            let mut token: Option<String> = None;
+            loop {
+                let (page, next) = self
+                    .parent
+                    .list_page("virtualdisk_list", &disks, None, PAGE, token.as_deref())
+                    .await?;
+                for d in page
+                    .iter()
+                    .filter(|d| roots.contains(d.name_any().as_str()))
+                {
+                    sizes.insert(d.name_any(), size_of(d));
+                }
+                match next {
+                    Some(next) => token = Some(next),
+                    None => break,
+                }
             }
         }
         for shape in shapes {
