@@ -253,12 +253,29 @@ impl DvpSim {
     /// Adds a VM as Deckhouse makes a node's: labelled with its hostname, Running on
     /// `parent_node`, with `ip`.
     pub async fn add_vm(&self, name: &str, hostname: &str, ip: &str, parent_node: &str) {
+        self.add_vm_of(None, name, hostname, ip, parent_node).await
+    }
+
+    /// [`Self::add_vm`], and labelled with the cluster's UUID as capdvp and the layouts
+    /// label theirs (`dvp.deckhouse.io/cluster-uuid`) when `cluster` is given.
+    pub async fn add_vm_of(
+        &self,
+        cluster: Option<&str>,
+        name: &str,
+        hostname: &str,
+        ip: &str,
+        parent_node: &str,
+    ) {
+        let mut labels = json!({api::HOSTNAME_LABEL: hostname});
+        if let Some(uuid) = cluster {
+            labels["dvp.deckhouse.io/cluster-uuid"] = json!(uuid);
+        }
         let vm: VirtualMachine = serde_json::from_value(json!({
             "apiVersion": "virtualization.deckhouse.io/v1alpha2",
             "kind": "VirtualMachine",
             "metadata": {
                 "name": name,
-                "labels": {api::HOSTNAME_LABEL: hostname},
+                "labels": labels,
                 "annotations": {STATIC_ANNOTATION: "true"},
             },
             "spec": {

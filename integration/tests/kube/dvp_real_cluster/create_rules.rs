@@ -214,12 +214,7 @@ async fn a_disk_s_attachments_are_read_without_the_namespace_s_others() {
         return;
     };
     let work = tempfile::tempdir().unwrap();
-    let (parent, _) = dvp_sim::through_proxy(
-        &world.sim,
-        work.path(),
-        Arc::new(ApiMetrics::unregistered()),
-    )
-    .await;
+    let (parent, _) = world.proxied(work.path()).await;
     let disks = DvpDisks::new(parent, 64, waits(Duration::from_secs(30)));
     disks.create_disk(spec("pvc-mine")).await.expect("create");
     let vmbda = |name: &str, labels: serde_json::Value, vm: &str, disk: &str| -> Vmbda {
@@ -362,12 +357,7 @@ async fn a_volume_name_with_a_dot_makes_a_disk_the_webhook_admits() {
         return;
     };
     let work = tempfile::tempdir().unwrap();
-    let (parent, _) = dvp_sim::through_proxy(
-        &world.sim,
-        work.path(),
-        Arc::new(ApiMetrics::unregistered()),
-    )
-    .await;
+    let (parent, _) = world.proxied(work.path()).await;
     // The proxy refuses a dotted VirtualDisk name as the webhook does.
     let raw: VirtualDisk = serde_json::from_value(serde_json::json!({
         "apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",

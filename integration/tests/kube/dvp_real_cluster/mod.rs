@@ -25,6 +25,8 @@ use overcast_integration::real;
 
 use overcast_integration::dvp_sim::PARENT;
 
+/// Several clusters' volumes in one parent namespace.
+mod clusters;
 /// The create and naming rules as the real virtualization controller and webhooks set them.
 mod create_rules;
 /// The Cluster API provider's VMs.
@@ -74,6 +76,12 @@ impl World {
 
     fn vmbdas(&self) -> Api<Vmbda> {
         self.parent.vmbdas()
+    }
+
+    /// The parent through the simulator's proxy (which records every read), and the
+    /// proxy's kubeconfig, written in `dir`.
+    async fn proxied(&self, dir: &std::path::Path) -> (Parent, std::path::PathBuf) {
+        dvp_sim::through_proxy(&self.sim, dir, Arc::new(ApiMetrics::unregistered())).await
     }
 
     /// A cloud-config file as an operator writes it for this parent: the namespace and
@@ -1281,7 +1289,8 @@ async fn the_parent_rbac_manifest_is_all_the_provider_needs() {
 
 /// The real `discoverer` (`--cloud dvp`) publishes DVP's discovery data from the simulated
 /// parent: its StorageClasses as the contract lists them, the instance types of the VMs,
-/// the conditions, and a volume no PV names as an orphan (reported, never deleted).
+/// the conditions, and a volume no PV names as an orphan (reported, never deleted) — not
+/// another cluster's volume in the same namespace.
 #[tokio::test]
 async fn the_discoverer_publishes_the_parent_s_data_and_its_orphans() {
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -1308,6 +1317,17 @@ async fn the_discoverer_publishes_the_parent_s_data_and_its_orphans() {
         .metadata
         .insert("csi.storage.k8s.io/pv/name".into(), "pvc-orphan-1".into());
     disks.create_disk(orphan).await.expect("create");
+    // Another cluster's volume in the same namespace, as dvp-csi-driver labels it: no PV
+    // of ours names it, and it is not ours to report.
+    world
+        .parent
+        .disks()
+        .create(
+            &PostParams::default(),
+            &clusters::upstream_disk("pvc-theirs-orphan", Some(clusters::THEIRS)),
+        )
+        .await
+        .expect("their disk");
 
     let kubeconfig_path = std::env::var(real::ENV).unwrap();
     let work = tempfile::tempdir().unwrap();
@@ -1328,6 +1348,8 @@ async fn the_discoverer_publishes_the_parent_s_data_and_its_orphans() {
             .arg(format!("--cloud-config={}", config.display()))
             .arg("--discovery-period=2")
             .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            // As the overlay gives it, from Deckhouse's d8-cluster-uuid.
+            .env("CLUSTER_UUID", clusters::OURS)
             .stderr(std::process::Stdio::inherit())
             .spawn()
             .unwrap(),
@@ -1381,16 +1403,23 @@ async fn the_discoverer_publishes_the_parent_s_data_and_its_orphans() {
             .unwrap_or_else(|| panic!("{name}: {conditions:?}"));
         assert_eq!(c["ok"], true, "{c}");
     }
-    real::wait_for("the orphan reported", Duration::from_secs(30), async || {
+    let orphans = real::wait_for("the orphan reported", Duration::from_secs(30), async || {
         let (_, body) = overcast_integration::http_get(port, "/metrics");
-        body.lines()
-            .any(|l| {
-                l.starts_with("cloud_data_discovery_orphaned_disk_info{")
-                    && l.contains("pvc-orphan-1")
-            })
-            .then_some(())
+        let orphans: Vec<String> = body
+            .lines()
+            .filter(|l| l.starts_with("cloud_data_discovery_orphaned_disk_info{"))
+            .map(str::to_owned)
+            .collect();
+        orphans
+            .iter()
+            .any(|l| l.contains("pvc-orphan-1"))
+            .then_some(orphans)
     })
     .await;
+    assert!(
+        !orphans.iter().any(|l| l.contains("pvc-theirs-orphan")),
+        "another cluster's volume reported as ours: {orphans:?}"
+    );
     assert!(
         world
             .parent
@@ -1468,12 +1497,7 @@ async fn a_parent_outage_is_retryable_and_deletes_nothing() {
         return;
     };
     let work = tempfile::tempdir().unwrap();
-    let (parent, proxied) = dvp_sim::through_proxy(
-        &world.sim,
-        work.path(),
-        Arc::new(ApiMetrics::unregistered()),
-    )
-    .await;
+    let (parent, proxied) = world.proxied(work.path()).await;
     let disks = DvpDisks::new(parent.clone(), 64, waits(Duration::from_secs(30)));
     disks
         .create_disk(spec("pvc-outage"))
