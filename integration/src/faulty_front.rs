@@ -49,6 +49,11 @@ pub enum Fault {
     /// (`GET …/servers/<id>`) answered 404, every listing of servers (`GET …/servers`,
     /// `…/servers/detail`) answered 200 with none. Every other request passes.
     EveryServerGone,
+    /// A Cinder whose operator took a filter out of its `resource_filters.json`: every
+    /// volume listing (`GET …/volumes`, `…/volumes/detail`) whose query holds the filter
+    /// `name` is answered 400 as Cinder's `reject_invalid_filters` answers a non-admin
+    /// (cinder/api/common.py). Every other request passes.
+    RefuseFilter(&'static str),
 }
 
 impl Fault {
@@ -232,6 +237,27 @@ async fn answer(
                 .status(status)
                 .header("content-type", "application/json")
                 .body(Full::new(Bytes::from(body.to_string())))
+                .expect("response");
+        }
+    }
+    if let Fault::RefuseFilter(filter) = now {
+        let listing = parts.method == hyper::Method::GET
+            && (parts.uri.path().ends_with("/volumes")
+                || parts.uri.path().ends_with("/volumes/detail"));
+        let filtered = parts
+            .uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|kv| kv.split('=').next() == Some(filter)));
+        if listing && filtered {
+            faulted.fetch_add(1, Ordering::Relaxed);
+            let message = format!("Invalid filters {filter} are found in query options.");
+            return hyper::Response::builder()
+                .status(400)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(
+                    serde_json::json!({"badRequest": {"code": 400, "message": message}})
+                        .to_string(),
+                )))
                 .expect("response");
         }
     }

@@ -15,11 +15,12 @@ use kube::api::{Api, DeleteParams, PostParams};
 use overcast_integration::faulty_front::{Fault, FaultyFront};
 use overcast_integration::{binary, free_port, say_skipped, KillOnDrop};
 
+use super::keystone::{Keystone, FAULTY_REGION};
+
 use super::*;
 
 const KUBE_ENV: &str = "OVERCAST_TEST_KUBECONFIG";
 const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
-const FAULTY_REGION: &str = "overcast-it-faulty";
 
 pub fn kubeconfig() -> Option<String> {
     let k = std::env::var(KUBE_ENV).ok();
@@ -287,89 +288,6 @@ async fn the_ccm_initializes_nodes_from_nova_and_follows_their_servers() {
     cloud.delete_server(&one).await;
 }
 
-/// Keystone's admin API, by curl (the tests' own calls, not the provider's).
-struct Keystone {
-    url: String,
-    token: String,
-}
-
-impl Keystone {
-    async fn new(cloud: &Cloud) -> Self {
-        let session = cloud.os.session().await.expect("token");
-        Self {
-            url: cloud.env["OS_AUTH_URL"].trim_end_matches('/').to_owned(),
-            token: session.token().to_str().unwrap().to_owned(),
-        }
-    }
-
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let mut cmd = Command::new("curl");
-        cmd.args(["-sS", "-X", method, "-H"])
-            .arg(format!("X-Auth-Token: {}", self.token))
-            .args(["-H", "Content-Type: application/json"])
-            .arg(format!("{}{path}", self.url));
-        if let Some(b) = body {
-            cmd.args(["-d", &b.to_string()]);
-        }
-        let out = cmd.output().expect("curl");
-        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
-    }
-
-    /// The public URL of `kind` in the simulator's own region.
-    fn endpoint(&self, kind: &str, region: &str) -> (String, String) {
-        let svc = self.call("GET", &format!("/services?type={kind}"), None);
-        let id = svc["services"][0]["id"].as_str().expect(kind).to_owned();
-        let eps = self.call(
-            "GET",
-            &format!("/endpoints?service_id={id}&interface=public&region_id={region}"),
-            None,
-        );
-        let url = eps["endpoints"][0]["url"].as_str().expect("url").to_owned();
-        (id, url)
-    }
-
-    /// Removes the test region and its endpoints (an earlier run's too).
-    fn drop_region(&self) {
-        let eps = self.call(
-            "GET",
-            &format!("/endpoints?region_id={FAULTY_REGION}"),
-            None,
-        );
-        for e in eps["endpoints"].as_array().into_iter().flatten() {
-            if let Some(id) = e["id"].as_str() {
-                self.call("DELETE", &format!("/endpoints/{id}"), None);
-            }
-        }
-        self.call("DELETE", &format!("/regions/{FAULTY_REGION}"), None);
-    }
-
-    /// A region whose compute endpoint is `front` (in front of the real Nova) and whose
-    /// network endpoint is the real Neutron.
-    fn faulty_region(&self, home: &str, front: &FaultyFront) {
-        self.drop_region();
-        self.call(
-            "POST",
-            "/regions",
-            Some(json!({"region": {"id": FAULTY_REGION}})),
-        );
-        let (compute, nova) = self.endpoint("compute", home);
-        let (network, neutron) = self.endpoint("network", home);
-        let nova: http::Uri = nova.parse().unwrap();
-        let via_front = format!(
-            "http://{}{}",
-            front.addr,
-            nova.path_and_query().map(|p| p.as_str()).unwrap_or("")
-        );
-        for (service, url) in [(compute, via_front), (network, neutron)] {
-            self.call(
-                "POST",
-                "/endpoints",
-                Some(json!({"endpoint": {"service_id": service, "interface": "public", "region_id": FAULTY_REGION, "url": url}})),
-            );
-        }
-    }
-}
-
 /// Nova's answers made wrong in front of it, and Keystone hanging: no node is deleted on
 /// any of them — not even the one node of a cluster whose server list came back empty
 /// (the deletion guard lets a one-node cluster lose its node; the provider refuses an
@@ -399,7 +317,7 @@ async fn a_wrong_or_missing_answer_from_nova_or_keystone_deletes_no_node() {
         .parse()
         .expect("Nova's address");
     let front = FaultyFront::start(upstream).await;
-    keystone.faulty_region(&cloud.env["OS_REGION_NAME"], &front);
+    keystone.faulty_region(&cloud.env["OS_REGION_NAME"], &front, "compute");
     let dir = tempfile::tempdir().unwrap();
     let conf = dir.path().join("cloud.conf");
     let home = std::fs::read_to_string(cloud_conf(&cloud.env, dir.path())).unwrap();

@@ -153,6 +153,57 @@ async fn discovery_reports_what_the_services_hold() {
         "{listed:?}"
     );
 
+    // A Cinder whose operator took `metadata` out of its resource_filters.json refuses the
+    // listing by this cluster's metadata (a 400, in front of the real Cinder): the
+    // project's volumes are listed whole and filtered here — the same volumes.
+    {
+        use overcast_integration::faulty_front::{Fault, FaultyFront};
+        let home = cloud.env["OS_REGION_NAME"].clone();
+        let keystone = super::keystone::Keystone::new(&cloud).await;
+        let (_, cinder) = keystone.endpoint("volumev3", &home);
+        let (host, _) = super::keystone::split(&cinder);
+        let front = FaultyFront::start(host.parse().expect("Cinder's host:port")).await;
+        front.set(Fault::RefuseFilter("metadata"));
+        keystone.faulty_region(&home, &front, "volumev3");
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("cloud.conf");
+        let text = std::fs::read_to_string(cloud_conf(&cloud.env, dir.path())).unwrap();
+        std::fs::write(
+            &conf,
+            text.replace(
+                &format!("region = {home}"),
+                &format!("region = {}", super::keystone::FAULTY_REGION),
+            ),
+        )
+        .unwrap();
+        let config = Config::load(Some(&conf)).expect("cloud.conf");
+        let os = overcast_cloud_openstack::connect(&config, None).expect("client");
+        let refused = OpenStackDiscovery::new(
+            Arc::clone(&os),
+            CinderDisks::new(
+                os,
+                "overcast-it".into(),
+                super::keystone::FAULTY_REGION.into(),
+                Vec::new(),
+                60,
+                false,
+                Waits::default(),
+            ),
+            "overcast-it".into(),
+        );
+        let whole: Vec<String> = refused
+            .cluster_disks()
+            .await
+            .map(|disks| disks.into_iter().map(|d| d.id).collect())
+            .unwrap_or_else(|e| panic!("listed whole after the refusal: {e}"));
+        keystone.drop_region();
+        assert!(front.faulted() >= 1, "Cinder was asked with the filter");
+        let (mut a, mut b) = (whole, listed.clone());
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "the same volumes, listed whole and filtered here");
+    }
+
     if let Ok(kubeconfig) = std::env::var("OVERCAST_TEST_KUBECONFIG") {
         use k8s_openapi::api::core::v1::Secret;
         let admin = overcast_integration::real::client(&kubeconfig).await;

@@ -83,6 +83,26 @@ async fn listing_pages_and_a_stopped_cinder_is_retryable_and_loses_nothing() {
         .await
         .expect("delete the token's volume");
     made.retain(|id| *id != gone);
+    // Cinder looks the marker up before it pages (`db/api.py`'s `get(context, marker)`):
+    // a deleted volume's id is refused, and the project is read whole — the fallback
+    // taken, not a marker Cinder happened to accept. A page of one after a known marker
+    // is one listing (`limit=2`); here, the refused one and then at least two pages of 2
+    // of the whole project (it holds at least two of ours).
+    let before = cloud.metrics.requests("volume_list");
+    let (one, _) = disks.list_disks_page(Some(&gone), 1).await.unwrap();
+    assert!(one.len() == 1 && one[0].id > gone, "{one:?}");
+    let listings = cloud.metrics.requests("volume_list") - before;
+    assert!(
+        listings >= 3,
+        "a refused marker, then the whole listing: {listings} listings"
+    );
+    let before = cloud.metrics.requests("volume_list");
+    disks.list_disks_page(Some(&ours[2]), 1).await.unwrap();
+    assert_eq!(
+        cloud.metrics.requests("volume_list") - before,
+        1,
+        "a page of one after a marker Cinder knows"
+    );
     let (page, _) = disks.list_disks_page(Some(&gone), 1000).await.unwrap();
     let ids: Vec<&str> = page.iter().map(|d| d.id.as_str()).collect();
     assert!(ids.iter().all(|id| *id > gone.as_str()), "{ids:?}");

@@ -32,6 +32,8 @@ mod ccm_lb;
 mod cloud;
 /// Discovery of what the services hold.
 mod discovery;
+/// Keystone's catalog with a region whose endpoint goes through a front.
+mod keystone;
 /// What the load-balancer tests share.
 mod lb_help;
 /// Listing by pages, and a stopped Cinder API.
