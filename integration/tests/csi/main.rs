@@ -16,6 +16,8 @@ mod node;
 mod node_owns;
 mod process;
 mod proto_wire;
+mod read_only_state;
 mod registrar;
+mod startup;
 mod store_full;
 mod upgrade;

@@ -2,7 +2,6 @@
 //! the CSI socket until shutdown.
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -26,7 +25,10 @@ const DRAIN_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub struct Driver {
     options: Options,
-    socket_path: PathBuf,
+    /// `--driver-name`, else the cloud's upstream name.
+    driver_name: String,
+    /// Removed when the driver is dropped, whichever way it ends.
+    socket: socket::Owned,
     listener: UnixListener,
     cloud: Option<Arc<dyn Disks>>,
     /// Where this host is: flags first, then the cloud-config file; or its Node's labels.
@@ -86,9 +88,12 @@ impl Driver {
             zone_aliases: aliases.zone,
             region_aliases: aliases.region,
         };
+        let driver_name = options.driver_name().map_err(anyhow::Error::msg)?;
         let listener = socket::bind(&socket_path)
             .await
             .with_context(|| format!("bind {}", socket_path.display()))?;
+        // From here every way out removes it: an error, or a signal ending the start.
+        let socket = socket::Owned::new(socket_path);
         let metrics = GrpcMetrics::register(&mut registry, "csi");
         let node_metrics = if options.mode.node() {
             NodeMetrics::register(&mut registry)
@@ -97,7 +102,8 @@ impl Driver {
         };
         Ok(Self {
             options,
-            socket_path,
+            driver_name,
+            socket,
             listener,
             cloud,
             zone,
@@ -116,7 +122,8 @@ impl Driver {
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let Self {
             options,
-            socket_path,
+            driver_name,
+            socket,
             listener,
             cloud,
             zone,
@@ -143,7 +150,7 @@ impl Driver {
         }
 
         let identity = IdentityService::new(
-            options.driver_name.clone(),
+            driver_name.clone(),
             options.mode.controller(),
             cloud.clone(),
         );
@@ -182,7 +189,7 @@ impl Driver {
                     overcast_cloud::DiskOfVolume::Unknown => {
                         crate::node::attachment::Attachments::Api {
                             kubeconfig: options.kubeconfig.clone(),
-                            driver: options.driver_name.clone(),
+                            driver: driver_name.clone(),
                             node: node_id.clone(),
                         }
                     }
@@ -196,8 +203,8 @@ impl Driver {
             false => None,
         };
         tracing::info!(
-            endpoint = %socket_path.display(),
-            driver = %options.driver_name,
+            endpoint = %socket.path().display(),
+            driver = %driver_name,
             mode = ?options.mode,
             node.id = %node_id,
             "serving CSI"
@@ -231,7 +238,7 @@ impl Driver {
                 Ok(())
             }
         };
-        socket::remove(&socket_path);
+        drop(socket);
         result
     }
 }

@@ -2,12 +2,16 @@ use clap::Parser;
 use overcast_csi::driver::Driver;
 use overcast_csi::options::Options;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let options = Options::parse();
-    overcast_runtime::logging::init(options.log_format);
-    let driver = Driver::start(options).await?;
-    driver
-        .serve(overcast_runtime::shutdown::signal_received())
-        .await
+// Not `#[tokio::main]`: SIGTERM is caught from the first instruction (a pod killed while
+// it starts), and one during the start ends it there, its socket removed.
+fn main() -> anyhow::Result<()> {
+    overcast_runtime::shutdown::run(|mut signals| async move {
+        let options = Options::parse();
+        overcast_runtime::logging::init(options.log_format);
+        let driver = tokio::select! {
+            driver = Driver::start(options) => driver?,
+            () = signals.received() => return Ok(()),
+        };
+        driver.serve(async move { signals.received().await }).await
+    })
 }

@@ -40,12 +40,11 @@ pub struct Options {
     pub mode: Mode,
 
     /// The driver's name (GetPluginInfo, CSIDriver object, StorageClass provisioner).
-    #[arg(
-        long,
-        env = "CSI_DRIVER_NAME",
-        default_value = "local.csi.overcast.dev"
-    )]
-    pub driver_name: String,
+    /// Default: the cloud's upstream driver's, as its overlay sets it — local:
+    /// local.csi.overcast.dev, dvp: csi.dvp.deckhouse.io, openstack:
+    /// cinder.csi.openstack.org, vsphere: csi.vsphere.vmware.com, zvirt: csi.ovirt.org.
+    #[arg(long, env = "CSI_DRIVER_NAME")]
+    pub driver_name: Option<String>,
 
     /// This node's id as the cloud knows it; defaults to the hostname.
     #[arg(long, env = "KUBE_NODE_NAME")]
@@ -161,9 +160,73 @@ impl Options {
         }
     }
 
+    /// The driver's name: `--driver-name`, else the cloud's upstream name.
+    pub fn driver_name(&self) -> Result<String, String> {
+        match &self.driver_name {
+            Some(name) => Ok(name.clone()),
+            None => Ok(default_driver_name(self.cloud()?).to_owned()),
+        }
+    }
+
     pub fn node_id(&self) -> String {
         self.node_id
             .clone()
             .unwrap_or_else(overcast_runtime::host::hostname_or_localhost)
+    }
+}
+
+/// Each cloud's driver name when `--driver-name` is not given: the upstream driver's a
+/// cluster switching to Overcast already has PersistentVolumes of (the overlays set the
+/// same; a test holds them equal).
+pub fn default_driver_name(cloud: CloudName) -> &'static str {
+    match cloud {
+        CloudName::Local => "local.csi.overcast.dev",
+        // Deckhouse's cloud-provider-dvp.
+        CloudName::Dvp => "csi.dvp.deckhouse.io",
+        // cloud-provider-openstack's cinder-csi-plugin.
+        CloudName::Openstack => "cinder.csi.openstack.org",
+        // vsphere-csi-driver.
+        CloudName::Vsphere => "csi.vsphere.vmware.com",
+        // ovirt-csi-driver, whose name Deckhouse's zVirt module keeps.
+        CloudName::Zvirt => "csi.ovirt.org",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names each overlay gives `CSI_DRIVER_NAME`.
+    fn overlay_names(cloud: CloudName) -> Vec<String> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../deploy/overlays")
+            .join(cloud.as_str())
+            .join("kustomization.yaml");
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        lines
+            .windows(2)
+            .filter(|w| w[0] == "- name: CSI_DRIVER_NAME")
+            .map(|w| w[1].trim_start_matches("value:").trim().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn without_the_flag_each_cloud_is_its_upstream_driver_as_its_overlay_says() {
+        for cloud in CloudName::ALL {
+            let options = Options::parse_from(["csi", "--cloud", cloud.as_str()]);
+            let name = options.driver_name().unwrap();
+            assert_eq!(name, default_driver_name(cloud), "{cloud}");
+            if cloud == CloudName::Local {
+                continue;
+            }
+            let overlay = overlay_names(cloud);
+            // The controller's and the node's.
+            assert_eq!(overlay.len(), 2, "{cloud}: {overlay:?}");
+            assert!(overlay.iter().all(|o| *o == name), "{cloud}: {overlay:?}");
+        }
+        let named = Options::parse_from(["csi", "--cloud", "openstack", "--driver-name", "x.y"]);
+        assert_eq!(named.driver_name().unwrap(), "x.y");
     }
 }

@@ -58,14 +58,21 @@ struct Options {
     log_format: LogFormat,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+// Not `#[tokio::main]`: SIGTERM is caught from the first instruction, as the driver's.
+fn main() -> anyhow::Result<()> {
+    overcast_runtime::shutdown::run(registrar)
+}
+
+async fn registrar(mut signals: overcast_runtime::shutdown::Signals) -> anyhow::Result<()> {
     let options = Options::parse();
     overcast_runtime::logging::init(options.log_format);
     let csi_path = socket::parse_endpoint(&options.csi_address)?;
     let channel = client::unix_channel(&csi_path, None);
 
-    let name = driver_name(channel.clone()).await;
+    let name = tokio::select! {
+        name = driver_name(channel.clone()) => name,
+        () = signals.received() => return Ok(()),
+    };
     let reg_socket = options
         .plugin_registration_dir
         .join(format!("{name}-reg.sock"));
@@ -91,7 +98,7 @@ async fn main() -> anyhow::Result<()> {
         info,
         &reg_socket,
         check,
-        overcast_runtime::shutdown::signal_received(),
+        async move { signals.received().await },
     )
     .await;
     socket::remove(&reg_socket);

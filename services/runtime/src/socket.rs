@@ -71,6 +71,29 @@ pub async fn bind(path: &Path) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// The socket file this process bound, removed when dropped: at shutdown, and on every
+/// other way out once it is bound — an error later in start-up, a signal that ends the
+/// start (its future dropped) — so a socket no one serves is never left behind.
+#[derive(Debug)]
+pub struct Owned(PathBuf);
+
+impl Owned {
+    /// Takes `path`, just bound by [`bind`], as this process's to remove.
+    pub fn new(path: PathBuf) -> Self {
+        Self(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        remove(&self.0);
+    }
+}
+
 /// Removes the socket file at shutdown so the next start finds a clean directory.
 pub fn remove(path: &Path) {
     if let Err(e) = std::fs::remove_file(path) {
