@@ -190,8 +190,14 @@ async fn errors_carry_the_grpc_code_in_exit_status_and_text() {
     assert_eq!(usage.code, 64, "a command line that does not parse");
     let size = ctl(s, &["controller", "create", "x", "--size", "12XB"]);
     assert_eq!(size.code, 64);
-    let nobody = ctl(&csi.dir.path().join("nobody.sock"), &["identity", "probe"]);
+    let missing = csi.dir.path().join("nobody.sock");
+    let nobody = ctl(&missing, &["identity", "probe"]);
     assert_eq!(nobody.code, 14, "no driver: UNAVAILABLE; {}", nobody.stderr);
-    assert!(nobody.stderr.contains("UNAVAILABLE"));
+    assert!(
+        nobody.stderr.contains("UNAVAILABLE")
+            && nobody.stderr.contains(&missing.display().to_string()),
+        "the socket it could not reach is named: {}",
+        nobody.stderr
+    );
     assert!(ok(s, &["--help"]).contains("identity"));
 }

@@ -39,6 +39,15 @@ async fn main() -> ExitCode {
             report.print(cli.output, cli.quiet);
             ExitCode::SUCCESS
         }
+        Err(run::Failure::Rpc(status)) if status.code() == tonic::Code::Unavailable => {
+            // The connection's own error ("No such file or directory") names no socket.
+            eprintln!(
+                "error: UNAVAILABLE: {}: {}",
+                path.display(),
+                status.message()
+            );
+            ExitCode::from(status.code() as u8)
+        }
         Err(run::Failure::Rpc(status)) => {
             eprintln!("error: {}: {}", code_name(status.code()), status.message());
             ExitCode::from(status.code() as u8)
