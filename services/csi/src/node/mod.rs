@@ -201,7 +201,11 @@ fn errno_code(err: &std::io::Error) -> tonic::Code {
     use nix::errno::Errno;
     use tonic::Code;
     let Some(errno) = err.raw_os_error().map(Errno::from_raw) else {
-        return Code::Internal;
+        // An error that says more than its errno (the node's read-only state directory).
+        return match err.kind() {
+            std::io::ErrorKind::ReadOnlyFilesystem => Code::FailedPrecondition,
+            _ => Code::Internal,
+        };
     };
     match errno {
         Errno::ENOENT => Code::NotFound,

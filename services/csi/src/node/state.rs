@@ -55,13 +55,59 @@ pub struct NodeState {
     set_aside: Option<SetAside>,
 }
 
+/// Whether a write failed because the node's state directory is read-only (a read-only
+/// mount of it): what the previous release started with, so a start goes on.
+fn is_read_only(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::ReadOnlyFilesystem
+}
+
+/// `Ok(None)` in place of a read-only directory's refusal of `what`, said once here.
+fn unless_read_only<T>(
+    done: std::io::Result<T>,
+    dir: &Path,
+    what: &str,
+) -> std::io::Result<Option<T>> {
+    match done {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if is_read_only(&e) => {
+            tracing::warn!(
+                dir = %dir.display(),
+                what,
+                "the node's state directory is read-only: its records are read, not \
+                 written; unstage and unpublish are served, stage and publish refused"
+            );
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `new` only forgets what `old` recorded (an unstage, an unpublish): safe to
+/// keep in memory alone when the directory is read-only, since what is mounted is the
+/// truth the calls fall back on (`owned.rs`). A stage or publish records before it
+/// mounts, and may not go unrecorded.
+fn only_forgets(old: Option<&NodeVolume>, new: Option<&NodeVolume>) -> bool {
+    let Some(new) = new else { return true };
+    let Some(old) = old else { return false };
+    new.targets
+        .iter()
+        .all(|(t, ro)| old.targets.get(t) == Some(ro))
+        && (new.staging.is_none()
+            || (new.staging == old.staging
+                && new.device == old.device
+                && new.block == old.block
+                && new.fs_type == old.fs_type))
+        && (new.formatting.is_none() || new.formatting == old.formatting)
+}
+
 impl NodeState {
     /// Reads the records in `dir`. A file that does not parse (a disk that lost a write,
     /// a hand edit) is renamed to `volumes.json.damaged-<unix time>` and the node starts
     /// with no records: its calls then work from what is mounted. A crash-looping plugin
     /// would serve nothing at all. A file of a newer format is set aside the same way, as
-    /// `volumes.json.format-<n>` (that release's to read again); one of an earlier
-    /// format is written again as [`FORMAT`] at once.
+    /// `volumes.json.format-<n>` (that release's to read again), and a newer `FORMAT`
+    /// with no records beside it as `FORMAT.format-<n>`; one of an earlier format is
+    /// written again as [`FORMAT`] at once.
     pub fn open(dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let file = dir.join("volumes.json");
@@ -84,7 +130,7 @@ impl NodeState {
                         "format {newer}, written by a newer release of Overcast (this release \
                          reads up to {FORMAT}); kept for that release"
                     );
-                    set_aside = Some(put_aside(&file, path, error)?);
+                    set_aside = unless_read_only(put_aside(&file, path, error), dir, "set aside")?;
                     BTreeMap::new()
                 }
                 Parsed::Records(volumes, 1) if declared == Some(FORMAT) => volumes,
@@ -95,8 +141,13 @@ impl NodeState {
                     } else {
                         shape
                     };
-                    write_durably(&file, &encode(&volumes)?)?;
+                    let written = unless_read_only(
+                        write_durably(&file, &encode(&volumes)?),
+                        dir,
+                        "bring the records forward",
+                    )?;
                     tracing::info!(
+                        written = written.is_some(),
                         file = %file.display(),
                         from = older,
                         to = FORMAT,
@@ -112,19 +163,38 @@ impl NodeState {
                         .map(|d| d.as_secs())
                         .unwrap_or(0);
                     let path = dir.join(format!("volumes.json.damaged-{unix}"));
-                    set_aside = Some(put_aside(&file, path, error)?);
+                    set_aside = unless_read_only(put_aside(&file, path, error), dir, "set aside")?;
                     BTreeMap::new()
                 }
             },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // A newer release's `FORMAT` with no records beside it (it keeps them
+                // elsewhere, or had none): its declaration is kept for it, not
+                // overwritten unsaid.
+                if let Some(newer) = declared.filter(|d| *d > FORMAT) {
+                    let path = dir.join(format!("FORMAT.format-{newer}"));
+                    let error = format!(
+                        "FORMAT says {newer}, written by a newer release of Overcast (this \
+                         release reads up to {FORMAT}), and there is no volumes.json; kept \
+                         for that release"
+                    );
+                    set_aside =
+                        unless_read_only(put_aside(&format_file, path, error), dir, "set aside")?;
+                }
+                BTreeMap::new()
+            }
             Err(e) => return Err(e),
         };
         // After the records: a crash between the two leaves records an earlier format
         // describes as well (the same map), read again at the next start.
         if declared != Some(FORMAT) {
-            write_durably(
-                &format_file,
-                format!("{FORMAT_MAGIC} {FORMAT}\n").as_bytes(),
+            unless_read_only(
+                write_durably(
+                    &format_file,
+                    format!("{FORMAT_MAGIC} {FORMAT}\n").as_bytes(),
+                ),
+                dir,
+                "write FORMAT",
             )?;
         }
         Ok(Self {
@@ -158,7 +228,32 @@ impl NodeState {
         } else {
             next.insert(volume_id.to_owned(), entry);
         }
-        write_durably(&self.file, &encode(&next)?)?;
+        match write_durably(&self.file, &encode(&next)?) {
+            Ok(()) => {}
+            Err(e)
+                if is_read_only(&e)
+                    && only_forgets(volumes.get(volume_id), next.get(volume_id)) =>
+            {
+                tracing::warn!(
+                    volume = volume_id,
+                    file = %self.file.display(),
+                    "the node's state directory is read-only: what was unmounted is \
+                     forgotten in memory only"
+                );
+            }
+            Err(e) if is_read_only(&e) => {
+                let dir = self.file.parent().unwrap_or(Path::new("."));
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "the node's state directory {} is read-only: a stage or publish \
+                         is recorded before it mounts, so none is made on this node ({e})",
+                        dir.display()
+                    ),
+                ));
+            }
+            Err(e) => return Err(e),
+        }
         *volumes = next;
         Ok(())
     }
@@ -341,6 +436,22 @@ mod tests {
             std::fs::read_to_string(&format).unwrap(),
             "overcast-node-state 3\n",
             "what is there now is this release's"
+        );
+        // A newer release's `FORMAT` with no records beside it is kept for that release,
+        // and said, not overwritten (the records were set aside above).
+        assert!(!file.exists());
+        std::fs::write(&format, "overcast-node-state 7\n").unwrap();
+        let state = NodeState::open(dir.path()).unwrap();
+        let aside = state.set_aside().expect("said").clone();
+        assert_eq!(aside.path, dir.path().join("FORMAT.format-7"));
+        assert!(aside.error.contains("no volumes.json"), "{}", aside.error);
+        assert_eq!(
+            std::fs::read_to_string(&aside.path).unwrap(),
+            "overcast-node-state 7\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&format).unwrap(),
+            "overcast-node-state 3\n"
         );
         // ... or in an envelope after this branch's format 2.
         let envelope = br#"{"format": 5, "volumes": {"v": {"mounts": []}}}"#;
