@@ -140,6 +140,7 @@ impl Parent {
                     &self.endpoint,
                     name,
                     &format!("no answer after {SLOW:?}; waiting up to {CALL_DEADLINE:?}"),
+                    started,
                 );
                 tokio::time::timeout(CALL_DEADLINE - SLOW, fut.as_mut()).await
             }
@@ -156,7 +157,7 @@ impl Parent {
                     // As cloud-http says its errors: a URL's or a header's secret never.
                     let why = overcast_cloud_http::redact(&e.to_string());
                     self.metrics
-                        .endpoint_unanswered(CLOUD, &self.endpoint, name, &why);
+                        .endpoint_unanswered(CLOUD, &self.endpoint, name, &why, started);
                 }
                 Err(to_cloud_error(what, e))
             }
@@ -164,7 +165,7 @@ impl Parent {
                 let e =
                     format!("{what}: the parent cluster did not answer within {CALL_DEADLINE:?}");
                 self.metrics
-                    .endpoint_unanswered(CLOUD, &self.endpoint, name, &e);
+                    .endpoint_unanswered(CLOUD, &self.endpoint, name, &e, started);
                 Err(CloudError::DeadlineExceeded(e))
             }
         };

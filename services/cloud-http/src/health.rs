@@ -29,6 +29,8 @@ pub(crate) struct EndpointLabel {
 #[derive(Debug, Default)]
 struct State {
     last_answer: Option<SystemTime>,
+    /// The same moment on the monotonic clock: a silence begins no earlier.
+    last_answer_at: Option<Instant>,
     /// Since when it has not answered (None: it answers).
     failing_since: Option<Instant>,
     warned_at: Option<Instant>,
@@ -45,6 +47,14 @@ pub(crate) struct Endpoints {
 impl Endpoints {
     pub fn warnings(&self) -> u64 {
         self.warned.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How long `endpoint` has not answered; `None` while it answers.
+    pub fn silent_for(&self, endpoint: &str) -> Option<Duration> {
+        let all = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        all.get(endpoint)
+            .and_then(|s| s.failing_since)
+            .map(|since| since.elapsed())
     }
 
     /// `endpoint` answered.
@@ -64,6 +74,7 @@ impl Endpoints {
         }
         s.warned_at = None;
         s.last_answer = Some(now);
+        s.last_answer_at = Some(Instant::now());
         let unix = now
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default()
@@ -75,9 +86,19 @@ impl Endpoints {
             .set(unix);
     }
 
-    /// `endpoint` has not answered `request` (`why`: the error, or how long it has
-    /// waited). Whether this was said: at most once per [`WARN_EVERY`] an endpoint.
-    pub fn unanswered(&self, cloud: &str, endpoint: &str, request: &str, why: &str) -> bool {
+    /// `endpoint` has not answered `request`, asked at `asked` (`why`: the error, or how
+    /// long it has waited). Whether this was said: at most once per [`WARN_EVERY`] an
+    /// endpoint. The silence is counted from when the unanswered request was asked — a
+    /// hung call is said only after [`SLOW`], and those first seconds are part of it —
+    /// but never from before the endpoint's last answer.
+    pub fn unanswered(
+        &self,
+        cloud: &str,
+        endpoint: &str,
+        request: &str,
+        why: &str,
+        asked: Instant,
+    ) -> bool {
         // Its series exists from the first try: 0 until it answers, so "never answered
         // since the process started" is seen as old.
         drop(self.last_success.get_or_create(&EndpointLabel {
@@ -85,7 +106,11 @@ impl Endpoints {
         }));
         let mut all = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let s = all.entry(endpoint.to_owned()).or_default();
-        let since = *s.failing_since.get_or_insert_with(Instant::now);
+        let began = match s.last_answer_at {
+            Some(answer) => asked.max(answer),
+            None => asked,
+        };
+        let since = *s.failing_since.get_or_insert(began);
         if s.warned_at.is_some_and(|w| w.elapsed() < WARN_EVERY) {
             return false;
         }

@@ -181,8 +181,16 @@ impl ApiMetrics {
     /// For a cloud spoken to through another client: `endpoint` has not answered
     /// `request` (`why`: the error, or how long it has waited) — said at most once per
     /// [`health::WARN_EVERY`] an endpoint.
-    pub fn endpoint_unanswered(&self, cloud: &str, endpoint: &str, request: &str, why: &str) {
-        self.endpoints.unanswered(cloud, endpoint, request, why);
+    pub fn endpoint_unanswered(
+        &self,
+        cloud: &str,
+        endpoint: &str,
+        request: &str,
+        why: &str,
+        asked: Instant,
+    ) {
+        self.endpoints
+            .unanswered(cloud, endpoint, request, why, asked);
     }
 
     /// Counts, as an error, a request whose answer came back (and was counted) but says
@@ -223,6 +231,12 @@ impl ApiMetrics {
     /// How many times an endpoint was said not to answer (warnings logged).
     pub fn endpoint_warnings(&self) -> u64 {
         self.endpoints.warnings()
+    }
+
+    /// How long `endpoint` has not answered, as its warnings say (`failing_for`); `None`
+    /// while it answers.
+    pub fn endpoint_silent_for(&self, endpoint: &str) -> Option<Duration> {
+        self.endpoints.silent_for(endpoint)
     }
 
     /// When `endpoint` (`host:port`) last answered, as the gauge says (Unix seconds; 0:
@@ -309,6 +323,24 @@ fn retry_status(s: StatusCode) -> bool {
     matches!(s.as_u16(), 429 | 502 | 503 | 504)
 }
 
+/// A 2xx whose body is an HTML page: no cloud API this client speaks (JSON, XML, SOAP)
+/// answers one, but a maintenance page or a proxy's login page in front of it does —
+/// the endpoint has not answered, and the call is retried as a 503 is. By the body, not
+/// the type: OpenStack's services answer an empty 202 typed `text/html` (WebOb's default).
+fn is_html_page(resp: &Response) -> bool {
+    if !resp.status.is_success() {
+        return false;
+    }
+    let start: Vec<u8> = resp
+        .body
+        .iter()
+        .skip_while(|b| b.is_ascii_whitespace())
+        .take(15)
+        .map(u8::to_ascii_lowercase)
+        .collect();
+    start.starts_with(b"<!doctype html") || start.starts_with(b"<html")
+}
+
 impl HttpClient {
     pub fn new(
         settings: HttpSettings,
@@ -374,6 +406,7 @@ impl HttpClient {
                         &endpoint,
                         req.name,
                         &format!("no answer after {slow:?}; waiting up to {limit:?}"),
+                        one,
                     );
                     tokio::time::timeout(limit - slow, pending.as_mut()).await
                 }
@@ -396,6 +429,13 @@ impl HttpClient {
                 .get_or_create(&label)
                 .observe(one.elapsed().as_secs_f64());
             let e = match result {
+                Ok(Ok(resp)) if is_html_page(&resp) => CloudError::Unavailable(format!(
+                    "{}: {}: HTTP {} with an HTML page, not the API's answer (a maintenance \
+                     page, or a proxy's)",
+                    self.settings.cloud,
+                    req.name,
+                    resp.status.as_u16()
+                )),
                 Ok(Ok(resp)) if !retry_status(resp.status) => {
                     self.metrics.endpoints.answered(cloud, &endpoint);
                     return Ok(resp);
@@ -410,7 +450,7 @@ impl HttpClient {
             self.metrics.errors.get_or_create(&label).inc();
             self.metrics
                 .endpoints
-                .unanswered(cloud, &endpoint, req.name, &e.to_string());
+                .unanswered(cloud, &endpoint, req.name, &e.to_string(), one);
             let wait = retry.failed();
             let oversized = matches!(&e, CloudError::Internal(m) if m.ends_with(OVERSIZED));
             let may_retry = !oversized

@@ -440,3 +440,81 @@ async fn a_silent_endpoint_is_said_while_waiting_and_its_answer_is_seen() {
     );
     assert_eq!(c.metrics().last_success(&format!("127.0.0.1:{port}")), 0.0);
 }
+
+/// A hung call's silence is counted from when it was asked: the seconds before it was
+/// first said are part of `failing_for` (issue 71: they were left out).
+#[tokio::test]
+async fn a_hung_call_s_silence_counts_from_when_it_was_asked() {
+    let s = serve(vec![(200, "{}", Duration::from_millis(1500))], None).await;
+    let c = HttpClient::new(
+        HttpSettings {
+            slow_after: Duration::from_millis(400),
+            ..settings()
+        },
+        None,
+    )
+    .unwrap();
+    let endpoint = s.url.clone();
+    let url = format!("http://{}/", s.url);
+    let asked = Instant::now();
+    let call = {
+        let c = c.clone();
+        tokio::spawn(async move { c.send(get(&url)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let silent = c.metrics().endpoint_silent_for(&endpoint).expect("said");
+    assert!(
+        silent + Duration::from_millis(50) >= asked.elapsed(),
+        "silent for {silent:?}, asked {:?} ago",
+        asked.elapsed()
+    );
+    call.await.unwrap().unwrap();
+    assert_eq!(c.metrics().endpoint_silent_for(&endpoint), None, "answered");
+}
+
+/// A 200 that is an HTML page (a maintenance page in front of the API) is no answer:
+/// retried as a 503 is, the endpoint said silent and its gauge left where it was.
+#[tokio::test]
+async fn an_html_page_is_not_the_cloud_s_answer() {
+    const PAGE: &str = "\n<!DOCTYPE html><html><body>Down for maintenance</body></html>";
+    let s = serve(
+        vec![
+            (200, PAGE, Duration::ZERO),
+            (200, PAGE, Duration::ZERO),
+            (200, PAGE, Duration::ZERO),
+            (200, PAGE, Duration::ZERO),
+            (200, "<html><body>still down</body></html>", Duration::ZERO),
+        ],
+        None,
+    )
+    .await;
+    let c = HttpClient::new(
+        HttpSettings {
+            attempts: 2,
+            ..settings()
+        },
+        None,
+    )
+    .unwrap();
+    let endpoint = s.url.clone();
+    let url = format!("http://{}/", s.url);
+    let e = c.send(get(&url)).await.unwrap_err();
+    assert!(
+        matches!(&e, CloudError::Unavailable(m) if m.contains("HTML page")),
+        "{e:?}"
+    );
+    assert_eq!(s.seen.lock().unwrap().len(), 2, "asked again, as a 503 is");
+    assert_eq!(c.metrics().last_success(&endpoint), 0.0, "no answer seen");
+    assert!(c.metrics().endpoint_silent_for(&endpoint).is_some());
+    c.send(get(&url)).await.unwrap_err();
+    // A page without a doctype, asked again; then the API's answer.
+    let answered = c.send(get(&url)).await.unwrap();
+    assert_eq!(&answered.body[..], b"{}");
+    assert_eq!(
+        s.seen.lock().unwrap().len(),
+        6,
+        "the last page was no answer either"
+    );
+    assert!(c.metrics().last_success(&endpoint) > 1.0e9);
+    assert_eq!(c.metrics().endpoint_silent_for(&endpoint), None);
+}
