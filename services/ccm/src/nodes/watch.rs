@@ -25,6 +25,8 @@ pub struct WatchTriage {
 struct Seen {
     ready: bool,
     uninitialized: bool,
+    /// On a node fencing marked: which of the taints its steps wait on it carries.
+    fencing: Option<u8>,
     /// A hash of what the balancers' backends take from the node.
     backend: u64,
 }
@@ -45,6 +47,26 @@ fn backend_facts(node: &Node) -> u64 {
         .hash(&mut h);
     node.meta().deletion_timestamp.is_some().hash(&mut h);
     h.finish()
+}
+
+/// On a node this controller fenced (its annotation), the taints fencing's next step
+/// waits on — its own, and the node lifecycle controller's, whose removal lets the
+/// annotation go (`fencing::Step::Release`) — as bits; `None` on any other node. Their
+/// changes are rare (an outage's end) and wake a sync at once: waiting for the periodic
+/// one left the annotation on a node back for minutes (issue 71, on two real nodes).
+fn fencing_facts(node: &Node) -> Option<u8> {
+    use super::fencing::{fenced_by_us, OUT_OF_SERVICE_TAINT};
+    fenced_by_us(node).then(|| {
+        [
+            OUT_OF_SERVICE_TAINT,
+            "node.kubernetes.io/unreachable",
+            "node.kubernetes.io/not-ready",
+        ]
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| has_taint(node, t))
+        .fold(0u8, |bits, (i, _)| bits | 1 << i)
+    })
 }
 
 /// What the node cache keeps of a Node: what the controllers read — metadata (name, uid,
@@ -105,14 +127,17 @@ impl WatchTriage {
         let state = Seen {
             ready: ready(node),
             uninitialized: has_taint(node, UNINITIALIZED_TAINT),
+            fencing: fencing_facts(node),
             backend: backend_facts(node),
         };
         let before = self.seen.insert(key, state);
         // Readiness flips are rare (not heartbeats) and are what the lifecycle
         // controller acts on.
         let readiness_changed = before.map(|b| b.ready) != Some(state.ready);
+        let fencing_moved =
+            state.fencing.is_some() && before.map(|b| b.fencing) != Some(state.fencing);
         Wake {
-            nodes: before.is_none() || state.uninitialized || readiness_changed,
+            nodes: before.is_none() || state.uninitialized || readiness_changed || fencing_moved,
             services: readiness_changed || before.map(|b| b.backend) != Some(state.backend),
         }
     }
@@ -133,5 +158,62 @@ impl WatchTriage {
             nodes: true,
             services: true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Node;
+
+    use super::{Wake, WatchTriage};
+    use crate::nodes::fencing::FENCED_ANNOTATION;
+
+    /// A node this controller fenced wakes a sync when the taints its release waits on go:
+    /// the lifecycle controller's last one off, the annotation is released at once, not at
+    /// the periodic sync (issue 71). Another node's taint changes wake nothing.
+    #[test]
+    fn a_fenced_node_s_taints_wake_its_release() {
+        let node = |fenced: bool, taints: &[&str]| -> Node {
+            let taints: Vec<serde_json::Value> = taints
+                .iter()
+                .map(|k| serde_json::json!({"key": k, "effect": "NoExecute"}))
+                .collect();
+            let annotations = if fenced {
+                serde_json::json!({FENCED_ANNOTATION: "2026-12-03T00:00:00Z: the cloud …"})
+            } else {
+                serde_json::json!({})
+            };
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n", "uid": "u1", "annotations": annotations},
+                "spec": {"taints": taints},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            }))
+            .unwrap()
+        };
+        let oos = "node.kubernetes.io/out-of-service";
+        let unreachable = "node.kubernetes.io/unreachable";
+        let nodes_only = Wake {
+            nodes: true,
+            services: false,
+        };
+        let mut t = WatchTriage::default();
+        t.applied(&node(true, &[oos, unreachable]));
+        assert_eq!(t.applied(&node(true, &[oos, unreachable])), Wake::default());
+        assert_eq!(
+            t.applied(&node(true, &[unreachable])),
+            nodes_only,
+            "its taint removed"
+        );
+        assert_eq!(
+            t.applied(&node(true, &[])),
+            nodes_only,
+            "the lifecycle controller's last taint off: release now"
+        );
+        assert_eq!(t.applied(&node(false, &[])), Wake::default(), "released");
+        assert_eq!(
+            t.applied(&node(false, &[unreachable])),
+            Wake::default(),
+            "not ours to wait on"
+        );
     }
 }
