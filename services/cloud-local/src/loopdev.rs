@@ -155,6 +155,22 @@ fn clear_autoclear(device: &File) -> Result<(), Errno> {
     unsafe { loop_set_status64(device.as_raw_fd(), &info) }.map(drop)
 }
 
+/// Lets loop device `index` (bound to `file`) go when its last user closes it — the
+/// kernel's autoclear flag — for a simulator that stops while a guest still has its disk
+/// mounted: nothing is taken from under the mount, and nothing is left bound after it.
+pub fn release_when_unused(index: u32, file: &Path) -> io::Result<()> {
+    if !backs(index, file) {
+        return Ok(());
+    }
+    let device = open_device(index)?;
+    let mut info = status(&device).map_err(io::Error::from)?;
+    info.lo_flags |= LO_FLAGS_AUTOCLEAR;
+    // SAFETY: `info` is the kernel's own answer with one flag set; it only reads it.
+    unsafe { loop_set_status64(device.as_raw_fd(), &info) }
+        .map(drop)
+        .map_err(io::Error::from)
+}
+
 /// Unbinds loop device `index` if, and only if, it is bound to `file`. Returns whether
 /// it did (`false`: it was not bound to `file`, so there was nothing to do).
 ///

@@ -135,7 +135,8 @@ async fn vsphere(vcsim: &std::path::Path, dir: &std::path::Path) -> anyhow::Resu
     }
     let dir = std::fs::canonicalize(dir).with_context(|| format!("{}", dir.display()))?;
     let (by_id, files) = (dir.join("by-id"), dir.join("files"));
-    let sim = Vcsim::start_binary(vcsim, &[]);
+    // Tied to this program: killed with it, however it ends.
+    let sim = Vcsim::start_binary_with(vcsim, &[], true);
     let admin = sim.admin(sim.port, None);
     let host = EsxiHost::start(&sim, std::sync::Arc::clone(&admin), &by_id, &files).await;
     let conf = sim.conf_at(&dir, host.port, "");
@@ -182,6 +183,14 @@ async fn dvp(
     use overcast_sim_dvp::{install_crds_from, sweep_namespace, DvpSim};
     let text = std::fs::read_to_string(kubeconfig)
         .with_context(|| format!("the parent's kubeconfig {}", kubeconfig.display()))?;
+    // Written first: a path that cannot be written is said before anything is made on
+    // the parent (the CRDs, the namespace).
+    let indented: String = text.lines().map(|l| format!("  {l}\n")).collect();
+    std::fs::write(
+        cloud_config,
+        format!("namespace: {namespace}\nkubeconfig: |\n{indented}"),
+    )
+    .with_context(|| format!("write --cloud-config {}", cloud_config.display()))?;
     let kc = kube::config::Kubeconfig::from_yaml(&text)
         .with_context(|| format!("{}", kubeconfig.display()))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
@@ -236,12 +245,6 @@ async fn dvp(
         std::time::Duration::from_millis(500),
     )
     .await;
-    let indented: String = text.lines().map(|l| format!("  {l}\n")).collect();
-    std::fs::write(
-        cloud_config,
-        format!("namespace: {namespace}\nkubeconfig: |\n{indented}"),
-    )
-    .with_context(|| format!("{}", cloud_config.display()))?;
     let cloud_config = std::fs::canonicalize(cloud_config)?;
     println!(
         "# overcast-sim dvp: a DVP parent in namespace {namespace} of {}",
@@ -286,6 +289,7 @@ async fn zvirt(
     }
     let dir = std::fs::canonicalize(dir).with_context(|| format!("{}", dir.display()))?;
     let by_id = dir.join("by-id");
+    release_leftovers(&dir.join("disks"), &by_id);
     let engine = Engine::new(
         &dir.join("disks"),
         &by_id,
@@ -294,8 +298,13 @@ async fn zvirt(
     );
     // Its loop devices go when it stops.
     let _unplug = engine.unplug_on_drop();
-    let url = engine.start_on(listen).await;
-    let config = engine.cloud_config(&dir);
+    let url = engine
+        .try_start_on(listen)
+        .await
+        .with_context(|| format!("--listen {listen}"))?;
+    let config = engine
+        .try_cloud_config(&dir)
+        .with_context(|| format!("write {}", dir.join("cloud-config").display()))?;
     let text = std::fs::read_to_string(&config).with_context(|| format!("{}", config.display()))?;
     println!("# overcast-sim zvirt: an engine at {url}");
     println!(
@@ -319,10 +328,44 @@ async fn zvirt(
     serve_until_stopped().await
 }
 
+/// The engine's state lives in memory: a run killed with its disks attached (SIGKILL, a
+/// crash) leaves their loop devices bound and their links behind, which no later run
+/// knows. They are released here — a device still mounted (a guest that did not
+/// unstage) when it is unmounted — and said.
+fn release_leftovers(disks: &std::path::Path, by_id: &std::path::Path) {
+    use overcast_cloud_local::loopdev;
+    for (index, file) in loopdev::bound_devices().unwrap_or_default() {
+        if !file.starts_with(disks) {
+            continue;
+        }
+        let what = match loopdev::detach(index, &file) {
+            Ok(_) => "released".to_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {
+                match loopdev::release_when_unused(index, &file) {
+                    Ok(()) => "still mounted: released when it is unmounted".to_owned(),
+                    Err(e) => format!("still mounted, left bound: {e}"),
+                }
+            }
+            Err(e) => format!("left bound: {e}"),
+        };
+        eprintln!(
+            "overcast-sim zvirt: /dev/loop{index} ({}), left by a run that did not stop: {what}",
+            file.display()
+        );
+    }
+    for link in std::fs::read_dir(by_id).into_iter().flatten().flatten() {
+        let _ = std::fs::remove_file(link.path());
+    }
+}
+
 async fn kube(listen: &str, kubeconfig: &std::path::Path) -> anyhow::Result<()> {
     let api = overcast_sim_kube::FakeApi::default();
-    let url = api.start_on(listen).await;
-    overcast_sim_kube::FakeApi::kubeconfig(&url, kubeconfig);
+    let url = api
+        .try_start_on(listen)
+        .await
+        .with_context(|| format!("--listen {listen}"))?;
+    overcast_sim_kube::FakeApi::try_kubeconfig(&url, kubeconfig)
+        .with_context(|| format!("write --kubeconfig {}", kubeconfig.display()))?;
     println!("# overcast-sim kube: an API server at {url}, everything allowed");
     println!("# its kubeconfig: {}", kubeconfig.display());
     print!(

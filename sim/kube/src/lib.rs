@@ -183,9 +183,15 @@ impl FakeApi {
 
     /// Serves on `address` (`ip:port`); returns the base URL.
     pub async fn start_on(&self, address: &str) -> String {
-        let listener = TcpListener::bind(address)
+        self.try_start_on(address)
             .await
-            .unwrap_or_else(|e| panic!("bind {address}: {e}"));
+            .unwrap_or_else(|e| panic!("bind {address}: {e}"))
+    }
+
+    /// [`FakeApi::start_on`], a taken or invalid address an error (the program's user
+    /// gave it) instead of a panic.
+    pub async fn try_start_on(&self, address: &str) -> std::io::Result<String> {
+        let listener = TcpListener::bind(address).await?;
         let addr = listener.local_addr().expect("addr");
         let api = self.clone();
         tokio::spawn(async move {
@@ -205,15 +211,20 @@ impl FakeApi {
                 });
             }
         });
-        format!("http://{addr}")
+        Ok(format!("http://{addr}"))
     }
 
     /// Writes a kubeconfig for this server to `path`.
     pub fn kubeconfig(url: &str, path: &std::path::Path) {
+        Self::try_kubeconfig(url, path).expect("kubeconfig");
+    }
+
+    /// [`FakeApi::kubeconfig`], a path that cannot be written an error.
+    pub fn try_kubeconfig(url: &str, path: &std::path::Path) -> std::io::Result<()> {
         let text = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {url}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\nusers:\n- name: fake\n  user: {{}}\n"
         );
-        std::fs::write(path, text).expect("kubeconfig");
+        std::fs::write(path, text)
     }
 
     /// Makes `token` authenticate as `user`.

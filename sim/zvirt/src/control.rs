@@ -230,13 +230,22 @@ impl Engine {
         let files = disk_files(&st);
         for vm in st.vms.values_mut() {
             for (disk, a) in vm.attachments.iter_mut() {
-                // The last chance to release them: a busy one is waited for.
-                self.unplug_within(
-                    disk,
-                    a,
-                    files.get(disk).map(PathBuf::as_path),
-                    Duration::from_secs(10),
-                );
+                // The last chance to release them: a busy one is waited for, then (still
+                // mounted by the guest: a node plugin that did not unstage) let go when
+                // unmounted, and that is said.
+                let file = files.get(disk).map(PathBuf::as_path);
+                let busy = self.unplug_within(disk, a, file, Duration::from_secs(10));
+                if let (Some(index), Some(file)) = (busy, file) {
+                    let released = overcast_cloud_local::loopdev::release_when_unused(index, file);
+                    eprintln!(
+                        "overcast-sim zvirt: /dev/loop{index} (disk {disk}) is still in use, \
+                         mounted by the guest? {}",
+                        match released {
+                            Ok(()) => "The kernel releases it when it is unmounted.".to_owned(),
+                            Err(e) => format!("It is left bound: {e}."),
+                        }
+                    );
+                }
             }
         }
     }
@@ -250,15 +259,20 @@ impl Engine {
     /// The `--cloud-config` of the csi, the ccm, the discoverer and capi for this engine
     /// (upstream's YAML), written as `dir/cloud-config`; the engine must be serving.
     pub fn cloud_config(&self, dir: &Path) -> PathBuf {
+        self.try_cloud_config(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.join("cloud-config").display()))
+    }
+
+    /// [`Engine::cloud_config`], a directory that cannot be written an error.
+    pub fn try_cloud_config(&self, dir: &Path) -> std::io::Result<PathBuf> {
         let url = self.url.lock().expect("url").clone();
         assert!(!url.is_empty(), "the engine is not serving yet");
         let path = dir.join("cloud-config");
         std::fs::write(
             &path,
             format!("server: {url}\nusername: {USER}\npassword: {PASSWORD}\n"),
-        )
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        path
+        )?;
+        Ok(path)
     }
 
     /// Every answer is the proxy's HTML error page while `on`.

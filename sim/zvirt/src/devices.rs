@@ -85,25 +85,31 @@ impl Engine {
 
     /// [`Self::unplug`], a device still busy tried again for up to `patience`: right after
     /// an unmount the kernel may hold it a moment longer (a program stopped then left its
-    /// loop device bound in a CI run).
+    /// loop device bound in a CI run). Answers the device still bound, busy after that.
     pub(super) fn unplug_within(
         &self,
         disk: &str,
         a: &mut SimAttachment,
         file: Option<&Path>,
         patience: Duration,
-    ) {
+    ) -> Option<u32> {
         let _ = std::fs::remove_file(self.link(disk));
+        let mut busy = None;
         if let (Some(index), Some(file)) = (a.device, file) {
             let until = Instant::now() + patience;
             while let Err(e) = overcast_cloud_local::loopdev::detach(index, file) {
-                if e.kind() != std::io::ErrorKind::ResourceBusy || Instant::now() >= until {
+                if e.kind() != std::io::ErrorKind::ResourceBusy {
+                    break;
+                }
+                if Instant::now() >= until {
+                    busy = Some(index);
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
         a.device = None;
+        busy
     }
 
     /// A disk as the engine writes it. `vms` only with `all_content` (the API model's

@@ -323,6 +323,13 @@ impl Engine {
         self.serve(address, None).await
     }
 
+    /// [`Engine::start_on`], a taken or invalid address an error (the program's user
+    /// gave it) instead of a panic.
+    pub async fn try_start_on(&self, address: &str) -> std::io::Result<String> {
+        let listener = tokio::net::TcpListener::bind(address).await?;
+        Ok(self.serve_listener(listener, None))
+    }
+
     /// Serves HTTPS with `tls`'s certificate, as a real engine does (its own CA);
     /// returns the API URL (`https://127.0.0.1:N/ovirt-engine/api`).
     pub async fn start_tls(&self, tls: tokio_rustls::TlsAcceptor) -> String {
@@ -333,6 +340,14 @@ impl Engine {
         let listener = tokio::net::TcpListener::bind(address)
             .await
             .unwrap_or_else(|e| panic!("bind {address}: {e}"));
+        self.serve_listener(listener, tls)
+    }
+
+    fn serve_listener(
+        &self,
+        listener: tokio::net::TcpListener,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> String {
         let addr = listener.local_addr().expect("addr");
         let engine = self.clone();
         let scheme = if tls.is_some() { "https" } else { "http" };
