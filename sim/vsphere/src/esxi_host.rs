@@ -106,6 +106,15 @@ impl Part for State {
                 host_part(self, request, &body, text.contains("CnsAttachVolume")).await;
             } else if text.contains("CnsExtendVolume") {
                 grown(self, request, &body).await;
+            } else if let Some(volume) =
+                crate::vcsim_front::RefusedDeletes::deleted_volume(path, request)
+            {
+                // The volume's file goes with it, once CNS has deleted it (a refused
+                // delete — the volume still plugged — keeps it).
+                let plugged = self.plugged.lock().unwrap().contains_key(&volume);
+                if !plugged && succeeded(self, &body, "CnsDeleteVolume").await {
+                    let _ = std::fs::remove_file(self.files.join(format!("{volume}.img")));
+                }
             }
             body
         } else if path.starts_with("/sdk") {

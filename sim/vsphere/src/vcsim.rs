@@ -22,6 +22,8 @@ pub struct Vcsim {
     pub port: u16,
     args: Vec<String>,
     bin: PathBuf,
+    /// Killed when its starting thread ends.
+    tied: bool,
 }
 
 impl Vcsim {
@@ -38,6 +40,12 @@ impl Vcsim {
 
     /// [`Vcsim::start`] of the vcsim binary `bin` (`overcast-sim vsphere`).
     pub fn start_binary(bin: &Path, args: &[&str]) -> Self {
+        Self::start_binary_with(bin, args, false)
+    }
+
+    /// [`Vcsim::start_binary`]; `tied`: vcsim is killed when the thread that started it
+    /// ends, however it ends (`overcast-sim vsphere` killed with SIGKILL left it running).
+    pub fn start_binary_with(bin: &Path, args: &[&str], tied: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
         let made = Command::new("openssl")
@@ -69,7 +77,7 @@ impl Vcsim {
             "-tlskey".to_owned(),
             key.display().to_string(),
         ]);
-        let (child, addr) = spawn(bin, "127.0.0.1:0", &args);
+        let (child, addr) = spawn(bin, "127.0.0.1:0", &args, tied);
         let port = addr.rsplit(':').next().unwrap().parse().unwrap();
         Self {
             child: Some(child),
@@ -79,6 +87,7 @@ impl Vcsim {
             port,
             args,
             bin: bin.to_owned(),
+            tied,
         }
     }
 
@@ -123,7 +132,7 @@ impl Vcsim {
     /// Starts it again on the same port, with a fresh inventory of the same shape.
     pub fn restart(&mut self) {
         self.stop();
-        let (child, addr) = spawn(&self.bin, &self.addr, &self.args);
+        let (child, addr) = spawn(&self.bin, &self.addr, &self.args, self.tied);
         assert_eq!(addr, self.addr);
         self.child = Some(child);
     }
@@ -192,13 +201,25 @@ fn binary() -> Option<PathBuf> {
 }
 
 /// Starts vcsim on `listen` and waits for the line that says where it listens.
-fn spawn(bin: &Path, listen: &str, args: &[String]) -> (Child, String) {
-    let mut child = Command::new(bin)
+fn spawn(bin: &Path, listen: &str, args: &[String], tied: bool) -> (Child, String) {
+    let mut command = Command::new(bin);
+    command
         .arg("-l")
         .arg(listen)
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::null());
+    if tied {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: prctl(2) is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
+    }
+    let mut child = command
         .spawn()
         .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
     let mut line = String::new();

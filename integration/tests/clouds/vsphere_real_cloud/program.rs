@@ -139,6 +139,23 @@ async fn the_vsphere_program_prints_what_the_csi_driver_serves_volumes_with() {
         staging.to_str().unwrap(),
     ]);
 
+    // A deleted volume takes its file with it (the host made it at the attach).
+    let second = ctl(&[
+        "controller",
+        "create",
+        "demo-2",
+        "--size",
+        "64Mi",
+        "--fs",
+        "ext4",
+    ]);
+    ctl(&["controller", "publish", &second, "--node", "DC0_H0_VM0"]);
+    let file = files.join(format!("{second}.img"));
+    assert!(file.exists(), "the attached volume's file");
+    ctl(&["controller", "unpublish", &second, "--node", "DC0_H0_VM0"]);
+    ctl(&["controller", "delete", &second]);
+    assert!(!file.exists(), "the deleted volume's file stayed");
+
     // Stopped while the volume is still attached: its loop device and link go with it.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(sim.0.id() as i32),
@@ -153,6 +170,42 @@ async fn the_vsphere_program_prints_what_the_csi_driver_serves_volumes_with() {
         0,
         "the program left the guest's links"
     );
+
+    // Killed (SIGKILL: nothing of it runs again), its vcsim goes with it.
+    let mut again = KillOnDrop(
+        Command::new(overcast_integration::binary("overcast-sim"))
+            .args(["vsphere", "--vcsim", &vcsim])
+            .arg("--dir")
+            .arg(&sim_dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let mut first = String::new();
+    BufReader::new(again.0.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let vcsim_addr = first
+        .split("vcsim at ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .unwrap_or_else(|| panic!("no vcsim address: {first}"))
+        .to_owned();
+    assert!(
+        std::net::TcpStream::connect(&vcsim_addr).is_ok(),
+        "vcsim serves"
+    );
+    again.0.kill().unwrap();
+    again.0.wait().unwrap();
+    let gone = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(&vcsim_addr).is_ok() {
+        assert!(
+            std::time::Instant::now() < gone,
+            "vcsim at {vcsim_addr} still serves 10 s after the program was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// Detaches, when dropped, the loop devices backed by files under its directory.
