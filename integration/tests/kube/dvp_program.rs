@@ -30,6 +30,31 @@ async fn the_dvp_program_prints_what_the_csi_driver_serves_volumes_with() {
     let ns = format!("overcast-it-dvp-program-{}", std::process::id());
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("cloud.yaml");
+
+    // A cloud-config that cannot be written (a directory in its place) is said before
+    // anything is made on the parent: an error, not a panic, and no namespace.
+    let unwritable = dir.path().join("unwritable.yaml");
+    std::fs::create_dir(&unwritable).unwrap();
+    let out = Command::new(overcast_integration::binary("overcast-sim"))
+        .args(["dvp", "--kubeconfig", &kubeconfig, "--namespace", &ns])
+        .arg("--crds")
+        .arg(overcast_integration::dvp_sim::crd_dir())
+        .arg("--cloud-config")
+        .arg(&unwritable)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "an error, not a panic: {stderr}"
+    );
+    assert!(stderr.contains("--cloud-config"), "{stderr}");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    assert!(
+        namespaces.get_opt(&ns).await.unwrap().is_none(),
+        "no namespace made"
+    );
     let mut sim = KillOnDrop(
         Command::new(overcast_integration::binary("overcast-sim"))
             .args(["dvp", "--kubeconfig", &kubeconfig, "--namespace", &ns])
