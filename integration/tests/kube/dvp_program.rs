@@ -55,6 +55,19 @@ async fn the_dvp_program_prints_what_the_csi_driver_serves_volumes_with() {
         namespaces.get_opt(&ns).await.unwrap().is_none(),
         "no namespace made"
     );
+    // What a run killed with a disk attached leaves in its --dir: a loop device bound to
+    // a disk's file, which the next run releases and says so.
+    let sim_dir = dir.path().join("sim");
+    let _unplug = Unplug(sim_dir.clone());
+    std::fs::create_dir_all(sim_dir.join("disks")).unwrap();
+    let left = sim_dir.join("disks/left-by-a-killed-run.img");
+    std::fs::File::create(&left)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    overcast_cloud_local::loopdev::attach(&left, false, "overcast-it").unwrap();
+    assert_eq!(loops_under(&sim_dir).len(), 1);
+    let err = dir.path().join("sim.err");
     let mut sim = KillOnDrop(
         Command::new(overcast_integration::binary("overcast-sim"))
             .args(["dvp", "--kubeconfig", &kubeconfig, "--namespace", &ns])
@@ -62,9 +75,11 @@ async fn the_dvp_program_prints_what_the_csi_driver_serves_volumes_with() {
             .arg(overcast_integration::dvp_sim::crd_dir())
             .arg("--cloud-config")
             .arg(&config)
+            .arg("--dir")
+            .arg(&sim_dir)
             .args(["--vm", VM])
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(std::fs::File::create(&err).unwrap())
             .spawn()
             .unwrap(),
     );
@@ -78,6 +93,16 @@ async fn the_dvp_program_prints_what_the_csi_driver_serves_volumes_with() {
         }
     }
     let text = printed.join("\n");
+    let said = std::fs::read_to_string(&err).unwrap_or_default();
+    assert_eq!(
+        loops_under(&sim_dir),
+        vec![],
+        "released at the start: {said}"
+    );
+    assert!(
+        said.contains("left by a run that did not stop: released"),
+        "{said}"
+    );
     let written = std::fs::read_to_string(&config).unwrap();
     assert!(
         written.starts_with(&format!("namespace: {ns}\nkubeconfig: |\n")),
@@ -166,7 +191,7 @@ async fn the_dvp_program_prints_what_the_csi_driver_serves_volumes_with() {
     .unwrap();
     let status = sim.0.wait().unwrap();
     assert!(status.success(), "{status:?}");
-    // Its files went with it, so the devices are asked for by number.
+    // Asked for by number: the device, not its file, is what must be gone.
     for (index, file) in &attached {
         let bound = std::fs::read_to_string(format!("/sys/block/loop{index}/loop/backing_file"))
             .unwrap_or_default();

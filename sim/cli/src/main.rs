@@ -80,6 +80,10 @@ enum Cloud {
         /// Where to write the services' cloud-config.
         #[arg(long, default_value = "overcast-sim-dvp.yaml")]
         cloud_config: PathBuf,
+        /// Where the disks' files and their links go (what a run killed with disks
+        /// attached leaves there, the next one releases).
+        #[arg(long, default_value = "overcast-sim-dvp")]
+        dir: PathBuf,
         /// A VM to make (repeat for more); its name is its hostname, the node plugin's
         /// `--node-id`.
         #[arg(long = "vm", default_values_t = ["worker-0".to_owned()])]
@@ -116,8 +120,9 @@ async fn main() -> anyhow::Result<()> {
             crds,
             namespace,
             cloud_config,
+            dir,
             vms,
-        } => dvp(&kubeconfig, &crds, &namespace, &cloud_config, &vms).await,
+        } => dvp(&kubeconfig, &crds, &namespace, &cloud_config, &dir, &vms).await,
         Cloud::Vsphere { vcsim, dir } => vsphere(&vcsim, &dir).await,
     }
 }
@@ -178,6 +183,7 @@ async fn dvp(
     crds: &std::path::Path,
     namespace: &str,
     cloud_config: &std::path::Path,
+    dir: &std::path::Path,
     vms: &[String],
 ) -> anyhow::Result<()> {
     use overcast_sim_dvp::{install_crds_from, sweep_namespace, DvpSim};
@@ -191,6 +197,11 @@ async fn dvp(
         format!("namespace: {namespace}\nkubeconfig: |\n{indented}"),
     )
     .with_context(|| format!("write --cloud-config {}", cloud_config.display()))?;
+    for d in [dir.join("disks"), dir.join("by-id")] {
+        std::fs::create_dir_all(&d).with_context(|| format!("create {}", d.display()))?;
+    }
+    let dir = std::fs::canonicalize(dir).with_context(|| format!("{}", dir.display()))?;
+    release_leftovers("dvp", &dir.join("disks"), &dir.join("by-id"));
     let kc = kube::config::Kubeconfig::from_yaml(&text)
         .with_context(|| format!("{}", kubeconfig.display()))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
@@ -239,10 +250,11 @@ async fn dvp(
         )
         .await
         .with_context(|| format!("create namespace {namespace}"))?;
-    let sim = DvpSim::start(
+    let sim = DvpSim::start_in(
         client.clone(),
         namespace,
         std::time::Duration::from_millis(500),
+        &dir,
     )
     .await;
     let cloud_config = std::fs::canonicalize(cloud_config)?;
@@ -289,7 +301,7 @@ async fn zvirt(
     }
     let dir = std::fs::canonicalize(dir).with_context(|| format!("{}", dir.display()))?;
     let by_id = dir.join("by-id");
-    release_leftovers(&dir.join("disks"), &by_id);
+    release_leftovers("zvirt", &dir.join("disks"), &by_id);
     let engine = Engine::new(
         &dir.join("disks"),
         &by_id,
@@ -328,11 +340,11 @@ async fn zvirt(
     serve_until_stopped().await
 }
 
-/// The engine's state lives in memory: a run killed with its disks attached (SIGKILL, a
-/// crash) leaves their loop devices bound and their links behind, which no later run
-/// knows. They are released here — a device still mounted (a guest that did not
-/// unstage) when it is unmounted — and said.
-fn release_leftovers(disks: &std::path::Path, by_id: &std::path::Path) {
+/// What a simulator knows of its devices lives in its memory: a run killed with disks
+/// attached (SIGKILL, a crash) leaves their loop devices bound and their links behind,
+/// which no later run knows. They are released here — a device still mounted (a guest
+/// that did not unstage) when it is unmounted — and said.
+fn release_leftovers(sim: &str, disks: &std::path::Path, by_id: &std::path::Path) {
     use overcast_cloud_local::loopdev;
     for (index, file) in loopdev::bound_devices().unwrap_or_default() {
         if !file.starts_with(disks) {
@@ -349,7 +361,7 @@ fn release_leftovers(disks: &std::path::Path, by_id: &std::path::Path) {
             Err(e) => format!("left bound: {e}"),
         };
         eprintln!(
-            "overcast-sim zvirt: /dev/loop{index} ({}), left by a run that did not stop: {what}",
+            "overcast-sim {sim}: /dev/loop{index} ({}), left by a run that did not stop: {what}",
             file.display()
         );
     }

@@ -194,7 +194,8 @@ pub struct DvpSim {
     pub faults: Arc<Faults>,
     state: Arc<State>,
     task: tokio::task::JoinHandle<()>,
-    _dir: tempfile::TempDir,
+    /// A directory of its own when it was given none.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl DvpSim {
@@ -202,6 +203,16 @@ impl DvpSim {
     /// installed). `latency` is how long each transition takes, as the real controllers
     /// take time.
     pub async fn start(client: Client, namespace: &str, latency: Duration) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut sim = Self::start_in(client, namespace, latency, dir.path()).await;
+        sim._dir = Some(dir);
+        sim
+    }
+
+    /// [`DvpSim::start`], its disks' files and links in `dir` (`disks/`, `by-id/`): a
+    /// directory a later run finds again (`overcast-sim dvp --dir`), where a temporary
+    /// one a killed run left would be lost.
+    pub async fn start_in(client: Client, namespace: &str, latency: Duration, dir: &Path) -> Self {
         let ns: Api<Namespace> = Api::all(client.clone());
         let _ = ns
             .create(
@@ -210,13 +221,12 @@ impl DvpSim {
             )
             .await;
         class::ensure_class(&client, class::GENERIC, true).await;
-        let dir = tempfile::tempdir().expect("tempdir");
-        let by_id = dir.path().join("by-id");
+        let by_id = dir.join("by-id");
         std::fs::create_dir_all(&by_id).expect("by-id dir");
-        std::fs::create_dir_all(dir.path().join("disks")).expect("disks dir");
+        std::fs::create_dir_all(dir.join("disks")).expect("disks dir");
         let faults = Arc::new(Faults::default());
         let state = Arc::new(State {
-            dir: dir.path().join("disks"),
+            dir: dir.join("disks"),
             by_id: by_id.clone(),
             latency,
             first_seen: Mutex::new(HashMap::new()),
@@ -238,7 +248,7 @@ impl DvpSim {
             faults,
             state,
             task,
-            _dir: dir,
+            _dir: None,
         }
     }
 
