@@ -396,7 +396,7 @@ impl Disks for VsphereDisks {
     /// VM holds the volume is CNS's to say: it refuses the attach (`ResourceInUse`).
     async fn attach_disk(&self, id: &str, node: &str, _readonly: bool) -> Result<Attachment> {
         let vm = self.node_vm(node).await?.ok_or_else(|| no_instance(node))?;
-        self.volume(id).await?;
+        let volume = self.volume(id).await?;
         let held = match self.vm_volumes(&vm).await {
             Err(CloudError::NotFound { .. }) => return Err(no_instance(node)),
             other => other?,
@@ -413,9 +413,7 @@ impl Disks for VsphereDisks {
         match self.cns.attach(id, &vm).await {
             Ok(uuid) => Ok(attachment(node, &disk_uuid(&uuid))),
             Err(CloudError::Busy(m)) if m.contains("ResourceInUse") => {
-                Err(CloudError::FailedPrecondition(format!(
-                    "volume {id} is attached to another VM; a block volume is attached to one node ({m})"
-                )))
+                self.in_use(&volume, node, &vm, &m).await
             }
             Err(e) => Err(e),
         }

@@ -54,6 +54,8 @@ mod discovery;
 mod disks;
 /// A create whose task failed: not replayed, one volume once there is space.
 mod failed_creates;
+/// An attach CNS finds in use: done, under way, or held by the VM it names.
+mod in_use;
 /// The CPI's instances: identity, addresses, tag zones, sessions, outages.
 mod instances;
 /// Instances: the inventory in one call, sessions.

@@ -9,9 +9,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 
-use overcast_cloud::{CloudError, Result};
+use overcast_cloud::{Attachment, CloudError, Result};
 
-use super::devices::volume_disks;
+use super::devices::{attachment, no_instance, volume_disks};
 use super::{Parts, VsphereDisks};
 use crate::cns::Volume;
 use crate::inventory::{properties_of, Props};
@@ -63,6 +63,52 @@ impl VsphereDisks {
             .filter(|(v, _)| v == id)
             .map(|(v, uuid)| (v, vec![(node.to_owned(), uuid)]))
             .collect())
+    }
+
+    /// What CNS's `ResourceInUse` for an attach of `volume` to `node`'s VM `vm` means. As
+    /// vsphere-csi-driver does, the requested VM is read again: CNS refuses an attach it
+    /// is still making (a publish retried while the host attaches) as it refuses one to
+    /// another VM, and once the disk is there the attach is done. Otherwise another VM
+    /// named as a holder is FAILED_PRECONDITION (a block volume is on one node); none
+    /// named (the attach to this VM still under way, or no answer) is ABORTED, retried.
+    pub(super) async fn in_use(
+        &self,
+        volume: &Volume,
+        node: &str,
+        vm: &Moref,
+        fault: &str,
+    ) -> Result<Attachment> {
+        let id = volume.id.as_str();
+        match self.vm_volumes(vm).await {
+            Ok(held) => {
+                if let Some((_, uuid)) = held.iter().find(|(v, _)| v == id) {
+                    return Ok(attachment(node, uuid));
+                }
+            }
+            Err(CloudError::NotFound { .. }) => return Err(no_instance(node)),
+            Err(e) => return Err(e),
+        }
+        let others: Vec<String> = match self.holders(std::slice::from_ref(volume)).await {
+            Ok(found) => found
+                .get(id)
+                .into_iter()
+                .flatten()
+                .map(|(holder, _)| holder.clone())
+                .filter(|holder| holder != node)
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        if others.is_empty() {
+            Err(CloudError::Busy(format!(
+                "volume {id} is in use and not yet on node {node}'s VM: an attach still under \
+                 way? ({fault})"
+            )))
+        } else {
+            Err(CloudError::FailedPrecondition(format!(
+                "volume {id} is attached to {}; a block volume is attached to one node ({fault})",
+                others.join(", ")
+            )))
+        }
     }
 
     /// Every VM holding any of `volumes`.
