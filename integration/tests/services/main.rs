@@ -10,3 +10,4 @@ mod monitoring;
 mod rbac_proxy;
 mod rbac_proxy_hardening;
 mod reference;
+mod release;

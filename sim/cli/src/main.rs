@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "overcast-sim",
+    version,
     about = "A simulated cloud on this machine, printing the configuration that points Overcast's services at it"
 )]
 struct Cli {
