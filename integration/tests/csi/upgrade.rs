@@ -156,18 +156,40 @@ fn listed_ids(entries: &[csi_v1::list_volumes_response::Entry]) -> Vec<(String, 
 /// data it wrote is read back through this release's mounts; then the whole life ends.
 #[tokio::test]
 async fn the_volumes_of_the_release_of_688adc9_are_served_and_keep_their_names() {
-    let placed = Placed::new("688adc9");
+    an_earlier_release_s_volumes_are_served("688adc9", false).await;
+}
+
+/// The release of 2026-11-28 (1c81bb4), the one issue 71's upgrades went from: it wrote a
+/// metadata file beside each disk, which 688adc9 did not. The same life as 688adc9's.
+#[tokio::test]
+async fn the_volumes_of_the_release_of_1c81bb4_are_served_and_keep_their_names() {
+    an_earlier_release_s_volumes_are_served("1c81bb4", true).await;
+}
+
+/// `commit`'s fixture started by this release: listed and served, names kept (also once
+/// the store is lost after the first start), its data read back, then the whole life
+/// ended. `wrote_metadata`: whether that release wrote each disk's metadata file.
+async fn an_earlier_release_s_volumes_are_served(commit: &str, wrote_metadata: bool) {
+    let placed = Placed::new(commit);
     let (fs, block, idle) = (placed.id("fs"), placed.id("block"), placed.id("idle"));
     let disks = placed.state().join("disks");
-    for id in [&fs, &block, &idle] {
+    for (id, name) in [
+        (&fs, "pvc-upgrade-fs"),
+        (&block, "pvc-upgrade-block"),
+        (&idle, "pvc-upgrade-idle"),
+    ] {
         assert!(
             disks.join(format!("{id}.img")).exists(),
             "{id}: its disk file"
         );
-        assert!(
-            !disks.join(format!("{id}.json")).exists(),
-            "{id}: that release wrote no metadata file"
-        );
+        let meta = disks.join(format!("{id}.json"));
+        if wrote_metadata {
+            let written: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&meta).expect("its metadata file")).unwrap();
+            assert_eq!(written["name"], name, "{commit} wrote {written}");
+        } else {
+            assert!(!meta.exists(), "{id}: that release wrote no metadata file");
+        }
     }
     let args = placed.args();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -175,7 +197,8 @@ async fn the_volumes_of_the_release_of_688adc9_are_served_and_keep_their_names()
     let _log = ShowLogOnFailure(csi.log.clone());
 
     // Brought forward at start: the directory says its format, each disk has its
-    // metadata from the store, the node's records say theirs.
+    // metadata from the store (one that release wrote is read as it is: no `format`
+    // field is format 1), the node's records say theirs.
     assert_eq!(
         std::fs::read_to_string(placed.state().join("FORMAT")).unwrap(),
         "overcast-local-state 1\n"
@@ -189,7 +212,19 @@ async fn the_volumes_of_the_release_of_688adc9_are_served_and_keep_their_names()
             .disk_meta(id)
             .unwrap_or_else(|| panic!("{id}: metadata written"));
         assert_eq!(meta["name"], name);
-        assert_eq!(meta["format"], 1);
+        if wrote_metadata {
+            let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("fixtures/upgrade")
+                .join(commit)
+                .join(format!("state/disks/{id}.json"));
+            assert_eq!(
+                std::fs::read(disks.join(format!("{id}.json"))).unwrap(),
+                std::fs::read(fixture).unwrap(),
+                "{id}: that release's metadata file is left as it wrote it"
+            );
+        } else {
+            assert_eq!(meta["format"], 1);
+        }
     }
     let records: serde_json::Value =
         serde_json::from_slice(&std::fs::read(format!("{ROOT}/node/volumes.json")).unwrap())
