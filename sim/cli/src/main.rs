@@ -214,7 +214,6 @@ async fn dvp(
         "--crds {}: not a directory of the virtualization CRDs",
         crds.display()
     );
-    install_crds_from(&client, crds).await;
     // The namespace is let go of on stop (its objects' finalizers, then itself), so only
     // one this program made is taken: a namespace of someone else's is refused, never
     // swept. One of its own that a killed run left is swept first (its files are gone).
@@ -242,6 +241,8 @@ async fn dvp(
             "namespace {namespace} exists and was not made by overcast-sim dvp, which deletes its namespace when it stops: name a new one with --namespace"
         ),
     }
+    // Only once the namespace is known to be takeable: a refused run installs nothing.
+    install_crds_from(&client, crds).await;
     let labelled =
         serde_json::json!({"metadata": {"name": namespace, "labels": {MADE_BY: MADE_BY_VALUE}}});
     namespaces
