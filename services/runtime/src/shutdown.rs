@@ -3,7 +3,6 @@
 
 use std::future::Future;
 
-use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal as Number};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 /// SIGTERM and SIGINT, caught from the moment this is made: a signal that arrives while
@@ -65,18 +64,30 @@ where
     F: FnOnce(Signals) -> Fut,
     Fut: Future<Output = T>,
 {
-    let mut ending = SigSet::empty();
-    ending.add(Number::SIGTERM);
-    ending.add(Number::SIGINT);
     // Failing, these leave the signals' default action: the process as it was before.
-    let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ending), None);
+    mask(libc::SIG_BLOCK);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("start the tokio runtime");
     runtime.block_on(async move {
         let signals = Signals::install();
-        let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&ending), None);
+        mask(libc::SIG_UNBLOCK);
         body(signals).await
     })
+}
+
+/// Blocks or unblocks SIGTERM and SIGINT on the calling thread (`how`: `SIG_BLOCK` or
+/// `SIG_UNBLOCK`). Through libc, as tokio does: the provider crates that build on this
+/// one carry no system-call crate of the local cloud's (`cloud-local/tests/seam.rs`).
+fn mask(how: libc::c_int) {
+    // SAFETY: `set` is initialised by sigemptyset before use; pthread_sigmask only reads
+    // it, and changes nothing but this thread's mask.
+    unsafe {
+        let mut set = std::mem::zeroed::<libc::sigset_t>();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
 }

@@ -130,12 +130,12 @@ async fn a_pinned_thumbprint_admits_the_vcenter_s_certificate_and_no_other() {
 /// A vCenter that pages its answers, as a real one does past its own limit (vcsim here
 /// answers everything at once, whatever `maxObjects` asks): a front splits each view read
 /// into pages of `page` objects with a token, and answers `ContinueRetrievePropertiesEx`
-/// from what it kept — or, asked to, loses the second page (a 503 page from a proxy).
+/// from what it kept — or, asked to, loses the second page for good (a proxy's 503 page,
+/// answered 200, every time it is asked).
 struct Pager {
     page: usize,
     lose_second: bool,
     kept: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
-    continued: std::sync::atomic::AtomicUsize,
 }
 
 impl Pager {
@@ -204,10 +204,9 @@ impl overcast_integration::vcsim_front::Part for Pager {
             .nth(1)
             .and_then(|t| t.split("-->").next())
         {
-            let n = self
-                .continued
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            if self.lose_second && n == 0 {
+            // Each time it is asked: a 2xx HTML page is no answer, and the client asks the
+            // read again (a page lost once comes back whole on the retry).
+            if self.lose_second {
                 return hyper::body::Bytes::from_static(
                     b"<html><body><h1>503 Service Unavailable</h1></body></html>",
                 );
@@ -261,7 +260,6 @@ async fn a_paged_answer_is_read_whole_and_a_lost_page_fails_the_listing() {
             page: 7,
             lose_second,
             kept: Default::default(),
-            continued: Default::default(),
         })
     };
 
