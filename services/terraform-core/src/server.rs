@@ -166,17 +166,21 @@ fn diags(d: impl IntoIterator<Item = Diag>) -> Vec<tf::Diagnostic> {
 /// What a refresh keeps: the provider's attributes as the cloud has them; the user's
 /// where Terraform recorded a value (drift shows) or where nothing but the id is known
 /// (an import), else as recorded — the cloud's defaults never show as changes the user
-/// did not make. For a legacy SDK's stand-in (`sdk`) an optional and computed attribute
-/// is the provider's too, as that SDK's Read writes it whatever the state held.
+/// did not make. An attribute recorded null that the cloud reads as what this release
+/// writes for "none" ([`crate::schema::Attr::absent`]: an earlier release's layouts passed
+/// null where today's pass an empty map — 1c81bb4's DVP VM `node_selector`) takes that
+/// value: the same object, said as this release says it. For a legacy SDK's stand-in
+/// (`sdk`) an optional and computed attribute is the provider's too, as that SDK's Read
+/// writes it whatever the state held.
 fn refreshed(block: &Block, state: &Obj, seen: Obj, sdk: bool) -> Obj {
     let known = |name: &str| !matches!(state.get(name), None | Some(Value::Null));
     let imported = block.attrs.iter().all(|a| a.name == "id" || !known(a.name));
     let mut out = state.clone();
     for (k, v) in seen {
-        let computed = block
-            .attr(&k)
-            .is_some_and(|a| a.usage == Use::Computed || (sdk && a.kept));
-        if computed || (v != Value::Null && (imported || known(&k))) {
+        let attr = block.attr(&k);
+        let computed = attr.is_some_and(|a| a.usage == Use::Computed || (sdk && a.kept));
+        let none_as_today = attr.is_some_and(|a| a.absent.as_ref() == Some(&v));
+        if computed || (v != Value::Null && (imported || known(&k) || none_as_today)) {
             out.insert(k, v);
         }
     }

@@ -148,6 +148,17 @@ impl Resource<Cloud> for VirtualMachine {
         )
     }
 
+    /// No node selector, null or an empty map (1c81bb4's layouts passed null, today's
+    /// `{}`): the same VM, never replaced for it.
+    fn same(&self, name: &str, prior: &Value, proposed: &Value) -> bool {
+        let none = |v: &Value| match v {
+            Value::Null => true,
+            Value::Map(m) => m.is_empty(),
+            _ => false,
+        };
+        name == "node_selector" && none(prior) && none(proposed)
+    }
+
     fn validate(&self, c: &Obj) -> Vec<Diag> {
         let mut out = Vec::new();
         check_name(c, "name", &mut out);

@@ -15,21 +15,30 @@ use super::*;
 
 /// The release whose provider and layouts made the cluster: the last before our layouts
 /// took Deckhouse's names, labels and defaults (0eeb907).
-const RELEASE: &str = "688adc9";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_an_earlier_release_made_plans_no_change_after_the_upgrade() {
+    upgraded_from("688adc9").await;
+}
+
+/// The release of 2026-11-28, whose layouts had Deckhouse's names already.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_1c81bb4_made_plans_no_change_after_the_upgrade() {
+    upgraded_from("1c81bb4").await;
+}
+
+/// `commit`'s provider and layouts make the cluster; this release converges over it.
+async fn upgraded_from(commit: &str) {
     let what = "the DVP Terraform upgrade test";
-    let Some(old) = release::get(RELEASE, what) else {
+    let Some(old) = release::get(commit, what) else {
         return;
     };
-    let Some((w, bin)) = World::new(what, "upgrade").await else {
+    let Some((w, bin)) = World::new(what, &format!("upgrade-{commit}")).await else {
         return;
     };
     let root = w.dir.path().to_owned();
     // The earlier release's layouts, in a directory of their own (its provider is
     // installed in the plugin directories there).
-    let old_root = root.join(format!("release-{RELEASE}"));
+    let old_root = root.join(format!("release-{commit}"));
     std::fs::create_dir_all(&old_root).unwrap();
     let copied = std::process::Command::new("cp")
         .arg("-a")
@@ -59,7 +68,7 @@ async fn a_cluster_an_earlier_release_made_plans_no_change_after_the_upgrade() {
     let objects = w.objects().await;
     assert!(
         objects.iter().filter(|o| o.starts_with("vm/")).count() == 2,
-        "{RELEASE} made a master and a node: {objects:?}"
+        "{commit} made a master and a node: {objects:?}"
     );
     let before = w.resource_versions().await;
     // What the earlier release wrote is behind us: from here, the parent must see none.
@@ -83,7 +92,7 @@ async fn a_cluster_an_earlier_release_made_plans_no_change_after_the_upgrade() {
         tf(|| {
             ws.converges_unchanged(
                 vars,
-                &format!("{module}'s plan by this release on the state {RELEASE} left"),
+                &format!("{module}'s plan by this release on the state {commit} left"),
             )
         });
     }

@@ -43,6 +43,41 @@ fn a_refresh_shows_drift_of_what_was_set_and_never_the_cloud_s_defaults() {
     assert_eq!(out["status"], s("up"));
 }
 
+/// An attribute an earlier release recorded null, which this release writes as an empty
+/// map for "none" (its `absent`), takes the cloud's empty map: the configuration's `{}`
+/// then plans no change (1c81bb4's DVP master planned a replacement). A value the cloud
+/// holds otherwise stays the user's to set, as before.
+#[test]
+fn a_null_the_cloud_reads_as_today_s_none_is_said_as_today() {
+    let b = Block::new(
+        "",
+        vec![
+            computed("id", Type::String, ""),
+            required("name", Type::String, ""),
+            optional("selector", Type::Map(Box::new(Type::String)), "")
+                .absent_as(Value::Map(Default::default())),
+        ],
+    );
+    let state = Obj::from([
+        ("id".into(), s("1")),
+        ("name".into(), s("a")),
+        ("selector".into(), Value::Null),
+    ]);
+    let none = Obj::from([("selector".into(), Value::Map(Default::default()))]);
+    let out = refreshed(&b, &state, none, false);
+    assert_eq!(out["selector"], Value::Map(Default::default()));
+    let some = Obj::from([(
+        "selector".into(),
+        Value::Map(Obj::from([("zone".into(), s("a"))])),
+    )]);
+    let out = refreshed(&b, &state, some, false);
+    assert_eq!(
+        out["selector"],
+        Value::Null,
+        "the cloud's value is not the user's"
+    );
+}
+
 #[test]
 fn an_import_takes_everything_the_cloud_says() {
     let state = Obj::from([("id".into(), s("1"))]);
