@@ -16,10 +16,7 @@ use super::*;
 
 /// The release whose provider and layouts made the cluster (before the zVirt takeover's
 /// schema changes, 5e88a76, and upstream's `initialization_*` attributes, e0b2026).
-const RELEASE: &str = "688adc9";
 const PROVIDER: (&str, &str) = ("terraform-provider-ovirt", "ovirt");
-/// The address that release's layouts gave the provider (`source = "ovirt/ovirt"`).
-const RELEASE_PROVIDER: (&str, &str) = ("ovirt", "ovirt");
 
 /// `terraform-provider-overcast migrate-state < from > to`, as docs/deploy.md says to
 /// run it on each state after this upgrade; what it said.
@@ -30,10 +27,31 @@ fn migrate_state(from: &std::path::Path, to: &std::path::Path) -> String {
     said
 }
 
+/// 688adc9: its layouts gave the provider the address `ovirt/ovirt` and their own
+/// resource addresses, which `migrate-state` moves to Deckhouse's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_an_earlier_release_made_plans_no_change_after_the_upgrade() {
+    upgraded_from(
+        "688adc9",
+        ("ovirt", "ovirt"),
+        Some("module.master.ovirt_vm.vm"),
+    )
+    .await;
+}
+
+/// 1c81bb4: its layouts were Deckhouse's already (the provider's address and the
+/// resources'); `migrate-state` is run as the docs say and has nothing to move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_1c81bb4_made_plans_no_change_after_the_upgrade() {
+    upgraded_from("1c81bb4", PROVIDER, None).await;
+}
+
+/// `commit`'s provider (at the address its layouts gave it, `release_provider`) and
+/// layouts make the cluster; this release converges over the state, migrated first
+/// (`moved`: an address the master's migration must name).
+async fn upgraded_from(commit: &str, release_provider: (&str, &str), moved: Option<&str>) {
     let what = "the zVirt Terraform upgrade test";
-    let Some(old) = release::get(RELEASE, what) else {
+    let Some(old) = release::get(commit, what) else {
         return;
     };
     let Some(bin) = terraform::binary(what) else {
@@ -69,7 +87,7 @@ async fn a_cluster_an_earlier_release_made_plans_no_change_after_the_upgrade() {
     ];
 
     // The earlier release's layouts and provider, in a directory of their own.
-    let old_root = root.join(format!("release-{RELEASE}"));
+    let old_root = root.join(format!("release-{commit}"));
     std::fs::create_dir_all(&old_root).unwrap();
     let copied = std::process::Command::new("cp")
         .arg("-a")
@@ -85,7 +103,7 @@ async fn a_cluster_an_earlier_release_made_plans_no_change_after_the_upgrade() {
             &bin,
             &old_root,
             old_module(module),
-            RELEASE_PROVIDER,
+            release_provider,
             &old_provider,
         );
         tf(|| ws.init());
@@ -96,11 +114,11 @@ async fn a_cluster_an_earlier_release_made_plans_no_change_after_the_upgrade() {
     }
     assert!(
         engine.vm_by_name("tf-master-0").is_some(),
-        "{RELEASE} made no master"
+        "{commit} made no master"
     );
     assert!(
         engine.vm_by_name("tf-worker-0").is_some(),
-        "{RELEASE} made no node"
+        "{commit} made no node"
     );
     let (vms, disks) = (engine.vm_count(), engine.disks());
     let written = engine.writes();
@@ -117,8 +135,8 @@ async fn a_cluster_an_earlier_release_made_plans_no_change_after_the_upgrade() {
             &old_module(module).join("terraform.tfstate"),
             &ws.dir.join("terraform.tfstate"),
         );
-        if module == "master-node" {
-            assert!(said.contains("module.master.ovirt_vm.vm"), "{said}");
+        if let Some(moved) = moved.filter(|_| module == "master-node") {
+            assert!(said.contains(moved), "{said}");
         }
         tf(|| ws.init());
         // No resource to change; an output may (dhctl's converge applies that, which
@@ -126,7 +144,7 @@ async fn a_cluster_an_earlier_release_made_plans_no_change_after_the_upgrade() {
         tf(|| {
             ws.converges_unchanged(
                 vars,
-                &format!("{module}'s plan by this release on the state {RELEASE} left"),
+                &format!("{module}'s plan by this release on the state {commit} left"),
             )
         });
     }
