@@ -12,6 +12,10 @@
 #                                                                 # the plug (nothing is told)
 #   integration/scripts/node-b.sh down DIR                        # off, then everything removed
 #
+# `up` on a DIR a powered-off node-b left is a power-on: its disk's images (containerd's root)
+# are kept, everything else starts anew (kubelet's directory, containerd's state, the network);
+# of the kit node's images only those it lacks, or holds at another digest, are copied in.
+#
 # The node is "vm-b", registered with the taint overcast.dev/node-b=:NoSchedule (only pods that
 # tolerate it, and DaemonSets, land there); NODE_B_KUBELET_ARGS adds kubelet flags. Its network:
 # 10.250.0.2/30 on a veth to this machine (10.250.0.1), pods on 10.244.1.0/24, the API server and
@@ -87,7 +91,14 @@ remove_cgroups
 if [ -d "$dir" ] && [ -n "$(ls -A "$dir")" ] && [ ! -f "$dir/.node-b" ]; then
   echo "node-b: $dir is not empty and is not a second node's directory" >&2; exit 1
 fi
-rm -rf "$dir"; mkdir -p "$dir"; touch "$dir/.node-b"
+if [ -f "$dir/.node-b" ] && [ -d "$dir/containerd/root" ]; then
+  # A power-on: the node's disk kept (its images), the rest as after a reboot.
+  find "$dir" -mindepth 1 -maxdepth 1 ! -name .node-b ! -name containerd -exec rm -rf {} +
+  find "$dir/containerd" -mindepth 1 -maxdepth 1 ! -name root -exec rm -rf {} +
+  say "powering on: its images kept"
+else
+  rm -rf "$dir"; mkdir -p "$dir"; touch "$dir/.node-b"
+fi
 kubeconfig=$kit/kube/admin.kubeconfig pki=$kit/kube/pki
 port=$(grep -o 'https://127.0.0.1:[0-9]*' "$kubeconfig" | cut -d: -f3)
 kubelet=$(ls "$cache"/kubelet-v* | head -1)
@@ -153,14 +164,19 @@ start_in_cg containerd "${in_ns[@]}" containerd --config "$ctrd/config.toml"
 ctr=(ctr -a "$sock" -n k8s.io)
 for _ in $(seq 100); do "${ctr[@]}" version >/dev/null 2>&1 && break; sleep 0.1; done
 "${ctr[@]}" version >/dev/null
-# the kit node's images (pause, busybox, the sidecars, whatever a test imported already)
-for ref in $(ctr -a "$kit/containerd/containerd.sock" -n k8s.io images ls -q | grep -v '^sha256:'); do
-  ctr -a "$kit/containerd/containerd.sock" -n k8s.io images export --platform linux/amd64 - "$ref" |
+# the kit node's images (pause, busybox, the sidecars, whatever a test imported already) that
+# this node lacks: each "REF DIGEST" of the kit's not among its own is copied
+kit_ctr=(ctr -a "$kit/containerd/containerd.sock" -n k8s.io)
+images_of() { "$@" images ls | awk 'NR > 1 && $1 !~ /^sha256:/ {print $1, $3}' | sort; }
+copied=0
+while read -r ref _; do
+  "${kit_ctr[@]}" images export --platform linux/amd64 - "$ref" |
     "${ctr[@]}" images import --snapshotter overlayfs - >/dev/null
-done
+  copied=$((copied + 1))
+done < <(comm -23 <(images_of "${kit_ctr[@]}") <(images_of "${ctr[@]}"))
 sed "s#$kit/containerd/containerd.sock#$sock#g" "$kit/image-import" > "$dir/image-import"
 chmod +x "$dir/image-import"
-say "containerd up, images: $("${ctr[@]}" images ls -q | grep -vc '^sha256:')"
+say "containerd up, images: $("${ctr[@]}" images ls -q | grep -vc '^sha256:') ($copied copied from the kit's node)"
 
 # --- kubelet --------------------------------------------------------------------------------------
 mkdir -p "$dir/pki"

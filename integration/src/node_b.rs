@@ -49,13 +49,16 @@ pub fn controller_manager_gates(kit: &Path) -> String {
 pub struct NodeB {
     dir: PathBuf,
     kubeconfig: String,
+    /// Dropped powered off with its disk kept ([`NodeB::switch_off`]), not removed.
+    keep_disk: bool,
     /// `DIR/image-import`: images into its containerd.
     pub import: String,
 }
 
 impl NodeB {
     /// Starts it beside the kit node in `kit` (kubelet flags `kubelet_args` added), and
-    /// waits until it is Ready; `None`, said SKIPPED, without the kit node.
+    /// waits until it is Ready — powered on with its disk where an earlier one was
+    /// [`NodeB::switch_off`]ed in `dir`; `None`, said SKIPPED, without the kit node.
     pub fn up(kit: &Path, dir: &Path, kubeconfig: &str, kubelet_args: &str) -> Option<NodeB> {
         if !kit.join("env").exists() {
             say_skipped("no kit node to start a second node beside (../shared/kit/node-up.sh)");
@@ -64,6 +67,7 @@ impl NodeB {
         let node = NodeB {
             dir: dir.to_owned(),
             kubeconfig: kubeconfig.to_owned(),
+            keep_disk: false,
             import: dir.join("image-import").to_string_lossy().into_owned(),
         };
         node.start(kit, kubelet_args);
@@ -104,16 +108,29 @@ impl NodeB {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-}
 
-impl Drop for NodeB {
-    fn drop(&mut self) {
-        let _ = Command::new(script())
-            .args(["down".as_ref(), self.dir.as_os_str()])
-            .output();
+    /// Powered off and its Node deleted, its disk (the images in its containerd) kept for
+    /// the next [`NodeB::up`] on the same directory: a power-on, which copies only the
+    /// images it lacks. `node-b.sh down` (CI's cleanup, or a later `NodeB`'s drop) removes
+    /// the disk.
+    pub fn switch_off(mut self) {
+        self.keep_disk = true;
+    }
+
+    fn node_deleted(&self) {
         let _ = Command::new("kubectl")
             .env("KUBECONFIG", &self.kubeconfig)
             .args(["delete", "node", NAME, "--ignore-not-found", "--wait=false"])
             .output();
+    }
+}
+
+impl Drop for NodeB {
+    fn drop(&mut self) {
+        let command = if self.keep_disk { "power-off" } else { "down" };
+        let _ = Command::new(script())
+            .args([command.as_ref(), self.dir.as_os_str()])
+            .output();
+        self.node_deleted();
     }
 }
