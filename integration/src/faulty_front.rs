@@ -335,7 +335,7 @@ async fn answer(
 }
 
 /// One request to `upstream` on a connection of its own: the answer's head and body.
-async fn forward(
+pub(crate) async fn forward(
     upstream: SocketAddr,
     req: hyper::Request<Full<Bytes>>,
 ) -> Result<(hyper::http::response::Parts, Bytes), String> {

@@ -28,6 +28,7 @@ pub mod dvp_sim {
 mod dvp_tenant;
 pub mod faulty_front;
 pub mod fencing;
+pub mod keystone_front;
 pub mod kubelet;
 pub mod kustomize;
 pub mod manifests;
