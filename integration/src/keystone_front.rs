@@ -10,8 +10,9 @@
 //! and Glance: ~60 Keystone requests a minute, the lane's floor. Through this front each
 //! project logs in once and the services validate its token once each. What the provider
 //! does is unchanged — it logs in with its password at every run and reads the answer
-//! Keystone gave; the login itself is tested where it is the subject
-//! (`openstack_real_cloud::keystone`, which never comes here).
+//! Keystone gave. Not for tests whose subject is Keystone (a paused Keystone, a catalog a
+//! test changes under a running binary): the clouds' OpenStack tests never come here. A
+//! test that changes the catalog calls [`forget_logins`].
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -61,6 +62,15 @@ pub fn cached(auth_url: &str) -> String {
     let front = FRONT.get_or_init(|| start(upstream));
     assert_eq!(front.upstream, upstream, "one Keystone per process");
     format!("http://{}/{path}", front.addr)
+}
+
+/// Every login answered so far forgotten: the next of each goes to Keystone. A token
+/// carries the catalog of its login — after a test adds or removes a region or an
+/// endpoint, a token issued before would not show it.
+pub fn forget_logins() {
+    if let Some(f) = FRONT.get() {
+        f.logins.lock().unwrap().answers.clear();
+    }
 }
 
 /// (logins passed to Keystone, logins answered again) so far.
@@ -179,4 +189,122 @@ fn rebuilt(head: &hyper::http::response::Parts, body: Bytes) -> hyper::Response<
         }
     }
     response.body(Full::new(body)).expect("response")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A stand-in Keystone: each login answered 201 with a new token (`tok-<n>`), one whose
+    /// body says `wrong` 401; every request counted.
+    fn keystone() -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let asked = Arc::new(AtomicUsize::new(0));
+        let n = Arc::clone(&asked);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let mut stream = stream.unwrap();
+                let request = read_message(&mut stream);
+                let i = n.fetch_add(1, Ordering::SeqCst) + 1;
+                let answer = if request.contains("wrong") {
+                    "HTTP/1.1 401 Unauthorized\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+                        .to_owned()
+                } else {
+                    let body = format!("{{\"token\": {{\"n\": {i}}}}}");
+                    format!(
+                        "HTTP/1.1 201 Created\r\nX-Subject-Token: tok-{i}\r\nContent-Type: application/json\r\n\
+                         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                };
+                stream.write_all(answer.as_bytes()).unwrap();
+            }
+        });
+        (addr, asked)
+    }
+
+    /// One HTTP/1.1 message's head and body (by its Content-Length).
+    fn read_message(stream: &mut TcpStream) -> String {
+        let mut buf = Vec::new();
+        let mut byte = [0u8; 1];
+        while !buf.ends_with(b"\r\n\r\n") {
+            if stream.read(&mut byte).unwrap() == 0 {
+                break;
+            }
+            buf.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&buf).into_owned();
+        let length = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse::<usize>().ok())?
+            })
+            .unwrap_or(0);
+        let mut body = vec![0u8; length];
+        stream.read_exact(&mut body).unwrap();
+        head + &String::from_utf8_lossy(&body)
+    }
+
+    /// A login through `url` with `body`: (status line, X-Subject-Token).
+    fn login(url: &str, body: &str) -> (String, String) {
+        let rest = url.strip_prefix("http://").unwrap();
+        let (host, path) = rest.split_once('/').unwrap();
+        let mut stream = TcpStream::connect(host).unwrap();
+        write!(
+            stream,
+            "POST /{path}/auth/tokens HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let status = answer.lines().next().unwrap_or_default().to_owned();
+        let token = answer
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("x-subject-token")
+                    .then(|| v.trim().to_owned())
+            })
+            .unwrap_or_default();
+        (status, token)
+    }
+
+    #[test]
+    fn a_repeated_login_is_answered_with_keystone_s_first_token_until_forgotten() {
+        let (keystone, asked) = keystone();
+        let url = cached(&format!("http://{keystone}/v3"));
+        assert_ne!(url, format!("http://{keystone}/v3"), "through the front");
+
+        let first = login(&url, r#"{"project": "a"}"#);
+        assert!(first.0.contains("201"), "{first:?}");
+        assert_eq!(login(&url, r#"{"project": "a"}"#), first, "the same answer");
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "Keystone asked once");
+
+        // Another body (another project or user) is another login.
+        let other = login(&url, r#"{"project": "b"}"#);
+        assert_ne!(other.1, first.1);
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
+
+        // A refusal is never given again: every one goes to Keystone.
+        for _ in 0..2 {
+            assert!(login(&url, r#"{"password": "wrong"}"#).0.contains("401"));
+        }
+        assert_eq!(asked.load(Ordering::SeqCst), 4);
+
+        // Forgotten (a catalog changed): the next login is Keystone's again.
+        forget_logins();
+        let again = login(&url, r#"{"project": "a"}"#);
+        assert_ne!(again.1, first.1, "a new token");
+        assert_eq!(asked.load(Ordering::SeqCst), 5);
+        assert_eq!(logins(), (5, 1));
+    }
 }

@@ -224,6 +224,8 @@ impl Admin {
                                     "region_id": name, "url": url}}),
             );
         }
+        // A token carries the catalog of its login: none issued before is given again.
+        overcast_integration::keystone_front::forget_logins();
         region
     }
 }
@@ -241,6 +243,7 @@ impl Region<'_> {
         }
         self.admin
             .call("DELETE", &format!("keystone:/regions/{}", self.name), None);
+        overcast_integration::keystone_front::forget_logins();
     }
 }
 
