@@ -20,11 +20,14 @@ last build, so overcast-api's build script ran again and every crate using it wa
 after it was written (another checkout's build would have made artefacts from other
 contents): see .ci/run.
 
-The record also names the checkout it was built from: an artefact keeps that checkout's
-paths (`env!("CARGO_MANIFEST_DIR")`, which tests use to find deploy/ and ../shared, and
-cargo does not rebuild for), so a record of another checkout is not trusted — every file
-is new. A run there read another clone's files: a test of deploy/ read the older clone's
-deploy/, and where that clone was gone, failed.
+The record also names the checkout it was built from. A record of another checkout (a
+fresh clone at another path) is trusted like one of this: cargo takes a workspace crate
+at another path as fresh when its files' times are unchanged (checked), so nothing is
+rebuilt because the path changed. That holds because no artefact keeps a checkout's path:
+the tests find deploy/ and ../shared through CARGO_MANIFEST_DIR read when they run
+(overcast_integration::package_dir), not `env!("CARGO_MANIFEST_DIR")` compiled in, which
+cargo does not rebuild for — with it, a run read another clone's files (a test of deploy/
+read the older clone's deploy/, and where that clone was gone, failed).
 """
 import hashlib
 import os
@@ -81,9 +84,11 @@ def restore(src):
                     seen[path] = (h, int(mtime))
     except FileNotFoundError:
         pass
+    # Another checkout's record serves as well: cargo takes a workspace crate at another
+    # path as fresh when its files' times are the same, and no artefact holds the
+    # checkout's path any more (the tests read CARGO_MANIFEST_DIR when they run).
     if seen and checkout != os.getcwd():
-        print(f"the last build was of another checkout ({checkout or 'not named'}): every file is new")
-        seen = {}
+        print(f"the last build was of another checkout ({checkout or 'not named'}): its record serves this one")
     now = time.time_ns()
     kept = changed = 0
     files = tracked()

@@ -30,15 +30,12 @@ pub fn dvp_vm_spec(image: &str, additional: usize) -> overcast_cloud_dvp::machin
 
 /// Where the kit's Cluster API CRDs are.
 pub fn capi_crd_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/kit/crds/cluster-api")
+    crate::package_dir().join("../../shared/kit/crds/cluster-api")
 }
 
 /// The providers' CRDs as shipped (`deploy/crds/<provider>/capi-<provider>.yaml`).
 pub fn provider_crds(provider: &str) -> Vec<CustomResourceDefinition> {
-    provider_crds_in(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy"),
-        provider,
-    )
+    provider_crds_in(&crate::package_dir().join("../deploy"), provider)
 }
 
 /// The same from the `deploy` directory `deploy` (an earlier release's).

@@ -15,10 +15,8 @@ pub async fn tenant(admin_kubeconfig: &str, namespace: &str, cluster_role: bool)
     use k8s_openapi::api::core::v1::ServiceAccount;
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
     let admin = crate::real::client(admin_kubeconfig).await;
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/parent/dvp/rbac.yaml"),
-    )
-    .expect("deploy/parent/dvp/rbac.yaml");
+    let text = std::fs::read_to_string(crate::package_dir().join("../deploy/parent/dvp/rbac.yaml"))
+        .expect("deploy/parent/dvp/rbac.yaml");
     // The manifest's namespace is a placeholder, in metadata, subjects and resourceNames.
     let text = text.replace("my-cluster", namespace);
     let docs: Vec<serde_json::Value> = text

@@ -55,6 +55,17 @@ pub const ZONE_KEY: &str = "topology.kubernetes.io/zone";
 pub const REGION_KEY: &str = "topology.kubernetes.io/region";
 pub const MIB: i64 = 1 << 20;
 
+/// The integration package's directory (`integration/`), read when the test runs — cargo
+/// sets `CARGO_MANIFEST_DIR` for every test and bench it runs, and `.ci/run` for the test
+/// binaries it runs itself — never compiled in: a test binary a kept target directory
+/// holds then serves a fresh clone at another path (compiled in, it read the earlier
+/// clone's `deploy/` and `../shared`, and cargo does not rebuild for that).
+pub fn package_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .expect("CARGO_MANIFEST_DIR: run the tests through cargo, or set it to the integration package's directory")
+}
+
 /// The path of a workspace binary, freshly built. `cargo test` builds only the
 /// binaries of packages that have integration tests of their own, so the harness
 /// builds the workspace's binaries itself, once per test process (a no-op when they
@@ -68,9 +79,8 @@ pub fn binary(name: &str) -> PathBuf {
         dir.pop();
     }
     BUILT.get_or_init(|| {
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("workspace root");
+        let package = crate::package_dir();
+        let workspace = package.parent().expect("workspace root");
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(workspace)
             .args(["build", "--workspace", "--bins"]);

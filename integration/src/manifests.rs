@@ -17,7 +17,7 @@ use crate::kustomize::{render, Rendered};
 
 /// The repository's `deploy/` directory.
 pub fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+    crate::package_dir().join("../deploy")
 }
 
 /// The directories under `deploy/<group>` (`base` or `overlays`), sorted.

@@ -16,7 +16,7 @@ pub const TAINT: &str = "overcast.dev/node-b";
 pub const ADDRESS: &str = "10.250.0.2";
 
 fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/node-b.sh")
+    crate::package_dir().join("scripts/node-b.sh")
 }
 
 /// The kit node's directory (`node-up.sh DIR`): `OVERCAST_TEST_KIT_NODE_DIR`, else where

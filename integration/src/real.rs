@@ -434,7 +434,7 @@ pub fn rbac_proxy_as(
 pub fn kit_scripts() -> Option<PathBuf> {
     let dir = std::env::var_os("OVERCAST_KIT_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/kit"));
+        .unwrap_or_else(|| crate::package_dir().join("../../shared/kit"));
     dir.join("kube-up.sh").is_file().then_some(dir)
 }
 

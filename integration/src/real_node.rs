@@ -278,7 +278,7 @@ impl Node {
 
 /// The test overlay: the local overlay with only the images pointed at what was built here.
 pub fn overlay() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("real-node")
+    crate::package_dir().join("real-node")
 }
 
 /// Loop devices backed by the local cloud's disk files on this machine.

@@ -84,7 +84,7 @@ pub fn expect(run: &Run, code: i32, what: &str) {
 /// A copy of the repository's `deploy/terraform/<cloud>` in `root` (symlinks kept), so
 /// Terraform's `.terraform` and state stay out of the tree.
 pub fn copy_layouts(cloud: &str, root: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let src = crate::package_dir()
         .parent()
         .expect("workspace root")
         .join("deploy/terraform")

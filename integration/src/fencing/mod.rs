@@ -92,7 +92,7 @@ pub fn vm_b(state: &str) -> String {
 /// with its `instancesFile` line uncommented or as shipped.
 pub fn config_secret(instances: bool) -> String {
     let overlay = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/overlays/local/cloud-config.yaml"),
+        crate::package_dir().join("../deploy/overlays/local/cloud-config.yaml"),
     )
     .unwrap();
     if !instances {

@@ -107,7 +107,7 @@ impl Cloud for Zvirt {
 }
 
 fn overlay() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("real-node-zvirt")
+    crate::package_dir().join("real-node-zvirt")
 }
 
 /// The suite moved from the local cloud to the simulator, as a user moves a cluster:

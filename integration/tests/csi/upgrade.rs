@@ -38,7 +38,7 @@ impl Placed {
         // A test that failed holding it left nothing a cleaning does not remove.
         let turn = ROOT_TURN.lock().unwrap_or_else(|e| e.into_inner());
         clean();
-        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        let fixture = overcast_integration::package_dir()
             .join("fixtures/upgrade")
             .join(commit);
         std::fs::create_dir_all(ROOT).unwrap();
@@ -213,7 +213,7 @@ async fn an_earlier_release_s_volumes_are_served(commit: &str, wrote_metadata: b
             .unwrap_or_else(|| panic!("{id}: metadata written"));
         assert_eq!(meta["name"], name);
         if wrote_metadata {
-            let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            let fixture = overcast_integration::package_dir()
                 .join("fixtures/upgrade")
                 .join(commit)
                 .join(format!("state/disks/{id}.json"));

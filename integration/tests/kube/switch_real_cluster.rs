@@ -234,7 +234,7 @@ fn upstream_cluster(k: &Kubectl, u: &Upstream) {
 }
 
 fn overlay(cloud: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    overcast_integration::package_dir()
         .join("../deploy/overlays")
         .join(cloud)
         .display()

@@ -854,7 +854,7 @@ struct FinalStage {
 }
 
 fn dockerfile(name: &str) -> FinalStage {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(name);
+    let path = overcast_integration::package_dir().join("..").join(name);
     let text = std::fs::read_to_string(&path).unwrap();
     // Join continuation lines, drop comments.
     let joined = text.replace("\\\n", " ");
@@ -1455,7 +1455,7 @@ fn the_secret_policy_admits_what_the_discoverer_writes_and_refuses_a_token_secre
     use overcast_discoverer::api_calls::{NAMESPACE, SECRET};
     use serde_json::{json, Value};
     let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/policies/discoverer-secrets.yaml"),
+        overcast_integration::package_dir().join("../deploy/policies/discoverer-secrets.yaml"),
     )
     .unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();

@@ -22,7 +22,7 @@ const PREFIXES: &[(&str, &str)] = &[
 ];
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    overcast_integration::package_dir().join("..")
 }
 
 fn files(dir: &Path, ext: &str, into: &mut Vec<PathBuf>) {

@@ -16,7 +16,7 @@ use overcast_integration::{
 use serde_json::Value;
 
 fn monitoring() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/monitoring")
+    overcast_integration::package_dir().join("../deploy/monitoring")
 }
 
 fn yaml(path: &Path) -> Value {

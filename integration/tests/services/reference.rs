@@ -100,7 +100,7 @@ fn render() -> String {
 
 #[test]
 fn the_reference_is_what_the_binaries_say() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference.md");
+    let path = overcast_integration::package_dir().join("../docs/reference.md");
     let now = render();
     if std::env::var_os("OVERCAST_WRITE_REFERENCE").is_some() {
         std::fs::write(&path, &now).unwrap();

@@ -10,7 +10,7 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 const OUR_IMAGES: &str = "ghcr.io/overcast-dev/overcast-";
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    overcast_integration::package_dir()
         .parent()
         .expect("workspace")
         .to_owned()

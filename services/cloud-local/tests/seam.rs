@@ -19,7 +19,7 @@ fn dependencies(krate: &str) -> Vec<String> {
             "--format",
             "{p}",
         ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
         .output()
         .expect("run cargo tree");
     assert!(out.status.success(), "{out:?}");

@@ -198,10 +198,11 @@ mod tests {
 
     /// The names each overlay gives `CSI_DRIVER_NAME`.
     fn overlay_names(cloud: CloudName) -> Vec<String> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../deploy/overlays")
-            .join(cloud.as_str())
-            .join("kustomization.yaml");
+        let path =
+            std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("run by cargo"))
+                .join("../../deploy/overlays")
+                .join(cloud.as_str())
+                .join("kustomization.yaml");
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let lines: Vec<&str> = text.lines().map(str::trim).collect();

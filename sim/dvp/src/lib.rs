@@ -77,13 +77,26 @@ const FIELD_MANAGER: &str = "overcast-dvp-sim";
 /// On the PersistentVolumes the simulated storage makes: the namespace they are for.
 const SIM_LABEL: &str = "overcast.dev/dvp-sim";
 
-/// Where the kit's virtualization CRDs are (`OVERCAST_DVP_CRDS` overrides).
+/// Where the kit's virtualization CRDs are: `OVERCAST_DVP_CRDS`, else `shared/kit/…`
+/// beside the project of the package cargo runs (its `CARGO_MANIFEST_DIR`, read now: a
+/// binary a kept target directory holds serves a clone at another path), else beside
+/// the checkout this was built in.
 pub fn crd_dir() -> PathBuf {
-    std::env::var_os("OVERCAST_DVP_CRDS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/kit/crds/virtualization")
-        })
+    const KIT_CRDS: &str = "shared/kit/crds/virtualization";
+    if let Some(dir) = std::env::var_os("OVERCAST_DVP_CRDS") {
+        return dir.into();
+    }
+    let beside = std::env::var_os("CARGO_MANIFEST_DIR").and_then(|package| {
+        Path::new(&package)
+            .ancestors()
+            .map(|a| a.join(KIT_CRDS))
+            .find(|d| d.is_dir())
+    });
+    beside.unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../..")
+            .join(KIT_CRDS)
+    })
 }
 
 /// Taken by the tests of the DVP provider that share the parent's CRDs and the machine's

@@ -110,8 +110,7 @@ fn overlay_conf(
     cluster_id: Option<&str>,
 ) -> std::path::PathBuf {
     let overlay = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../deploy/overlays/vsphere/cloud-config.yaml"),
+        overcast_integration::package_dir().join("../deploy/overlays/vsphere/cloud-config.yaml"),
     )
     .unwrap();
     let secret: serde_json::Value = serde_saphyr::from_str(&overlay).unwrap();

@@ -998,8 +998,7 @@ async fn the_official_ovirt_sdk_parses_every_answer_of_the_simulated_engine() {
     s.engine.add_vm("sdk-vm-2");
     s.engine.add_template("sdk-template", 1 << 30);
     let profile = s.engine.add_vnic_profile("ovirtmgmt");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clouds/ovirt_sdk/drive.py");
+    let script = overcast_integration::package_dir().join("tests/clouds/ovirt_sdk/drive.py");
     let python =
         std::env::var("OVERCAST_TEST_OVIRT_SDK_PYTHON").unwrap_or("/usr/bin/python3".into());
     let out = tokio::process::Command::new(python)

@@ -58,7 +58,7 @@ pub(crate) fn machine_class(
         "{{- define \"helm_lib_module_labels\" }}labels:\n  heritage: deckhouse\n  module: cloud-provider-openstack{{ end }}\n",
     )
     .unwrap();
-    let template = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let template = overcast_integration::package_dir()
         .join("../deploy/node-manager/openstack/machine-class.yaml");
     let out = Command::new(render)
         .arg(&values_path)

@@ -477,7 +477,7 @@ pub const BASES: &[Base] = &[
 #[test]
 fn every_version_has_its_row_in_the_docs() {
     let doc = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/migrate/machines.md"),
+        overcast_integration::package_dir().join("../docs/migrate/machines.md"),
     )
     .unwrap();
     let labels = MASTERS
