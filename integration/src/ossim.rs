@@ -20,6 +20,22 @@ pub fn openrc(path: &str) -> BTreeMap<String, String> {
 /// `DIR/cloud.conf` for the cloud `env` describes: password auth in its region, and the
 /// node attach limit the tests expect.
 pub fn cloud_conf(env: &BTreeMap<String, String>, dir: &Path) -> PathBuf {
+    write_cloud_conf(env, &env["OS_AUTH_URL"], dir)
+}
+
+/// [`cloud_conf`] with Keystone behind the process's login cache
+/// ([`crate::keystone_front`]): for tests whose subject is not the login nor Keystone
+/// itself (not a paused Keystone), so that the binaries they start log in once between
+/// them and the services validate one token, not one a start.
+pub fn cloud_conf_through_login_cache(env: &BTreeMap<String, String>, dir: &Path) -> PathBuf {
+    write_cloud_conf(
+        env,
+        &crate::keystone_front::cached(&env["OS_AUTH_URL"]),
+        dir,
+    )
+}
+
+fn write_cloud_conf(env: &BTreeMap<String, String>, auth_url: &str, dir: &Path) -> PathBuf {
     let path = dir.join("cloud.conf");
     std::fs::write(
         &path,
@@ -27,7 +43,7 @@ pub fn cloud_conf(env: &BTreeMap<String, String>, dir: &Path) -> PathBuf {
             "[Global]\nauth-url = {}\nusername = {}\npassword = {}\nuser-domain-id = {}\n\
              project-name = {}\nproject-domain-id = {}\nregion = {}\n\
              [BlockStorage]\nnode-volume-attach-limit = 60\n",
-            env["OS_AUTH_URL"],
+            auth_url,
             env["OS_USERNAME"],
             env["OS_PASSWORD"],
             env["OS_USER_DOMAIN_ID"],

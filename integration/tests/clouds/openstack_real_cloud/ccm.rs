@@ -212,7 +212,7 @@ async fn the_ccm_initializes_nodes_from_nova_and_follows_their_servers() {
             .unwrap();
     }
     let dir = tempfile::tempdir().unwrap();
-    let conf = cloud_conf(&cloud.env, dir.path());
+    let conf = cloud_conf_through_login_cache(&cloud.env, dir.path());
     let _ccm = ccm(&kubeconfig, &conf, "overcast-it-os-ccm");
 
     // Initialized, and addressed: the taint goes in one patch and the addresses come in
@@ -463,7 +463,7 @@ async fn nodes_of_live_servers_are_kept_however_their_provider_id_is_spelled() {
             .unwrap();
     }
     let dir = tempfile::tempdir().unwrap();
-    let conf = cloud_conf(&cloud.env, dir.path());
+    let conf = cloud_conf_through_login_cache(&cloud.env, dir.path());
     // The deletion guard off: what keeps a live server's node here is its identity alone
     // (before the fix, three spellings read as missing, and only the guard, refusing all
     // deletions at once, would have hidden it).

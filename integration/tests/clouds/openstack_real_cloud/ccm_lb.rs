@@ -105,7 +105,7 @@ async fn the_ccm_gives_a_service_an_octavia_load_balancer_and_follows_its_nodes(
 
     // The operator's cloud.conf, and the simulator's need for serial calls (lb_help).
     let dir = tempfile::tempdir().unwrap();
-    let conf = cloud_conf(&cloud.env, dir.path());
+    let conf = cloud_conf_through_login_cache(&cloud.env, dir.path());
     let mut text = std::fs::read_to_string(&conf).unwrap();
     text.push_str(&format!(
         "[LoadBalancer]\nsubnet-id = {}\nprovider-requires-serial-api-calls = true\n",

@@ -27,7 +27,7 @@ pub fn openrc() -> Option<BTreeMap<String, String>> {
     Some(overcast_integration::ossim::openrc(&path))
 }
 
-pub use overcast_integration::ossim::cloud_conf;
+pub use overcast_integration::ossim::{cloud_conf, cloud_conf_through_login_cache};
 
 /// How long a server the tests boot may take to be ACTIVE.
 const BOOT: Duration = Duration::from_secs(180);
@@ -72,7 +72,8 @@ impl Cloud {
     pub fn new() -> Option<Self> {
         let env = openrc()?;
         let dir = tempfile::tempdir().unwrap();
-        let config = Config::load(Some(&cloud_conf(&env, dir.path()))).expect("cloud.conf");
+        let config = Config::load(Some(&cloud_conf_through_login_cache(&env, dir.path())))
+            .expect("cloud.conf");
         let metrics = Arc::new(ApiMetrics::unregistered());
         let os =
             overcast_cloud_openstack::connect(&config, Some(Arc::clone(&metrics))).expect("client");

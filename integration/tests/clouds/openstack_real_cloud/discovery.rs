@@ -167,7 +167,8 @@ async fn discovery_reports_what_the_services_hold() {
         keystone.faulty_region(&home, &front, "volumev3");
         let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("cloud.conf");
-        let text = std::fs::read_to_string(cloud_conf(&cloud.env, dir.path())).unwrap();
+        let text = std::fs::read_to_string(cloud_conf_through_login_cache(&cloud.env, dir.path()))
+            .unwrap();
         std::fs::write(
             &conf,
             text.replace(
@@ -229,7 +230,7 @@ async fn discovery_reports_what_the_services_hold() {
             .await
             .expect("the installer's Secret");
         let dir = tempfile::tempdir().unwrap();
-        let conf = cloud_conf(&cloud.env, dir.path());
+        let conf = cloud_conf_through_login_cache(&cloud.env, dir.path());
         let port = overcast_integration::free_port();
         let _d = overcast_integration::KillOnDrop(
             std::process::Command::new(overcast_integration::binary("discoverer"))

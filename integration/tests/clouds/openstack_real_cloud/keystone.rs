@@ -66,6 +66,8 @@ impl Keystone {
             }
         }
         self.call("DELETE", &format!("/regions/{FAULTY_REGION}"), None);
+        // A token carries its login's catalog: none issued before is given again.
+        overcast_integration::keystone_front::forget_logins();
     }
 
     /// A region whose `through` endpoint (a service type: `compute`, `volumev3`) is
@@ -91,6 +93,7 @@ impl Keystone {
                 Some(json!({"endpoint": {"service_id": service, "interface": "public", "region_id": FAULTY_REGION, "url": url}})),
             );
         }
+        overcast_integration::keystone_front::forget_logins();
     }
 }
 

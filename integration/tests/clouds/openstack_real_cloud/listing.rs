@@ -115,7 +115,11 @@ async fn listing_pages_and_a_stopped_cinder_is_retryable_and_loses_nothing() {
 
     // Outage: a client with short deadlines, so the test does not wait minutes.
     let dir = tempfile::tempdir().unwrap();
-    let config = Config::load(Some(&cloud_conf(&cloud.env, dir.path()))).unwrap();
+    let config = Config::load(Some(&cloud_conf_through_login_cache(
+        &cloud.env,
+        dir.path(),
+    )))
+    .unwrap();
     let mut settings = overcast_cloud_http::HttpSettings::new("openstack");
     settings.attempt_timeout = Duration::from_secs(2);
     settings.deadline = Duration::from_secs(6);
@@ -141,7 +145,7 @@ async fn listing_pages_and_a_stopped_cinder_is_retryable_and_loses_nothing() {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     // The real csi binary too, as a controller with its default deadlines and retries.
-    let conf = cloud_conf(&cloud.env, dir.path());
+    let conf = cloud_conf_through_login_cache(&cloud.env, dir.path());
     let driver = overcast_integration::Csi::start(&[
         "--mode=controller",
         "--cloud=openstack",

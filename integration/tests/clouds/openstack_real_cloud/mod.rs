@@ -148,7 +148,7 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
     let work = tempfile::tempdir().unwrap();
     let by_id = work.path().join("by-id");
     std::fs::create_dir_all(&by_id).unwrap();
-    let conf = cloud_conf(&cloud.env, work.path());
+    let conf = cloud_conf_through_login_cache(&cloud.env, work.path());
     // The node rescans a disk whose size lags its volume's, as this cloud.conf says.
     let mut text = std::fs::read_to_string(&conf).unwrap();
     text.push_str("rescan-on-resize = true\n");

@@ -253,7 +253,7 @@ async fn the_ccm_routes_a_node_s_pod_cidr_and_removes_it_with_the_node() {
     .await;
 
     let dir = tempfile::tempdir().unwrap();
-    let conf = cloud_conf(&cloud.env, dir.path());
+    let conf = cloud_conf_through_login_cache(&cloud.env, dir.path());
     let mut text = std::fs::read_to_string(&conf).unwrap();
     text.push_str(&format!("[Route]\nrouter-id = {router}\n"));
     std::fs::write(&conf, text).unwrap();

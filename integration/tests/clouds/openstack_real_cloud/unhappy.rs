@@ -33,7 +33,7 @@ async fn server_and_volume(
 
 /// A controller-only csi on the real services.
 async fn controller(cloud: &Cloud, work: &std::path::Path) -> Csi {
-    let conf = cloud_conf(&cloud.env, work);
+    let conf = cloud_conf_through_login_cache(&cloud.env, work);
     Csi::start(&[
         "--cloud=openstack",
         &format!("--cloud-config={}", conf.display()),

@@ -112,7 +112,7 @@ async fn a_volume_cinder_csi_made_attached_and_mounted_lives_on_with_ours() {
     std::fs::write(target.join("data"), b"written under cinder-csi-plugin").unwrap();
 
     // The images switched: ours, under that driver's name.
-    let conf = cloud_conf(&cloud.env, work.path());
+    let conf = cloud_conf_through_login_cache(&cloud.env, work.path());
     let driver = Csi::start(&[
         "--cloud=openstack",
         "--driver-name=cinder.csi.openstack.org",
