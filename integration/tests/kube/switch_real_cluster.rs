@@ -7,7 +7,6 @@
 //! are ours under the PVs' driver name — and the roll back. Runs when
 //! `OVERCAST_TEST_KUBECONFIG` is set and kubectl is installed; otherwise says it skipped.
 
-use std::path::Path;
 use std::process::Command;
 
 use overcast_integration::say_skipped;

@@ -5,7 +5,6 @@
 //! from them, and this test fails when the two drift apart.
 //! `OVERCAST_WRITE_REFERENCE=1 cargo test --workspace --locked --test services reference::` rewrites it.
 
-use std::path::Path;
 use std::process::Command;
 
 use overcast_cloud::CloudName;
