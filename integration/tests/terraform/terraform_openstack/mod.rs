@@ -199,19 +199,20 @@ pub(super) fn destroy(w: &Workspace, vars: &str) {
     );
 }
 
-/// Runs `args`, which must succeed. The simulator's services answer a 500 naming their
-/// SQLite's `OperationalError` when the database is locked under the parallel lanes (seen
-/// in CI on a floating IP's disassociation and in a base-infrastructure's apply): the
-/// command is run again, as an operator re-runs dhctl — Terraform's state holds what the
-/// first run made, and a locked transaction made nothing. Neutron's 500 names no cause
-/// ("internal server error", CI of issue 72: two security group rules made at once): it
-/// counts as that only where Neutron's log says its database was locked during the run.
+/// Runs `args`, which must succeed. The simulator's services answer a 500 when their
+/// SQLite database is locked under the parallel lanes — naming its `OperationalError` (seen
+/// in CI on a floating IP's disassociation and in a base-infrastructure's apply), or with
+/// no cause at all: Neutron's "internal server error" (two security group rules made at
+/// once) and Cinder's "The server has either erred" (a volume's create), CI of issue 72.
+/// Such a run is run again, as an operator re-runs dhctl — Terraform's state holds what
+/// the first run made, and a locked transaction made nothing — where its error names
+/// `OperationalError`, or is a 500 and a service logged its database locked during it.
 /// Any other failure fails at once.
 fn once_more_if_locked(w: &Workspace, args: &[&str]) {
-    let locks = neutron_locks();
+    let locks = services_locks();
     let first = tf(|| w.run(args));
     let locked = first.stderr.contains("OperationalError")
-        || (first.stderr.contains("NeutronError") && neutron_locks() > locks);
+        || (first.stderr.contains("HTTP 500") && services_locks() > locks);
     if first.code != 0 && locked {
         eprintln!(
             "{} met the simulator's locked database; run again:\n{}",
@@ -223,21 +224,27 @@ fn once_more_if_locked(w: &Workspace, args: &[&str]) {
     first.ok();
 }
 
-/// How often Neutron's server has logged its SQLite database locked so far (its log and
-/// its output in the services' state directory, beside their openrc, as `ossim-up.sh` and
-/// its `neutron.conf` keep them).
-fn neutron_locks() -> usize {
+/// How often the simulator's services have logged their SQLite database locked so far:
+/// every log and output in their state directory, beside their openrc, as `ossim-up.sh`
+/// keeps them (`log/<service>.log`, `log/<service>.out`, Neutron's `neutron/server.log`).
+fn services_locks() -> usize {
     let Some(openrc) = std::env::var_os("OVERCAST_TEST_OPENSTACK_OPENRC") else {
         return 0;
     };
     let state = Path::new(&openrc).parent().unwrap_or(Path::new("/"));
-    ["neutron/server.log", "log/neutron-server.out"]
-        .iter()
-        .map(|f| {
-            std::fs::read_to_string(state.join(f))
-                .unwrap_or_default()
-                .matches("database is locked")
-                .count()
+    let mut logs = vec![state.join("neutron/server.log")];
+    if let Ok(dir) = std::fs::read_dir(state.join("log")) {
+        logs.extend(dir.flatten().map(|e| e.path()));
+    }
+    logs.iter()
+        .map(|log| {
+            std::fs::read(log)
+                .map(|bytes| {
+                    String::from_utf8_lossy(&bytes)
+                        .matches("database is locked")
+                        .count()
+                })
+                .unwrap_or(0)
         })
         .sum()
 }
