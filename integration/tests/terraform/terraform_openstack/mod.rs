@@ -209,10 +209,10 @@ pub(super) fn destroy(w: &Workspace, vars: &str) {
 /// `OperationalError`, or is a 500 and a service logged its database locked during it.
 /// Any other failure fails at once.
 fn once_more_if_locked(w: &Workspace, args: &[&str]) {
-    let locks = services_locks();
+    let before = services_logs();
     let first = tf(|| w.run(args));
     let locked = first.stderr.contains("OperationalError")
-        || (first.stderr.contains("HTTP 500") && services_locks() > locks);
+        || (first.stderr.contains("HTTP 500") && locked_since(&before));
     if first.code != 0 && locked {
         eprintln!(
             "{} met the simulator's locked database; run again:\n{}",
@@ -224,29 +224,45 @@ fn once_more_if_locked(w: &Workspace, args: &[&str]) {
     first.ok();
 }
 
-/// How often the simulator's services have logged their SQLite database locked so far:
-/// every log and output in their state directory, beside their openrc, as `ossim-up.sh`
-/// keeps them (`log/<service>.log`, `log/<service>.out`, Neutron's `neutron/server.log`).
-fn services_locks() -> usize {
+/// The simulator's services' logs and outputs in their state directory, beside their
+/// openrc, as `ossim-up.sh` keeps them (`log/<service>.log`, `log/<service>.out`,
+/// Neutron's `neutron/server.log`), each with its length now: only their sizes are read
+/// before a run, and only what was written during it after a failed one.
+fn services_logs() -> Vec<(PathBuf, u64)> {
     let Some(openrc) = std::env::var_os("OVERCAST_TEST_OPENSTACK_OPENRC") else {
-        return 0;
+        return vec![];
     };
     let state = Path::new(&openrc).parent().unwrap_or(Path::new("/"));
     let mut logs = vec![state.join("neutron/server.log")];
     if let Ok(dir) = std::fs::read_dir(state.join("log")) {
         logs.extend(dir.flatten().map(|e| e.path()));
     }
-    logs.iter()
+    logs.into_iter()
         .map(|log| {
-            std::fs::read(log)
-                .map(|bytes| {
-                    String::from_utf8_lossy(&bytes)
-                        .matches("database is locked")
-                        .count()
-                })
-                .unwrap_or(0)
+            let len = std::fs::metadata(&log).map_or(0, |m| m.len());
+            (log, len)
         })
-        .sum()
+        .collect()
+}
+
+/// Whether a service logged its SQLite database locked since `before` (a log that came
+/// since is read whole).
+fn locked_since(before: &[(PathBuf, u64)]) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    services_logs().iter().any(|(log, _)| {
+        let from = before
+            .iter()
+            .find(|(l, _)| l == log)
+            .map_or(0, |(_, len)| *len);
+        let mut written = Vec::new();
+        std::fs::File::open(log)
+            .and_then(|mut f| {
+                f.seek(SeekFrom::Start(from))?;
+                f.read_to_end(&mut written)
+            })
+            .is_ok()
+            && String::from_utf8_lossy(&written).contains("database is locked")
+    })
 }
 
 /// A plan of no change.
