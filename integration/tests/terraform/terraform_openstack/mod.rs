@@ -203,16 +203,18 @@ pub(super) fn destroy(w: &Workspace, vars: &str) {
 /// SQLite database is locked under the parallel lanes — naming its `OperationalError` (seen
 /// in CI on a floating IP's disassociation and in a base-infrastructure's apply), or with
 /// no cause at all: Neutron's "internal server error" (two security group rules made at
-/// once) and Cinder's "The server has either erred" (a volume's create), CI of issue 72.
+/// once) and Cinder's "The server has either erred" (a volume's create), CI of issue 72;
+/// Nova puts a server whose build met it in ERROR with the fault "RemoteError" and code
+/// 500 (the provider's "Nova put it in ERROR: RemoteError (code 500)", CI13 of issue 72).
 /// Such a run is run again, as an operator re-runs dhctl — Terraform's state holds what
-/// the first run made, and a locked transaction made nothing — where its error names
-/// `OperationalError`, or is a 500 and a service logged its database locked during it.
-/// Any other failure fails at once.
+/// the first run made (a server in ERROR tainted, replaced by the second), and a locked
+/// transaction made nothing — where its error names `OperationalError`, or is a 500 and
+/// a service logged its database locked during it. Any other failure fails at once.
 fn once_more_if_locked(w: &Workspace, args: &[&str]) {
     let before = services_logs();
     let first = tf(|| w.run(args));
-    let locked = first.stderr.contains("OperationalError")
-        || (first.stderr.contains("HTTP 500") && locked_since(&before));
+    let a_500 = first.stderr.contains("HTTP 500") || first.stderr.contains("(code 500)");
+    let locked = first.stderr.contains("OperationalError") || (a_500 && locked_since(&before));
     if first.code != 0 && locked {
         eprintln!(
             "{} met the simulator's locked database; run again:\n{}",
