@@ -7,7 +7,7 @@
 //! without it.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use overcast_integration::terraform::{self, expect, tf, Workspace};
 use overcast_integration::zvirt_sim::{self, Engine, Latency};
@@ -331,20 +331,33 @@ async fn an_engine_outage_during_apply_is_said_kept_in_state_and_a_rerun_converg
         zvirt_sim::PASSWORD,
     )
     .await;
-    let apply = ws
+    let mut apply = ws
         .command(&["apply", "-input=false", "-no-color", "-auto-approve", &v])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     // The VM made, its disks being copied: the engine goes down (its proxy's HTML page).
-    for _ in 0..200 {
-        if w.engine.vm_count() == 1 {
-            break;
-        }
+    // Terraform's start before it asks for the VM took over 10 s on a loaded CI machine
+    // (stop 78), so the wait is for the VM or the apply's end, not a fixed short time;
+    // the window that matters, the clone's 4 s, starts only once the VM is there.
+    let waited = Instant::now();
+    while w.engine.vm_count() == 0
+        && apply.try_wait().unwrap().is_none()
+        && waited.elapsed() < Duration::from_secs(180)
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(w.engine.vm_count(), 1, "the apply never made the VM");
+    if w.engine.vm_count() == 0 {
+        let _ = apply.kill();
+        let out = apply.wait_with_output().unwrap();
+        panic!(
+            "the apply never made the VM: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(w.engine.vm_count(), 1, "the apply made more than one VM");
     w.engine.set_html(true);
     let out = tf(|| apply.wait_with_output().unwrap());
     w.engine.set_html(false);
