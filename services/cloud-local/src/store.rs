@@ -37,8 +37,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
@@ -46,6 +45,15 @@ use tokio::sync::oneshot;
 
 use crate::store_error;
 use overcast_cloud::{CloudError, Result, Zone};
+
+mod frame;
+mod inventory;
+#[cfg(test)]
+mod tests;
+
+use frame::{frame, scan, Scan};
+use inventory::inventory_loop;
+pub use inventory::{InventoryDisk, INVENTORY};
 
 /// The log of mutations since the snapshot.
 pub const LOG: &str = "store.log";
@@ -124,65 +132,6 @@ impl Failure {
             None => store_error(self.message.clone()),
         }
     }
-}
-
-/// A record's bytes (little endian): magic, payload length, CRC-32 of the payload, CRC-32
-/// of those twelve bytes, payload. The header's own checksum is what tells a damaged
-/// length (which would make every later record look like a torn tail) from a torn write.
-fn frame(payload: &[u8]) -> std::result::Result<Vec<u8>, Failure> {
-    let len =
-        u32::try_from(payload.len()).map_err(|_| Failure::message("a store record over 4 GiB"))?;
-    let mut out = Vec::with_capacity(HEADER + payload.len());
-    out.extend_from_slice(&MAGIC.to_le_bytes());
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-    let header_crc = crc32fast::hash(&out);
-    out.extend_from_slice(&header_crc.to_le_bytes());
-    out.extend_from_slice(payload);
-    Ok(out)
-}
-
-/// What reading a file of records found.
-#[derive(Debug, PartialEq, Eq)]
-enum Scan<'a> {
-    /// Whole records, and where the last one ends (a torn record after it, if any, is
-    /// not included: `end` may be less than the file's length).
-    Records(Vec<&'a [u8]>, usize),
-    /// A damaged record with more after it, at this offset.
-    Corrupt(usize),
-}
-
-fn scan(buf: &[u8]) -> Scan<'_> {
-    let mut records = Vec::new();
-    let mut at = 0;
-    while at < buf.len() {
-        let Some(header) = buf.get(at..at + HEADER) else {
-            break; // a torn header at the end
-        };
-        let word = |i: usize| u32::from_le_bytes(header[i..i + 4].try_into().expect("4 bytes"));
-        let (magic, len, crc) = (word(0), word(4) as usize, word(8));
-        let end = at + HEADER + len;
-        if magic != MAGIC || crc32fast::hash(&header[..12]) != word(12) {
-            // A write that extended the file but did not reach the disk reads as zeros.
-            // (A header is far smaller than a sector: it is written whole or not at all.)
-            if buf[at..].iter().all(|&b| b == 0) {
-                break;
-            }
-            return Scan::Corrupt(at);
-        }
-        let Some(payload) = buf.get(at + HEADER..end) else {
-            break; // a whole header, its payload cut short: torn at the end
-        };
-        if crc32fast::hash(payload) != crc {
-            if end == buf.len() {
-                break; // the last record, torn
-            }
-            return Scan::Corrupt(at);
-        }
-        records.push(payload);
-        at = end;
-    }
-    Scan::Records(records, at)
 }
 
 /// The log, the records it and the snapshot make, and whether the last write failed.
@@ -592,57 +541,6 @@ impl Store {
     }
 }
 
-/// The inventory other processes read (the discoverer's orphan report): the store
-/// itself is held open exclusively by the controller.
-pub const INVENTORY: &str = "inventory.json";
-
-/// One disk in the inventory file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InventoryDisk {
-    pub id: String,
-    pub name: String,
-    pub size_bytes: u64,
-    pub metadata: BTreeMap<String, String>,
-}
-
-/// Rewrites the inventory at most once a second, when something changed, until the
-/// store is closed.
-fn inventory_loop(shared: Weak<Shared>, path: &Path) {
-    loop {
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        if shared.dirty.swap(false, Ordering::AcqRel) {
-            if let Err(e) = write_inventory(&shared, path) {
-                tracing::warn!(error = %e, path = %path.display(), "could not write the disk inventory");
-                shared.dirty.store(true, Ordering::Release);
-            }
-        }
-        drop(shared);
-        std::thread::sleep(Duration::from_secs(1));
-    }
-}
-
-fn write_inventory(shared: &Shared, path: &Path) -> Result<()> {
-    // Copied under the lock, written without it: a commit does not wait for the file.
-    let records: Vec<DiskRecord> = shared.log().records.values().cloned().collect();
-    let disks: Vec<InventoryDisk> = records
-        .into_iter()
-        .map(|r| InventoryDisk {
-            id: r.id,
-            name: r.name,
-            size_bytes: r.size_bytes,
-            metadata: r.metadata,
-        })
-        .collect();
-    let tmp: PathBuf = path.with_extension("json.tmp");
-    let bytes = serde_json::to_vec_pretty(&disks).map_err(|e| store_error(e.to_string()))?;
-    std::fs::write(&tmp, bytes)
-        .map_err(|e| CloudError::io(format!("write {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, path).map_err(|e| CloudError::io(format!("rename {}", tmp.display()), e))
-}
-
 /// Commits what callers queued while the store was busy, a batch at a time, until the
 /// last handle is gone.
 fn write_loop(shared: &Shared) {
@@ -684,258 +582,5 @@ fn write_loop(shared: &Shared) {
         for (_, reply) in batch {
             let _ = reply.send(outcome.clone());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(id: &str) -> DiskRecord {
-        DiskRecord {
-            id: id.into(),
-            name: format!("name-{id}"),
-            size_bytes: 1 << 20,
-            zone: Zone {
-                region: "r".into(),
-                zone: "z".into(),
-            },
-            thick: false,
-            parameters: BTreeMap::new(),
-            metadata: BTreeMap::new(),
-            created_unix: 1,
-            attachments: vec![],
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_commits_are_all_durable_and_reopen_intact() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path();
-        {
-            let store = Store::open(path).unwrap();
-            let mut tasks = Vec::new();
-            for i in 0..200 {
-                let store = store.clone();
-                tasks.push(tokio::spawn(async move {
-                    store
-                        .commit(Mutation::Put(record(&format!("{i:03}"))))
-                        .await
-                }));
-            }
-            for t in tasks {
-                t.await.unwrap().unwrap();
-            }
-            store.commit(Mutation::Delete("007".into())).await.unwrap();
-        }
-        // The writer thread of the first handle may still hold the file: reopen by
-        // waiting for it to let go.
-        let store = loop {
-            match Store::open(path) {
-                Ok(s) => break s,
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
-            }
-        };
-        let all = store.load().unwrap();
-        assert_eq!(all.len(), 199);
-        assert!(all.iter().all(|r| r.id != "007"));
-        assert!(
-            all.windows(2).all(|w| w[0].id < w[1].id),
-            "records come back sorted by id"
-        );
-        assert_eq!(all[0], record("000"));
-    }
-
-    /// Opens the store once its previous handle's writer has let go of the lock.
-    fn reopen(dir: &Path) -> Store {
-        for _ in 0..500 {
-            if let Ok(s) = Store::open(dir) {
-                return s;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Store::open(dir).unwrap()
-    }
-
-    fn ids(store: &Store) -> Vec<String> {
-        store.load().unwrap().into_iter().map(|r| r.id).collect()
-    }
-
-    #[tokio::test]
-    async fn a_second_process_is_kept_out() {
-        let dir = tempfile::tempdir().unwrap();
-        let _store = Store::open(dir.path()).unwrap();
-        let err = Store::open(dir.path()).err().expect("refused");
-        assert!(err.to_string().contains("held by another process"), "{err}");
-    }
-
-    #[tokio::test]
-    async fn a_torn_last_record_is_cut_off_and_the_rest_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let store = Store::open(dir.path()).unwrap();
-            for id in ["a", "b"] {
-                store.commit(Mutation::Put(record(id))).await.unwrap();
-            }
-        }
-        let log = dir.path().join(LOG);
-        let whole = std::fs::metadata(&log).unwrap().len();
-        // A crash in the middle of the next write: half a record, then one that
-        // extended the file but whose bytes never reached the disk.
-        let next = frame(&serde_json::to_vec(&[Mutation::Put(record("c"))]).unwrap()).unwrap();
-        for torn in [&next[..next.len() / 2], &vec![0u8; 100][..], &next[..5]] {
-            let f = OpenOptions::new().write(true).open(&log).unwrap();
-            f.write_all_at(torn, whole).unwrap();
-            drop(f);
-            let store = reopen(dir.path());
-            assert_eq!(ids(&store), ["a", "b"]);
-            assert_eq!(std::fs::metadata(&log).unwrap().len(), whole, "cut back");
-            drop(store);
-        }
-        // A whole record whose last byte flipped, at the end: torn as well.
-        let mut flipped = next.clone();
-        *flipped.last_mut().unwrap() ^= 1;
-        let f = OpenOptions::new().write(true).open(&log).unwrap();
-        f.write_all_at(&flipped, whole).unwrap();
-        drop(f);
-        let store = reopen(dir.path());
-        assert_eq!(ids(&store), ["a", "b"]);
-        store.commit(Mutation::Put(record("c"))).await.unwrap();
-        drop(store);
-        assert_eq!(ids(&reopen(dir.path())), ["a", "b", "c"]);
-    }
-
-    #[tokio::test]
-    async fn a_damaged_record_with_records_after_it_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let store = Store::open(dir.path()).unwrap();
-            for id in ["a", "b", "c"] {
-                store.commit(Mutation::Put(record(id))).await.unwrap();
-            }
-        }
-        let log = dir.path().join(LOG);
-        let mut bytes = std::fs::read(&log).unwrap();
-        bytes[HEADER + 3] ^= 0xff; // inside the first record's payload
-        std::fs::write(&log, &bytes).unwrap();
-        let mut last = None;
-        for _ in 0..500 {
-            match Store::open(dir.path()) {
-                Err(e) if e.to_string().contains("held by another") => {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                other => {
-                    last = Some(other);
-                    break;
-                }
-            }
-        }
-        let err = last.unwrap().err().expect("refused");
-        assert!(err.to_string().contains("damaged at byte 0"), "{err}");
-        assert_eq!(std::fs::read(&log).unwrap(), bytes, "nothing was cut");
-
-        // A damaged length in the first record points past the end of the file: without
-        // the header's checksum that read as a torn tail, and the two acknowledged records
-        // after it were cut off.
-        let mut bytes = bytes.clone();
-        bytes[HEADER + 3] ^= 0xff; // the payload as it was
-        bytes[6] ^= 0x7f; // the length's third byte: ~8 MiB more
-        std::fs::write(&log, &bytes).unwrap();
-        let err = Store::open(dir.path()).err().expect("refused");
-        assert!(err.to_string().contains("damaged at byte 0"), "{err}");
-        assert_eq!(std::fs::read(&log).unwrap(), bytes, "nothing was cut");
-    }
-
-    #[tokio::test]
-    async fn the_log_folds_into_a_snapshot_and_reads_back_the_same() {
-        let dir = tempfile::tempdir().unwrap();
-        let want = {
-            let store = Store::open(dir.path()).unwrap();
-            // Enough puts of a fat record to pass the fold threshold more than once.
-            let mut fat = record("x");
-            fat.metadata.insert("pad".into(), "p".repeat(8 << 10));
-            for i in 0..1200 {
-                let mut r = fat.clone();
-                r.id = format!("{:04}", i % 300);
-                store.commit(Mutation::Put(r)).await.unwrap();
-            }
-            for i in (0..300).step_by(3) {
-                store
-                    .commit(Mutation::Delete(format!("{i:04}")))
-                    .await
-                    .unwrap();
-            }
-            let want = ids(&store);
-            assert_eq!(want.len(), 200);
-            want
-        };
-        assert!(dir.path().join(SNAPSHOT).exists());
-        let log_len = std::fs::metadata(dir.path().join(LOG)).unwrap().len();
-        assert!(
-            log_len < FOLD_AT,
-            "the log was emptied by a fold ({log_len} bytes)"
-        );
-        let store = reopen(dir.path());
-        assert_eq!(ids(&store), want);
-        drop(store);
-        // A crash after a fold wrote its snapshot but before it emptied the log: the old
-        // log replays over the new snapshot to the same state.
-        let snapshot_state = {
-            let store = reopen(dir.path());
-            store.commit(Mutation::Delete("0001".into())).await.unwrap();
-            let log = std::fs::read(dir.path().join(LOG)).unwrap();
-            let state = ids(&store);
-            let mut guard = store.shared().log();
-            guard.fold().unwrap();
-            drop(guard);
-            drop(store);
-            std::fs::write(dir.path().join(LOG), log).unwrap();
-            state
-        };
-        assert_eq!(ids(&reopen(dir.path())), snapshot_state);
-    }
-
-    #[tokio::test]
-    async fn a_store_of_the_earlier_format_is_converted_once() {
-        use redb::TableDefinition;
-        const DISKS: TableDefinition<&str, &[u8]> = TableDefinition::new("disks");
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let db = redb::Database::create(dir.path().join(LEGACY)).unwrap();
-            let txn = db.begin_write().unwrap();
-            {
-                let mut t = txn.open_table(DISKS).unwrap();
-                for id in ["vol-a", "vol-b"] {
-                    let bytes = serde_json::to_vec(&record(id)).unwrap();
-                    t.insert(id, bytes.as_slice()).unwrap();
-                }
-            }
-            txn.commit().unwrap();
-        }
-        {
-            let store = Store::open(dir.path()).unwrap();
-            assert_eq!(store.load().unwrap(), [record("vol-a"), record("vol-b")]);
-            store
-                .commit(Mutation::Delete("vol-a".into()))
-                .await
-                .unwrap();
-        }
-        assert!(!dir.path().join(LEGACY).exists());
-        assert!(dir.path().join(format!("{LEGACY}.converted")).exists());
-        // Read from the log from now on, not converted again.
-        assert_eq!(ids(&reopen(dir.path())), ["vol-b"]);
-
-        // An older version ran again after the conversion (a rollback) and wrote a new
-        // redb store, and neither has a snapshot to say which is current: refused.
-        let other = tempfile::tempdir().unwrap();
-        std::fs::copy(
-            dir.path().join(format!("{LEGACY}.converted")),
-            other.path().join(LEGACY),
-        )
-        .unwrap();
-        std::fs::copy(dir.path().join(LOG), other.path().join(LOG)).unwrap();
-        let err = Store::open(other.path()).err().expect("refused");
-        assert!(err.to_string().contains("both hold disks"), "{err}");
-        assert!(other.path().join(LEGACY).exists(), "nothing renamed");
     }
 }
