@@ -26,6 +26,9 @@ pub mod goplugin {
 }
 
 pub use csi::v1 as csi_v1;
+/// The well-known types the generated code uses (CSI's `creation_time` is a
+/// `google.protobuf.Timestamp`), so a user names the same version.
+pub use prost_types;
 
 /// The compiled descriptors of every proto under `proto/`, for tests that pin the wire.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));

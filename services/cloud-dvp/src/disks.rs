@@ -274,6 +274,7 @@ impl Disks for DvpDisks {
         let vd = match existing {
             Some(vd) if !is_volume(&vd) || csi_name_of(&vd) != spec.name => {
                 return Err(CloudError::ParameterMismatch {
+                    kind: "disk",
                     name: spec.name,
                     reason: "a VirtualDisk of that name exists that is not a volume (a VM's disk?)"
                         .into(),
@@ -340,6 +341,7 @@ impl Disks for DvpDisks {
                         let vd = self.get_disk(&name).await?;
                         if csi_name_of(&vd) != spec.name {
                             return Err(CloudError::ParameterMismatch {
+                                kind: "disk",
                                 name: spec.name,
                                 reason: format!(
                                     "VirtualDisk {name} was made for another volume name"
@@ -360,6 +362,7 @@ impl Disks for DvpDisks {
             .contains_key(overcast_cloud::discovery::MADE_BY);
         if !foreign && have.parameters != spec.parameters {
             return Err(CloudError::ParameterMismatch {
+                kind: "disk",
                 name: spec.name,
                 reason: format!(
                     "it has parameters {:?}, asked {:?}",

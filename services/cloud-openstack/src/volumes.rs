@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use http::Method;
 use overcast_cloud::{
-    page_of, Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, PublishContext, Result,
-    Zone,
+    page_of, Attachment, CloudError, Disk, DiskCondition, DiskSource, DiskSpec, Disks,
+    PublishContext, Result, Zone,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -97,6 +97,9 @@ pub struct Volume {
     /// The volume it was cloned from.
     #[serde(default)]
     pub source_volid: Option<String>,
+    /// The snapshot it was made from.
+    #[serde(default)]
+    pub snapshot_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -295,7 +298,11 @@ impl CinderDisks {
             metadata,
             attachments,
             condition,
-            source: v.source_volid.clone(),
+            source: match (&v.snapshot_id, &v.source_volid) {
+                (Some(snapshot), _) => Some(DiskSource::Snapshot(snapshot.clone())),
+                (None, Some(volume)) => Some(DiskSource::Disk(volume.clone())),
+                (None, None) => None,
+            },
         }
     }
 

@@ -1,5 +1,6 @@
 //! The disk capability: name-idempotent create, get, list, delete, attach, detach,
-//! expand. The CSI controller is written against this trait alone.
+//! expand, and (where the cloud can) snapshots of a disk and disks made from them. The
+//! CSI controller is written against this trait alone.
 
 use std::collections::BTreeMap;
 
@@ -28,9 +29,58 @@ pub struct DiskSpec {
     pub zone: Zone,
     pub parameters: BTreeMap<String, String>,
     pub metadata: BTreeMap<String, String>,
-    /// A disk whose content the new one starts with (a clone), when the cloud
-    /// [`Disks::clones`].
-    pub source: Option<String>,
+    /// What the new disk's content starts as: another disk's (a clone, when the cloud
+    /// [`Disks::clones`]) or a snapshot's (a restore, when it [`Disks::snapshots`]).
+    pub source: Option<DiskSource>,
+}
+
+/// Where a disk's content came from (CSI's `VolumeContentSource`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DiskSource {
+    /// Another disk, by id: a clone.
+    Disk(String),
+    /// A snapshot, by id: a restore.
+    Snapshot(String),
+}
+
+impl DiskSource {
+    pub fn id(&self) -> &str {
+        match self {
+            Self::Disk(id) | Self::Snapshot(id) => id,
+        }
+    }
+}
+
+/// What to snapshot. Name-idempotent like a disk's create: the CSI name (the
+/// VolumeSnapshotContent's `snapshot-<uid>`) is recorded with the snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotSpec {
+    pub name: String,
+    /// The disk whose content is kept.
+    pub source: String,
+    /// The VolumeSnapshotClass's parameters (the cloud validates them; unknown keys are
+    /// refused).
+    pub parameters: BTreeMap<String, String>,
+    /// Labels only: what csi-snapshotter sends with `--extra-create-metadata`.
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A snapshot of a disk: its content when it was cut, kept apart from the disk (the disk
+/// may change or go; the snapshot stays until it is deleted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub id: String,
+    pub name: String,
+    /// The disk it was cut from (which may be gone since).
+    pub source: String,
+    /// The size a disk restored from it needs at least: the source's size when it was
+    /// cut.
+    pub size_bytes: u64,
+    /// When the cloud cut it (what the cloud says, not when we asked).
+    pub created: std::time::SystemTime,
+    /// Whether a disk can be made from it now. `false` while the cloud is still cutting
+    /// or uploading it: the CO asks again until it is.
+    pub ready: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,8 +107,8 @@ pub struct Disk {
     pub metadata: BTreeMap<String, String>,
     pub attachments: Vec<Attachment>,
     pub condition: DiskCondition,
-    /// The disk it was cloned from, when the cloud records it.
-    pub source: Option<String>,
+    /// What it was made from (a disk or a snapshot), when the cloud records it.
+    pub source: Option<DiskSource>,
 }
 
 /// Which of a disk's attachments a lookup needs ([`Disks::disk_with`]).
@@ -154,6 +204,55 @@ pub trait Disks: Send + Sync + 'static {
     async fn node_exists(&self, node: &str) -> Result<bool>;
     /// Answers only when the cloud and its store do.
     async fn probe(&self) -> Result<()>;
+
+    /// Whether this cloud cuts snapshots of disks and makes disks from them (CSI's
+    /// CREATE_DELETE_SNAPSHOT and LIST_SNAPSHOTS). The methods below are called only
+    /// where it does.
+    fn snapshots(&self) -> bool {
+        false
+    }
+    /// Checks a snapshot class's parameters; unknown keys are refused.
+    fn validate_snapshot_parameters(&self, parameters: &BTreeMap<String, String>) -> Result<()> {
+        match parameters.keys().next() {
+            None => Ok(()),
+            Some(k) => Err(crate::CloudError::InvalidArgument(format!(
+                "unknown snapshot class parameter {k:?} (this cloud takes none)"
+            ))),
+        }
+    }
+    /// Cuts a snapshot of `spec.source`, or answers the one that already carries
+    /// `spec.name` when it is of the same disk (`ParameterMismatch` when it is of another).
+    /// A source that does not exist is `NotFound` of kind "disk". It may answer before the
+    /// cloud is done (`ready: false`); asked again, it answers how far it got.
+    async fn create_snapshot(&self, spec: SnapshotSpec) -> Result<Snapshot> {
+        Err(no_snapshots(&spec.name))
+    }
+    /// A snapshot by id: `NotFound` when there is none (or the id cannot be one of ours).
+    async fn snapshot(&self, id: &str) -> Result<Snapshot> {
+        Err(crate::CloudError::not_found("snapshot", id))
+    }
+    /// A ListSnapshots page: the snapshots (of `source` only, when given) whose id sorts
+    /// after `after`, in id order, at most `max` (0: no limit), and whether more follow.
+    async fn list_snapshots_page(
+        &self,
+        source: Option<&str>,
+        after: Option<&str>,
+        max: usize,
+    ) -> Result<(Vec<Snapshot>, bool)> {
+        let _ = (source, after, max);
+        Ok((Vec::new(), false))
+    }
+    /// Deletes a snapshot: `NotFound` when it is gone; `FailedPrecondition` (or `InUse`)
+    /// while the cloud refuses because a disk is still being made from it.
+    async fn delete_snapshot(&self, id: &str) -> Result<()> {
+        Err(crate::CloudError::not_found("snapshot", id))
+    }
+}
+
+fn no_snapshots(name: &str) -> crate::CloudError {
+    crate::CloudError::InvalidArgument(format!(
+        "snapshot {name:?}: this cloud does not cut snapshots"
+    ))
 }
 
 /// The items of `sorted` (in the order of their `id`) after `after`, at most `max` (0:

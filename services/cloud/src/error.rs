@@ -30,9 +30,14 @@ pub enum CloudError {
     /// The object does not exist (or an id that cannot name one of ours).
     #[error("{kind} {id} not found")]
     NotFound { kind: &'static str, id: String },
-    /// A name-idempotent create found the name taken by an object with other parameters.
-    #[error("disk named {name:?} already exists with other parameters: {reason}")]
-    ParameterMismatch { name: String, reason: String },
+    /// A name-idempotent create found the name taken by an object with other parameters
+    /// (a disk of another size, a snapshot of another disk).
+    #[error("{kind} named {name:?} already exists with other parameters: {reason}")]
+    ParameterMismatch {
+        kind: &'static str,
+        name: String,
+        reason: String,
+    },
     /// The request conflicts with the object's state in a way a retry will not fix
     /// until something else changes (e.g. deleting an attached disk).
     #[error("{0}")]

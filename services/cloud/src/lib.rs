@@ -25,7 +25,10 @@ use std::sync::Arc;
 pub use claims::{Claim, NameClaims};
 pub use config::ConfigError;
 pub use discovery::{CloudCondition, ClusterDisk, Discovery, InstanceType};
-pub use disks::{page_of, Attachment, Attachments, Disk, DiskCondition, DiskSpec, Disks, Zone};
+pub use disks::{
+    page_of, Attachment, Attachments, Disk, DiskCondition, DiskSource, DiskSpec, Disks, Snapshot,
+    SnapshotSpec, Zone,
+};
 pub use error::{CloudError, Result};
 pub use instances::{
     is_label_value, AddressType, Instance, InstanceIndex, InstanceKey, InstanceState, Instances,

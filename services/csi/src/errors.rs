@@ -51,6 +51,7 @@ mod tests {
             (CloudError::not_found("disk", "d"), Code::NotFound),
             (
                 CloudError::ParameterMismatch {
+                    kind: "disk",
                     name: "n".into(),
                     reason: "r".into(),
                 },

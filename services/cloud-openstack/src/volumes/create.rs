@@ -54,11 +54,19 @@ impl CinderDisks {
                 if let Some(az) = &az {
                     body["volume"]["availability_zone"] = json!(az);
                 }
-                if let Some(source) = &spec.source {
-                    if !is_uuid(source) {
-                        return Err(CloudError::not_found("volume", source));
+                match &spec.source {
+                    None => {}
+                    Some(DiskSource::Disk(source)) => {
+                        if !is_uuid(source) {
+                            return Err(CloudError::not_found("volume", source));
+                        }
+                        body["volume"]["source_volid"] = json!(source);
                     }
-                    body["volume"]["source_volid"] = json!(source);
+                    Some(DiskSource::Snapshot(source)) => {
+                        return Err(CloudError::InvalidArgument(format!(
+                            "snapshot {source}: volumes from Cinder snapshots are not made yet"
+                        )))
+                    }
                 }
                 let resp = self
                     .os
@@ -103,6 +111,7 @@ impl CinderDisks {
         };
         if volume.size < gib || !same_type {
             return Err(CloudError::ParameterMismatch {
+                kind: "disk",
                 name: spec.name,
                 reason: format!(
                     "volume {} has {} GiB of type {:?}",

@@ -14,6 +14,7 @@ impl EngineDisks {
             let unlike = !read::upstream_made(&found) && disk.parameters != spec.parameters;
             if disk.size_bytes < spec.size_bytes || unlike {
                 return Err(CloudError::ParameterMismatch {
+                    kind: "disk",
                     name: spec.name,
                     reason: format!(
                         "disk {} has {} bytes and {:?}",

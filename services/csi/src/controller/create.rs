@@ -2,7 +2,7 @@
 //! and grow disks.
 
 use overcast_api::csi_v1 as csi;
-use overcast_cloud::{Attachments, CloudError, DiskSpec, Zone};
+use overcast_cloud::{Attachments, CloudError, DiskSource, DiskSpec, Zone};
 use tonic::Status;
 use tracing::instrument;
 
@@ -19,24 +19,30 @@ impl ControllerService {
         let name = validation::volume_name(&req.name)?;
         validation::capabilities(&req.volume_capabilities)?;
         use csi::volume_content_source::Type as Source;
-        let source_id = match req
+        let source = match req
             .volume_content_source
             .as_ref()
             .and_then(|s| s.r#type.as_ref())
         {
             None => None,
-            Some(Source::Snapshot(_)) => return Err(Status::invalid_argument(
-                "volume_content_source: snapshots are not supported (no CREATE_DELETE_SNAPSHOT)",
+            Some(Source::Snapshot(_)) if !self.cloud.snapshots() => {
+                return Err(Status::invalid_argument(
+                    "volume_content_source: this cloud does not cut snapshots (no CREATE_DELETE_SNAPSHOT)",
+                ))
+            }
+            Some(Source::Snapshot(s)) => Some(DiskSource::Snapshot(
+                validation::require("volume_content_source.snapshot.snapshot_id", &s.snapshot_id)?
+                    .to_owned(),
             )),
             Some(Source::Volume(_)) if !self.cloud.clones() => {
                 return Err(Status::invalid_argument(
                     "volume_content_source: this cloud does not clone volumes (no CLONE_VOLUME)",
                 ))
             }
-            Some(Source::Volume(v)) => Some(
+            Some(Source::Volume(v)) => Some(DiskSource::Disk(
                 validation::require("volume_content_source.volume.volume_id", &v.volume_id)?
                     .to_owned(),
-            ),
+            )),
         };
         if !req.mutable_parameters.is_empty() {
             return Err(Status::invalid_argument(
@@ -83,26 +89,17 @@ impl ControllerService {
             self.cloud.size_granularity(),
             self.cloud.max_disk_size(),
         )?;
-        if let Some(id) = &source_id {
-            // The spec's codes: a source that does not exist is NOT_FOUND; a clone is at
-            // least as large as its source, so a limit below it is OUT_OF_RANGE.
-            let source = match self.cloud.disk_with(id, Attachments::Ignored).await {
-                Ok(d) => d,
-                Err(CloudError::NotFound { .. }) => {
-                    return Err(Status::not_found(format!(
-                        "{op}: the source volume {id} does not exist"
-                    )))
-                }
-                Err(e) => return Err(to_status(&op, e)),
-            };
+        if let Some(source) = &source {
+            // The spec's codes: a source that does not exist is NOT_FOUND; the new volume
+            // is at least as large as its source, so a limit below it is OUT_OF_RANGE.
+            let (what, source_size) = self.source_size(source, &op).await?;
             let (_, limit) = validation::range_bounds(req.capacity_range.as_ref())?;
-            if limit != 0 && source.size_bytes > limit {
+            if limit != 0 && source_size > limit {
                 return Err(Status::out_of_range(format!(
-                    "{op}: the source volume {id} has {} bytes, more than limit_bytes {limit}",
-                    source.size_bytes
+                    "{op}: {what} has {source_size} bytes, more than limit_bytes {limit}"
                 )));
             }
-            size = size.max(source.size_bytes);
+            size = size.max(source_size);
         }
 
         let _guard = self.inflight.name(name)?;
@@ -120,8 +117,7 @@ impl ControllerService {
             let foreign = disk
                 .metadata
                 .contains_key(overcast_cloud::discovery::MADE_BY);
-            let same_params =
-                (foreign || disk.parameters == parameters) && disk.source == source_id;
+            let same_params = (foreign || disk.parameters == parameters) && disk.source == source;
             // A disk without a zone is reachable from every topology.
             let placed = match &req.accessibility_requirements {
                 _ if disk.zone == Zone::default() => true,
@@ -153,7 +149,7 @@ impl ControllerService {
                 zone: disk.zone,
                 parameters,
                 metadata,
-                source: source_id,
+                source,
             };
             let disk = self
                 .cloud
@@ -173,7 +169,7 @@ impl ControllerService {
             zone,
             parameters,
             metadata,
-            source: source_id.clone(),
+            source,
         };
         let disk = self
             .cloud
@@ -183,6 +179,33 @@ impl ControllerService {
         Ok(csi::CreateVolumeResponse {
             volume: Some(self.volume_of(&disk)),
         })
+    }
+
+    /// What a new volume's source is called in errors, and its size: the disk's for a
+    /// clone, the snapshot's for a restore. NOT_FOUND when it does not exist (whatever
+    /// its id looks like: csi-sanity's made-up ids are not ours to call malformed);
+    /// UNAVAILABLE for a snapshot still being cut (the provisioner asks again), as
+    /// cinder-csi answers.
+    async fn source_size(&self, source: &DiskSource, op: &str) -> Result<(String, u64), Status> {
+        match source {
+            DiskSource::Disk(id) => match self.cloud.disk_with(id, Attachments::Ignored).await {
+                Ok(d) => Ok((format!("the source volume {id}"), d.size_bytes)),
+                Err(CloudError::NotFound { .. }) => Err(Status::not_found(format!(
+                    "{op}: the source volume {id} does not exist"
+                ))),
+                Err(e) => Err(to_status(op, e)),
+            },
+            DiskSource::Snapshot(id) => match self.cloud.snapshot(id).await {
+                Ok(s) if !s.ready => Err(Status::unavailable(format!(
+                    "{op}: the source snapshot {id} is not ready yet"
+                ))),
+                Ok(s) => Ok((format!("the source snapshot {id}"), s.size_bytes)),
+                Err(CloudError::NotFound { .. }) => Err(Status::not_found(format!(
+                    "{op}: the source snapshot {id} does not exist"
+                ))),
+                Err(e) => Err(to_status(op, e)),
+            },
+        }
     }
 
     #[instrument(skip_all, fields(volume.id = %req.volume_id))]

@@ -5,11 +5,12 @@
 mod create;
 mod publish;
 mod query;
+mod snapshot;
 
 use std::sync::Arc;
 
 use overcast_api::csi_v1 as csi;
-use overcast_cloud::{Disk, DiskCondition, Disks};
+use overcast_cloud::{Disk, DiskCondition, DiskSource, Disks};
 use tonic::{Request, Response, Status};
 
 use crate::inflight::Inflight;
@@ -43,12 +44,19 @@ impl ControllerService {
             capacity_bytes: i64::try_from(disk.size_bytes).unwrap_or(i64::MAX),
             volume_id: disk.id.clone(),
             volume_context: [(overcast_api::VOLUME_NAME_KEY.to_owned(), disk.name.clone())].into(),
-            content_source: disk.source.as_ref().map(|id| csi::VolumeContentSource {
-                r#type: Some(csi::volume_content_source::Type::Volume(
-                    csi::volume_content_source::VolumeSource {
-                        volume_id: id.clone(),
-                    },
-                )),
+            content_source: disk.source.as_ref().map(|source| csi::VolumeContentSource {
+                r#type: Some(match source {
+                    DiskSource::Disk(id) => csi::volume_content_source::Type::Volume(
+                        csi::volume_content_source::VolumeSource {
+                            volume_id: id.clone(),
+                        },
+                    ),
+                    DiskSource::Snapshot(id) => csi::volume_content_source::Type::Snapshot(
+                        csi::volume_content_source::SnapshotSource {
+                            snapshot_id: id.clone(),
+                        },
+                    ),
+                }),
             }),
             accessible_topology: Some(self.topology.of(&disk.zone))
                 .filter(|t| !t.segments.is_empty())
@@ -145,11 +153,18 @@ impl csi::controller_server::Controller for ControllerService {
         &self,
         _: Request<csi::ControllerGetCapabilitiesRequest>,
     ) -> Result<Response<csi::ControllerGetCapabilitiesResponse>, Status> {
-        // CLONE_VOLUME only where the cloud clones.
+        // CLONE_VOLUME only where the cloud clones; the snapshot calls only where it
+        // cuts snapshots.
         let clone = self.cloud.clones().then_some(Rpc::CloneVolume);
+        let snapshots: &[Rpc] = if self.cloud.snapshots() {
+            &[Rpc::CreateDeleteSnapshot, Rpc::ListSnapshots]
+        } else {
+            &[]
+        };
         let capabilities = CAPABILITIES
             .iter()
             .chain(clone.iter())
+            .chain(snapshots)
             .map(|t| csi::ControllerServiceCapability {
                 r#type: Some(csi::controller_service_capability::Type::Rpc(
                     csi::controller_service_capability::Rpc { r#type: *t as i32 },
@@ -166,6 +181,33 @@ impl csi::controller_server::Controller for ControllerService {
         request: Request<csi::ControllerExpandVolumeRequest>,
     ) -> Result<Response<csi::ControllerExpandVolumeResponse>, Status> {
         self.expand(request.into_inner()).await.map(Response::new)
+    }
+
+    async fn create_snapshot(
+        &self,
+        request: Request<csi::CreateSnapshotRequest>,
+    ) -> Result<Response<csi::CreateSnapshotResponse>, Status> {
+        self.create_snap(request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn delete_snapshot(
+        &self,
+        request: Request<csi::DeleteSnapshotRequest>,
+    ) -> Result<Response<csi::DeleteSnapshotResponse>, Status> {
+        self.delete_snap(request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn list_snapshots(
+        &self,
+        request: Request<csi::ListSnapshotsRequest>,
+    ) -> Result<Response<csi::ListSnapshotsResponse>, Status> {
+        self.list_snaps(request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn controller_get_volume(

@@ -24,12 +24,12 @@ impl ControllerService {
         self.token_key.hash_one(after)
     }
 
-    fn issue_token(&self, after: &str) -> String {
+    pub(super) fn issue_token(&self, after: &str) -> String {
         format!("{TOKEN_PREFIX}{:016x}:{after}", self.token_tag(after))
     }
 
     /// The volume id a token issued by [`Self::issue_token`] names.
-    fn redeem_token(&self, token: &str) -> Result<String, Status> {
+    pub(super) fn redeem_token(&self, token: &str) -> Result<String, Status> {
         let issued = token
             .strip_prefix(TOKEN_PREFIX)
             .and_then(|rest| rest.split_once(':'))

@@ -232,6 +232,12 @@ impl NodeService {
         if self.host.read_only(dev).map_err(|e| mount_status(op, e))? {
             flags.push("ro".into());
         }
+        // A volume restored from a snapshot, or cloned, holds its source's XFS with the
+        // source's UUID, which XFS refuses to mount twice on one host ("duplicate UUID")
+        // while the source is mounted: nouuid, as aws-ebs-csi-driver mounts XFS.
+        if fs_type == "xfs" && !flags.iter().any(|f| f == "nouuid") {
+            flags.push("nouuid".into());
+        }
         self.host
             .mount_fs(dev, staging, fs_type, &flags)
             .map_err(|e| mount_status(op, e))
