@@ -1,6 +1,7 @@
 //! The `Disks` capability of the local cloud: name-idempotent creates of sparse (or
-//! thick) files, attach as a loop device bound once per file, detach that means no device
-//! reaches the file any more, online growth.
+//! thick) files, blank or copied from a disk or a snapshot, attach as a loop device bound
+//! once per file, detach that means no device reaches the file any more, online growth,
+//! and snapshots (`snapshots`: copies of a disk's file).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +30,11 @@ impl Disks for LocalCloud {
 
     fn overcommits(&self, parameters: &BTreeMap<String, String>) -> bool {
         !matches!(parse_thick(parameters), Ok(true))
+    }
+
+    fn clones(&self) -> bool {
+        // A copy of the source's file (see `copy`).
+        true
     }
 
     fn validate_parameters(&self, parameters: &BTreeMap<String, String>) -> Result<()> {
@@ -84,12 +90,14 @@ impl Disks for LocalCloud {
                 if existing.thick != thick
                     || existing.zone != spec.zone
                     || existing.size_bytes < spec.size_bytes
+                    || existing.source != spec.source.as_ref().map(SourceRecord::of)
                 {
                     return Err(CloudError::ParameterMismatch {
+                        kind: "disk",
                         name: spec.name,
                         reason: format!(
-                            "disk {} has {} bytes, thick={}",
-                            existing.id, existing.size_bytes, existing.thick
+                            "disk {} has {} bytes, thick={}, source {:?}",
+                            existing.id, existing.size_bytes, existing.thick, existing.source
                         ),
                     });
                 }
@@ -108,6 +116,36 @@ impl Disks for LocalCloud {
             }
         };
 
+        // A clone's or a restore's content: the source disk is held (neither deleted nor
+        // grown) until its copy is made; a snapshot's image, once opened, is read whole
+        // even if the snapshot is deleted meanwhile.
+        let (copy_from, _source_claim) = match &spec.source {
+            None => (None, None),
+            Some(DiskSource::Disk(raw)) => {
+                let (source_id, claim) = self.claim(raw)?;
+                let source = self.record(&source_id)?;
+                if source.size_bytes > spec.size_bytes {
+                    return Err(CloudError::OutOfRange(format!(
+                        "the source disk {source_id} has {} bytes, more than the {} asked for",
+                        source.size_bytes, spec.size_bytes
+                    )));
+                }
+                (
+                    Some(self.open_source(&self.path_of(&source_id), "disk", raw)?),
+                    Some(claim),
+                )
+            }
+            Some(DiskSource::Snapshot(raw)) => {
+                let (image, snapshot) = self.snapshots.image_of(raw)?;
+                if snapshot.size_bytes > spec.size_bytes {
+                    return Err(CloudError::OutOfRange(format!(
+                        "snapshot {raw} is of a disk of {} bytes, more than the {} asked for",
+                        snapshot.size_bytes, spec.size_bytes
+                    )));
+                }
+                (Some(self.open_source(&image, "snapshot", raw)?), None)
+            }
+        };
         let id = DiskId::generate();
         let size = spec.size_bytes;
         let record = DiskRecord {
@@ -120,9 +158,14 @@ impl Disks for LocalCloud {
             metadata: spec.metadata,
             created_unix: now_unix(),
             attachments: vec![],
+            source: spec.source.as_ref().map(SourceRecord::of),
         };
         let disk_meta = DiskMeta::of(&record);
-        if thick {
+        if let Some(from) = copy_from {
+            // As long as the source's data: off the runtime.
+            let (dir, id) = (self.disks_dir.clone(), id.clone());
+            blocking(move || make_disk_copy(&dir, &id, &disk_meta, thick, &from)).await?;
+        } else if thick {
             // Allocating every block takes as long as the size asks: off the runtime.
             let (dir, id) = (self.disks_dir.clone(), id.clone());
             blocking(move || make_disk_file(&dir, &id, &disk_meta, true)).await?;
@@ -339,6 +382,43 @@ impl Disks for LocalCloud {
         self.knows_node(node)
     }
 
+    fn snapshots(&self) -> bool {
+        true
+    }
+
+    async fn create_snapshot(&self, spec: SnapshotSpec) -> Result<Snapshot> {
+        self.validate_snapshot_parameters(&spec.parameters)?;
+        // By name first: a repeated create answers without the disk (which an attach
+        // may hold just now, or which may be gone since).
+        if let Some(existing) = self.snapshots.by_name(&spec.name) {
+            return existing.answer(&spec);
+        }
+        // The disk is held while it is copied: not deleted, grown, attached or detached
+        // under the copy (those are ABORTED, and retried, meanwhile).
+        let (id, _claim) = self.claim(&spec.source)?;
+        let record = self.record(&id)?;
+        let file = self.path_of(&id);
+        let snapshots = Arc::clone(&self.snapshots);
+        blocking(move || snapshots.create(&spec, &file, record.size_bytes)).await
+    }
+
+    async fn snapshot(&self, id: &str) -> Result<Snapshot> {
+        self.snapshots.get(id)
+    }
+
+    async fn list_snapshots_page(
+        &self,
+        source: Option<&str>,
+        after: Option<&str>,
+        max: usize,
+    ) -> Result<(Vec<Snapshot>, bool)> {
+        Ok(self.snapshots.page(source, after, max))
+    }
+
+    async fn delete_snapshot(&self, id: &str) -> Result<()> {
+        self.snapshots.delete(id)
+    }
+
     async fn probe(&self) -> Result<()> {
         // A state directory that cannot be written to cannot record anything: not ready,
         // before the next change finds out. A write (not statvfs) is what tells: ext4's
@@ -367,6 +447,35 @@ fn make_disk_file(disks_dir: &Path, id: &DiskId, disk_meta: &DiskMeta, thick: bo
         let _ = meta::remove(disks_dir, id);
     }
     made
+}
+
+/// Makes the disk file of `id` as a copy of `from`, with its metadata file beside it:
+/// the metadata first, then the copy, whose size comes last and which is synced before
+/// the store's commit (its data is what the caller relies on).
+fn make_disk_copy(
+    disks_dir: &Path,
+    id: &DiskId,
+    disk_meta: &DiskMeta,
+    thick: bool,
+    from: &std::fs::File,
+) -> Result<()> {
+    meta::create(disks_dir, id, disk_meta)?;
+    let made = files::create_copy(
+        &disks_dir.join(id.file_name()),
+        from,
+        disk_meta.size_bytes,
+        thick,
+    );
+    match made {
+        Ok(how) => {
+            tracing::info!(disk.id = %id, copy = ?how, "copied a disk's content");
+            Ok(())
+        }
+        Err(e) => {
+            let _ = meta::remove(disks_dir, id);
+            Err(e)
+        }
+    }
 }
 
 /// Binds `file` to a loop device unless one already reaches it, in which case that one

@@ -26,6 +26,30 @@ pub fn create(path: &Path, size: u64, thick: bool) -> Result<()> {
     sized
 }
 
+/// Creates `path` (which must not exist) as a copy of `from` grown to `size` bytes, and
+/// syncs it: its content is data, which the store's commit that follows does not make
+/// durable. Its size comes last (`copy` keeps it short until the copy is whole), so a
+/// crash leaves a file shorter than its metadata says, which the next start removes.
+pub fn create_copy(path: &Path, from: &File, size: u64, thick: bool) -> Result<crate::copy::Made> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| CloudError::io(format!("create {}", path.display()), e))?;
+    let made = crate::copy::copy(from, &file)
+        .map_err(|e| CloudError::io(format!("copy into {}", path.display()), e))
+        .and_then(|made| {
+            size_file(&file, path, size, thick)?;
+            file.sync_all()
+                .map_err(|e| CloudError::io(format!("sync {}", path.display()), e))?;
+            Ok(made)
+        });
+    if made.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    made
+}
+
 /// Grows `path` to `size` bytes; never shrinks it.
 pub fn grow(path: &Path, size: u64, thick: bool) -> Result<()> {
     let file = OpenOptions::new()

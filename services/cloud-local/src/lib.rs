@@ -5,6 +5,7 @@
 //! directory agree with it, so a crash at any point is repaired by a restart.
 
 pub mod cloud_config;
+mod copy;
 pub mod discovery;
 mod disks;
 mod files;
@@ -16,6 +17,7 @@ pub mod loopdev;
 mod meta;
 pub mod provider;
 mod reconcile;
+mod snapshots;
 mod store;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -26,10 +28,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use id::DiskId;
 use meta::DiskMeta;
 pub use provider::PROVIDER;
-use store::{AttachmentRecord, DiskRecord, Mutation, Store};
+use snapshots::Snapshots;
+use store::{AttachmentRecord, DiskRecord, Mutation, SourceRecord, Store};
 
 use overcast_cloud::{
-    Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, PublishContext, Result, Zone,
+    Attachment, CloudError, Disk, DiskCondition, DiskSource, DiskSpec, Disks, PublishContext,
+    Result, Snapshot, SnapshotSpec, Zone,
 };
 
 /// StorageClass parameter asking for a fully allocated (thick) backing file.
@@ -61,6 +65,7 @@ pub struct LocalCloud {
     cfg: LocalConfig,
     disks_dir: PathBuf,
     store: Store,
+    snapshots: Arc<Snapshots>,
     index: Arc<Mutex<Index>>,
     /// Serialises loop allocation: concurrent GET_FREE calls would race for one device.
     attach_lock: Arc<Mutex<()>>,
@@ -82,7 +87,7 @@ impl LocalCloud {
     /// returns a cloud ready to serve.
     pub async fn open(cfg: LocalConfig) -> Result<Self> {
         let state_dir = cfg.state_dir.clone();
-        let (cfg, disks_dir, store, records, inventory) =
+        let (cfg, disks_dir, store, snapshots, records, inventory) =
             tokio::task::spawn_blocking(move || -> Result<_> {
                 std::fs::create_dir_all(state_dir.join("disks"))
                     .map_err(|e| CloudError::io(format!("create {}", state_dir.display()), e))?;
@@ -96,10 +101,18 @@ impl LocalCloud {
                 let inventory = reconcile::read_inventory(&state_dir);
                 let store = Store::open(&state_dir)?;
                 let records = store.load()?;
+                let (snapshots, found) = Snapshots::open(&state_dir.join("snapshots"))?;
+                tracing::info!(
+                    snapshots = found.snapshots,
+                    unfinished_removed = found.unfinished_removed,
+                    left_alone = found.left_alone,
+                    "snapshots found"
+                );
                 Ok((
                     LocalConfig { state_dir, ..cfg },
                     disks_dir,
                     store,
+                    snapshots,
                     records,
                     inventory,
                 ))
@@ -125,6 +138,7 @@ impl LocalCloud {
             cfg,
             disks_dir,
             store,
+            snapshots: Arc::new(snapshots),
             index: Arc::new(Mutex::new(index)),
             attach_lock: Arc::new(Mutex::new(())),
         })
@@ -172,6 +186,18 @@ impl LocalCloud {
         Ok((id, claim))
     }
 
+    /// Opens what a new disk's content is copied from: `NotFound` of `kind` when it is
+    /// gone (a snapshot deleted, a disk's file missing).
+    fn open_source(&self, path: &Path, kind: &'static str, raw: &str) -> Result<std::fs::File> {
+        std::fs::File::open(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                CloudError::not_found(kind, raw)
+            } else {
+                CloudError::io(format!("open {}", path.display()), e)
+            }
+        })
+    }
+
     fn record(&self, id: &DiskId) -> Result<DiskRecord> {
         self.index()
             .disks
@@ -207,7 +233,7 @@ impl LocalCloud {
             metadata: record.metadata.clone(),
             attachments,
             condition,
-            source: None,
+            source: record.source.as_ref().map(SourceRecord::to_source),
         }
     }
 

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::id::DiskId;
-use super::store::{AttachmentRecord, DiskRecord};
+use super::store::{AttachmentRecord, DiskRecord, SourceRecord};
 use overcast_cloud::{CloudError, Result, Zone};
 
 /// The format of the metadata files this release writes and reads. Format 1 is every
@@ -51,6 +51,11 @@ pub struct DiskMeta {
     pub parameters: BTreeMap<String, String>,
     pub metadata: BTreeMap<String, String>,
     pub created_unix: u64,
+    /// The disk or snapshot its content was copied from; absent for a blank disk (and in
+    /// every file of the releases before snapshots: still format 1, which an older
+    /// release reads, ignoring it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceRecord>,
 }
 
 impl DiskMeta {
@@ -65,6 +70,7 @@ impl DiskMeta {
             parameters: record.parameters.clone(),
             metadata: record.metadata.clone(),
             created_unix: record.created_unix,
+            source: record.source.clone(),
         }
     }
 
@@ -80,6 +86,7 @@ impl DiskMeta {
             metadata: self.metadata,
             created_unix: self.created_unix,
             attachments,
+            source: self.source,
         }
     }
 
@@ -231,6 +238,7 @@ mod tests {
             metadata: [("csi.storage.k8s.io/pvc/name".into(), "data".into())].into(),
             created_unix: 7,
             attachments: vec![],
+            source: None,
         }
     }
 

@@ -180,6 +180,7 @@ pub async fn run(
                     metadata: d.metadata.clone(),
                     created_unix: u64::try_from(file.mtime()).unwrap_or(0),
                     attachments,
+                    source: None,
                 }
             }
             found => {
@@ -354,6 +355,7 @@ fn unexplained(
         metadata: [(UNEXPLAINED.to_owned(), why)].into(),
         created_unix: u64::try_from(file.mtime()).unwrap_or(0),
         attachments,
+        source: None,
     }
 }
 

@@ -81,6 +81,35 @@ pub struct DiskRecord {
     pub metadata: BTreeMap<String, String>,
     pub created_unix: u64,
     pub attachments: Vec<AttachmentRecord>,
+    /// What its content was made from. Absent from every record of a disk made blank
+    /// (and from all records of releases before snapshots, which read as blank).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceRecord>,
+}
+
+/// A disk's source as the store and the metadata file keep it: `{"disk": "vol-…"}`
+/// (a clone) or `{"snapshot": "snap-…"}` (a restore).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SourceRecord {
+    Disk(String),
+    Snapshot(String),
+}
+
+impl SourceRecord {
+    pub fn of(source: &overcast_cloud::DiskSource) -> Self {
+        match source {
+            overcast_cloud::DiskSource::Disk(id) => Self::Disk(id.clone()),
+            overcast_cloud::DiskSource::Snapshot(id) => Self::Snapshot(id.clone()),
+        }
+    }
+
+    pub fn to_source(&self) -> overcast_cloud::DiskSource {
+        match self {
+            Self::Disk(id) => overcast_cloud::DiskSource::Disk(id.clone()),
+            Self::Snapshot(id) => overcast_cloud::DiskSource::Snapshot(id.clone()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -16,6 +16,7 @@ fn record(id: &str) -> DiskRecord {
         metadata: BTreeMap::new(),
         created_unix: 1,
         attachments: vec![],
+        source: None,
     }
 }
 
