@@ -13,7 +13,7 @@ use overcast_cloud_local::cloud_config::LocalCloudConfig;
 use overcast_csi::validation::{REGION_KEY, ZONE_KEY};
 use overcast_integration::kustomize::{self, by_id};
 use overcast_integration::manifests::{
-    env, env_field, flag, has_flag, kustomizations, memory_kib, Manifests, Pod,
+    deploy_dir, env, env_field, flag, has_flag, kustomizations, memory_kib, Manifests, Pod,
 };
 use overcast_integration::say_skipped;
 use overcast_kube::ApiCall;
@@ -345,6 +345,39 @@ fn csi_driver_names_sockets_and_kubelet_paths_agree() {
             "{}",
             at("extra create metadata")
         );
+        // The snapshot sidecar only where the cloud cuts snapshots (it exits at its start
+        // on a driver that advertises none): the local cloud's overlay. It dials the same
+        // socket, elects a leader, and sends the VolumeSnapshot's names.
+        let snapshotter = controller
+            .spec
+            .containers
+            .iter()
+            .find(|c| c.name == "csi-snapshotter");
+        assert_eq!(
+            snapshotter.is_some(),
+            cloud == "local",
+            "{}",
+            at("csi-snapshotter only where the cloud cuts snapshots")
+        );
+        if let Some(c) = snapshotter {
+            let address = flag(c, "csi-address").expect("csi-snapshotter --csi-address");
+            assert_eq!(
+                volume_path(&controller, c, socket(&address)),
+                served,
+                "{}",
+                at("csi-snapshotter")
+            );
+            assert!(
+                has_flag(c, "leader-election"),
+                "{}",
+                at("csi-snapshotter elects a leader")
+            );
+            assert!(
+                has_flag(c, "extra-create-metadata"),
+                "{}",
+                at("csi-snapshotter's metadata")
+            );
+        }
         // Capacity tracking: the driver says so, the provisioner publishes it, owned by the
         // Deployment (pod → ReplicaSet → Deployment), found through its own pod's name.
         assert_eq!(
@@ -1667,4 +1700,38 @@ fn a_twin_without_deckhouse_is_its_overlay_and_the_namespace() {
         }
     }
     assert_eq!(twins, 2, "zvirt and dvp have their twins");
+}
+
+/// Each overlay whose cloud cuts snapshots has its VolumeSnapshotClass apart, in
+/// `<overlay>/snapshot-class` (a fresh cluster lacks the snapshot CRDs: the overlay must
+/// apply without them), for the overlay's driver; no other overlay has one.
+#[test]
+fn a_snapshot_class_is_beside_the_overlay_whose_cloud_cuts_snapshots() {
+    for (cloud, m) in overlays() {
+        let dir = deploy_dir()
+            .join("overlays")
+            .join(&cloud)
+            .join("snapshot-class");
+        let has_sidecar = m.pods().iter().any(|p| {
+            p.spec
+                .containers
+                .iter()
+                .any(|c| c.name == "csi-snapshotter")
+        });
+        assert_eq!(
+            dir.is_dir(),
+            has_sidecar,
+            "overlay {cloud}: a snapshot class iff the sidecar"
+        );
+        if !dir.is_dir() {
+            continue;
+        }
+        let objects = kustomize::render(&dir).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(objects.len(), 1, "overlay {cloud}: one VolumeSnapshotClass");
+        let class = &objects[0].object;
+        assert_eq!(class["apiVersion"], "snapshot.storage.k8s.io/v1");
+        assert_eq!(class["kind"], "VolumeSnapshotClass");
+        assert_eq!(class["driver"], driver_name(&cloud), "overlay {cloud}");
+        assert_eq!(class["deletionPolicy"], "Delete");
+    }
 }
