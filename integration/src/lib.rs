@@ -975,6 +975,10 @@ pub struct SanityRun {
     pub summary: String,
     /// The last 80 lines of its output, for a failure's message.
     pub tail: String,
+    /// Why each skipped spec was skipped (`ControllerModifyVolume not supported`), one
+    /// entry a spec; only with `--ginkgo.v` among the arguments (ginkgo prints the
+    /// reasons only then).
+    pub skip_reasons: Vec<String>,
 }
 
 /// Runs kubernetes-csi's csi-sanity `binary` against the driver `csi`, in block or mount
@@ -1038,6 +1042,13 @@ pub async fn run_csi_sanity(
             .collect(),
         summary,
         tail: lines[lines.len().saturating_sub(80)..].join("\n"),
+        skip_reasons: lines
+            .iter()
+            .filter_map(|l| l.trim_start().strip_prefix("[SKIPPED] "))
+            // Not ginkgo's "[SKIPPED] in [BeforeEach] - file:line" location lines.
+            .filter(|reason| !reason.starts_with("in ["))
+            .map(str::to_owned)
+            .collect(),
     }
 }
 

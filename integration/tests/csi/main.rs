@@ -18,6 +18,7 @@ mod process;
 mod proto_wire;
 mod read_only_state;
 mod registrar;
+mod snapshots;
 mod startup;
 mod store_full;
 mod upgrade;

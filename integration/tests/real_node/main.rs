@@ -14,6 +14,7 @@ use overcast_integration::real_node::{claim, disk_files, local_loops, pod, Node,
 mod fencing;
 mod load_balancer;
 mod lost_state;
+mod snapshots;
 mod upgrade;
 mod volumes;
 
@@ -149,6 +150,8 @@ fn the_suite_installs_with_kubectl_apply_and_serves_a_pvc_to_pods() {
     volumes::expand_in_a_running_pod(&node);
     volumes::raw_block_device(&node);
     volumes::controller_deleted_mid_provisioning(&node);
+    phase("snapshots");
+    snapshots::a_restore_holds_the_first_data_and_a_clone_the_second(&node);
     phase("lost state");
     lost_state::grows_after_the_controller_was_replaced(&node);
     lost_state::node_plugin_killed_during_first_mkfs(&node);
