@@ -90,20 +90,17 @@ async fn identity_reports_name_capabilities_and_readiness() {
         Rpc::GetCapacity,
         Rpc::ExpandVolume,
         Rpc::GetVolume,
-    ] {
-        assert!(caps.contains(&(want as i32)), "{want:?} advertised");
-    }
-    for never in [
+        // The local cloud cuts snapshots and clones (issue 73).
         Rpc::CreateDeleteSnapshot,
         Rpc::ListSnapshots,
         Rpc::CloneVolume,
-        Rpc::ModifyVolume,
     ] {
-        assert!(
-            !caps.contains(&(never as i32)),
-            "{never:?} must not be advertised"
-        );
+        assert!(caps.contains(&(want as i32)), "{want:?} advertised");
     }
+    assert!(
+        !caps.contains(&(Rpc::ModifyVolume as i32)),
+        "ModifyVolume must not be advertised"
+    );
 }
 
 #[tokio::test]
@@ -204,8 +201,24 @@ async fn create_volume_validates_every_field() {
             },
             Code::InvalidArgument,
         ),
+        // The local cloud restores and clones (issue 73): a source without its id is
+        // the request's fault, one that does not exist NOT_FOUND (the spec's code).
         (
-            "content source",
+            "snapshot source without an id",
+            csi::CreateVolumeRequest {
+                volume_content_source: Some(csi::VolumeContentSource {
+                    r#type: Some(csi::volume_content_source::Type::Snapshot(
+                        csi::volume_content_source::SnapshotSource {
+                            snapshot_id: String::new(),
+                        },
+                    )),
+                }),
+                ..base.clone()
+            },
+            Code::InvalidArgument,
+        ),
+        (
+            "snapshot source that does not exist",
             csi::CreateVolumeRequest {
                 volume_content_source: Some(csi::VolumeContentSource {
                     r#type: Some(csi::volume_content_source::Type::Snapshot(
@@ -216,7 +229,21 @@ async fn create_volume_validates_every_field() {
                 }),
                 ..base.clone()
             },
-            Code::InvalidArgument,
+            Code::NotFound,
+        ),
+        (
+            "volume source that does not exist",
+            csi::CreateVolumeRequest {
+                volume_content_source: Some(csi::VolumeContentSource {
+                    r#type: Some(csi::volume_content_source::Type::Volume(
+                        csi::volume_content_source::VolumeSource {
+                            volume_id: "vol-0123456789abcdef0123456789abcdef".into(),
+                        },
+                    )),
+                }),
+                ..base.clone()
+            },
+            Code::NotFound,
         ),
         (
             "foreign requisite zone",
