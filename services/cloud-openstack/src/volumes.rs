@@ -19,17 +19,19 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use http::Method;
 use overcast_cloud::{
-    page_of, Attachment, CloudError, Disk, DiskCondition, DiskSource, DiskSpec, Disks,
-    PublishContext, Result, Zone,
+    page_of, Attachment, CloudError, Disk, DiskSource, DiskSpec, Disks, PublishContext, Result,
+    Zone,
 };
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::client::{json, Microversion, OpenStack, Service};
+use model::{Many, One};
+pub use model::{Volume, VolumeAttachment};
 
 mod attach;
 mod create;
 mod listing;
+mod model;
 mod resize;
 #[cfg(test)]
 mod tests;
@@ -74,52 +76,6 @@ impl Default for Waits {
             deleted: Duration::from_secs(60),
         }
     }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct Volume {
-    pub id: String,
-    #[serde(default)]
-    pub name: Option<String>,
-    pub status: String,
-    /// GiB.
-    pub size: u64,
-    #[serde(default)]
-    pub availability_zone: Option<String>,
-    #[serde(default)]
-    pub volume_type: Option<String>,
-    #[serde(default)]
-    pub metadata: BTreeMap<String, String>,
-    #[serde(default)]
-    pub attachments: Vec<VolumeAttachment>,
-    #[serde(default)]
-    pub multiattach: bool,
-    /// The volume it was cloned from.
-    #[serde(default)]
-    pub source_volid: Option<String>,
-    /// The snapshot it was made from.
-    #[serde(default)]
-    pub snapshot_id: Option<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct VolumeAttachment {
-    #[serde(default)]
-    pub server_id: Option<String>,
-    #[serde(default)]
-    pub attachment_id: Option<String>,
-    #[serde(default)]
-    pub device: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct One {
-    volume: Volume,
-}
-
-#[derive(Deserialize)]
-struct Many {
-    volumes: Vec<Volume>,
 }
 
 pub struct CinderDisks {
@@ -248,65 +204,6 @@ impl CinderDisks {
         }
     }
 
-    fn to_disk(&self, v: &Volume) -> Disk {
-        let parameters: BTreeMap<String, String> = v
-            .metadata
-            .get(PARAMETERS_METADATA)
-            .and_then(|p| serde_json::from_str(p).ok())
-            .unwrap_or_default();
-        let metadata = v
-            .metadata
-            .iter()
-            .filter(|(k, _)| k.starts_with("csi.storage.k8s.io/"))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let attachments = v
-            .attachments
-            .iter()
-            .filter_map(|a| {
-                Some(Attachment {
-                    node: a.server_id.clone()?,
-                    readonly: false,
-                    publish_context: context(&v.id),
-                })
-            })
-            .collect();
-        // A volume on its way in or out, failed, or held by an admin is not one a
-        // workload can use.
-        let condition = if v.status.starts_with("error")
-            || matches!(
-                v.status.as_str(),
-                "creating" | "deleting" | "maintenance" | "awaiting-transfer"
-            ) {
-            DiskCondition::Abnormal(format!("the volume is {}", v.status))
-        } else {
-            DiskCondition::Healthy
-        };
-        let zone = match v.availability_zone.as_deref() {
-            Some(az) if !az.is_empty() && !self.ignore_volume_az => Zone {
-                zone: az.to_owned(),
-                region: self.region.clone(),
-            },
-            _ => Zone::default(),
-        };
-        Disk {
-            id: v.id.clone(),
-            name: v.name.clone().unwrap_or_default(),
-            size_bytes: v.size * GIB,
-            zone,
-            parameters,
-            metadata,
-            attachments,
-            condition,
-            source: match (&v.snapshot_id, &v.source_volid) {
-                (Some(snapshot), _) => Some(DiskSource::Snapshot(snapshot.clone())),
-                (None, Some(volume)) => Some(DiskSource::Disk(volume.clone())),
-                (None, None) => None,
-            },
-        }
-    }
-
-    /// Every volume of the project, page by page (Cinder's markers).
     async fn server_exists(&self, server: &str) -> Result<bool> {
         if !is_uuid(server) {
             return Ok(false);
