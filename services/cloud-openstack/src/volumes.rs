@@ -20,19 +20,21 @@ use async_trait::async_trait;
 use http::Method;
 use overcast_cloud::{
     page_of, Attachment, CloudError, Disk, DiskSource, DiskSpec, Disks, PublishContext, Result,
-    Zone,
+    Snapshot, SnapshotSpec, Zone,
 };
 use serde_json::{json, Value};
 
 use crate::client::{json, Microversion, OpenStack, Service};
 use model::{Many, One};
 pub use model::{Volume, VolumeAttachment};
+pub use snapshots::{CinderSnapshot, FORCE_CREATE_PARAMETER, SNAPSHOT_TYPE_PARAMETER};
 
 mod attach;
 mod create;
 mod listing;
 mod model;
 mod resize;
+mod snapshots;
 #[cfg(test)]
 mod tests;
 
@@ -479,5 +481,35 @@ impl Disks for CinderDisks {
 
     async fn probe(&self) -> Result<()> {
         self.os.session().await.map(|_| ())
+    }
+
+    fn snapshots(&self) -> bool {
+        // Cinder snapshots, and volumes made from them (`snapshot_id`).
+        true
+    }
+
+    fn validate_snapshot_parameters(&self, parameters: &BTreeMap<String, String>) -> Result<()> {
+        snapshots::validate_snapshot_parameters(parameters)
+    }
+
+    async fn create_snapshot(&self, spec: SnapshotSpec) -> Result<Snapshot> {
+        self.create_snap(spec).await
+    }
+
+    async fn snapshot(&self, id: &str) -> Result<Snapshot> {
+        Ok(self.cinder_snapshot(id).await?.to_snapshot())
+    }
+
+    async fn list_snapshots_page(
+        &self,
+        source: Option<&str>,
+        after: Option<&str>,
+        max: usize,
+    ) -> Result<(Vec<Snapshot>, bool)> {
+        self.list_snaps_page(source, after, max).await
+    }
+
+    async fn delete_snapshot(&self, id: &str) -> Result<()> {
+        self.delete_snap(id).await
     }
 }

@@ -63,9 +63,12 @@ impl CinderDisks {
                         body["volume"]["source_volid"] = json!(source);
                     }
                     Some(DiskSource::Snapshot(source)) => {
-                        return Err(CloudError::InvalidArgument(format!(
-                            "snapshot {source}: volumes from Cinder snapshots are not made yet"
-                        )))
+                        if !is_uuid(source) {
+                            return Err(CloudError::not_found("snapshot", source));
+                        }
+                        // Cinder puts the volume in the snapshot's zone when none is
+                        // asked for, and refuses another (`cloned_volume_same_az`).
+                        body["volume"]["snapshot_id"] = json!(source);
                     }
                 }
                 let resp = self
