@@ -1,7 +1,8 @@
 //! The OpenStack provider against the real services of `../shared/sim/openstack`
 //! (Keystone, Nova with its fake driver, Cinder with its fake driver): cloud API calls
-//! and wall time per CSI operation, and how long attach answers after Cinder reports the
-//! volume `in-use` (what the poll schedule costs). Baseline in the same run: one bare
+//! and wall time per CSI operation (snapshots, restores and their deletes among them), and
+//! how long attach answers after Cinder reports the volume `in-use` (what the poll
+//! schedule costs). Baseline in the same run: one bare
 //! GET of a volume.
 //!
 //! `../shared/sim/openstack/ossim-up.sh && OVERCAST_TEST_OPENSTACK_OPENRC=/tmp/ossim/openrc \
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::Method;
-use overcast_cloud::{DiskSpec, Disks, Zone};
+use overcast_cloud::{DiskSource, DiskSpec, Disks, SnapshotSpec, Zone};
 use overcast_cloud_http::ApiMetrics;
 use overcast_cloud_openstack::client::Microversion;
 use overcast_cloud_openstack::{CinderDisks, Config, Service, Waits};
@@ -112,6 +113,10 @@ async fn main() {
         "publish",
         "expand (in use)",
         "unpublish",
+        "snapshot (until ready)",
+        "restore (volume from the snapshot)",
+        "delete the restored volume",
+        "delete snapshot",
         "delete",
     ];
     let mut times: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
@@ -174,14 +179,56 @@ async fn main() {
             .entry("publish")
             .or_default()
             .push(metrics.total() - before);
-        for (op, f) in [("expand (in use)", 0), ("unpublish", 1), ("delete", 2)] {
+        let mut snapshot = String::new();
+        let mut restored = String::new();
+        for op in [
+            "expand (in use)",
+            "unpublish",
+            "snapshot (until ready)",
+            "restore (volume from the snapshot)",
+            "delete the restored volume",
+            "delete snapshot",
+            "delete",
+        ] {
             let before = metrics.total();
             let started = Instant::now();
-            match f {
-                0 => {
+            match op {
+                "expand (in use)" => {
                     disks.expand_disk(&id, 2 << 30).await.unwrap();
                 }
-                1 => disks.detach_disk(&id, &server).await.unwrap(),
+                "unpublish" => disks.detach_disk(&id, &server).await.unwrap(),
+                "snapshot (until ready)" => {
+                    // As csi-snapshotter does: CreateSnapshot asked again until it is ready.
+                    let spec = SnapshotSpec {
+                        name: format!("{name}-snap"),
+                        source: id.clone(),
+                        parameters: BTreeMap::new(),
+                        metadata: BTreeMap::new(),
+                    };
+                    loop {
+                        let s = disks.create_snapshot(spec.clone()).await.unwrap();
+                        if s.ready {
+                            snapshot = s.id;
+                            break;
+                        }
+                    }
+                }
+                "restore (volume from the snapshot)" => {
+                    restored = disks
+                        .create_disk(DiskSpec {
+                            name: format!("{name}-restored"),
+                            size_bytes: 2 << 30,
+                            zone: Zone::default(),
+                            parameters: BTreeMap::new(),
+                            metadata: BTreeMap::new(),
+                            source: Some(DiskSource::Snapshot(snapshot.clone())),
+                        })
+                        .await
+                        .unwrap()
+                        .id;
+                }
+                "delete the restored volume" => disks.delete_disk(&restored).await.unwrap(),
+                "delete snapshot" => disks.delete_snapshot(&snapshot).await.unwrap(),
                 _ => disks.delete_disk(&id).await.unwrap(),
             }
             times.entry(op).or_default().push(started.elapsed());

@@ -106,10 +106,29 @@ impl Cloud {
             }
         }
         let disks = self.disks();
-        for d in disks.list_disks().await.expect("list") {
-            if d.name.starts_with("overcast-it-") {
-                let _ = disks.delete_disk(&d.id).await;
+        let swept: Vec<_> = disks
+            .list_disks()
+            .await
+            .expect("list")
+            .into_iter()
+            .filter(|d| d.name.starts_with("overcast-it-"))
+            .collect();
+        // Their snapshots first (Cinder keeps a volume that has some), and the ones the
+        // snapshot tests cut or made as cinder-csi-plugin does.
+        let (snapshots, _) = disks
+            .list_snapshots_page(None, None, 0)
+            .await
+            .expect("list snapshots");
+        for s in snapshots {
+            if s.name.starts_with("overcast-it-")
+                || s.name.starts_with("snapshot-3b0c6a3e-")
+                || swept.iter().any(|d| d.id == s.source)
+            {
+                let _ = disks.delete_snapshot(&s.id).await;
             }
+        }
+        for d in swept {
+            let _ = disks.delete_disk(&d.id).await;
         }
     }
 

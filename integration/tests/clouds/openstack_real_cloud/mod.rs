@@ -42,6 +42,8 @@ mod listing;
 mod octavia;
 /// Pod routes on a Neutron router, and the ccm's route controller.
 mod routes;
+/// Cinder snapshots, restores and clones; cinder-csi-plugin's snapshots after the switch.
+mod snapshots;
 /// A volume cinder-csi-plugin made, after the switch to ours.
 mod upstream;
 
@@ -333,9 +335,10 @@ async fn the_csi_driver_runs_a_volume_s_life_on_real_services() {
             },
         )),
     });
+    // Cinder snapshots are served (snapshots.rs): one that does not exist is NOT_FOUND.
     assert_eq!(
         c.create_volume(snap).await.unwrap_err().code(),
-        tonic::Code::InvalidArgument
+        tonic::Code::NotFound
     );
     c.delete_volume(overcast_integration::delete_request(&cloned.volume_id))
         .await
