@@ -98,6 +98,30 @@ async fn cinder(cloud: &Cloud, what: &str, id: &str) -> (u16, Value) {
     )
 }
 
+/// The ids of Cinder's snapshots named `name`.
+async fn named(cloud: &Cloud, name: &str) -> Vec<String> {
+    let r = cloud
+        .os
+        .call(
+            Service::BlockStorage,
+            "snapshot_list",
+            Method::GET,
+            &format!("/snapshots/detail?name={name}"),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&r.body).unwrap();
+    doc["snapshots"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["name"] == name)
+        .filter_map(|s| s["id"].as_str().map(str::to_owned))
+        .collect()
+}
+
 async fn until_snapshot_status(cloud: &Cloud, id: &str, status: &str) {
     let started = std::time::Instant::now();
     loop {
@@ -689,8 +713,9 @@ async fn csi_sanity_s_snapshot_and_clone_specs_pass_on_cinder() {
 /// Cinder slow and failing, as its own services show it: with the cinder-volume service
 /// paused (SIGSTOP) a snapshot stays `creating` — CreateSnapshot answers it not ready
 /// after its 10 s, a restore from it is UNAVAILABLE, its delete FAILED_PRECONDITION (Cinder
-/// refuses one being cut) and nothing is lost; once the service goes on, the sidecar's next
-/// CreateSnapshot answers the same snapshot ready. A snapshot Cinder put in `error` (its
+/// refuses one being cut) and nothing is lost; the controller killed (-9) while Cinder cuts
+/// what it asked for; once the service goes on, the sidecar's next CreateSnapshot answers
+/// the same snapshot ready, the killed call's too, and no second one is cut. A snapshot Cinder put in `error` (its
 /// admin `os-reset_status`, what `cinder snapshot-reset-state` sends) is deleted by the
 /// next CreateSnapshot of its name, which fails; the retry cuts a new one.
 #[tokio::test]
@@ -702,7 +727,7 @@ async fn a_slow_or_failed_cinder_snapshot_is_said_so_and_leaves_no_orphan() {
     cloud.sweep().await;
     let pid = std::process::id();
     let work = tempfile::tempdir().unwrap();
-    let driver = driver(
+    let mut driver = driver(
         &cloud,
         work.path(),
         "00000000-0000-4000-8000-000000000000",
@@ -767,12 +792,52 @@ async fn a_slow_or_failed_cinder_snapshot_is_said_so_and_leaves_no_orphan() {
         .expect_err("Cinder refuses to delete a snapshot being cut");
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
     assert_eq!(cinder(&cloud, "snapshots", &first.snapshot_id).await.0, 200);
+
+    // The controller killed (-9) while Cinder cuts what it asked for: the sidecar's retry,
+    // to the restarted controller, answers that snapshot.
+    let killed = format!("overcast-it-snap-killed-{pid}");
+    let asked = {
+        let mut c = driver.controller().await;
+        let req = snapshot_request(&killed, &volume, &[]);
+        tokio::spawn(async move { c.create_snapshot(req).await })
+    };
+    let started = std::time::Instant::now();
+    let in_cinder = loop {
+        if let Some(id) = named(&cloud, &killed).await.first() {
+            break id.clone();
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "never asked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    driver.kill9();
+    assert!(
+        asked.await.unwrap().is_err(),
+        "the call died with the controller"
+    );
+    driver.resume().await;
+    let mut c = driver.controller().await;
     drop(paused);
     let ready = cut(&mut c, snapshot_request(&name, &volume, &[])).await;
     assert_eq!(
         ready.snapshot_id, first.snapshot_id,
         "one snapshot, no second"
     );
+    let retried = cut(&mut c, snapshot_request(&killed, &volume, &[])).await;
+    assert_eq!(
+        retried.snapshot_id, in_cinder,
+        "the retry answers the killed call's snapshot"
+    );
+    assert_eq!(
+        named(&cloud, &killed).await,
+        std::slice::from_ref(&in_cinder),
+        "no orphan"
+    );
+    c.delete_snapshot(csi::DeleteSnapshotRequest {
+        snapshot_id: in_cinder.clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("DeleteSnapshot");
 
     // Put in `error` by Cinder's admin API: the next CreateSnapshot of its name deletes it
     // and fails; the retry cuts a new one.
@@ -798,23 +863,10 @@ async fn a_slow_or_failed_cinder_snapshot_is_said_so_and_leaves_no_orphan() {
     );
     let again = cut(&mut c, snapshot_request(&name, &volume, &[])).await;
     assert_ne!(again.snapshot_id, ready.snapshot_id);
-    let named = cloud
-        .os
-        .call(
-            Service::BlockStorage,
-            "snapshot_list",
-            Method::GET,
-            &format!("/snapshots/detail?name={name}"),
-            None,
-            None,
-        )
-        .await
-        .unwrap();
-    let named: Value = serde_json::from_slice(&named.body).unwrap();
     assert_eq!(
-        named["snapshots"].as_array().map(Vec::len),
-        Some(1),
-        "one snapshot carries the name: {named}"
+        named(&cloud, &name).await,
+        std::slice::from_ref(&again.snapshot_id),
+        "one snapshot carries the name"
     );
     c.delete_snapshot(csi::DeleteSnapshotRequest {
         snapshot_id: again.snapshot_id.clone(),
