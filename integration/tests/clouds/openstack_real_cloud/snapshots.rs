@@ -49,19 +49,42 @@ fn snapshot_request(
     }
 }
 
+/// How long a test asks again after a retryable answer, as the sidecars do.
+const RETRIES: Duration = Duration::from_secs(60);
+
+/// CreateVolume as external-provisioner asks it: an UNAVAILABLE answer (the simulator's
+/// Cinder answers 500 when its SQLite database is locked under CI's load) is asked again.
+async fn provisioned(c: &mut ControllerClient, req: csi::CreateVolumeRequest) -> csi::Volume {
+    let started = std::time::Instant::now();
+    loop {
+        match c.create_volume(req.clone()).await {
+            Ok(r) => return r.into_inner().volume.unwrap(),
+            Err(e) if e.code() == Code::Unavailable && started.elapsed() < RETRIES => {
+                eprintln!("CreateVolume {}: {e:?} (asked again)", req.name);
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Err(e) => panic!("CreateVolume {}: {e:?}", req.name),
+        }
+    }
+}
+
 /// CreateSnapshot asked again until the snapshot is ready, as csi-snapshotter asks: every
 /// answer is the same snapshot.
 async fn cut(c: &mut ControllerClient, req: csi::CreateSnapshotRequest) -> csi::Snapshot {
     let started = std::time::Instant::now();
     let mut first: Option<String> = None;
     loop {
-        let s = c
-            .create_snapshot(req.clone())
-            .await
-            .unwrap_or_else(|e| panic!("CreateSnapshot {}: {e:?}", req.name))
-            .into_inner()
-            .snapshot
-            .unwrap();
+        let s = match c.create_snapshot(req.clone()).await {
+            Ok(r) => r.into_inner().snapshot.unwrap(),
+            // The simulator's SQLite-locked 500s are UNAVAILABLE: asked again, as the
+            // sidecar does.
+            Err(e) if e.code() == Code::Unavailable && started.elapsed() < RETRIES => {
+                eprintln!("CreateSnapshot {}: {e:?} (asked again)", req.name);
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                continue;
+            }
+            Err(e) => panic!("CreateSnapshot {}: {e:?}", req.name),
+        };
         assert_eq!(
             first.get_or_insert_with(|| s.snapshot_id.clone()),
             &s.snapshot_id,
@@ -96,6 +119,63 @@ async fn cinder(cloud: &Cloud, what: &str, id: &str) -> (u16, Value) {
         r.status.as_u16(),
         serde_json::from_slice::<Value>(&r.body).unwrap_or(Value::Null),
     )
+}
+
+/// A POST of the test's own to Cinder, as cinder-csi-plugin's calls make a volume or a
+/// snapshot (`kind`: `volumes`, `snapshots`), answered with the new object's id. The
+/// simulator's Cinder keeps its database in SQLite and can answer 500 under CI's load
+/// ("The server has either erred", CI20): then, as that driver's next CreateVolume or
+/// CreateSnapshot would, it looks for the name first and asks again only when nothing
+/// carries it, at most five times.
+async fn made_once(cloud: &Cloud, kind: &str, name: &str, body: &Value) -> String {
+    let one = kind.trim_end_matches('s');
+    for attempt in 1..=5 {
+        let r = cloud
+            .os
+            .call(
+                Service::BlockStorage,
+                "create",
+                Method::POST,
+                &format!("/{kind}"),
+                Some(body),
+                None,
+            )
+            .await
+            .unwrap();
+        if r.status.as_u16() == 202 {
+            let doc: Value = serde_json::from_slice(&r.body).unwrap();
+            return doc[one]["id"].as_str().unwrap().to_owned();
+        }
+        assert!(
+            r.status.as_u16() == 500 && attempt < 5,
+            "POST /{kind} {name}: {r:?}"
+        );
+        eprintln!("POST /{kind} {name}: Cinder answered 500 (attempt {attempt}): {r:?}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let list = cloud
+            .os
+            .call(
+                Service::BlockStorage,
+                "list",
+                Method::GET,
+                &format!("/{kind}/detail?name={name}"),
+                None,
+                None,
+            )
+            .await
+            .unwrap();
+        let doc: Value = serde_json::from_slice(&list.body).unwrap_or(Value::Null);
+        if let Some(id) = doc[kind]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|o| o["name"] == name)
+            .and_then(|o| o["id"].as_str())
+        {
+            return id.to_owned();
+        }
+    }
+    unreachable!()
 }
 
 /// The ids of Cinder's snapshots named `name`.
@@ -216,21 +296,11 @@ async fn cinder_snapshots_are_cut_listed_restored_cloned_and_deleted_through_the
     }
 
     let volume = |name: &str, gib: i64| overcast_integration::create_request(name, gib * GIB);
-    let a = c
-        .create_volume(volume(&format!("overcast-it-snap-a-{pid}"), 2))
+    let a = provisioned(&mut c, volume(&format!("overcast-it-snap-a-{pid}"), 2))
         .await
-        .expect("create a")
-        .into_inner()
-        .volume
-        .unwrap()
         .volume_id;
-    let b = c
-        .create_volume(volume(&format!("overcast-it-snap-b-{pid}"), 1))
+    let b = provisioned(&mut c, volume(&format!("overcast-it-snap-b-{pid}"), 1))
         .await
-        .expect("create b")
-        .into_inner()
-        .volume
-        .unwrap()
         .volume_id;
 
     // Cut, with the names csi-snapshotter's --extra-create-metadata sends.
@@ -403,18 +473,16 @@ async fn cinder_snapshots_are_cut_listed_restored_cloned_and_deleted_through_the
         .await
         .expect_err("a restore into a smaller volume");
     assert_eq!(small.code(), Code::OutOfRange, "{small:?}");
-    let restored = c
-        .create_volume(restore_request(
+    let restored = provisioned(
+        &mut c,
+        restore_request(
             &format!("overcast-it-snap-restored-{pid}"),
             GIB,
             0,
             from_snapshot(&one.snapshot_id),
-        ))
-        .await
-        .expect("restore")
-        .into_inner()
-        .volume
-        .unwrap();
+        ),
+    )
+    .await;
     assert_eq!(restored.capacity_bytes, 2 * GIB);
     assert_eq!(
         restored.content_source,
@@ -435,18 +503,16 @@ async fn cinder_snapshots_are_cut_listed_restored_cloned_and_deleted_through_the
         .expect_err("a snapshot that does not exist");
     assert_eq!(missing.code(), Code::NotFound, "{missing:?}");
     // Cloned.
-    let clone = c
-        .create_volume(restore_request(
+    let clone = provisioned(
+        &mut c,
+        restore_request(
             &format!("overcast-it-snap-clone-{pid}"),
             2 * GIB,
             0,
             from_volume(&a),
-        ))
-        .await
-        .expect("clone")
-        .into_inner()
-        .volume
-        .unwrap();
+        ),
+    )
+    .await;
     let (_, v) = cinder(&cloud, "volumes", &clone.volume_id).await;
     assert_eq!(v["volume"]["source_volid"], a.as_str(), "{v}");
 
@@ -510,61 +576,41 @@ async fn snapshots_cinder_csi_made_are_listed_restored_and_deleted_after_the_swi
     cloud.sweep().await;
     let pid = std::process::id();
     // Its volume, as its CreateVolume makes one (upstream.rs).
-    let made = cloud
-        .os
-        .call(
-            Service::BlockStorage,
-            "volume_create",
-            Method::POST,
-            "/volumes",
-            Some(&json!({"volume": {
-                "name": format!("overcast-it-pvc-cinder-snap-{pid}"), "size": 1,
-                "availability_zone": "nova",
-                "description": CINDER_CSI_DESCRIPTION,
-                "metadata": {"cinder.csi.openstack.org/cluster": "overcast-it"},
-            }})),
-            None,
-        )
-        .await
-        .unwrap();
-    assert_eq!(made.status.as_u16(), 202, "{made:?}");
-    let volume = serde_json::from_slice::<Value>(&made.body).unwrap()["volume"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let volume = made_once(
+        &cloud,
+        "volumes",
+        &format!("overcast-it-pvc-cinder-snap-{pid}"),
+        &json!({"volume": {
+            "name": format!("overcast-it-pvc-cinder-snap-{pid}"), "size": 1,
+            "availability_zone": "nova",
+            "description": CINDER_CSI_DESCRIPTION,
+            "metadata": {"cinder.csi.openstack.org/cluster": "overcast-it"},
+        }}),
+    )
+    .await;
     let started = std::time::Instant::now();
     while cinder(&cloud, "volumes", &volume).await.1["volume"]["status"] != "available" {
         assert!(started.elapsed() < Duration::from_secs(120));
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let content = format!("snapshot-3b0c6a3e-{pid:08x}-4d1e-9a57-0242ac120002");
-    let cut = cloud
-        .os
-        .call(
-            Service::BlockStorage,
-            "snapshot_create",
-            Method::POST,
-            "/snapshots",
-            Some(&json!({"snapshot": {
-                "volume_id": volume,
-                "name": content,
-                "description": CINDER_CSI_DESCRIPTION,
-                "metadata": {
-                    "cinder.csi.openstack.org/cluster": "overcast-it",
-                    "csi.storage.k8s.io/volumesnapshot/name": "nightly",
-                    "csi.storage.k8s.io/volumesnapshot/namespace": "prod",
-                    "csi.storage.k8s.io/volumesnapshotcontent/name": "snapcontent-3b0c6a3e",
-                },
-            }})),
-            None,
-        )
-        .await
-        .unwrap();
-    assert_eq!(cut.status.as_u16(), 202, "{cut:?}");
-    let snapshot = serde_json::from_slice::<Value>(&cut.body).unwrap()["snapshot"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let snapshot = made_once(
+        &cloud,
+        "snapshots",
+        &content,
+        &json!({"snapshot": {
+            "volume_id": volume,
+            "name": content,
+            "description": CINDER_CSI_DESCRIPTION,
+            "metadata": {
+                "cinder.csi.openstack.org/cluster": "overcast-it",
+                "csi.storage.k8s.io/volumesnapshot/name": "nightly",
+                "csi.storage.k8s.io/volumesnapshot/namespace": "prod",
+                "csi.storage.k8s.io/volumesnapshotcontent/name": "snapcontent-3b0c6a3e",
+            },
+        }}),
+    )
+    .await;
     until_snapshot_status(&cloud, &snapshot, "available").await;
 
     // The images switched: ours, under that driver's name.
@@ -611,18 +657,16 @@ async fn snapshots_cinder_csi_made_are_listed_restored_and_deleted_after_the_swi
         .unwrap();
     assert_eq!(again.snapshot_id, snapshot);
     assert!(again.ready_to_use);
-    let restored = c
-        .create_volume(restore_request(
+    let restored = provisioned(
+        &mut c,
+        restore_request(
             &format!("overcast-it-pvc-restored-{pid}"),
             GIB,
             0,
             from_snapshot(&snapshot),
-        ))
-        .await
-        .expect("restore cinder-csi's snapshot")
-        .into_inner()
-        .volume
-        .unwrap();
+        ),
+    )
+    .await;
     let (_, v) = cinder(&cloud, "volumes", &restored.volume_id).await;
     assert_eq!(v["volume"]["snapshot_id"], snapshot.as_str(), "{v}");
     c.delete_volume(csi::DeleteVolumeRequest {
@@ -735,17 +779,12 @@ async fn a_slow_or_failed_cinder_snapshot_is_said_so_and_leaves_no_orphan() {
     )
     .await;
     let mut c = driver.controller().await;
-    let volume = c
-        .create_volume(overcast_integration::create_request(
-            &format!("overcast-it-snap-slow-{pid}"),
-            GIB,
-        ))
-        .await
-        .expect("create")
-        .into_inner()
-        .volume
-        .unwrap()
-        .volume_id;
+    let volume = provisioned(
+        &mut c,
+        overcast_integration::create_request(&format!("overcast-it-snap-slow-{pid}"), GIB),
+    )
+    .await
+    .volume_id;
 
     let name = format!("overcast-it-snap-slow-1-{pid}");
     let paused = Paused::new(service_group(&cloud, "cinder-volume"));
