@@ -196,7 +196,18 @@ impl CinderDisks {
             )));
         }
         let force = force(&spec.parameters)?;
-        let _slot = self.creating.claim(&format!("snapshot/{}", spec.name))?;
+        // Creates of one name are one at a time, as a volume's (the claims are shared, so
+        // a snapshot's name is kept apart from a volume's of the same spelling). Busy says
+        // what is being made: the claim's own words are a disk's.
+        let _slot = self
+            .creating
+            .claim(&format!("snapshot/{}", spec.name))
+            .map_err(|_| {
+                CloudError::Busy(format!(
+                    "a create of snapshot {:?} is in progress",
+                    spec.name
+                ))
+            })?;
         let snapshot = match self.snapshots_named(&spec.name).await?.as_slice() {
             [] => {
                 // The source first: Cinder's 404 for it reads as any other 404.
