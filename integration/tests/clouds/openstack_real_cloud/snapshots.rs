@@ -761,7 +761,8 @@ async fn csi_sanity_s_snapshot_and_clone_specs_pass_on_cinder() {
 /// what it asked for; once the service goes on, the sidecar's next CreateSnapshot answers
 /// the same snapshot ready, the killed call's too, and no second one is cut. A snapshot Cinder put in `error` (its
 /// admin `os-reset_status`, what `cinder snapshot-reset-state` sends) is deleted by the
-/// next CreateSnapshot of its name, which fails; the retry cuts a new one.
+/// next CreateSnapshot of its name, which fails; the retry cuts a new one. One left
+/// `error_deleting` is not deleted until an operator resets it, and the answer says so.
 #[tokio::test]
 async fn a_slow_or_failed_cinder_snapshot_is_said_so_and_leaves_no_orphan() {
     let _turn = CLOUD.lock().await;
@@ -907,6 +908,34 @@ async fn a_slow_or_failed_cinder_snapshot_is_said_so_and_leaves_no_orphan() {
         std::slice::from_ref(&again.snapshot_id),
         "one snapshot carries the name"
     );
+    // One whose delete Cinder's backend failed (`error_deleting`): Cinder takes no DELETE
+    // of it; the answer says so and what frees it, and nothing is asked of Cinder.
+    let reset = |status: &'static str| {
+        let states = &states;
+        let path = format!("/snapshots/{}/action", again.snapshot_id);
+        async move {
+            let (code, text) = states
+                .action(
+                    Method::POST,
+                    &path,
+                    Some(&json!({"os-reset_status": {"status": status}})),
+                )
+                .await;
+            assert_eq!(code, 202, "reset to {status}: {text}");
+        }
+    };
+    reset("error_deleting").await;
+    let stuck = c
+        .delete_snapshot(csi::DeleteSnapshotRequest {
+            snapshot_id: again.snapshot_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a snapshot Cinder failed to delete");
+    assert_eq!(stuck.code(), Code::Internal, "{stuck:?}");
+    assert!(stuck.message().contains("reset"), "{stuck:?}");
+    assert_eq!(cinder(&cloud, "snapshots", &again.snapshot_id).await.0, 200);
+    reset("available").await;
     c.delete_snapshot(csi::DeleteSnapshotRequest {
         snapshot_id: again.snapshot_id.clone(),
         ..Default::default()

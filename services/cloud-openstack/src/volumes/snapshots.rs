@@ -346,6 +346,14 @@ impl CinderDisks {
 
     pub(super) async fn delete_snap(&self, id: &str) -> Result<()> {
         let s = self.cinder_snapshot(id).await?;
+        if s.status == "error_deleting" {
+            // Cinder takes a DELETE only of an `available` or `error` snapshot: one its
+            // backend failed to delete stays until an operator resets its state.
+            return Err(CloudError::Internal(format!(
+                "openstack: Cinder failed to delete snapshot {id} before (error_deleting); \
+                 it is deleted once an operator resets its state (cinder snapshot-reset-state)"
+            )));
+        }
         if s.status != "deleting" {
             let resp = self
                 .os
