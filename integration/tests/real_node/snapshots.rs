@@ -168,11 +168,55 @@ pub fn a_restore_holds_the_first_data_and_a_clone_the_second(node: &Node) {
         "--wait=false",
     ]);
     read(node, "snap-restored-2", "first");
+    // snapshot-controller v8.0.1 looks at a deleted snapshot it held for a restore again
+    // only at its next change or its resync (15 min by default): once it found the claim
+    // pending it returns without asking to be called again
+    // (`checkandRemoveSnapshotFinalizersAndCheckandDeleteContent`, "TODO: should requeue
+    // this?"). Where it held it (its SnapshotDeletePending event says so), the test
+    // changes the snapshot — an annotation, as an operator would — once the restore is
+    // bound, instead of waiting for the resync.
+    let gone = |out: &str| !out.contains("snap-1");
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        let out = node
+            .try_kubectl(&["-n", NS, "get", "volumesnapshot", "-o", "name"])
+            .unwrap_or_default();
+        if gone(&out) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let left = node
+        .try_kubectl(&["-n", NS, "get", "volumesnapshot", "-o", "name"])
+        .unwrap_or_default();
+    if !gone(&left) {
+        let events = node.kubectl(&[
+            "-n",
+            NS,
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=snap-1",
+        ]);
+        assert!(
+            events.contains("SnapshotDeletePending"),
+            "the VolumeSnapshot stays without snapshot-controller's hold for the restore: {events}"
+        );
+        // Gone meanwhile is as good (NotFound).
+        let _ = node.try_kubectl(&[
+            "-n",
+            NS,
+            "annotate",
+            "volumesnapshot",
+            "snap-1",
+            "overcast.dev/restore-bound=true",
+        ]);
+    }
     node.wait_for(
         "the VolumeSnapshot deleted",
         Duration::from_secs(120),
         &["-n", NS, "get", "volumesnapshot", "-o", "name"],
-        |out| !out.contains("snap-1"),
+        gone,
     );
     node.wait_for(
         "the snapshot's files gone from the node",
