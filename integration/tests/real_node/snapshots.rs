@@ -55,7 +55,17 @@ fn read(node: &Node, pod_name: &str, want: &str) {
 }
 
 fn snapshot_files() -> Vec<String> {
-    std::fs::read_dir("/var/lib/overcast/local/snapshots")
+    files_in("/var/lib/overcast/local/snapshots")
+}
+
+/// The disks' files the local cloud keeps on the node: one appears when the driver's
+/// CreateVolume starts copying.
+fn disk_files() -> Vec<String> {
+    files_in("/var/lib/overcast/local/disks")
+}
+
+fn files_in(dir: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
         .map(|d| {
             d.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -146,7 +156,13 @@ pub fn a_restore_holds_the_first_data_and_a_clone_the_second(node: &Node) {
 
     // A restore on its way, and the snapshot deleted under it: snapshot-controller holds
     // the deletion until the claim is bound (its source protection), the restore holds
-    // the first data, and then the snapshot goes.
+    // the first data, and then the snapshot goes. "On its way" means the driver has
+    // been asked: external-provisioner v5 refuses a source that is already being deleted
+    // ("snapshot ... is currently being deleted") and retries, while snapshot-controller
+    // keeps the deletion pending for the pending claim, so a deletion that lands before
+    // the provisioner read the snapshot leaves the claim pending for good (CI24). The
+    // test waits for the restore's disk file to appear on the node.
+    let disks_before = disk_files();
     node.apply(
         "snap-restored-2",
         &[
@@ -158,6 +174,12 @@ pub fn a_restore_holds_the_first_data_and_a_clone_the_second(node: &Node) {
                 "sleep 3600",
             ),
         ],
+    );
+    node.wait_for(
+        "the restore's disk being made",
+        Duration::from_secs(120),
+        &["-n", NS, "get", "pvc", "snap-restored-2", "-o", "name"],
+        |_| disk_files().iter().any(|f| !disks_before.contains(f)),
     );
     node.kubectl(&[
         "-n",
