@@ -49,7 +49,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Service};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
@@ -58,15 +57,19 @@ use overcast_cloud_local::loopdev;
 use serde_json::json;
 
 mod class;
+mod crds;
 mod disk;
 mod image;
+mod objects;
 mod proxy;
 mod sweep;
 mod vm;
 mod vmbda;
 mod vmip;
 
+pub use crds::{crd_dir, install_crds, install_crds_from};
 use disk::reconcile_disk;
+use objects::{add_finalizer, cond, remove_finalizer, set_status, wait_for};
 pub use sweep::{sweep, sweep_namespace};
 use vm::reconcile_vm;
 pub use vm::STATIC_ANNOTATION;
@@ -77,77 +80,10 @@ const FIELD_MANAGER: &str = "overcast-dvp-sim";
 /// On the PersistentVolumes the simulated storage makes: the namespace they are for.
 const SIM_LABEL: &str = "overcast.dev/dvp-sim";
 
-/// Where the kit's virtualization CRDs are: `OVERCAST_DVP_CRDS`, else `shared/kit/…`
-/// beside the project of the package cargo runs (its `CARGO_MANIFEST_DIR`, read now: a
-/// binary a kept target directory holds serves a clone at another path), else beside
-/// the checkout this was built in.
-pub fn crd_dir() -> PathBuf {
-    const KIT_CRDS: &str = "shared/kit/crds/virtualization";
-    if let Some(dir) = std::env::var_os("OVERCAST_DVP_CRDS") {
-        return dir.into();
-    }
-    let beside = std::env::var_os("CARGO_MANIFEST_DIR").and_then(|package| {
-        Path::new(&package)
-            .ancestors()
-            .map(|a| a.join(KIT_CRDS))
-            .find(|d| d.is_dir())
-    });
-    beside.unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../..")
-            .join(KIT_CRDS)
-    })
-}
-
 /// Taken by the tests of the DVP provider that share the parent's CRDs and the machine's
 /// loop devices (`dvp_real_cluster`, `dvp_zones`): one at a time, whichever module of the
 /// test binary they are in.
 pub static PARENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Installs the virtualization CRDs (server-side apply) and waits until they serve.
-pub async fn install_crds(client: &Client) {
-    install_crds_from(client, &crd_dir()).await
-}
-
-/// [`install_crds`] from the CRDs in `dir` (deckhouse/virtualization's `crds/`).
-pub async fn install_crds_from(client: &Client, dir: &Path) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.expect("dir entry").path();
-        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).expect("read CRD");
-        let crd: CustomResourceDefinition =
-            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let name = crd.name_any();
-        crds.patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("apply {name}: {e}"));
-        names.push(name);
-    }
-    for name in names {
-        wait_for(
-            &format!("CRD {name} established"),
-            Duration::from_secs(30),
-            async || {
-                let crd = crds.get(&name).await.ok()?;
-                let established = crd
-                    .status?
-                    .conditions?
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                established.then_some(())
-            },
-        )
-        .await;
-    }
-}
 
 /// Faults the simulator plays on demand.
 #[derive(Debug, Default)]
@@ -538,68 +474,6 @@ fn disk_file(state: &State, uid: &str) -> PathBuf {
     state.dir.join(format!("{uid}.img"))
 }
 
-async fn add_finalizer<K>(api: &Api<K>, obj: &K) -> kube::Result<()>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut finalizers = obj.finalizers().to_vec();
-    finalizers.push(FINALIZER.to_owned());
-    let patch =
-        json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map(|_| ())
-}
-
-async fn remove_finalizer<K>(api: &Api<K>, obj: &K) -> kube::Result<()>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let finalizers: Vec<&String> = obj
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .collect();
-    let patch =
-        json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
-    match api
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-async fn set_status<K>(api: &Api<K>, name: &str, status: serde_json::Value) -> kube::Result<()>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": status})),
-    )
-    .await
-    .map(|_| ())
-}
-
-fn cond(type_: &str, ok: bool, reason: &str, message: &str) -> serde_json::Value {
-    json!({
-        "type": type_, "status": if ok { "True" } else { "False" }, "reason": reason,
-        "message": message, "lastTransitionTime": "2026-11-23T00:00:00Z",
-    })
-}
-
 /// Deletes the Nodes labelled for a namespace starting with `prefix`.
 async fn delete_nodes(client: &Client, prefix: &str) {
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
@@ -615,20 +489,5 @@ async fn delete_nodes(client: &Client, prefix: &str) {
         {
             let _ = nodes.delete(&n.name_any(), &DeleteParams::default()).await;
         }
-    }
-}
-
-/// Polls `f` every 200 ms until it gives a value; panics after `limit`.
-async fn wait_for<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let end = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
