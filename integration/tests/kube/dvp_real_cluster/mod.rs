@@ -29,8 +29,12 @@ use overcast_integration::dvp_sim::PARENT;
 mod clusters;
 /// The create and naming rules as the real virtualization controller and webhooks set them.
 mod create_rules;
+/// The real `csi` binary: a volume's life, csi-sanity.
+mod csi;
 /// The Cluster API provider's VMs.
 mod machines;
+/// The parent RBAC manifest is all the provider needs.
+mod rbac;
 /// A volume Deckhouse's dvp-csi-driver made, after the switch to ours.
 mod upstream;
 
@@ -701,143 +705,6 @@ async fn the_dvp_provider_passes_the_conformance_suite_on_a_real_dvp() {
     }
 }
 
-/// The real `csi` binary (`--cloud dvp`, controller and node in one process) on the
-/// simulated parent: a volume's whole life as the sidecars and kubelet drive it, ending
-/// in a real ext4 mount of the loop-backed disk found through its by-id link.
-#[tokio::test]
-async fn the_csi_driver_runs_a_volume_s_life_on_the_simulated_parent() {
-    use overcast_integration::{mount_cap, Csi, NODE_ID};
-    let _turn = PARENT.lock().await;
-    let Some(world) = World::new("the csi binary on DVP", "csi").await else {
-        return;
-    };
-    world
-        .sim
-        .add_vm("vm-test-node", NODE_ID, "10.66.0.21", "parent-a")
-        .await;
-    let work = tempfile::tempdir().unwrap();
-    let config = world.cloud_config(work.path());
-    let port = overcast_integration::free_port();
-    let driver = Csi::start(&[
-        &format!("--metrics-address=127.0.0.1:{port}"),
-        "--cloud=dvp",
-        &format!("--cloud-config={}", config.display()),
-        &format!("--device-by-id-dir={}", world.sim.by_id.display()),
-    ])
-    .await;
-    let (mut c, mut n) = (driver.controller().await, driver.node().await);
-    let mut create = overcast_integration::create_request("pvc-csi-1", 32 << 20);
-    create
-        .parameters
-        .insert("csi.storage.k8s.io/pvc/name".into(), "data".into());
-    let volume = c
-        .create_volume(create)
-        .await
-        .expect("create")
-        .into_inner()
-        .volume
-        .unwrap();
-    assert_eq!(volume.volume_id, "pvc-csi-1");
-    assert!(
-        volume.accessible_topology.is_empty(),
-        "no zones: no node affinity"
-    );
-    let ctx = c
-        .controller_publish_volume(overcast_integration::publish_request("pvc-csi-1", false))
-        .await
-        .expect("attach")
-        .into_inner()
-        .publish_context;
-    let staging = work.path().join("staging");
-    let target = work.path().join("target");
-    std::fs::create_dir_all(&staging).unwrap();
-    let cleanup = scopeguard(work.path().to_path_buf());
-    n.node_stage_volume(overcast_integration::stage_request(
-        "pvc-csi-1",
-        &ctx,
-        &staging,
-        mount_cap("ext4"),
-    ))
-    .await
-    .expect("stage");
-    n.node_publish_volume(overcast_integration::node_publish_request(
-        "pvc-csi-1",
-        &ctx,
-        &staging,
-        &target,
-        mount_cap("ext4"),
-    ))
-    .await
-    .expect("publish");
-    // The mount is the simulator's loop device, reached through the by-id link.
-    let device = world
-        .sim
-        .device_of(&format!("vmbda-pvc-csi-1-{NODE_ID}"))
-        .expect("attached");
-    let source = mount_source(&staging).expect("staged mount");
-    assert_eq!(std::fs::canonicalize(&source).unwrap(), device);
-    std::fs::write(target.join("hello"), b"dvp").expect("write through the mount");
-    n.node_unpublish_volume(overcast_integration::node_unpublish_request(
-        "pvc-csi-1",
-        &target,
-    ))
-    .await
-    .expect("unpublish");
-    n.node_unstage_volume(overcast_integration::unstage_request("pvc-csi-1", &staging))
-        .await
-        .expect("unstage");
-    c.controller_unpublish_volume(overcast_integration::detach_request("pvc-csi-1", NODE_ID))
-        .await
-        .expect("detach");
-    assert_eq!(world.sim.attached_count(), 0);
-    c.delete_volume(overcast_integration::delete_request("pvc-csi-1"))
-        .await
-        .expect("delete");
-    assert!(world
-        .parent
-        .disks()
-        .get_opt("pvc-csi-1")
-        .await
-        .unwrap()
-        .is_none());
-    // Its parent-cluster calls are counted by request, under the cloud's prefix.
-    let (status, body) = overcast_integration::http_get(port, "/metrics");
-    assert_eq!(status, 200);
-    assert!(
-        real::metric(
-            &body,
-            "dvp_api_requests_total{request=\"virtualdisk_create\"}"
-        ) == Some(1.0),
-        "{body}"
-    );
-    assert!(real::metric(&body, "dvp_api_requests_total{request=\"vmbda_create\"}") == Some(1.0));
-    drop(cleanup);
-    drop(driver);
-    world.finish().await;
-}
-
-/// The source device of the mount at `path` (from /proc/self/mountinfo).
-fn mount_source(path: &std::path::Path) -> Option<std::path::PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = path.display().to_string();
-    info.lines().find_map(|l| {
-        let fields: Vec<&str> = l.split(' ').collect();
-        let sep = fields.iter().position(|f| *f == "-")?;
-        (fields.get(4) == Some(&want.as_str())).then(|| std::path::PathBuf::from(fields[sep + 2]))
-    })
-}
-
-/// Unmounts whatever a failed test left under `dir`.
-struct Unmount(std::path::PathBuf);
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        overcast_integration::unmount_under(&self.0);
-    }
-}
-fn scopeguard(dir: std::path::PathBuf) -> Unmount {
-    Unmount(dir)
-}
-
 /// The real `ccm` (`--cloud dvp`) initializes a node of this cluster from its VM on the
 /// simulated parent (the kit's API server plays both: the Node is this cluster's, the VM
 /// the parent's): providerID, instance type, addresses, the taint removed; a Stopped VM's
@@ -1189,104 +1056,6 @@ async fn the_ccm_balances_through_a_parent_service_that_follows_the_endpoints() 
     world.finish().await;
 }
 
-/// The provider needs no more in the parent than `deploy/parent/dvp/rbac.yaml` grants: the
-/// conformance suite, instances and a balancer, run as an account bound to exactly that
-/// (without the optional ClusterRole: instances then carry no zone, and say so once).
-#[tokio::test]
-async fn the_parent_rbac_manifest_is_all_the_provider_needs() {
-    use overcast_cloud::{
-        Backend, Instances, LbPort, LoadBalancerSpec, LoadBalancers, Protocol, ServiceRef,
-    };
-    use overcast_cloud_dvp::DvpLoadBalancers;
-    let _turn = PARENT.lock().await;
-    let Some(world) = World::new("the DVP parent RBAC test", "rbac").await else {
-        return;
-    };
-    let ns = world.sim.namespace.clone();
-    // The optional ClusterRole is left out on purpose.
-    let tenant = dvp_sim::tenant(&std::env::var(real::ENV).unwrap(), &ns, false).await;
-    let parent = Parent::new(tenant, ns.clone(), Arc::new(ApiMetrics::unregistered()));
-
-    let disks: Arc<dyn Disks> = Arc::new(DvpDisks::new(
-        parent.clone(),
-        64,
-        waits(Duration::from_secs(30)),
-    ));
-    conformance::disks(&DiskHarness {
-        disks: Arc::clone(&disks),
-        node: "worker-1".into(),
-        gone_node: "worker-gone".into(),
-        zone: Zone::default(),
-        parameters: BTreeMap::new(),
-        prefix: "r-".into(),
-        states: None,
-        held_for: Duration::from_secs(3),
-    })
-    .await;
-    disks.available_capacity(None).await.expect("GetCapacity");
-    let instances = DvpInstances::new(parent.clone());
-    conformance::instances(&instances, "worker-1").await;
-    assert!(instances
-        .list_instances()
-        .await
-        .unwrap()
-        .iter()
-        .all(|i| i.zone.is_none()));
-
-    // Discovery as the tenant: what it may not read is left out and said.
-    let discovery = overcast_cloud_dvp::DvpDiscovery::new(
-        parent.clone(),
-        DvpDisks::new(parent.clone(), 64, waits(Duration::from_secs(30))),
-    );
-    use overcast_cloud::discovery::Discovery;
-    let doc = discovery.discovery_data().await.expect("discovery data");
-    assert_eq!(doc["kind"], "DVPCloudDiscoveryData");
-    assert_eq!(doc["zones"], serde_json::json!(["default"]));
-    assert!(doc.get("storageClasses").is_none(), "{doc}");
-    let conditions = discovery.conditions().await.expect("conditions");
-    let by_name = |n: &str| {
-        conditions
-            .iter()
-            .find(|c| c.name == n)
-            .unwrap_or_else(|| panic!("{n}: {conditions:?}"))
-    };
-    assert!(by_name("parent-reachable").ok);
-    assert!(by_name("permissions").ok, "{conditions:?}");
-    assert!(by_name("namespace").ok, "{conditions:?}");
-    assert!(!by_name("storage-classes").ok, "{conditions:?}");
-
-    let lbs = DvpLoadBalancers::new(parent, Duration::from_secs(30));
-    let spec = LoadBalancerSpec {
-        name: "a0123456789abcdef0123456789abcde".into(),
-        service: ServiceRef {
-            namespace: "default".into(),
-            name: "web".into(),
-            uid: "01234567-89ab-cdef-0123-456789abcdef".into(),
-        },
-        ports: vec![LbPort {
-            name: "http".into(),
-            protocol: Protocol::Tcp,
-            port: 80,
-            node_port: 30080,
-        }],
-        backends: vec![Backend {
-            node: "worker-1".into(),
-            address: "10.66.0.11".into(),
-            labels: BTreeMap::new(),
-        }],
-        ..LoadBalancerSpec::default()
-    };
-    let status = lbs
-        .ensure_load_balancer(&spec)
-        .await
-        .expect("ensure as the tenant");
-    assert!(!status.ingress_ips.is_empty());
-    lbs.delete_load_balancer(&spec.reference())
-        .await
-        .expect("delete as the tenant");
-    world.finish().await;
-}
-
 /// The real `discoverer` (`--cloud dvp`) publishes DVP's discovery data from the simulated
 /// parent: its StorageClasses as the contract lists them, the instance types of the VMs,
 /// the conditions, and a volume no PV names as an orphan (reported, never deleted) — not
@@ -1432,53 +1201,6 @@ async fn the_discoverer_publishes_the_parent_s_data_and_its_orphans() {
     );
     let _ = classes.delete(&class_name, &DeleteParams::default()).await;
     drop(_d);
-    world.finish().await;
-}
-
-/// kubernetes-csi's csi-sanity against the real `csi` binary on DVP (the simulated parent),
-/// mount and block mode: every spec the driver's capabilities call for, with real attachments and
-/// mounts. Runs when `OVERCAST_CSI_SANITY` names a csi-sanity binary as well.
-#[tokio::test]
-async fn csi_sanity_passes_on_the_simulated_parent() {
-    use overcast_integration::{Csi, NODE_ID};
-    let Ok(sanity) = std::env::var("OVERCAST_CSI_SANITY") else {
-        overcast_integration::say_skipped("set OVERCAST_CSI_SANITY (and OVERCAST_TEST_KUBECONFIG) to run csi-sanity against the DVP provider");
-        return;
-    };
-    let _turn = PARENT.lock().await;
-    let _cluster = overcast_integration::real::cluster_turn().await;
-    let Some(world) = World::new("csi-sanity on DVP", "sanity").await else {
-        return;
-    };
-    world
-        .sim
-        .add_vm("vm-sanity", NODE_ID, "10.66.0.51", "parent-a")
-        .await;
-    // The node plugin reads its zone from its Node: initialized, with none.
-    world
-        .sim
-        .add_node(NODE_ID, serde_json::json!({}), false)
-        .await;
-    let work = tempfile::tempdir().unwrap();
-    let config = world.cloud_config(work.path());
-    let csi = Csi::start(&[
-        "--cloud=dvp",
-        &format!("--cloud-config={}", config.display()),
-        &format!("--device-by-id-dir={}", world.sim.by_id.display()),
-        &format!("--kubeconfig={}", std::env::var(real::ENV).unwrap()),
-    ])
-    .await;
-    for block in [false, true] {
-        let run = overcast_integration::run_csi_sanity(&sanity, &csi, block, &[], "DVP").await;
-        assert!(
-            run.success && run.failures.is_empty(),
-            "csi-sanity on DVP (block {block}) failed: {:#?}\n{}",
-            run.failures,
-            run.tail
-        );
-        assert!(run.summary.contains(" 0 Failed"), "{}", run.summary);
-    }
-    drop(csi);
     world.finish().await;
 }
 

@@ -12,6 +12,7 @@ use kube::api::PostParams;
 use overcast_integration::upstream_node::{a_pod_reads, format_ext4, mount, unmount};
 use overcast_integration::{csi_v1 as csi, mount_cap, Csi, NODE_ID};
 
+use super::csi::scopeguard;
 use super::*;
 
 #[tokio::test]
