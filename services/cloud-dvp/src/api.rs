@@ -44,6 +44,9 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
 pub fn virtual_disk() -> ApiResource {
     resource("VirtualDisk", "virtualdisks")
 }
+pub fn virtual_disk_snapshot() -> ApiResource {
+    resource("VirtualDiskSnapshot", "virtualdisksnapshots")
+}
 pub fn vmbda() -> ApiResource {
     resource(
         "VirtualMachineBlockDeviceAttachment",
@@ -83,6 +86,35 @@ pub struct Condition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
+
+// ---- VirtualDiskSnapshot ----------------------------------------------------------
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualDiskSnapshotSpec {
+    pub virtual_disk_name: String,
+    /// Freeze the VM through its agent, or fail; the CRD's default is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_consistency: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualDiskSnapshotStatus {
+    /// Pending, InProgress, Ready, Failed (final), Terminating.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_snapshot_name: Option<String>,
+    /// True, or absent (never false: the controller sets it only when it froze the VM
+    /// or nothing wrote).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consistent: Option<bool>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+pub type VirtualDiskSnapshot = Object<VirtualDiskSnapshotSpec, VirtualDiskSnapshotStatus>;
 
 // ---- VirtualDisk ------------------------------------------------------------------
 

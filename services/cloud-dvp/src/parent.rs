@@ -113,6 +113,13 @@ impl Parent {
     pub fn disks(&self) -> Api<api::VirtualDisk> {
         Api::namespaced_with(self.client.clone(), &self.namespace, &api::virtual_disk())
     }
+    pub fn snapshots(&self) -> Api<api::VirtualDiskSnapshot> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &api::virtual_disk_snapshot(),
+        )
+    }
     pub fn vmbdas(&self) -> Api<api::Vmbda> {
         Api::namespaced_with(self.client.clone(), &self.namespace, &api::vmbda())
     }

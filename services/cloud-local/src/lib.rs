@@ -5,7 +5,7 @@
 //! directory agree with it, so a crash at any point is repaired by a restart.
 
 pub mod cloud_config;
-mod copy;
+pub mod copy;
 pub mod discovery;
 mod disks;
 mod files;

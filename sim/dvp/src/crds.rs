@@ -33,23 +33,42 @@ pub fn crd_dir() -> PathBuf {
     })
 }
 
-/// Installs the virtualization CRDs (server-side apply) and waits until they serve.
+/// The parent's CRDs the kit lacks, kept verbatim from deckhouse/virtualization in
+/// `sim/dvp/crds/` (its README names the commit) and carried in the binary, so a program
+/// run anywhere installs them.
+const OWN_CRDS: &[(&str, &str)] = &[(
+    "sim/dvp/crds/virtualdisksnapshots.yaml",
+    include_str!("../crds/virtualdisksnapshots.yaml"),
+)];
+
+/// Installs the virtualization CRDs (server-side apply) and waits until they serve: the
+/// kit's, then the ones it lacks.
 pub async fn install_crds(client: &Client) {
     install_crds_from(client, &crd_dir()).await
 }
 
-/// [`install_crds`] from the CRDs in `dir` (deckhouse/virtualization's `crds/`).
+/// [`install_crds`] from the kit's CRDs in `dir` (deckhouse/virtualization's `crds/`), and
+/// the ones the kit lacks.
 pub async fn install_crds_from(client: &Client, dir: &Path) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let mut names = Vec::new();
+    let mut texts: Vec<(String, String)> = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let path = entry.expect("dir entry").path();
         if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
             continue;
         }
         let text = std::fs::read_to_string(&path).expect("read CRD");
+        texts.push((path.display().to_string(), text));
+    }
+    texts.extend(
+        OWN_CRDS
+            .iter()
+            .map(|(path, text)| ((*path).to_owned(), (*text).to_owned())),
+    );
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut names = Vec::new();
+    for (path, text) in texts {
         let crd: CustomResourceDefinition =
-            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
         let name = crd.name_any();
         crds.patch(
             &name,

@@ -150,34 +150,40 @@ pub(super) async fn reconcile_disk(
         return Ok(());
     }
     let status = vd.status.clone().unwrap_or_default();
-    // A disk from an image waits for it; made, it is at least the image's size.
-    let image =
-        match super::image::datasource(&client, &namespace, vd.spec.data_source.as_ref()).await? {
-            Ok(bytes) => bytes,
-            Err(conditions) => {
-                if status.phase.as_deref().unwrap_or("Pending") == "Pending" {
-                    let reason = |c: &serde_json::Value| c["reason"].clone();
-                    let now: Vec<_> = status.conditions.iter().map(|c| json!(c.reason)).collect();
-                    if now != conditions.iter().map(reason).collect::<Vec<_>>() {
-                        set_status(
-                            api,
-                            &name,
-                            json!({"phase": "Pending", "conditions": conditions}),
-                        )
-                        .await?;
-                    }
+    // A disk from an image or a snapshot waits for it; made, it is at least the source's
+    // size (a restore's PVC is grown to the snapshot's restoreSize, getPVCSize).
+    // Read until provisioned only: a disk made from a snapshot since deleted is a disk.
+    let provisioned = matches!(status.phase.as_deref(), Some("Ready" | "Resizing"));
+    let data_source = vd.spec.data_source.as_ref().filter(|_| !provisioned);
+    let source = match super::image::datasource(&client, &namespace, data_source, state).await? {
+        Ok(source) => source,
+        Err(conditions) => {
+            if status.phase.as_deref().unwrap_or("Pending") == "Pending" {
+                let reason = |c: &serde_json::Value| c["reason"].clone();
+                let now: Vec<_> = status.conditions.iter().map(|c| json!(c.reason)).collect();
+                if now != conditions.iter().map(reason).collect::<Vec<_>>() {
+                    set_status(
+                        api,
+                        &name,
+                        json!({"phase": "Pending", "conditions": conditions}),
+                    )
+                    .await?;
                 }
-                return Ok(());
             }
-        };
-    let want = vd
+            return Ok(());
+        }
+    };
+    let asked = vd
         .spec
         .persistent_volume_claim
         .size
         .as_ref()
-        .and_then(|q| api::quantity_bytes(&q.0))
-        .or(image)
-        .unwrap_or(0);
+        .and_then(|q| api::quantity_bytes(&q.0));
+    let want = match (asked, source.bytes) {
+        (Some(a), Some(s)) if source.file.is_some() => a.max(s),
+        (Some(a), _) => a,
+        (None, s) => s.unwrap_or(0),
+    };
     let have = status.capacity.as_deref().and_then(api::quantity_bytes);
     let storage_class = vd
         .spec
@@ -251,7 +257,13 @@ pub(super) async fn reconcile_disk(
                 return Ok(());
             }
             let f = std::fs::File::create(&file)?;
-            f.set_len(want)?;
+            if let Some(from) = &source.file {
+                // The restored PVC's content: the snapshot's.
+                overcast_cloud_local::copy::copy(&std::fs::File::open(from)?, &f)?;
+            }
+            if f.metadata()?.len() < want {
+                f.set_len(want)?;
+            }
             match provision_claim(&client, &namespace, &claim, &storage_class, want, consumer).await
             {
                 Ok(()) => {}

@@ -61,21 +61,57 @@ impl DvpSim {
     }
 }
 
+/// Where a disk's content comes from, once its source is ready: its size, and for a
+/// restore the snapshot's file to copy.
+#[derive(Debug, Default)]
+pub(super) struct Source {
+    pub bytes: Option<u64>,
+    pub file: Option<std::path::PathBuf>,
+}
+
 /// A disk's data source, as the `vd` controller's ObjectRef sources check it:
-/// `Ok(None)` for a blank disk, `Ok(Some(bytes))` for a Ready image of that size, `Err`
-/// with the `DatasourceReady` and `Ready` conditions (and the message) the disk waits
-/// with — `ClusterImageNotFound`/`ImageNotFound` → `DatasourceIsNotFound`,
-/// `ClusterImageNotReady`/`ImageNotReady` → `DatasourceIsNotReady`.
+/// `Ok(Source::default())` for a blank disk, its size (and file) for a Ready image or
+/// snapshot, `Err` with the `DatasourceReady` and `Ready` conditions (and the message)
+/// the disk waits with — `ClusterImageNotFound`/`ImageNotFound` → `DatasourceIsNotFound`,
+/// `ClusterImageNotReady`/`ImageNotReady` → `DatasourceIsNotReady`, and for a
+/// VirtualDiskSnapshot missing or not Ready `VirtualDiskSnapshot` (that very string,
+/// `vdcondition.VirtualDiskSnapshotNotReady`) → `DatasourceIsNotReady`, "not ready"
+/// either way (`object_ref_vdsnapshot.go`).
 pub(super) async fn datasource(
     client: &kube::Client,
     namespace: &str,
     source: Option<&serde_json::Value>,
-) -> anyhow::Result<Result<Option<u64>, [serde_json::Value; 2]>> {
+    state: &super::State,
+) -> anyhow::Result<Result<Source, [serde_json::Value; 2]>> {
     let Some(source) = source.filter(|s| s["type"] == "ObjectRef") else {
-        return Ok(Ok(None));
+        return Ok(Ok(Source::default()));
     };
     let kind = source["objectRef"]["kind"].as_str().unwrap_or_default();
     let name = source["objectRef"]["name"].as_str().unwrap_or_default();
+    if kind == "VirtualDiskSnapshot" {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &api::virtual_disk_snapshot());
+        let vds = api.get_opt(name).await?;
+        let file = vds
+            .as_ref()
+            .filter(|s| s.data["status"]["phase"] == "Ready")
+            .map(|s| {
+                super::snapshot::snapshot_file(state, &s.metadata.uid.clone().unwrap_or_default())
+            })
+            .filter(|f| f.exists());
+        let Some(file) = file else {
+            let message = format!("VirtualDiskSnapshot {name:?} not ready.");
+            return Ok(Err([
+                cond("DatasourceReady", false, "VirtualDiskSnapshot", &message),
+                cond("Ready", false, "DatasourceIsNotReady", &message),
+            ]));
+        };
+        let bytes = std::fs::metadata(&file)?.len();
+        return Ok(Ok(Source {
+            bytes: Some(bytes),
+            file: Some(file),
+        }));
+    }
     let (api, prefix): (Api<DynamicObject>, &str) = match kind {
         "VirtualImage" => (
             Api::namespaced_with(client.clone(), namespace, &api::virtual_image()),
@@ -112,7 +148,10 @@ pub(super) async fn datasource(
             format!("{kind} {name:?} not ready."),
         ));
     }
-    Ok(Ok(status["size"]["unpackedBytes"]
-        .as_str()
-        .and_then(|b| b.parse().ok())))
+    Ok(Ok(Source {
+        bytes: status["size"]["unpackedBytes"]
+            .as_str()
+            .and_then(|b| b.parse().ok()),
+        file: None,
+    }))
 }

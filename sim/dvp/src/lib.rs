@@ -62,6 +62,7 @@ mod disk;
 mod image;
 mod objects;
 mod proxy;
+mod snapshot;
 mod sweep;
 mod vm;
 mod vmbda;
@@ -94,6 +95,12 @@ pub struct Faults {
     pub held_provisioning: Mutex<HashSet<String>>,
     /// VirtualDisks (by name) whose deletion waits, `Terminating`, until taken out.
     pub held_deletions: Mutex<HashSet<String>>,
+    /// VirtualDiskSnapshots (by name) kept `InProgress` until taken out of the set.
+    pub held_snapshots: Mutex<HashSet<String>>,
+    /// VirtualDiskSnapshots (by name) whose VolumeSnapshot reports an error when cut.
+    pub failing_snapshots: Mutex<HashSet<String>>,
+    /// VMs (by name) whose guest agent runs: a snapshot of their disks freezes them.
+    pub agent_vms: Mutex<HashSet<String>>,
     /// VMs (by name) that go `Degraded` where they would start.
     pub degraded_vms: Mutex<HashSet<String>>,
     /// VMs (by name) stopped, as by hand, once they have started.
@@ -360,6 +367,10 @@ async fn run(client: Client, namespace: String, state: Arc<State>) {
     );
     let w5 = reflector::store::Writer::new(api::virtual_machine_ip_address());
     let vmip_store = w5.as_reader();
+    let snapshots: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), &namespace, &api::virtual_disk_snapshot());
+    let w6 = reflector::store::Writer::new(api::virtual_disk_snapshot());
+    let snapshot_store = w6.as_reader();
     let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
     let w4 = reflector::store::Writer::<Service>::default();
     let service_store = w4.as_reader();
@@ -385,6 +396,7 @@ async fn run(client: Client, namespace: String, state: Arc<State>) {
         feed!(vms, w3),
         feed!(services, w4),
         feed!(vmips, w5),
+        feed!(snapshots, w6),
     ];
     let _guard = AbortOnDrop(feeders.into_iter().collect());
     loop {
@@ -398,6 +410,16 @@ async fn run(client: Client, namespace: String, state: Arc<State>) {
             }
         }
         let disk_list = disk_store.state();
+        let around = snapshot::Around {
+            disks: &disk_list,
+            vmbdas: &vmbda_list,
+            vms: &vm_list,
+        };
+        for s in snapshot_store.state() {
+            if let Err(e) = snapshot::reconcile_snapshot(&snapshots, &s, &around, &state).await {
+                eprintln!("dvp-sim: VirtualDiskSnapshot {}: {e}", s.name_any());
+            }
+        }
         let vmip_list = vmip_store.state();
         for ip in &vmip_list {
             if let Err(e) = vmip::reconcile_vmip(&vmips, ip, &vmip_list, &vm_list, &state).await {

@@ -61,6 +61,19 @@ async fn sweep_where(client: &Client, prefix: &str, chosen: impl Fn(&str) -> boo
             let _ = remove_finalizer(&vmbdas, &v).await;
             let _ = vmbdas.delete(&v.name_any(), &DeleteParams::default()).await;
         }
+        let snapshots: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(client.clone(), &n, &api::virtual_disk_snapshot());
+        for s in snapshots
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let _ = remove_finalizer(&snapshots, &s).await;
+            let _ = snapshots
+                .delete(&s.name_any(), &DeleteParams::default())
+                .await;
+        }
         for d in disks
             .list(&Default::default())
             .await
