@@ -15,6 +15,7 @@ mod ccm_services_real_cluster;
 mod deploy_real_cluster;
 mod dvp_program;
 mod dvp_real_cluster;
+mod dvp_snapshots;
 mod dvp_stalls;
 mod dvp_zones;
 mod identity_real_cluster;

@@ -346,7 +346,8 @@ fn csi_driver_names_sockets_and_kubelet_paths_agree() {
             at("extra create metadata")
         );
         // The snapshot sidecar only where the cloud cuts snapshots (it exits at its start
-        // on a driver that advertises none): the local cloud's and OpenStack's overlays.
+        // on a driver that advertises none): the local cloud's, OpenStack's and DVP's
+        // overlays.
         // It dials the same socket, elects a leader, and sends the VolumeSnapshot's names.
         let snapshotter = controller
             .spec
@@ -355,7 +356,10 @@ fn csi_driver_names_sockets_and_kubelet_paths_agree() {
             .find(|c| c.name == "csi-snapshotter");
         assert_eq!(
             snapshotter.is_some(),
-            cloud == "local" || cloud == "openstack",
+            matches!(
+                cloud.as_str(),
+                "local" | "openstack" | "dvp" | "dvp-without-deckhouse"
+            ),
             "{}",
             at("csi-snapshotter only where the cloud cuts snapshots")
         );

@@ -27,7 +27,8 @@ use async_trait::async_trait;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use overcast_cloud::{
-    page_of, Attachment, CloudError, Disk, DiskCondition, DiskSpec, Disks, Result, Zone,
+    page_of, Attachment, CloudError, Disk, DiskCondition, DiskSource, DiskSpec, Disks, Result,
+    Snapshot, SnapshotSpec, Zone,
 };
 use serde_json::json;
 
@@ -40,12 +41,14 @@ mod attach;
 mod listing;
 mod names;
 mod ready;
+mod snapshots;
 
 use names::{
     attachment_node, condition_message, context, csi_name_of, is_readonly, is_volume, json_map,
     zone_annotations, zone_of,
 };
 pub use names::{disk_name, is_name};
+pub use snapshots::{REQUIRED_CONSISTENCY, SNAPSHOT_OF_LABEL};
 
 /// The StorageClass parameter naming the parent's StorageClass (upstream's name).
 pub const STORAGE_CLASS_PARAMETER: &str = "dvpStorageClass";
@@ -198,7 +201,7 @@ impl DvpDisks {
             metadata,
             attachments,
             condition,
-            source: None,
+            source: snapshots::restored_from(vd).map(|s| DiskSource::Snapshot(s.to_owned())),
         }
     }
 }
@@ -295,7 +298,18 @@ impl Disks for DvpDisks {
                                 .get(STORAGE_CLASS_PARAMETER)
                                 .cloned(),
                         },
-                        data_source: None,
+                        data_source: match &spec.source {
+                            None => None,
+                            Some(DiskSource::Snapshot(id)) => Some(snapshots::restore_source(id)),
+                            // The parent's data sources name no VirtualDisk (its CRD's
+                            // objectRef kinds); CLONE_VOLUME is not advertised.
+                            Some(DiskSource::Disk(id)) => {
+                                return Err(CloudError::InvalidArgument(format!(
+                                    "volume {:?}: DVP does not clone volume {id} (no CLONE_VOLUME)",
+                                    spec.name
+                                )))
+                            }
+                        },
                     },
                 );
                 let mut labels = BTreeMap::from([(api::DISK_NAME_LABEL.to_owned(), name.clone())]);
@@ -533,6 +547,30 @@ impl Disks for DvpDisks {
 
     async fn node_exists(&self, node: &str) -> Result<bool> {
         Ok(self.vm_of(node).await?.is_some())
+    }
+
+    fn snapshots(&self) -> bool {
+        true
+    }
+    fn validate_snapshot_parameters(&self, parameters: &BTreeMap<String, String>) -> Result<()> {
+        snapshots::validate_snapshot_parameters(parameters)
+    }
+    async fn create_snapshot(&self, spec: SnapshotSpec) -> Result<Snapshot> {
+        self.cut(spec).await
+    }
+    async fn snapshot(&self, id: &str) -> Result<Snapshot> {
+        self.get_snapshot(id).await
+    }
+    async fn list_snapshots_page(
+        &self,
+        source: Option<&str>,
+        after: Option<&str>,
+        max: usize,
+    ) -> Result<(Vec<Snapshot>, bool)> {
+        self.snapshots_page(source, after, max).await
+    }
+    async fn delete_snapshot(&self, id: &str) -> Result<()> {
+        self.remove_snapshot(id).await
     }
 
     async fn probe(&self) -> Result<()> {
