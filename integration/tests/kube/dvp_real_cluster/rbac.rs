@@ -3,7 +3,7 @@
 use super::*;
 
 /// The provider needs no more in the parent than `deploy/parent/dvp/rbac.yaml` grants: the
-/// conformance suite, instances and a balancer, run as an account bound to exactly that
+/// conformance suite, a snapshot and a restore from it, instances and a balancer, run as an account bound to exactly that
 /// (without the optional ClusterRole: instances then carry no zone, and say so once).
 #[tokio::test]
 async fn the_parent_rbac_manifest_is_all_the_provider_needs() {
@@ -37,6 +37,51 @@ async fn the_parent_rbac_manifest_is_all_the_provider_needs() {
     })
     .await;
     disks.available_capacity(None).await.expect("GetCapacity");
+    // Snapshots and a restore, as the tenant.
+    let source = disks
+        .create_disk(DiskSpec {
+            name: "r-snap-source".into(),
+            size_bytes: 16 << 20,
+            zone: Zone::default(),
+            parameters: BTreeMap::new(),
+            metadata: BTreeMap::new(),
+            source: None,
+        })
+        .await
+        .expect("create as the tenant");
+    let cut = disks
+        .create_snapshot(overcast_cloud::SnapshotSpec {
+            name: "r-snap".into(),
+            source: source.id.clone(),
+            parameters: BTreeMap::new(),
+            metadata: BTreeMap::new(),
+        })
+        .await
+        .expect("snapshot as the tenant");
+    assert!(cut.ready, "{cut:?}");
+    let (listed, _) = disks
+        .list_snapshots_page(Some(&source.id), None, 0)
+        .await
+        .expect("list snapshots as the tenant");
+    assert_eq!(listed.len(), 1);
+    let restored = disks
+        .create_disk(DiskSpec {
+            name: "r-restored".into(),
+            size_bytes: 16 << 20,
+            zone: Zone::default(),
+            parameters: BTreeMap::new(),
+            metadata: BTreeMap::new(),
+            source: Some(overcast_cloud::DiskSource::Snapshot(cut.id.clone())),
+        })
+        .await
+        .expect("restore as the tenant");
+    disks
+        .delete_snapshot(&cut.id)
+        .await
+        .expect("delete the snapshot as the tenant");
+    for d in [restored.id, source.id] {
+        disks.delete_disk(&d).await.expect("delete as the tenant");
+    }
     let instances = DvpInstances::new(parent.clone());
     conformance::instances(&instances, "worker-1").await;
     assert!(instances
