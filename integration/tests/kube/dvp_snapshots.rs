@@ -3,7 +3,8 @@
 //! verbatim in `sim/dvp/crds/`, and `dvp_sim` playing its `vdsnapshot` controller): a
 //! volume written through a real ext4 mount is snapshotted (refused while its node has no
 //! guest agent, unless the class says `requiredConsistency: "false"`), written again,
-//! restored into a volume that holds the first data; listed by id, by source and by
+//! restored into a volume that holds the first data, cloned into one that holds the
+//! second (through a temporary snapshot that goes); listed by id, by source and by
 //! pages; the spec's refusals; a snapshot a restore is on its way from kept; a snapshot
 //! held `InProgress` (ready=false, the controller killed mid-cut, one snapshot after the
 //! retry) and one the parent fails (deleted, INTERNAL, a new one on the retry).
@@ -15,7 +16,7 @@ use std::time::Duration;
 use kube::api::{DeleteParams, DynamicObject, ListParams};
 use kube::Api;
 use overcast_cloud_dvp::api;
-use overcast_cloud_dvp::disks::{disk_name, SNAPSHOT_OF_LABEL};
+use overcast_cloud_dvp::disks::{disk_name, CLONE_SOURCE_FOR_LABEL, SNAPSHOT_OF_LABEL};
 use overcast_integration::dvp_sim::{self, DvpSim, PARENT};
 use overcast_integration::{csi_v1 as csi, mount_cap, real, ControllerClient, Csi, NODE_ID};
 use tonic::Code;
@@ -44,6 +45,18 @@ fn restore_request(name: &str, snapshot: &str, bytes: i64) -> csi::CreateVolumeR
         r#type: Some(csi::volume_content_source::Type::Snapshot(
             csi::volume_content_source::SnapshotSource {
                 snapshot_id: snapshot.into(),
+            },
+        )),
+    });
+    r
+}
+
+fn clone_request(name: &str, source: &str, bytes: i64) -> csi::CreateVolumeRequest {
+    let mut r = overcast_integration::create_request(name, bytes);
+    r.volume_content_source = Some(csi::VolumeContentSource {
+        r#type: Some(csi::volume_content_source::Type::Volume(
+            csi::volume_content_source::VolumeSource {
+                volume_id: source.into(),
             },
         )),
     });
@@ -348,6 +361,57 @@ async fn a_volume_is_snapshotted_restored_and_its_snapshot_kept_for_a_restore_on
     assert_eq!(std::fs::read_to_string(read.join("file")).unwrap(), "first");
     unmounted(&mut c, &mut n, "pvc-restored", work.path()).await;
 
+    // A clone holds the source's data now, made through a temporary snapshot of it
+    // (none listed, and gone once the clone is Ready).
+    let clone = c
+        .create_volume(clone_request("pvc-clone", "pvc-snap-src", 32 * MIB))
+        .await
+        .expect("clone")
+        .into_inner()
+        .volume
+        .unwrap();
+    assert!(
+        matches!(
+            clone.content_source.as_ref().and_then(|s| s.r#type.as_ref()),
+            Some(csi::volume_content_source::Type::Volume(v)) if v.volume_id == "pvc-snap-src"
+        ),
+        "{clone:?}"
+    );
+    real::wait_for::<()>(
+        "the clone's temporary snapshot gone",
+        Duration::from_secs(10),
+        async || {
+            let left = parent_snapshots(&vds).await;
+            (!left.iter().any(|s| {
+                s.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(CLONE_SOURCE_FOR_LABEL))
+            }))
+            .then_some(())
+        },
+    )
+    .await;
+    c.create_volume(clone_request("pvc-clone", "pvc-snap-src", 32 * MIB))
+        .await
+        .expect("the same clone again");
+    let other = c
+        .create_volume(clone_request("pvc-clone", "pvc-snap-other", 32 * MIB))
+        .await
+        .expect_err("another source");
+    assert_eq!(other.code(), Code::AlreadyExists, "{other:?}");
+    let missing = c
+        .create_volume(clone_request("pvc-clone-x", "pvc-missing", 32 * MIB))
+        .await
+        .expect_err("no such volume");
+    assert_eq!(missing.code(), Code::NotFound, "{missing:?}");
+    let read = mounted(&mut c, &mut n, "pvc-clone", work.path()).await;
+    assert_eq!(
+        std::fs::read_to_string(read.join("file")).unwrap(),
+        "second"
+    );
+    unmounted(&mut c, &mut n, "pvc-clone", work.path()).await;
+
     // Listed by id, by source, in pages of one.
     let list = |req: csi::ListSnapshotsRequest| {
         let mut c = c.clone();
@@ -532,6 +596,7 @@ async fn a_volume_is_snapshotted_restored_and_its_snapshot_kept_for_a_restore_on
         "pvc-snap-other",
         "pvc-restored",
         "pvc-restored-2",
+        "pvc-clone",
     ] {
         c.delete_volume(overcast_integration::delete_request(id))
             .await

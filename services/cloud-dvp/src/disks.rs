@@ -38,11 +38,13 @@ use crate::parent::Parent;
 use crate::zones::{zones_of, ParentNodes};
 
 mod attach;
+mod clones;
 mod listing;
 mod names;
 mod ready;
 mod snapshots;
 
+pub use clones::CLONE_SOURCE_FOR_LABEL;
 use names::{
     attachment_node, condition_message, context, csi_name_of, is_readonly, is_volume, json_map,
     zone_annotations, zone_of,
@@ -201,7 +203,10 @@ impl DvpDisks {
             metadata,
             attachments,
             condition,
-            source: snapshots::restored_from(vd).map(|s| DiskSource::Snapshot(s.to_owned())),
+            source: match annotations.get(clones::CLONE_OF_ANNOTATION) {
+                Some(of) => Some(DiskSource::Disk(of.clone())),
+                None => snapshots::restored_from(vd).map(|s| DiskSource::Snapshot(s.to_owned())),
+            },
         }
     }
 }
@@ -301,14 +306,8 @@ impl Disks for DvpDisks {
                         data_source: match &spec.source {
                             None => None,
                             Some(DiskSource::Snapshot(id)) => Some(snapshots::restore_source(id)),
-                            // The parent's data sources name no VirtualDisk (its CRD's
-                            // objectRef kinds); CLONE_VOLUME is not advertised.
-                            Some(DiskSource::Disk(id)) => {
-                                return Err(CloudError::InvalidArgument(format!(
-                                    "volume {:?}: DVP does not clone volume {id} (no CLONE_VOLUME)",
-                                    spec.name
-                                )))
-                            }
+                            // Through a temporary snapshot (`disks/clones.rs`).
+                            Some(DiskSource::Disk(id)) => Some(self.clone_source(&name, id).await?),
                         },
                     },
                 );
@@ -331,6 +330,9 @@ impl Disks for DvpDisks {
                 ]);
                 if name != spec.name {
                     annotations.insert(api::CSI_NAME_ANNOTATION.to_owned(), spec.name.clone());
+                }
+                if let Some(DiskSource::Disk(of)) = &spec.source {
+                    annotations.insert(clones::CLONE_OF_ANNOTATION.to_owned(), of.clone());
                 }
                 // Where it was asked for; settled once the parent has bound it.
                 annotations.extend(
@@ -385,6 +387,7 @@ impl Disks for DvpDisks {
             });
         }
         let ready = self.wait_ready(&name).await?;
+        self.drop_clone_source(&ready, false).await;
         let settled = self.settle_zone(ready, &spec.zone).await?;
         Ok(self.to_disk(&settled, &[]))
     }
@@ -468,7 +471,10 @@ impl Disks for DvpDisks {
             )
             .await?
         {
-            Some(_) => Ok(()),
+            Some(_) => {
+                self.drop_clone_source(&vd, true).await;
+                Ok(())
+            }
             None => Err(CloudError::DeadlineExceeded(format!(
                 "VirtualDisk {id} is still being deleted after {:?}",
                 self.waits.deleted
@@ -550,6 +556,9 @@ impl Disks for DvpDisks {
     }
 
     fn snapshots(&self) -> bool {
+        true
+    }
+    fn clones(&self) -> bool {
         true
     }
     fn validate_snapshot_parameters(&self, parameters: &BTreeMap<String, String>) -> Result<()> {

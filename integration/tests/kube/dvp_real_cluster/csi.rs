@@ -184,8 +184,8 @@ async fn csi_sanity_passes_on_the_simulated_parent() {
             run.tail
         );
         assert!(run.summary.contains(" 0 Failed"), "{}", run.summary);
-        // The snapshot and restore specs run (issue 73): before, 57 passed and 34 were
-        // skipped; every skip now is for what DVP rightly does not advertise.
+        // The snapshot, restore and clone specs run (issue 73): before, 57 passed and 34
+        // were skipped; every skip now is for what DVP rightly does not advertise.
         let passed: u32 = run
             .summary
             .split('|')
@@ -223,5 +223,4 @@ const DVP_SKIPS: &[&str] = &[
     "ControllerModifyVolume not supported",
     "Modify Volume not supported",
     "testnodevolumeattachlimit not enabled",
-    "Volume Cloning not supported",
 ];

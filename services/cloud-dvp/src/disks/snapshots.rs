@@ -33,7 +33,7 @@ use crate::machines::CLUSTER_UUID_LABEL;
 pub const SNAPSHOT_OF_LABEL: &str = "overcast.dev/snapshot-of";
 /// Ours: the source's size when it was cut, the least a restore needs (the parent keeps
 /// it on the VolumeSnapshot it makes, which a tenant does not read).
-const SIZE_ANNOTATION: &str = "overcast.dev/size";
+pub(super) const SIZE_ANNOTATION: &str = "overcast.dev/size";
 /// The VolumeSnapshotClass parameter, the parent's own spec field.
 pub const REQUIRED_CONSISTENCY: &str = "requiredConsistency";
 /// How long a CreateSnapshot waits for the parent to cut before answering
@@ -68,7 +68,7 @@ pub(super) fn validate_snapshot_parameters(parameters: &BTreeMap<String, String>
     Ok(())
 }
 
-fn phase(vds: &VirtualDiskSnapshot) -> &str {
+pub(super) fn phase(vds: &VirtualDiskSnapshot) -> &str {
     vds.status
         .as_ref()
         .and_then(|s| s.phase.as_deref())
@@ -270,7 +270,7 @@ impl DvpDisks {
 
     /// A snapshot the parent failed (for good): that very one deleted, and why, as the
     /// code the reason calls for.
-    async fn failed(&self, vds: &VirtualDiskSnapshot) -> CloudError {
+    pub(super) async fn failed(&self, vds: &VirtualDiskSnapshot) -> CloudError {
         let name = vds.name_any();
         let (reason, message) = why(vds);
         let deleted = self.delete_vds(vds).await;
@@ -289,7 +289,7 @@ impl DvpDisks {
         }
     }
 
-    async fn delete_vds(&self, vds: &VirtualDiskSnapshot) -> Result<()> {
+    pub(super) async fn delete_vds(&self, vds: &VirtualDiskSnapshot) -> Result<()> {
         // Only this very snapshot: one of the same name cut since is not ours to delete.
         let dp = DeleteParams {
             preconditions: vds
