@@ -317,6 +317,7 @@ impl Disks for DvpDisks {
                 if let Some(uuid) = &self.parent.cluster {
                     labels.insert(CLUSTER_UUID_LABEL.to_owned(), uuid.clone());
                 }
+                labels.extend(snapshots::source_labels(spec.source.as_ref()));
                 vd.metadata.labels = Some(labels);
                 let mut annotations = BTreeMap::from([
                     (

@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 
 use kube::api::{DeleteParams, PostParams};
 use kube::ResourceExt;
-use overcast_cloud::{page_of, CloudError, Result, Snapshot, SnapshotSpec};
+use overcast_cloud::{page_of, CloudError, DiskSource, Result, Snapshot, SnapshotSpec};
 use serde_json::json;
 
 use super::{disk_name, is_name, json_map, DvpDisks};
@@ -128,6 +128,18 @@ fn to_snapshot(vds: &VirtualDiskSnapshot) -> Snapshot {
 /// A restore's data source: the snapshot, by name, in the disk's namespace.
 pub(super) fn restore_source(snapshot: &str) -> serde_json::Value {
     json!({"type": "ObjectRef", "objectRef": {"kind": "VirtualDiskSnapshot", "name": snapshot}})
+}
+
+/// Ours, on a VirtualDisk restored from a snapshot: the snapshot (DeleteSnapshot finds
+/// the restores on their way by it, not by reading the namespace's every disk).
+pub const RESTORED_FROM_LABEL: &str = "overcast.dev/restored-from";
+
+/// The labels a new disk made from `source` carries.
+pub(super) fn source_labels(source: Option<&DiskSource>) -> Option<(String, String)> {
+    match source {
+        Some(DiskSource::Snapshot(id)) => Some((RESTORED_FROM_LABEL.to_owned(), id.clone())),
+        _ => None,
+    }
 }
 
 /// The snapshot a VirtualDisk is restored from, when its data source is one.
@@ -368,9 +380,10 @@ impl DvpDisks {
         // The parent keeps no snapshot a restore needs: refused here while one is on
         // its way (until its disk is Ready: a disk waiting for its first consumer has
         // not read the snapshot yet).
+        let selector = format!("{RESTORED_FROM_LABEL}={id}");
         let restoring: Vec<String> = self
             .parent
-            .list_all("virtualdisk_list", &self.parent.disks(), None)
+            .list_all("virtualdisk_list", &self.parent.disks(), Some(&selector))
             .await?
             .iter()
             .filter(|vd| restored_from(vd) == Some(id))
