@@ -17,7 +17,7 @@ pub use overcast_api::csi_v1;
 pub mod attacks;
 /// The simulators are crates of their own (`sim/`), here under the names the tests use.
 pub use overcast_sim_kube as fake_api;
-pub use overcast_sim_vsphere::{esxi_host, vcsim, vcsim_front};
+pub use overcast_sim_vsphere::{cns_snapshots, esxi_host, vcsim, vcsim_front};
 pub use overcast_sim_zvirt as zvirt_sim;
 pub mod capi;
 /// The DVP parent simulator (`sim/dvp`), and the tenant accounts the tests make in it.

@@ -42,6 +42,8 @@ mod ccm_inaccessible;
 mod ccm_secret;
 /// The CNS calls.
 mod cns;
+/// The CNS snapshot front before vcsim, by raw CNS calls.
+mod cns_snapshots;
 /// What the csi binary's RPCs cost the vCenter at 10 and 500 VMs.
 mod costs;
 /// A create retried while its task runs.
