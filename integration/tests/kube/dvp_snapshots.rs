@@ -7,7 +7,9 @@
 //! second (through a temporary snapshot that goes); listed by id, by source and by
 //! pages; the spec's refusals; a snapshot a restore is on its way from kept; a snapshot
 //! held `InProgress` (ready=false, the controller killed mid-cut, one snapshot after the
-//! retry) and one the parent fails (deleted, INTERNAL, a new one on the retry).
+//! retry) and one the parent fails (deleted, INTERNAL, a new one on the retry); a volume
+//! waiting for its first consumer (its snapshot UNAVAILABLE; a clone into such a class
+//! keeps its temporary snapshot until it is deleted).
 //! Runs when `OVERCAST_TEST_KUBECONFIG` names a disposable cluster.
 
 use std::path::Path;
@@ -514,6 +516,79 @@ async fn a_volume_is_snapshotted_restored_and_its_snapshot_kept_for_a_restore_on
         .unwrap_or_else(|e| panic!("delete {id} (a second time is OK too): {e:?}"));
     }
     assert!(parent_snapshots(&vds).await.is_empty());
+
+    // A parent StorageClass binding on first consumer: a volume there waits unprovisioned
+    // (WaitForFirstConsumer). Its snapshot the parent fails at once
+    // (WaitingForTheVirtualDisk): UNAVAILABLE, and the failed one does not stay. A clone
+    // into it keeps its temporary snapshot (read at the first attachment) until the clone
+    // is deleted.
+    let wffc = format!("{ns}-wffc");
+    let classes: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(client.clone());
+    classes
+        .create(
+            &Default::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": wffc}, "provisioner": "local.sim",
+                "volumeBindingMode": "WaitForFirstConsumer",
+            }))
+            .unwrap(),
+        )
+        .await
+        .expect("StorageClass");
+    let mut waiting = overcast_integration::create_request("pvc-snap-wffc", 32 * MIB);
+    waiting
+        .parameters
+        .insert("dvpStorageClass".into(), wffc.clone());
+    c.create_volume(waiting)
+        .await
+        .expect("a volume waiting for its consumer");
+    let not_ready = c
+        .create_snapshot(snapshot_request("snapshot-wffc", "pvc-snap-wffc", &[]))
+        .await
+        .expect_err("not provisioned yet");
+    assert_eq!(not_ready.code(), Code::Unavailable, "{not_ready:?}");
+    assert!(
+        not_ready.message().contains("WaitingForTheVirtualDisk"),
+        "{}",
+        not_ready.message()
+    );
+    gone(&vds, &disk_name("snapshot-wffc"), "the failed one deleted").await;
+    let mut clone = clone_request("pvc-clone-wffc", "pvc-snap-other", 32 * MIB);
+    clone
+        .parameters
+        .insert("dvpStorageClass".into(), wffc.clone());
+    c.create_volume(clone)
+        .await
+        .expect("a clone waiting for its consumer");
+    let temporary = |left: Vec<DynamicObject>| {
+        left.into_iter()
+            .filter(|s| {
+                s.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(CLONE_SOURCE_FOR_LABEL))
+                    == Some(&"pvc-clone-wffc".to_owned())
+            })
+            .count()
+    };
+    assert_eq!(
+        temporary(parent_snapshots(&vds).await),
+        1,
+        "kept for the first attachment"
+    );
+    c.delete_volume(overcast_integration::delete_request("pvc-clone-wffc"))
+        .await
+        .expect("delete the clone");
+    real::wait_for::<()>(
+        "the clone's temporary snapshot gone with it",
+        Duration::from_secs(10),
+        async || (temporary(parent_snapshots(&vds).await) == 0).then_some(()),
+    )
+    .await;
+    c.delete_volume(overcast_integration::delete_request("pvc-snap-wffc"))
+        .await
+        .expect("delete");
+    let _ = classes.delete(&wffc, &DeleteParams::default()).await;
 
     // Held InProgress: not ready yet after the wait, the controller killed mid-cut, and
     // the retry answers the one snapshot.
