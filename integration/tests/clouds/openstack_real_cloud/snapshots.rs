@@ -461,6 +461,66 @@ async fn cinder_snapshots_are_cut_listed_restored_cloned_and_deleted_through_the
     assert_eq!(paged, of_a, "of volume a, in id order, one a page");
     let every = ids(&list(&mut c, csi::ListSnapshotsRequest::default()).await);
     assert!(of_a.iter().all(|id| every.contains(id)), "{every:?}");
+    // A page token whose snapshot is gone since (Cinder refuses the marker): the next page
+    // is the rest after it, read from the whole listing. An extra snapshot is cut until
+    // one is not the last in id order (ids are Cinder's random UUIDs).
+    let by_a = |max_entries: i32, starting_token: String| csi::ListSnapshotsRequest {
+        source_volume_id: a.clone(),
+        max_entries,
+        starting_token,
+        ..Default::default()
+    };
+    let mut extras = Vec::new();
+    let (gone, after_gone) = loop {
+        let extra = cut(
+            &mut c,
+            snapshot_request(
+                &format!("overcast-it-snap-x{}-{pid}", extras.len()),
+                &a,
+                &[],
+            ),
+        )
+        .await
+        .snapshot_id;
+        extras.push(extra.clone());
+        let all = ids(&list(&mut c, by_a(0, String::new())).await);
+        let at = all.iter().position(|i| *i == extra).expect("listed");
+        if at + 1 < all.len() {
+            break (extra, all[at + 1].clone());
+        }
+        assert!(extras.len() < 6, "{all:?}");
+    };
+    let mut token = String::new();
+    loop {
+        let page = list(&mut c, by_a(1, token)).await;
+        token = page.next_token.clone();
+        assert!(!token.is_empty(), "paged past {gone} without it");
+        if ids(&page) == [gone.clone()] {
+            break;
+        }
+    }
+    let deleting = c.clone();
+    let delete = |id: String| {
+        let mut c = deleting.clone();
+        async move {
+            c.delete_snapshot(csi::DeleteSnapshotRequest {
+                snapshot_id: id,
+                ..Default::default()
+            })
+            .await
+            .expect("delete an extra snapshot");
+        }
+    };
+    delete(gone.clone()).await;
+    let next = list(&mut c, by_a(1, token)).await;
+    assert_eq!(
+        ids(&next),
+        [after_gone],
+        "the page after a token whose snapshot is gone"
+    );
+    for id in extras.into_iter().filter(|id| *id != gone) {
+        delete(id).await;
+    }
 
     // Restored: not smaller than the snapshot; the new volume is Cinder's from it.
     let small = c
