@@ -54,6 +54,18 @@ impl EsxiHost {
     /// Listens on a free loopback port with vcsim's certificate, in front of `sim`; the
     /// guest's devices appear in `by_id`, their files in `files`.
     pub async fn start(sim: &Vcsim, admin: Arc<Vcenter>, by_id: &Path, files: &Path) -> Self {
+        Self::start_with(sim, admin, by_id, files, None).await
+    }
+
+    /// [`EsxiHost::start`] with another part before vcsim too (CNS snapshots, say): a
+    /// request passes this host's part, then `also`; an answer comes back the other way.
+    pub async fn start_with(
+        sim: &Vcsim,
+        admin: Arc<Vcenter>,
+        by_id: &Path,
+        files: &Path,
+        also: Option<Arc<dyn Part>>,
+    ) -> Self {
         let state = Arc::new(State {
             admin,
             refusals: Default::default(),
@@ -61,7 +73,14 @@ impl EsxiHost {
             files: files.to_owned(),
             plugged: Mutex::new(HashMap::new()),
         });
-        let front = VcsimFront::start(sim, Arc::clone(&state) as Arc<dyn Part>).await;
+        let part: Arc<dyn Part> = match also {
+            None => Arc::clone(&state) as Arc<dyn Part>,
+            Some(also) => Arc::new(crate::vcsim_front::Chain(vec![
+                Arc::clone(&state) as Arc<dyn Part>,
+                also,
+            ])),
+        };
+        let front = VcsimFront::start(sim, part).await;
         Self {
             port: front.port,
             _front: front,

@@ -33,6 +33,37 @@ pub trait Part: Send + Sync + 'static {
     }
 }
 
+/// Parts in turn: a request through each in order, an answer back through each in the
+/// reverse order; the last part's status that differs from vcsim's wins.
+pub struct Chain(pub Vec<Arc<dyn Part>>);
+
+#[async_trait::async_trait]
+impl Part for Chain {
+    async fn request(&self, path: &str, body: Bytes) -> Bytes {
+        let mut body = body;
+        for p in &self.0 {
+            body = p.request(path, body).await;
+        }
+        body
+    }
+
+    async fn answer(&self, path: &str, request: &[u8], status: u16, body: Bytes) -> Bytes {
+        let mut body = body;
+        for p in self.0.iter().rev() {
+            body = p.answer(path, request, status, body).await;
+        }
+        body
+    }
+
+    fn status(&self, path: &str, request: &[u8], status: u16) -> u16 {
+        self.0
+            .iter()
+            .map(|p| p.status(path, request, status))
+            .find(|s| *s != status)
+            .unwrap_or(status)
+    }
+}
+
 pub struct VcsimFront {
     pub port: u16,
     task: JoinHandle<()>,
