@@ -346,8 +346,8 @@ fn csi_driver_names_sockets_and_kubelet_paths_agree() {
             at("extra create metadata")
         );
         // The snapshot sidecar only where the cloud cuts snapshots (it exits at its start
-        // on a driver that advertises none): the local cloud's, OpenStack's and DVP's
-        // overlays.
+        // on a driver that advertises none): the local cloud's, OpenStack's, DVP's and
+        // vSphere's overlays.
         // It dials the same socket, elects a leader, and sends the VolumeSnapshot's names.
         let snapshotter = controller
             .spec
@@ -358,7 +358,7 @@ fn csi_driver_names_sockets_and_kubelet_paths_agree() {
             snapshotter.is_some(),
             matches!(
                 cloud.as_str(),
-                "local" | "openstack" | "dvp" | "dvp-without-deckhouse"
+                "local" | "openstack" | "dvp" | "dvp-without-deckhouse" | "vsphere"
             ),
             "{}",
             at("csi-snapshotter only where the cloud cuts snapshots")

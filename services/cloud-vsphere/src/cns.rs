@@ -14,6 +14,9 @@ use crate::soap::{el, fault_error, Fault, Moref};
 use crate::task::{self, TaskError};
 use crate::xml::Element;
 
+mod snapshots;
+pub use snapshots::{CnsSnapshot, SnapshotEntry};
+
 /// How long a CNS task is waited for before the call says DeadlineExceeded (the caller's
 /// retry finds what the task did).
 const TASK_LIMIT: Duration = Duration::from_secs(120);
@@ -61,6 +64,9 @@ pub struct CreateSpec {
     /// records them: a PERSISTENT_VOLUME entity and a PERSISTENT_VOLUME_CLAIM entity
     /// referring to it.
     pub metadata: BTreeMap<String, String>,
+    /// A restore: the (volume id, snapshot id) of the CNS snapshot its content comes from
+    /// (`volumeSource` of xsi:type `CnsSnapshotVolumeSource`, the create spec's last field).
+    pub snapshot: Option<(String, String)>,
 }
 
 /// A query's filter; empty fields do not filter.
@@ -123,6 +129,13 @@ impl Cns {
             s.push_str(&format!(
                 "<profile xsi:type=\"VirtualMachineDefinedProfileSpec\">{}</profile>",
                 el("profileId", p)
+            ));
+        }
+        if let Some((volume, snapshot)) = &spec.snapshot {
+            s.push_str(&format!(
+                "<volumeSource xsi:type=\"CnsSnapshotVolumeSource\"><volumeId>{}</volumeId><snapshotId>{}</snapshotId></volumeSource>",
+                el("id", volume),
+                el("id", snapshot)
             ));
         }
         s.push_str("</createSpecs>");

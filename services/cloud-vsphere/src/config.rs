@@ -105,6 +105,8 @@ pub struct Config {
     /// with and listed by, when set (else the binaries' `--cluster`), so that a cluster
     /// switched from that driver keeps its volumes and no other cluster's.
     pub cluster_id: Option<String>,
+    /// `[Snapshot] global-max-snapshots-per-block-volume` (0: unset, upstream's 3).
+    pub max_snapshots: u64,
     pub unknown: Vec<String>,
 }
 
@@ -421,6 +423,14 @@ fn resolve(mut raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Config,
             "[Global] cluster-id {id:?} is longer than 64 characters, which CNS records"
         )));
     }
+    let max_snapshots = match raw.max_snapshots.as_deref() {
+        None => 0,
+        Some(v) => v.parse::<u64>().map_err(|_| {
+            Resolve::Invalid(format!(
+                "[Snapshot] global-max-snapshots-per-block-volume: {v:?} is not a number"
+            ))
+        })?,
+    };
     Ok(Config {
         vcenters,
         region_category,
@@ -428,6 +438,7 @@ fn resolve(mut raw: Raw, env: &dyn Fn(&str) -> Option<String>) -> Result<Config,
         topology_categories,
         nodes,
         cluster_id: global.cluster_id.clone(),
+        max_snapshots,
         unknown: raw.unknown,
     })
 }

@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use overcast_cloud::{
-    Attachment, Attachments, CloudError, Disk, DiskCondition, DiskSpec, Disks, Result, Zone,
+    Attachment, Attachments, CloudError, Disk, DiskCondition, DiskSpec, Disks, Result, Snapshot,
+    SnapshotSpec, Zone,
 };
 use tokio::sync::Mutex;
 
@@ -30,6 +31,7 @@ mod create;
 mod devices;
 mod holders;
 pub mod placement;
+pub mod snapshots;
 use devices::{attachment, disk_uuid, no_instance, not_found, volume_disks, volume_id};
 use holders::Holders;
 use placement::{Places, Topology};
@@ -98,6 +100,12 @@ pub struct VsphereDisks {
     /// The vCenter answered that it cannot say which VMs hold a disk (vcsim, a vCenter
     /// before 6.7): listings read every VM's devices without asking again.
     no_associations: AtomicBool,
+    /// `[Snapshot] global-max-snapshots-per-block-volume`.
+    max_snapshots: u64,
+    /// The snapshot each restored volume was made from (CNS does not say it back): what
+    /// a repeated CreateVolume is compared with. Kept as the creates in flight are, by
+    /// volume id (a record's "task" is the snapshot's CSI id), in `vsphere-restores`.
+    restores: InFlight,
 }
 
 impl VsphereDisks {
@@ -124,7 +132,17 @@ impl VsphereDisks {
             in_flight: InFlight::new(None),
             topology: None,
             no_associations: AtomicBool::new(false),
+            max_snapshots: snapshots::DEFAULT_MAX_SNAPSHOTS,
+            restores: InFlight::new(None),
         }
+    }
+
+    /// At most `n` snapshots a volume (0: vsphere-csi-driver's default, 3).
+    pub fn with_max_snapshots(mut self, n: u64) -> Self {
+        if n > 0 {
+            self.max_snapshots = n;
+        }
+        self
     }
 
     /// Volumes placed by zone when `config`'s `[Labels]` names a zone or region
@@ -150,6 +168,7 @@ impl VsphereDisks {
     /// waits for the task its predecessor started (the csi's `--controller-state-dir`).
     pub fn with_state_dir(mut self, dir: PathBuf) -> Self {
         self.in_flight = InFlight::new(Some(dir.join("vsphere-creates")));
+        self.restores = InFlight::new(Some(dir.join("vsphere-restores")));
         self
     }
 
@@ -221,6 +240,10 @@ impl VsphereDisks {
             "" | "green" => DiskCondition::Healthy,
             other => DiskCondition::Abnormal(format!("CNS health {other}")),
         };
+        let source = self
+            .restores
+            .get(&v.id)
+            .map(|s| overcast_cloud::DiskSource::Snapshot(s.id));
         Disk {
             id: v.id,
             name: v.name,
@@ -230,7 +253,7 @@ impl VsphereDisks {
             metadata: v.metadata,
             attachments,
             condition,
-            source: None,
+            source,
         }
     }
 
@@ -387,6 +410,10 @@ impl Disks for VsphereDisks {
             Err(CloudError::Busy(m)) if m.contains("ResourceInUse") => Err(CloudError::InUse(
                 format!("volume {id} is attached to a VM ({m})"),
             )),
+            Ok(()) => {
+                self.restores.forget(id);
+                Ok(())
+            }
             other => other,
         }
     }
@@ -496,6 +523,27 @@ impl Disks for VsphereDisks {
 
     async fn node_exists(&self, node: &str) -> Result<bool> {
         Ok(self.node_vm(node).await?.is_some())
+    }
+
+    fn snapshots(&self) -> bool {
+        true
+    }
+    async fn create_snapshot(&self, spec: SnapshotSpec) -> Result<Snapshot> {
+        self.cut(spec).await
+    }
+    async fn snapshot(&self, id: &str) -> Result<Snapshot> {
+        self.get_snapshot(id).await
+    }
+    async fn list_snapshots_page(
+        &self,
+        source: Option<&str>,
+        after: Option<&str>,
+        max: usize,
+    ) -> Result<(Vec<Snapshot>, bool)> {
+        self.snapshots_page(source, after, max).await
+    }
+    async fn delete_snapshot(&self, id: &str) -> Result<()> {
+        self.remove_snapshot(id).await
     }
 
     async fn probe(&self) -> Result<()> {

@@ -182,7 +182,8 @@ impl Provider for Vsphere {
                 let client = connect(vc, Some(Arc::clone(&s.api_metrics)))?;
                 let disks =
                     VsphereDisks::new(Cns::new(client), cluster_id, s.max_attachments_per_node)
-                        .with_topology(&config);
+                        .with_topology(&config)
+                        .with_max_snapshots(config.max_snapshots);
                 Ok(Cloud {
                     name: CloudName::Vsphere.as_str(),
                     disks: Some(Arc::new(match &s.controller_state_dir {

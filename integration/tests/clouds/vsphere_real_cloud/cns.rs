@@ -48,6 +48,7 @@ async fn a_block_volume_is_made_found_attached_extended_and_deleted() {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect(),
+        snapshot: None,
     };
     let id = cns.create(&spec).await.unwrap();
     // Another cluster's volume of the same name is not ours.

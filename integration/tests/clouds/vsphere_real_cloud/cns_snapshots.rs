@@ -85,6 +85,7 @@ async fn the_cns_snapshot_front_answers_as_the_cns_api_describes() {
         cluster_id: "overcast-it".into(),
         vsphere_user: "user".into(),
         metadata: Default::default(),
+        snapshot: None,
     };
     let volume = store.create(&spec("pvc-snap-src")).await.expect("a volume");
 

@@ -88,6 +88,7 @@ async fn the_discovery_data_names_zones_zoned_datastores_and_policies() {
             cluster_id: cluster_id.into(),
             vsphere_user: "user".into(),
             metadata: Default::default(),
+            snapshot: None,
         })
         .await
         .unwrap();
@@ -136,6 +137,7 @@ async fn the_discoverer_publishes_what_the_vcenter_holds() {
                 "pvc-orphan".to_owned(),
             )]
             .into(),
+            snapshot: None,
         })
         .await
         .unwrap();

@@ -66,6 +66,8 @@ mod inventory;
 mod program;
 /// Shaping vcsim's inventory.
 mod sim;
+/// CNS snapshots through the csi binary's socket, and a switched cluster's.
+mod snapshots;
 /// Volume topology: zones from tags, datastores every host of a zone mounts.
 mod topology;
 /// A volume vsphere-csi-driver's node staged, after the switch to ours.

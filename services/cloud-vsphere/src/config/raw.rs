@@ -67,6 +67,9 @@ pub struct Raw {
     pub labels: RawLabels,
     #[serde(default)]
     pub nodes: RawNodes,
+    /// vsphere-csi-driver's `[Snapshot] global-max-snapshots-per-block-volume` (INI alone).
+    #[serde(skip)]
+    pub max_snapshots: Option<String>,
     /// Keys this version does not know (warned about, as upstream ignores them).
     #[serde(skip)]
     pub unknown: Vec<String>,
@@ -220,6 +223,10 @@ const NODE_KEYS: &[&str] = &[
     "exclude-external-network-subnet-cidr",
 ];
 
+/// `[Snapshot]`'s keys this version reads (vsphere-csi-driver's granular per-datastore
+/// limits are warned about as unknown).
+const SNAPSHOT_KEYS: &[&str] = &["global-max-snapshots-per-block-volume"];
+
 /// The INI form. Errors carry their line.
 pub fn ini(text: &str) -> Result<Raw, (usize, String)> {
     let sections = parse_ini(text)?;
@@ -228,6 +235,7 @@ pub fn ini(text: &str) -> Result<Raw, (usize, String)> {
         "virtualcenter" => Some(VC_KEYS),
         "labels" => Some(LABEL_KEYS),
         "nodes" => Some(NODE_KEYS),
+        "snapshot" => Some(SNAPSHOT_KEYS),
         _ => None,
     });
     let mut raw = Raw {
@@ -270,6 +278,7 @@ pub fn ini(text: &str) -> Result<Raw, (usize, String)> {
                     ),
                 }
             }
+            "snapshot" => raw.max_snapshots = value(s, "global-max-snapshots-per-block-volume"),
             _ => {}
         }
     }

@@ -247,3 +247,32 @@ fn csi_vsphere_conf_s_cluster_id_is_read_and_bounded() {
     .unwrap_err();
     assert!(e.to_string().contains("64 characters"), "{e}");
 }
+
+/// vsphere-csi-driver's `[Snapshot]` section (its `csi-vsphere.conf`,
+/// pkg/common/config/types.go): the per-volume limit read; its granular per-datastore keys
+/// warned about as unknown; a limit that is not a number refused.
+#[test]
+fn ini_snapshot_section_sets_the_per_volume_limit() {
+    let base = "[Global]\ncluster-id = c1\n[VirtualCenter \"vc1\"]\nuser = u\npassword = p\ndatacenters = dc1\n";
+    let c = load(&format!(
+        "{base}[Snapshot]\nglobal-max-snapshots-per-block-volume = 5\ngranular-max-snapshots-per-block-volume-vsan = 7\n"
+    ))
+    .unwrap();
+    assert_eq!(c.max_snapshots, 5);
+    assert!(
+        c.unknown
+            .iter()
+            .any(|k| k.contains("granular-max-snapshots-per-block-volume-vsan")),
+        "{:?}",
+        c.unknown
+    );
+    assert_eq!(
+        load(base).unwrap().max_snapshots,
+        0,
+        "unset: upstream's default"
+    );
+    assert!(load(&format!(
+        "{base}[Snapshot]\nglobal-max-snapshots-per-block-volume = many\n"
+    ))
+    .is_err());
+}

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use overcast_cloud::{CloudError, Disk, DiskSpec, Disks, Result, Zone};
+use overcast_cloud::{CloudError, Disk, DiskSource, DiskSpec, Disks, Result, Zone};
 
 use super::placement::{self, same_url};
 use super::{Holders, Parts, VsphereDisks, MIB, PARAM_DATASTORE_URL, PARAM_STORAGE_POLICY};
@@ -46,11 +46,30 @@ impl VsphereDisks {
             Some(p) => p,
             None => self.read(Parts::Datastores).await?.places(),
         };
-        let url = spec
-            .parameters
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(PARAM_DATASTORE_URL))
-            .map(|(_, v)| v.as_str());
+        // A restore is made on its snapshot's datastore (vsphere-csi-driver's
+        // `createSpec.datastores`, the snapshot's alone), at the snapshot's size, and grown
+        // after to the size asked.
+        let restore = match &spec.source {
+            None => None,
+            Some(DiskSource::Snapshot(id)) => {
+                let (volume, snapshot) = self.restore_source(id)?;
+                let from = self.volume(&volume).await?;
+                Some((id.clone(), volume, snapshot, from))
+            }
+            Some(DiskSource::Disk(id)) => {
+                return Err(CloudError::InvalidArgument(format!(
+                    "vSphere does not clone volume {id} (no CLONE_VOLUME)"
+                )))
+            }
+        };
+        let url = match &restore {
+            Some((_, _, _, from)) => Some(from.datastore_url.as_str()),
+            None => spec
+                .parameters
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(PARAM_DATASTORE_URL))
+                .map(|(_, v)| v.as_str()),
+        };
         let mut candidates: Vec<&placement::Datastore> = places
             .shared(&spec.zone)
             .into_iter()
@@ -110,12 +129,18 @@ impl VsphereDisks {
             .cns
             .start_create(&CreateSpec {
                 name: spec.name.clone(),
-                capacity_mb: spec.size_bytes.div_ceil(MIB),
+                capacity_mb: match &restore {
+                    Some((_, _, _, from)) => from.capacity_mb,
+                    None => spec.size_bytes.div_ceil(MIB),
+                },
                 datastores,
                 profile_id,
                 cluster_id: self.cluster_id.clone(),
                 vsphere_user: user,
                 metadata: spec.metadata.clone(),
+                snapshot: restore
+                    .as_ref()
+                    .map(|(_, volume, snapshot, _)| (volume.clone(), snapshot.clone())),
             })
             .await?;
         // Recorded before it is awaited: if this call is dropped here, the retry waits.
@@ -127,6 +152,16 @@ impl VsphereDisks {
                 spec.name
             ))
         })?;
+        let mut v = v;
+        if let Some((id, _, _, from)) = &restore {
+            self.restores
+                .record(&v.id, &Moref::new("VolumeSnapshot", id));
+            let asked = spec.size_bytes.div_ceil(MIB);
+            if asked > from.capacity_mb {
+                self.cns.extend(&v.id, asked).await?;
+                v.capacity_mb = asked;
+            }
+        }
         let places = self.topology.is_some().then_some(&places);
         Ok(self.disk_of(v, &Holders::new(), places, Some(&spec.zone)))
     }
