@@ -104,7 +104,8 @@ pub struct VsphereDisks {
     max_snapshots: u64,
     /// The snapshot each restored volume was made from (CNS does not say it back): what
     /// a repeated CreateVolume is compared with. Kept as the creates in flight are, by
-    /// volume id (a record's "task" is the snapshot's CSI id), in `vsphere-restores`.
+    /// volume name (a record's "task" is the snapshot's CSI id), in `vsphere-restores`,
+    /// written before the create.
     restores: InFlight,
 }
 
@@ -242,7 +243,7 @@ impl VsphereDisks {
         };
         let source = self
             .restores
-            .get(&v.id)
+            .get(&v.name)
             .map(|s| overcast_cloud::DiskSource::Snapshot(s.id));
         Disk {
             id: v.id,
@@ -405,13 +406,13 @@ impl Disks for VsphereDisks {
     /// costs the same whatever the inventory's size. The volume is read first: another
     /// cluster's is refused.
     async fn delete_disk(&self, id: &str) -> Result<()> {
-        self.volume(id).await?;
+        let volume = self.volume(id).await?;
         match self.cns.delete(id).await {
             Err(CloudError::Busy(m)) if m.contains("ResourceInUse") => Err(CloudError::InUse(
                 format!("volume {id} is attached to a VM ({m})"),
             )),
             Ok(()) => {
-                self.restores.forget(id);
+                self.restores.forget(&volume.name);
                 Ok(())
             }
             other => other,

@@ -33,11 +33,14 @@ impl VsphereDisks {
                 other => other?,
             };
             if let Some(v) = found {
+                let v = self.grown(v, &spec).await?;
                 let places = self.places().await?;
                 return Ok(self.disk_of(v, &Holders::new(), places.as_ref(), Some(&spec.zone)));
             }
         }
         if let Some(v) = self.by_name(&spec.name).await? {
+            // A restore made before a crash may not have been grown yet.
+            let v = self.grown(v, &spec).await?;
             // A create's answer carries no attachments: none are read.
             let places = self.places().await?;
             return Ok(self.disk_of(v, &Holders::new(), places.as_ref(), Some(&spec.zone)));
@@ -124,6 +127,15 @@ impl VsphereDisks {
             candidates.truncate(1);
         }
         let datastores: Vec<Moref> = candidates.iter().map(|d| d.moref.clone()).collect();
+        // Recorded before the create, by the volume's name: a crash after it leaves the
+        // record for the retry to compare with (CNS does not say a volume's source back).
+        match &restore {
+            Some((id, _, _, _)) => self
+                .restores
+                .record(&spec.name, &Moref::new("VolumeSnapshot", id)),
+            // A record a failed restore of this name left is not this volume's.
+            None => self.restores.forget(&spec.name),
+        }
         let user = self.cns.vcenter().credential().await?.user;
         let task = self
             .cns
@@ -152,18 +164,20 @@ impl VsphereDisks {
                 spec.name
             ))
         })?;
-        let mut v = v;
-        if let Some((id, _, _, from)) = &restore {
-            self.restores
-                .record(&v.id, &Moref::new("VolumeSnapshot", id));
-            let asked = spec.size_bytes.div_ceil(MIB);
-            if asked > from.capacity_mb {
-                self.cns.extend(&v.id, asked).await?;
-                v.capacity_mb = asked;
-            }
-        }
+        let v = self.grown(v, &spec).await?;
         let places = self.topology.is_some().then_some(&places);
         Ok(self.disk_of(v, &Holders::new(), places, Some(&spec.zone)))
+    }
+
+    /// A restore grows after its create to the size asked (it is made at its snapshot's):
+    /// `v` grown when it is smaller.
+    async fn grown(&self, mut v: Volume, spec: &DiskSpec) -> Result<Volume> {
+        let asked = spec.size_bytes.div_ceil(MIB);
+        if matches!(spec.source, Some(DiskSource::Snapshot(_))) && v.capacity_mb < asked {
+            self.cns.extend(&v.id, asked).await?;
+            v.capacity_mb = asked;
+        }
+        Ok(v)
     }
 
     /// The volume a recorded create's task made, once it has succeeded; `None` when
