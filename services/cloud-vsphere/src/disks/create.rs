@@ -170,10 +170,18 @@ impl VsphereDisks {
     }
 
     /// A restore grows after its create to the size asked (it is made at its snapshot's):
-    /// `v` grown when it is smaller.
+    /// `v` grown when it is smaller — only the restore of this very snapshot (its record
+    /// says so): a volume of the name made otherwise is not changed by a request it does
+    /// not fit (the CSI layer answers ALREADY_EXISTS).
     async fn grown(&self, mut v: Volume, spec: &DiskSpec) -> Result<Volume> {
         let asked = spec.size_bytes.div_ceil(MIB);
-        if matches!(spec.source, Some(DiskSource::Snapshot(_))) && v.capacity_mb < asked {
+        let this_restore = match &spec.source {
+            Some(DiskSource::Snapshot(id)) => {
+                self.restores.get(&spec.name).is_some_and(|r| r.id == *id)
+            }
+            _ => false,
+        };
+        if this_restore && v.capacity_mb < asked {
             self.cns.extend(&v.id, asked).await?;
             v.capacity_mb = asked;
         }
