@@ -1035,10 +1035,19 @@ pub async fn run_csi_sanity(
     let lines: Vec<&str> = text.lines().collect();
     SanityRun {
         success: out.status.success(),
+        // The failed specs, and what ginkgo says of each failure (its `[FAILED]` block:
+        // the error, the spec's line), which the tail may not reach.
         failures: lines
             .iter()
-            .filter(|l| l.contains("[FAIL]"))
-            .map(|l| l.to_string())
+            .enumerate()
+            .filter(|(_, l)| l.contains("[FAIL]") || l.contains("[FAILED]"))
+            .map(|(i, l)| {
+                if l.contains("[FAILED]") {
+                    lines[i..(i + 8).min(lines.len())].join("\n")
+                } else {
+                    l.to_string()
+                }
+            })
             .collect(),
         summary,
         tail: lines[lines.len().saturating_sub(80)..].join("\n"),
