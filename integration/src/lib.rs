@@ -981,6 +981,31 @@ pub struct SanityRun {
     pub skip_reasons: Vec<String>,
 }
 
+impl SanityRun {
+    /// How many specs passed, from the summary line (0 when there is none).
+    pub fn passed(&self) -> u32 {
+        self.summary
+            .split('|')
+            .find_map(|p| {
+                p.trim()
+                    .trim_start_matches("SUCCESS! --")
+                    .trim_start_matches("FAIL! --")
+                    .trim()
+                    .strip_suffix(" Passed")
+            })
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The skip reasons that are none of `expected` (what a driver rightly does not run).
+    pub fn unexplained_skips(&self, expected: &[&str]) -> Vec<&String> {
+        self.skip_reasons
+            .iter()
+            .filter(|r| !expected.iter().any(|e| r.eq_ignore_ascii_case(e)))
+            .collect()
+    }
+}
+
 /// Runs kubernetes-csi's csi-sanity `binary` against the driver `csi`, in block or mount
 /// mode, with `extra` arguments; whatever it left mounted under the driver's directory
 /// is unmounted, also when it failed. The summary is written to stderr under `label`.

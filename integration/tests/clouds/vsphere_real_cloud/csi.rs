@@ -270,27 +270,13 @@ async fn csi_sanity_passes_on_vcsim() {
         assert!(run.summary.contains(" 0 Failed"), "{}", run.summary);
         // The snapshot and restore specs run (issue 73): before, 57 passed and 34 were
         // skipped; every skip now is for what vSphere rightly does not advertise.
-        let passed: u32 = run
-            .summary
-            .split('|')
-            .find_map(|p| {
-                p.trim()
-                    .trim_start_matches("SUCCESS! --")
-                    .trim()
-                    .strip_suffix(" Passed")
-            })
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no passed count in {:?}", run.summary));
+        let passed = run.passed();
         assert!(
             passed >= 74,
             "csi-sanity on vSphere ran only {passed} specs: {}",
             run.summary
         );
-        let unexplained: Vec<&String> = run
-            .skip_reasons
-            .iter()
-            .filter(|r| !VSPHERE_SKIPS.iter().any(|e| r.eq_ignore_ascii_case(e)))
-            .collect();
+        let unexplained = run.unexplained_skips(VSPHERE_SKIPS);
         assert!(
             unexplained.is_empty(),
             "csi-sanity on vSphere skipped specs of what the driver advertises: {unexplained:?}"
