@@ -10,6 +10,10 @@ use async_trait::async_trait;
 
 use super::*;
 
+/// How long a detach waits for a device the node has just let go of (see
+/// [`loopdev::detach_when_released`]); a disk still mounted is refused after it.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 #[async_trait]
 impl Disks for LocalCloud {
     async fn zones(&self) -> Result<Vec<Zone>> {
@@ -335,7 +339,8 @@ impl Disks for LocalCloud {
                 devices.push(attachment.loop_index);
             }
             for index in devices {
-                loopdev::detach(index, &path).map_err(|e| loop_error(&what, e))?;
+                loopdev::detach_when_released(index, &path, RELEASE_WAIT)
+                    .map_err(|e| loop_error(&what, e))?;
             }
             Ok(())
         })
