@@ -32,12 +32,42 @@ pub struct InFlight {
 }
 
 impl InFlight {
-    /// Records kept in `dir` as well as in memory (`None`: in memory only).
+    /// Records kept in `dir` as well as in memory (`None`: in memory only). Those an
+    /// earlier process left in `dir` are read once, here: a name asked later is looked up
+    /// in memory, so a ListVolumes of n volumes opens no file per volume. (One process
+    /// owns the directory: the manifests give each controller pod its own emptyDir.)
     pub fn new(dir: Option<PathBuf>) -> Self {
+        let tasks = dir.as_deref().map(Self::load).unwrap_or_default();
         Self {
             dir,
-            tasks: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(tasks),
         }
+    }
+
+    /// The records in `dir`; an unreadable one is skipped and said (its create is then
+    /// found by name, as a create no record names).
+    fn load(dir: &std::path::Path) -> HashMap<String, Moref> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return HashMap::new();
+        };
+        let mut tasks = HashMap::new();
+        for path in entries.flatten().map(|e| e.path()) {
+            if path.extension().is_none_or(|x| x != "json") {
+                continue;
+            }
+            let read = std::fs::read_to_string(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|t| serde_json::from_str::<Record>(&t).map_err(|e| e.to_string()));
+            match read {
+                Ok(r) => {
+                    tasks.insert(r.name, Moref::new("Task", &r.task));
+                }
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), error = %e, "skipping an unreadable record")
+                }
+            }
+        }
+        tasks
     }
 
     /// A volume name is the caller's: the file is named by its SHA-256, never by it.
@@ -49,12 +79,7 @@ impl InFlight {
 
     /// The task of a create of `name` under way, if one was recorded.
     pub fn get(&self, name: &str) -> Option<Moref> {
-        if let Some(t) = self.lock().get(name) {
-            return Some(t.clone());
-        }
-        let text = std::fs::read_to_string(self.path(name)?).ok()?;
-        let record: Record = serde_json::from_str(&text).ok()?;
-        (record.name == name).then(|| Moref::new("Task", &record.task))
+        self.lock().get(name).cloned()
     }
 
     /// Records `task` as the create of `name`. A record that cannot be written to disk
@@ -111,8 +136,10 @@ mod tests {
             files[0].len() == 64 + 5 && !files[0].contains("pvc"),
             "{files:?}"
         );
-        // A new process reads it.
+        // A new process reads it, and skips a record it cannot read.
+        std::fs::write(dir.path().join("torn.json"), b"{\"name\": \"pvc-9\", \"ta").unwrap();
         let b = InFlight::new(Some(dir.path().to_owned()));
+        std::fs::remove_file(dir.path().join("torn.json")).unwrap();
         assert_eq!(b.get(name), Some(Moref::new("Task", "task-42")));
         assert_eq!(b.get("pvc-2"), None);
         b.forget(name);
