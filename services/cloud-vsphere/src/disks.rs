@@ -349,6 +349,37 @@ impl Disks for VsphereDisks {
         Ok(())
     }
 
+    /// CNS keeps no class parameters, so what a volume is says what it was made with: a
+    /// `datastoreurl` asked is its datastore (a restore's is its snapshot's, whatever the
+    /// class says), a `storagepolicyname` its profile; `fstype` shapes what the node
+    /// makes, not the volume. (vsphere-csi-driver compares none: it answers a repeated
+    /// create from its record of the name.)
+    async fn made_with(&self, disk: &Disk, parameters: &BTreeMap<String, String>) -> Result<bool> {
+        let v = self.volume(&disk.id).await?;
+        for (k, want) in parameters {
+            match k.to_ascii_lowercase().as_str() {
+                PARAM_DATASTORE_URL
+                    if disk.source.is_none() && !placement::same_url(&v.datastore_url, want) =>
+                {
+                    return Ok(false)
+                }
+                PARAM_STORAGE_POLICY => {
+                    let profile = self
+                        .pbm
+                        .policies()
+                        .await?
+                        .into_iter()
+                        .find(|p| &p.name == want);
+                    if profile.is_none_or(|p| p.id != v.storage_policy_id) {
+                        return Ok(false);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(true)
+    }
+
     async fn create_disk(&self, spec: DiskSpec) -> Result<Disk> {
         self.create(spec).await
     }

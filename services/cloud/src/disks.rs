@@ -150,6 +150,13 @@ pub trait Disks: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Whether `disk` was made with the disk-shaping `parameters` (a repeated create of
+    /// its name, or ValidateVolumeCapabilities, asks). Default: the parameters the cloud
+    /// recorded with it. A cloud that records none compares what the disk is.
+    async fn made_with(&self, disk: &Disk, parameters: &BTreeMap<String, String>) -> Result<bool> {
+        Ok(disk.parameters == *parameters)
+    }
+
     /// Creates a disk, or returns the one that already carries `spec.name` when its
     /// parameters match (`ParameterMismatch` otherwise).
     async fn create_disk(&self, spec: DiskSpec) -> Result<Disk>;

@@ -52,6 +52,9 @@ impl Disks for Host {
     fn validate_parameters(&self, p: &BTreeMap<String, String>) -> Result<()> {
         self.disks.validate_parameters(p)
     }
+    async fn made_with(&self, disk: &Disk, p: &BTreeMap<String, String>) -> Result<bool> {
+        self.disks.made_with(disk, p).await
+    }
     async fn create_disk(&self, spec: DiskSpec) -> Result<Disk> {
         self.disks.create_disk(spec).await
     }

@@ -40,6 +40,8 @@ mod ccm;
 mod ccm_inaccessible;
 /// The real ccm's credentials from the Secret its vsphere.conf names.
 mod ccm_secret;
+/// A class's parameters on a repeated create and a validation, through the socket.
+mod class_parameters;
 /// The CNS calls.
 mod cns;
 /// The CNS snapshot front before vcsim, by raw CNS calls.

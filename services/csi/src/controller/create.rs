@@ -117,7 +117,13 @@ impl ControllerService {
             let foreign = disk
                 .metadata
                 .contains_key(overcast_cloud::discovery::MADE_BY);
-            let same_params = (foreign || disk.parameters == parameters) && disk.source == source;
+            let same_params = disk.source == source
+                && (foreign
+                    || self
+                        .cloud
+                        .made_with(&disk, &parameters)
+                        .await
+                        .map_err(|e| to_status(&op, e))?);
             // A disk without a zone is reachable from every topology.
             let placed = match &req.accessibility_requirements {
                 _ if disk.zone == Zone::default() => true,

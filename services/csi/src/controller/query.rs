@@ -74,7 +74,13 @@ impl ControllerService {
             return Ok(unconfirmed(problem));
         }
         let (parameters, _) = validation::split_parameters(&req.parameters);
-        if !req.parameters.is_empty() && parameters != disk.parameters {
+        let made_with = req.parameters.is_empty()
+            || self
+                .cloud
+                .made_with(&disk, &parameters)
+                .await
+                .map_err(|e| to_status(&format!("validate volume {id}"), e))?;
+        if !made_with {
             return Ok(unconfirmed(format!(
                 "the volume was created with parameters {:?}",
                 disk.parameters
