@@ -35,6 +35,7 @@ pub mod snapshots;
 use devices::{attachment, disk_uuid, no_instance, not_found, volume_disks, volume_id};
 use holders::Holders;
 use placement::{Places, Topology};
+use snapshots::Act;
 
 use crate::config::Config;
 use crate::tags::Tags;
@@ -438,6 +439,7 @@ impl Disks for VsphereDisks {
     /// cluster's is refused.
     async fn delete_disk(&self, id: &str) -> Result<()> {
         let volume = self.volume(id).await?;
+        self.refuse_with_snapshots(id, Act::Delete).await?;
         match self.cns.delete(id).await {
             Err(CloudError::Busy(m)) if m.contains("ResourceInUse") => Err(CloudError::InUse(
                 format!("volume {id} is attached to a VM ({m})"),
@@ -525,6 +527,7 @@ impl Disks for VsphereDisks {
         if size_bytes <= have {
             return Ok(have);
         }
+        self.refuse_with_snapshots(id, Act::Expand).await?;
         let mb = size_bytes.div_ceil(MIB);
         self.cns.extend(id, mb).await?;
         Ok(mb * MIB)

@@ -68,6 +68,27 @@ pub struct ServiceContent {
     pub api_version: String,
     /// `about.instanceUuid`: this vCenter's id (CNS records it with each volume).
     pub instance_uuid: String,
+    /// `about.version`, the release (`7.0.3`, `8.0.2`): what CNS can do is read from it,
+    /// as vsphere-csi-driver reads it.
+    pub version: String,
+}
+
+impl ServiceContent {
+    /// Whether this vCenter has CNS snapshots: vSphere 7.0 Update 3 or later, by
+    /// `about.version` (vsphere-csi-driver's `IsvSphereVersion70U3orAbove`, which reads
+    /// the first three digits of it; here the numbers, so a 10.x is not taken for 1.0.0).
+    pub fn cns_snapshots(&self) -> bool {
+        let mut parts = self
+            .version
+            .split('.')
+            .map(|p| p.parse::<u32>().unwrap_or(0));
+        let release = (
+            parts.next().unwrap_or(0),
+            parts.next().unwrap_or(0),
+            parts.next().unwrap_or(0),
+        );
+        release >= (7, 0, 3)
+    }
 }
 
 /// The session cookie and how many logins made it (a call that failed on login `n`
@@ -228,6 +249,10 @@ impl Vcenter {
                         .to_owned(),
                     instance_uuid: rv
                         .text_at(&["about", "instanceUuid"])
+                        .unwrap_or_default()
+                        .to_owned(),
+                    version: rv
+                        .text_at(&["about", "version"])
                         .unwrap_or_default()
                         .to_owned(),
                 })
@@ -410,6 +435,34 @@ fn session_cookie(header: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cns_snapshots_come_with_vsphere_7_0_update_3() {
+        let content = |version: &str| ServiceContent {
+            root_folder: Moref::new("Folder", "f"),
+            property_collector: Moref::new("PropertyCollector", "p"),
+            view_manager: Moref::new("ViewManager", "v"),
+            search_index: Moref::new("SearchIndex", "s"),
+            session_manager: Moref::new("SessionManager", "m"),
+            vstorage_object_manager: None,
+            api_version: "8.0.3.0".into(),
+            instance_uuid: String::new(),
+            version: version.into(),
+        };
+        for (version, has) in [
+            ("6.5.0", false),
+            ("6.7.0", false),
+            ("7.0.2", false),
+            ("7.0.3", true),
+            ("7.0.3.1", true),
+            ("8.0.0", true),
+            ("8.0.3", true),
+            ("10.0.0", true),
+            ("", false),
+        ] {
+            assert_eq!(content(version).cns_snapshots(), has, "{version:?}");
+        }
+    }
 
     #[test]
     fn the_session_cookie_is_found_among_others() {

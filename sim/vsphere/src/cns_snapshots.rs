@@ -30,6 +30,8 @@
 //!   the create reaches vcsim naming no volume and its task fails with
 //!   `CnsSnapshotNotFoundFault`.
 //!
+//! The front's vCenter says it is 8.0.3 (`about.version`; vcsim says 6.5.0, older than
+//! the 7.0 Update 3 that brought CNS snapshots, which vsphere-csi-driver reads it for).
 //! The tasks are the front's own (`task-snap-<n>`): a property read of one is answered
 //! here, `success` with its result, unless [`CnsSnapshots::hold`] keeps it `running`.
 
@@ -42,6 +44,26 @@ use overcast_cloud_vsphere::session::Vcenter;
 use overcast_cloud_vsphere::xml::Element;
 
 use crate::vcsim_front::Part;
+
+/// The release the front's vCenter says it is (`about.version`): one whose CNS has
+/// snapshots (7.0 Update 3 or later), which vcsim's 6.5.0 is not.
+pub const RELEASE: &str = "8.0.3";
+
+/// `content` (a RetrieveServiceContent answer) with `about.version` said to be `release`.
+fn with_release(content: &str, release: &str) -> String {
+    let Some(about) = content.find("<about") else {
+        return content.to_owned();
+    };
+    let (Some(start), Some(end)) = (
+        content[about..]
+            .find("<version>")
+            .map(|i| about + i + "<version>".len()),
+        content[about..].find("</version>").map(|i| about + i),
+    ) else {
+        return content.to_owned();
+    };
+    format!("{}{release}{}", &content[..start], &content[end..])
+}
 
 /// The most entries one query answers.
 const QUERY_LIMIT: usize = 128;
@@ -376,6 +398,9 @@ impl Part for CnsSnapshots {
 
     async fn answer(&self, path: &str, request: &[u8], _status: u16, body: Bytes) -> Bytes {
         let req = String::from_utf8_lossy(request);
+        if path.starts_with("/sdk") && req.contains("RetrieveServiceContent") {
+            return Bytes::from(with_release(&String::from_utf8_lossy(&body), RELEASE));
+        }
         if path.starts_with("/sdk") && req.contains("type=\"Task\"") && req.contains(">task-snap-")
         {
             let id = req

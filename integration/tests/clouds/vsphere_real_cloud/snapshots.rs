@@ -4,7 +4,9 @@
 //! by id, by source and in pages; restored (grown to the size asked); deleted, and a
 //! delete of an id of another shape OK. A snapshot vsphere-csi-driver made (put in CNS by
 //! the front, not through our code: its description `<name>-<volume>`) is listed, found
-//! again by its CSI name, restored and deleted after the switch.
+//! again by its CSI name, restored and deleted after the switch. A volume with snapshots
+//! is neither deleted nor grown (FAILED_PRECONDITION, in vsphere-csi-driver's words) until
+//! they are gone.
 
 use overcast_integration::cns_snapshots::{CnsSnapshots, Snapshot as CnsSnapshot};
 use overcast_integration::vcsim_front::{Part, VcsimFront};
@@ -280,6 +282,66 @@ async fn cns_snapshots_are_cut_listed_restored_and_deleted_as_vsphere_csi_driver
         .expect_err("no such snapshot");
     assert_eq!(missing.code(), Code::NotFound, "{missing:?}");
 
+    // A volume with snapshots (theirs among them) is neither deleted nor grown, as
+    // vsphere-csi-driver refuses both; the snapshots and the volume stay. A volume
+    // without any grows; a grow to the size a volume has is still answered.
+    let e = c
+        .delete_volume(overcast_integration::delete_request(&a))
+        .await
+        .expect_err("a volume with snapshots");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("cannot be deleted") && e.message().contains(&their_id),
+        "{}",
+        e.message()
+    );
+    let grow = |id: &str, bytes: i64| csi::ControllerExpandVolumeRequest {
+        volume_id: id.to_owned(),
+        capacity_range: Some(csi::CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        ..Default::default()
+    };
+    let e = c
+        .controller_expand_volume(grow(&a, 96 * MIB))
+        .await
+        .expect_err("a grow under snapshots");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("cannot be expanded") && e.message().contains(&one.snapshot_id),
+        "{}",
+        e.message()
+    );
+    let same = c
+        .controller_expand_volume(grow(&a, 64 * MIB))
+        .await
+        .expect("a grow to the size it has")
+        .into_inner();
+    assert_eq!(same.capacity_bytes, 64 * MIB);
+    let grown = c
+        .controller_expand_volume(grow(&b, 96 * MIB))
+        .await
+        .expect("a volume without snapshots grows")
+        .into_inner();
+    assert_eq!(grown.capacity_bytes, 96 * MIB);
+    assert_eq!(part.snapshots().len(), 2, "both snapshots kept");
+    let kept = c
+        .list_volumes(csi::ListVolumesRequest::default())
+        .await
+        .expect("list volumes")
+        .into_inner()
+        .entries
+        .into_iter()
+        .any(|e| {
+            e.volume
+                .is_some_and(|v| v.volume_id == a && v.capacity_bytes == 64 * MIB)
+        });
+    assert!(
+        kept,
+        "the refused volume is still there, its size unchanged"
+    );
+
     // Deleted: twice, and an id of another shape.
     for id in [
         &one.snapshot_id,
@@ -300,4 +362,70 @@ async fn cns_snapshots_are_cut_listed_restored_and_deleted_as_vsphere_csi_driver
             .await
             .expect("delete volume");
     }
+}
+
+/// A vCenter older than 7.0 Update 3 (vcsim says 6.5.0 without the front) has no CNS
+/// snapshots: a cut is FAILED_PRECONDITION naming its release, a listing is empty, a
+/// delete of a snapshot id OK, and no snapshot method is asked of its CNS — so a volume's
+/// delete and grow go through without the snapshot check it would not answer.
+#[tokio::test]
+async fn a_vcenter_without_cns_snapshots_is_told_apart_by_its_release() {
+    let Some(sim) = Vcsim::start("a vCenter without CNS snapshots", &[]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let conf = super::csi::vsphere_conf(dir.path(), sim.port, &sim.ca_file);
+    let driver = Csi::start(&[
+        "--cloud=vsphere",
+        &format!("--cloud-config={}", conf.display()),
+        "--cluster=overcast-it",
+    ])
+    .await;
+    let mut c = driver.controller().await;
+    let volume = c
+        .create_volume(overcast_integration::create_request("pvc-old-vc", 64 * MIB))
+        .await
+        .expect("create")
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id;
+    let e = c
+        .create_snapshot(cut_request("snapshot-old-vc", &volume))
+        .await
+        .expect_err("no CNS snapshots on 6.5.0");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().contains("6.5.0") && e.message().contains("7.0 Update 3"),
+        "{}",
+        e.message()
+    );
+    let listed = c
+        .list_snapshots(csi::ListSnapshotsRequest::default())
+        .await
+        .expect("list")
+        .into_inner();
+    assert!(listed.entries.is_empty(), "{listed:?}");
+    c.delete_snapshot(csi::DeleteSnapshotRequest {
+        snapshot_id: format!("{volume}+9b8a7c6d-1e2f-4a3b-8c7d-6e5f4a3b2c1d"),
+        ..Default::default()
+    })
+    .await
+    .expect("a snapshot an old vCenter cannot have is gone");
+    let grown = c
+        .controller_expand_volume(csi::ControllerExpandVolumeRequest {
+            volume_id: volume.clone(),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: 96 * MIB,
+                limit_bytes: 0,
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("grow")
+        .into_inner();
+    assert_eq!(grown.capacity_bytes, 96 * MIB);
+    c.delete_volume(overcast_integration::delete_request(&volume))
+        .await
+        .expect("delete");
 }

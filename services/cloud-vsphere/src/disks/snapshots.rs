@@ -9,6 +9,10 @@
 //!   every snapshot (ALREADY_EXISTS, which that driver never answers);
 //! - at most `global-max-snapshots-per-block-volume` (`[Snapshot]`, default 3) snapshots
 //!   of a volume: FAILED_PRECONDITION past it, in that driver's words;
+//! - a volume with snapshots is neither deleted nor grown: FAILED_PRECONDITION, in that
+//!   driver's words (a grow to the size it has already is still answered);
+//! - a vCenter older than 7.0 Update 3 (`about.version`, as that driver reads it) has no
+//!   CNS snapshots: a cut is FAILED_PRECONDITION saying so, and nothing else asks CNS;
 //! - size is the source volume's capacity, `ready_to_use` true (CNS answers a snapshot
 //!   only once it is cut), creation time the snapshot's `createTime`.
 
@@ -47,6 +51,13 @@ fn created(s: &CnsSnapshot) -> SystemTime {
         .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
+/// What a volume's snapshots keep from happening to it.
+#[derive(Clone, Copy)]
+pub(super) enum Act {
+    Delete,
+    Expand,
+}
+
 fn found(entries: Vec<SnapshotEntry>) -> Vec<CnsSnapshot> {
     entries
         .into_iter()
@@ -73,10 +84,27 @@ impl VsphereDisks {
         }
     }
 
+    /// The vCenter's release when it has no CNS snapshots (older than 7.0 Update 3,
+    /// whose CNS answers none of the snapshot methods): it holds no snapshot to list,
+    /// find, delete or keep a volume from its delete.
+    async fn without_snapshots(&self) -> Result<Option<String>> {
+        let content = self.cns.vcenter().content().await?;
+        Ok((!content.cns_snapshots()).then(|| content.version.clone()))
+    }
+
     pub(super) async fn cut(&self, spec: SnapshotSpec) -> Result<Snapshot> {
         if let Some(k) = spec.parameters.keys().next() {
             return Err(CloudError::InvalidArgument(format!(
                 "unknown snapshot class parameter {k:?} (vSphere takes none)"
+            )));
+        }
+        // vsphere-csi-driver answers UNIMPLEMENTED here; the capability is advertised
+        // whatever the vCenter, so the snapshotter is told why and retries (an upgraded
+        // vCenter cuts it).
+        if let Some(version) = self.without_snapshots().await? {
+            return Err(CloudError::FailedPrecondition(format!(
+                "vCenter {version} does not support snapshot operations: CNS snapshots need \
+                 vSphere 7.0 Update 3 or later"
             )));
         }
         let volume = self.volume(&spec.source).await?;
@@ -115,6 +143,9 @@ impl VsphereDisks {
         let Some((volume, snapshot)) = parse_id(id) else {
             return Err(gone());
         };
+        if self.without_snapshots().await?.is_some() {
+            return Err(gone());
+        }
         let entries = self
             .cns
             .query_snapshots(Some(volume), Some(snapshot))
@@ -140,7 +171,7 @@ impl VsphereDisks {
         after: Option<&str>,
         max: usize,
     ) -> Result<(Vec<Snapshot>, bool)> {
-        if source.is_some_and(|s| !volume_id(s)) {
+        if source.is_some_and(|s| !volume_id(s)) || self.without_snapshots().await?.is_some() {
             return Ok((Vec::new(), false));
         }
         // An unknown source is an entry with CnsVolumeNotFoundFault: none listed.
@@ -173,7 +204,38 @@ impl VsphereDisks {
         let Some((volume, snapshot)) = parse_id(id) else {
             return Err(CloudError::not_found("snapshot", id));
         };
+        if self.without_snapshots().await?.is_some() {
+            return Err(CloudError::not_found("snapshot", id));
+        }
         self.cns.delete_snapshot(volume, snapshot).await
+    }
+
+    /// Refuses to `act` on `volume` while it has snapshots, in vsphere-csi-driver's words
+    /// (`"volume: %s with existing snapshots %v cannot be {deleted, please delete|expanded.
+    /// Please delete} snapshots before ..."`): CNS snapshots live in the volume's disk
+    /// chain, so a delete would take them along and a grow is refused under them.
+    pub(super) async fn refuse_with_snapshots(&self, volume: &str, act: Act) -> Result<()> {
+        if self.without_snapshots().await?.is_some() {
+            return Ok(());
+        }
+        let held: Vec<String> = found(self.cns.query_snapshots(Some(volume), None).await?)
+            .iter()
+            .map(csi_id)
+            .collect();
+        if held.is_empty() {
+            return Ok(());
+        }
+        let held = held.join(", ");
+        Err(CloudError::FailedPrecondition(match act {
+            Act::Delete => format!(
+                "volume: {volume} with existing snapshots [{held}] cannot be deleted, please \
+                 delete snapshots before deleting the volume"
+            ),
+            Act::Expand => format!(
+                "volume: {volume} with existing snapshots [{held}] cannot be expanded. Please \
+                 delete snapshots before expanding the volume"
+            ),
+        }))
     }
 
     /// The (volume, snapshot) a restore is made from, checked to exist.
