@@ -89,6 +89,10 @@ struct State {
     next_task: u64,
     /// Creates whose task the test keeps `running` (by the volume they snapshot).
     held: Vec<String>,
+    /// Of those, the volumes whose new snapshots no query lists while their task runs.
+    unlisted: Vec<String>,
+    /// The snapshots no query lists yet.
+    hidden: std::collections::HashSet<(String, String)>,
 }
 
 struct Task {
@@ -138,8 +142,31 @@ impl CnsSnapshots {
         self.state.lock().unwrap().held.push(volume.to_owned());
     }
 
+    /// [`CnsSnapshots::hold`], and the snapshots cut meanwhile are not listed by a query
+    /// until [`CnsSnapshots::release`] — a CNS that records a snapshot only when its task
+    /// ends, which vsphere-csi-driver allows for: it waits for the task it recorded and
+    /// looks a snapshot up by description only once the task is gone.
+    pub fn hold_unlisted(&self, volume: &str) {
+        let mut s = self.state.lock().unwrap();
+        s.held.push(volume.to_owned());
+        s.unlisted.push(volume.to_owned());
+    }
+
     pub fn release(&self) {
-        self.state.lock().unwrap().held.clear();
+        let mut s = self.state.lock().unwrap();
+        s.held.clear();
+        s.unlisted.clear();
+        s.hidden.clear();
+    }
+
+    /// The snapshots a query lists.
+    fn listed(&self) -> Vec<Snapshot> {
+        let s = self.state.lock().unwrap();
+        s.snapshots
+            .iter()
+            .filter(|(k, _)| !s.hidden.contains(*k))
+            .map(|(_, v)| v.clone())
+            .collect()
     }
 
     fn task(&self, done: String, volume: Option<String>) -> String {
@@ -196,6 +223,13 @@ impl CnsSnapshots {
                 volume_id(&vol),
                 snapshot_xml(&snapshot)
             ));
+            {
+                let mut s = self.state.lock().unwrap();
+                if s.unlisted.contains(&vol) {
+                    let key = (vol.clone(), snapshot.snapshot_id.clone());
+                    s.hidden.insert(key);
+                }
+            }
             self.add(snapshot);
             volume = Some(vol);
         }
@@ -273,7 +307,7 @@ impl CnsSnapshots {
         let mut entries: Vec<String> = Vec::new();
         match specs.first() {
             None => {
-                let all = self.snapshots();
+                let all = self.listed();
                 entries.extend(
                     all.iter()
                         .map(|s| format!("<entries>{}</entries>", snapshot_xml(s))),
@@ -294,7 +328,7 @@ impl CnsSnapshots {
                     ));
                 } else {
                     let found: Vec<Snapshot> = self
-                        .snapshots()
+                        .listed()
                         .into_iter()
                         .filter(|s| {
                             s.volume_id == vol
