@@ -108,6 +108,10 @@ pub struct VsphereDisks {
     /// volume name (a record's "task" is the snapshot's CSI id), in `vsphere-restores`,
     /// written before the create.
     restores: InFlight,
+    /// Snapshot cuts in flight, by description (`<CSI name>-<volume id>`), in
+    /// `vsphere-snapshots`: vsphere-csi-driver's CnsVolumeOperationRequest for a
+    /// snapshot, whose task a retry waits for.
+    cutting: InFlight,
 }
 
 impl VsphereDisks {
@@ -136,6 +140,7 @@ impl VsphereDisks {
             no_associations: AtomicBool::new(false),
             max_snapshots: snapshots::DEFAULT_MAX_SNAPSHOTS,
             restores: InFlight::new(None),
+            cutting: InFlight::new(None),
         }
     }
 
@@ -171,6 +176,7 @@ impl VsphereDisks {
     pub fn with_state_dir(mut self, dir: PathBuf) -> Self {
         self.in_flight = InFlight::new(Some(dir.join("vsphere-creates")));
         self.restores = InFlight::new(Some(dir.join("vsphere-restores")));
+        self.cutting = InFlight::new(Some(dir.join("vsphere-snapshots")));
         self
     }
 

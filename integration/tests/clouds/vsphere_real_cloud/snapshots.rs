@@ -429,3 +429,98 @@ async fn a_vcenter_without_cns_snapshots_is_told_apart_by_its_release() {
         .await
         .expect("delete");
 }
+
+/// The controller killed while CNS cuts a snapshot (its task running, the snapshot not
+/// listed until it ends, as a CNS may record it): the retry after the restart waits for
+/// that task — recorded in the state directory before it was awaited — and answers its
+/// snapshot; no second one is cut.
+#[tokio::test]
+async fn a_cut_the_controller_was_killed_during_is_answered_once_after_the_restart() {
+    let Some(sim) = Vcsim::start("a snapshot cut across a restart", &[]) else {
+        return;
+    };
+    let admin = vcenter(&sim, &Arc::new(ApiMetrics::unregistered()));
+    let part = CnsSnapshots::new(Arc::clone(&admin));
+    let front = VcsimFront::start(&sim, Arc::clone(&part) as Arc<dyn Part>).await;
+    let dir = tempfile::tempdir().unwrap();
+    let conf = super::csi::vsphere_conf(dir.path(), front.port, &sim.ca_file);
+    let mut driver = Csi::start(&[
+        "--cloud=vsphere",
+        &format!("--cloud-config={}", conf.display()),
+        "--cluster=overcast-it",
+        &format!(
+            "--controller-state-dir={}",
+            dir.path().join("state").display()
+        ),
+    ])
+    .await;
+    let mut c = driver.controller().await;
+    let volume = c
+        .create_volume(overcast_integration::create_request(
+            "pvc-cut-crash",
+            64 * MIB,
+        ))
+        .await
+        .expect("create")
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id;
+
+    part.hold_unlisted(&volume);
+    let mut first = driver.controller().await;
+    let cut = tokio::spawn({
+        let volume = volume.clone();
+        async move {
+            first
+                .create_snapshot(cut_request("snapshot-crash", &volume))
+                .await
+        }
+    });
+    wait("the cut's task to start", 30, async || {
+        (part.snapshots().len() == 1).then_some(())
+    })
+    .await;
+    driver.kill9();
+    let _ = cut.await;
+    driver.resume().await;
+    let mut c = driver.controller().await;
+    let retry = tokio::spawn({
+        let mut c = c.clone();
+        let volume = volume.clone();
+        async move {
+            c.create_snapshot(cut_request("snapshot-crash", &volume))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        part.snapshots().len(),
+        1,
+        "the retry cut a second snapshot while the first cut's task ran"
+    );
+    assert!(!retry.is_finished(), "the retry waits for the task");
+    part.release();
+    let answered = retry
+        .await
+        .unwrap()
+        .expect("the retry answers the cut")
+        .into_inner()
+        .snapshot
+        .unwrap();
+    let held = part.snapshots();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(
+        answered.snapshot_id,
+        format!("{volume}+{}", held[0].snapshot_id)
+    );
+    c.delete_snapshot(csi::DeleteSnapshotRequest {
+        snapshot_id: answered.snapshot_id,
+        ..Default::default()
+    })
+    .await
+    .expect("delete snapshot");
+    c.delete_volume(overcast_integration::delete_request(&volume))
+        .await
+        .expect("delete volume");
+}

@@ -7,7 +7,7 @@ use overcast_cloud::CloudError;
 use super::{manager, Cns};
 use crate::session::Endpoint;
 use crate::soap::{el, fault_error, Fault, Moref};
-use crate::task;
+use crate::task::{self, TaskError};
 use crate::xml::Element;
 
 /// Snapshots per query page: the most one CNS query answers (vsphere-csi-driver's
@@ -64,26 +64,39 @@ impl Cns {
         volume: &str,
         description: &str,
     ) -> Result<CnsSnapshot, CloudError> {
+        let task = self.start_snapshot(volume, description).await?;
+        Ok(self.snapshot_cut(&task).await?)
+    }
+
+    /// Starts a cut of `volume`, described `description`: CNS answers its task at once and
+    /// the snapshot is cut (and may be listed) only when the task ends. The caller records
+    /// the task before waiting for it with [`Cns::snapshot_cut`], so that a retry of the
+    /// same cut waits for this task rather than starting another.
+    pub async fn start_snapshot(
+        &self,
+        volume: &str,
+        description: &str,
+    ) -> Result<Moref, CloudError> {
         let specs = format!(
             "<snapshotSpecs><volumeId>{}</volumeId>{}</snapshotSpecs>",
             el("id", volume),
             el("description", description)
         );
-        let one = self.change_one("CnsCreateSnapshots", &specs).await?;
+        self.start("CnsCreateSnapshots", &specs).await
+    }
+
+    /// What the cut whose task is `task` made.
+    pub async fn snapshot_cut(&self, task: &Moref) -> Result<CnsSnapshot, TaskError> {
+        let one = self.finish("CnsCreateSnapshots", task).await?;
         let s = one
             .child("snapshot")
             .map(snapshot_of)
-            .unwrap_or_else(|| CnsSnapshot {
-                volume_id: String::new(),
-                snapshot_id: String::new(),
-                description: String::new(),
-                create_time: String::new(),
-            });
+            .unwrap_or_else(|| snapshot_of(&Element::default()));
         if s.snapshot_id.is_empty() {
-            return Err(CloudError::Unavailable(format!(
-                "vsphere: {}: CnsCreateSnapshots answered no snapshot for volume {volume}",
+            return Err(TaskError::Unread(CloudError::Unavailable(format!(
+                "vsphere: {}: CnsCreateSnapshots (task {task}) answered no snapshot",
                 self.vc.server()
-            )));
+            ))));
         }
         Ok(s)
     }

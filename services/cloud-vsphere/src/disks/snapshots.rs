@@ -7,6 +7,10 @@
 //!   repeated CreateSnapshot finds the snapshot by it among the volume's, as that driver
 //!   finds one whose task it lost; the same name cut of another volume is found among
 //!   every snapshot (ALREADY_EXISTS, which that driver never answers);
+//! - a cut's task is recorded before it is awaited (in memory and in the controller's
+//!   state directory, `vsphere-snapshots`), as that driver records it in its
+//!   CnsVolumeOperationRequest: a retry after a cancelled call or a restart waits for that
+//!   task instead of cutting a second snapshot;
 //! - at most `global-max-snapshots-per-block-volume` (`[Snapshot]`, default 3) snapshots
 //!   of a volume: FAILED_PRECONDITION past it, in that driver's words;
 //! - a volume with snapshots is neither deleted nor grown: FAILED_PRECONDITION, in that
@@ -23,6 +27,7 @@ use overcast_cloud::{page_of, CloudError, Result, Snapshot, SnapshotSpec};
 use super::devices::{not_found, volume_id};
 use super::{VsphereDisks, MIB};
 use crate::cns::{CnsSnapshot, Filter, SnapshotEntry};
+use crate::task::TaskError;
 
 /// vsphere-csi-driver's `VSphereCSISnapshotIdDelimiter`.
 pub const DELIMITER: char = '+';
@@ -110,6 +115,27 @@ impl VsphereDisks {
         let volume = self.volume(&spec.source).await?;
         let size = volume.capacity_mb * MIB;
         let wanted = description(&spec.name, &volume.id);
+        // A cut of this name under way (its caller gave up, or the controller was
+        // restarted while CNS cut): its task decides, no second cut is started. A CNS may
+        // list the snapshot only once the task ends, so looking it up would not do.
+        if let Some(task) = self.cutting.get(&wanted) {
+            match self.cns.snapshot_cut(&task).await {
+                Ok(s) => {
+                    self.cutting.forget(&wanted);
+                    // A restarted vCenter reuses task ids: only a cut of this very
+                    // description is this one's.
+                    if s.volume_id == volume.id && s.description == wanted {
+                        return Ok(self.to_snapshot(&s, size));
+                    }
+                }
+                // Gone (a vCenter keeps a finished task for minutes), or ended in error:
+                // decided afresh below, by the description first.
+                Err(TaskError::Unread(CloudError::NotFound { .. }) | TaskError::Failed(_)) => {
+                    self.cutting.forget(&wanted)
+                }
+                Err(TaskError::Unread(e)) => return Err(e),
+            }
+        }
         let mine = found(self.cns.query_snapshots(Some(&volume.id), None).await?);
         if let Some(s) = mine.iter().find(|s| s.description == wanted) {
             return Ok(self.to_snapshot(s, size));
@@ -134,8 +160,20 @@ impl VsphereDisks {
                 volume.id, self.max_snapshots
             )));
         }
-        let s = self.cns.create_snapshot(&volume.id, &wanted).await?;
-        Ok(self.to_snapshot(&s, size))
+        let task = self.cns.start_snapshot(&volume.id, &wanted).await?;
+        self.cutting.record(&wanted, &task);
+        match self.cns.snapshot_cut(&task).await {
+            Ok(s) => {
+                self.cutting.forget(&wanted);
+                Ok(self.to_snapshot(&s, size))
+            }
+            Err(TaskError::Failed(e)) => {
+                self.cutting.forget(&wanted);
+                Err(e)
+            }
+            // Not known how it ended: the record stays, and the retry waits for the task.
+            Err(TaskError::Unread(e)) => Err(e),
+        }
     }
 
     pub(super) async fn get_snapshot(&self, id: &str) -> Result<Snapshot> {
