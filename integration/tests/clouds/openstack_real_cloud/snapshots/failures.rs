@@ -197,3 +197,112 @@ async fn a_slow_or_failed_cinder_snapshot_is_said_so_and_leaves_no_orphan() {
     .await
     .expect("DeleteVolume");
 }
+
+/// Cinder's backend refusing to delete a snapshot volumes still depend on
+/// (`SnapshotIsBusy`, as RBD and NFS backends raise it): Cinder's volume manager puts the
+/// snapshot back to `available`. The simulator's backend refuses nothing, so the refusal
+/// is played with cinder-volume paused (the delete is not carried out) and Cinder's admin
+/// `os-reset_status` to that same status. DeleteSnapshot is FAILED_PRECONDITION saying
+/// why, the snapshot is still in Cinder (cinder-csi answers OK and loses track of it), and
+/// a later DeleteSnapshot is answered once it is gone.
+#[tokio::test]
+async fn a_snapshot_cinder_keeps_after_a_delete_is_failed_precondition_not_gone() {
+    let _turn = CLOUD.lock().await;
+    let Some(cloud) = Cloud::new() else {
+        return;
+    };
+    cloud.sweep().await;
+    let pid = std::process::id();
+    let work = tempfile::tempdir().unwrap();
+    let driver = driver(
+        &cloud,
+        work.path(),
+        "00000000-0000-4000-8000-000000000000",
+        "cinder.csi.openstack.org",
+    )
+    .await;
+    let mut c = driver.controller().await;
+    let volume = provisioned(
+        &mut c,
+        overcast_integration::create_request(&format!("overcast-it-snap-busy-{pid}"), GIB),
+    )
+    .await
+    .volume_id;
+    let snapshot = cut(
+        &mut c,
+        snapshot_request(&format!("overcast-it-snap-busy-1-{pid}"), &volume, &[]),
+    )
+    .await
+    .snapshot_id;
+    // The volume that depends on it.
+    let restored = provisioned(
+        &mut c,
+        restore_request(
+            &format!("overcast-it-snap-busy-r-{pid}"),
+            GIB,
+            0,
+            from_snapshot(&snapshot),
+        ),
+    )
+    .await
+    .volume_id;
+
+    let paused = Paused::new(service_group(&cloud, "cinder-volume"));
+    let asked = {
+        let mut c = driver.controller().await;
+        let id = snapshot.clone();
+        tokio::spawn(async move {
+            c.delete_snapshot(csi::DeleteSnapshotRequest {
+                snapshot_id: id,
+                ..Default::default()
+            })
+            .await
+        })
+    };
+    until_snapshot_status(&cloud, &snapshot, "deleting").await;
+    let states = CinderStates::new(Arc::clone(&cloud.os), &cloud.env);
+    let (code, text) = states
+        .action(
+            Method::POST,
+            &format!("/snapshots/{snapshot}/action"),
+            Some(&json!({"os-reset_status": {"status": "available"}})),
+        )
+        .await;
+    assert_eq!(code, 202, "{text}");
+    let refused = asked.await.unwrap().expect_err("a snapshot Cinder kept");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("depend"), "{refused:?}");
+    let (status, s) = cinder(&cloud, "snapshots", &snapshot).await;
+    assert_eq!(status, 200, "still in Cinder: {s}");
+    assert_eq!(s["snapshot"]["status"], "available", "{s}");
+
+    // The backend lets go (here: cinder-volume goes on and carries out the delete it was
+    // sent): the sidecar's next DeleteSnapshot is answered.
+    drop(paused);
+    let started = std::time::Instant::now();
+    loop {
+        match c
+            .delete_snapshot(csi::DeleteSnapshotRequest {
+                snapshot_id: snapshot.clone(),
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(_) => break,
+            Err(e) if e.code() == Code::FailedPrecondition => {
+                assert!(started.elapsed() < Duration::from_secs(60), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("DeleteSnapshot: {e:?}"),
+        }
+    }
+    assert_eq!(cinder(&cloud, "snapshots", &snapshot).await.0, 404);
+    for v in [restored, volume] {
+        c.delete_volume(csi::DeleteVolumeRequest {
+            volume_id: v,
+            ..Default::default()
+        })
+        .await
+        .expect("DeleteVolume");
+    }
+}
