@@ -345,7 +345,11 @@ impl Drop for DvpSim {
         let attached = std::mem::take(&mut *self.state.attached.lock().expect("lock"));
         for a in attached.into_values() {
             let _ = std::fs::remove_file(&a.link);
-            let _ = loopdev::detach(a.index, &a.file);
+            // One the test's node still has mounted (a test that failed before it
+            // unstaged) goes when it is unmounted, as the zVirt sim's do.
+            if loopdev::detach(a.index, &a.file).is_err() {
+                let _ = loopdev::release_when_unused(a.index, &a.file);
+            }
         }
     }
 }

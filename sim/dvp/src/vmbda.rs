@@ -53,10 +53,24 @@ pub(super) async fn reconcile_vmbda(
         .find(|d| d.name_any() == v.spec.block_device_ref.name);
     if v.metadata.deletion_timestamp.is_some() {
         if v.finalizers().iter().any(|f| f == FINALIZER) {
-            let gone = state.attached.lock().expect("lock").remove(&name);
-            if let Some(a) = gone {
-                let _ = std::fs::remove_file(&a.link);
-                loopdev::detach(a.index, &a.file)?;
+            // Forgotten only once let go of. DVP unplugs a disk whatever the guest does
+            // with it; here the guest is this machine, so a device still mounted is let
+            // go when it is unmounted (the kernel's autoclear), never left bound unknown.
+            let bound = state
+                .attached
+                .lock()
+                .expect("lock")
+                .get(&name)
+                .map(|a| (a.index, a.file.clone(), a.link.clone()));
+            if let Some((index, file, link)) = bound {
+                let _ = std::fs::remove_file(&link);
+                match loopdev::detach(index, &file) {
+                    Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {
+                        loopdev::release_when_unused(index, &file)?
+                    }
+                    other => drop(other?),
+                }
+                state.attached.lock().expect("lock").remove(&name);
             }
             if let Some(vm) = vm {
                 set_vm_devices(vms_api, vm, &name, None).await?;
@@ -138,13 +152,17 @@ pub(super) async fn reconcile_vmbda(
     let bound = state.attached.lock().expect("lock").contains_key(&name);
     if !bound {
         let index = loopdev::attach(&file, false, &format!("dvp-sim-{name}"))?;
+        // Known before anything else can fail, so that a detach or the sim's end finds it.
+        state.attached.lock().expect("lock").insert(
+            name.clone(),
+            Attached {
+                index,
+                file,
+                link: link.clone(),
+            },
+        );
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(loopdev::device_path(index), &link)?;
-        state
-            .attached
-            .lock()
-            .expect("lock")
-            .insert(name.clone(), Attached { index, file, link });
     }
     let size = disk
         .status
