@@ -81,10 +81,16 @@ impl ControllerService {
                 .await
                 .map_err(|e| to_status(&format!("validate volume {id}"), e))?;
         if !made_with {
-            return Ok(unconfirmed(format!(
-                "the volume was created with parameters {:?}",
-                disk.parameters
-            )));
+            // What the volume was made with, where the cloud records it (vSphere's CNS
+            // does not: what was asked is said instead).
+            return Ok(unconfirmed(if disk.parameters.is_empty() {
+                format!("the volume was not made with parameters {parameters:?}")
+            } else {
+                format!(
+                    "the volume was created with parameters {:?}",
+                    disk.parameters
+                )
+            }));
         }
         if !req.mutable_parameters.is_empty() {
             return Ok(unconfirmed("mutable_parameters are not supported".into()));
