@@ -61,9 +61,10 @@ pub struct Options {
     pub state_dir: PathBuf,
 
     /// Controller: where what must outlive a restart of the process is kept (vSphere:
-    /// the tasks of creates in flight, so a retry waits for them rather than making a
-    /// second volume; the snapshot each restored volume was made from, which CNS does not
-    /// say back). The manifests mount an emptyDir, kept across container restarts.
+    /// the tasks of creates and snapshot cuts in flight, so a retry waits for them rather
+    /// than making a second volume or snapshot; the snapshot each restored volume was made
+    /// from, which CNS does not say back). The manifests mount an emptyDir, kept across
+    /// container restarts.
     /// Unset: in memory only.
     #[arg(long, env = "CSI_CONTROLLER_STATE_DIR")]
     pub controller_state_dir: Option<PathBuf>,
