@@ -446,21 +446,46 @@ pub struct FreshApiServer {
 }
 
 impl FreshApiServer {
+    /// Started twice at most: a start that fails (CI34: not ready within the kit's 120 s,
+    /// a build running beside the tests) is stopped — what it started is ended by
+    /// `kube-down.sh` — its logs kept for the message, and tried once more.
     pub fn up(kit: &Path) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let out = std::process::Command::new(kit.join("kube-up.sh"))
-            .arg(dir.path())
-            .output()
-            .expect("kube-up.sh");
-        assert!(
-            out.status.success(),
-            "kube-up.sh: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Self {
-            kit: kit.to_owned(),
-            dir,
+        let mut failed = Vec::new();
+        for _ in 0..2 {
+            let server = Self {
+                kit: kit.to_owned(),
+                dir: tempfile::tempdir().expect("tempdir"),
+            };
+            let out = std::process::Command::new(kit.join("kube-up.sh"))
+                .arg(server.dir.path())
+                .output()
+                .expect("kube-up.sh");
+            if out.status.success() {
+                return server;
+            }
+            failed.push(format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stderr),
+                server.log_tails()
+            ));
         }
+        panic!("kube-up.sh failed twice:\n{}", failed.join("\n---\n"));
+    }
+
+    /// The last lines of the API server's and etcd's logs (the kit's own message cannot
+    /// show them: its `tail -5` of two files is refused by GNU tail).
+    fn log_tails(&self) -> String {
+        ["apiserver.log", "etcd.log"]
+            .iter()
+            .map(|f| {
+                let text = std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                format!(
+                    "{f}:\n{}\n",
+                    lines[lines.len().saturating_sub(10)..].join("\n")
+                )
+            })
+            .collect()
     }
 
     pub fn kubeconfig(&self) -> PathBuf {
