@@ -7,7 +7,7 @@
 
 use overcast_cloud_vsphere::cns::{Cns, Filter};
 use overcast_cloud_vsphere::pbm::Pbm;
-use overcast_integration::{csi_v1 as csi, mount_cap, Csi};
+use overcast_integration::{csi_v1 as csi, mount_cap};
 use tonic::Code;
 
 use super::*;
@@ -33,13 +33,7 @@ async fn a_repeated_create_of_a_class_with_parameters_answers_the_same_volume() 
     assert!(policies.len() >= 2, "vcsim's policies: {policies:?}");
     let (policy, other) = (&policies[0].name, &policies[1].name);
     let dir = tempfile::tempdir().unwrap();
-    let conf = super::csi::vsphere_conf(dir.path(), sim.port, &sim.ca_file);
-    let driver = Csi::start(&[
-        "--cloud=vsphere",
-        &format!("--cloud-config={}", conf.display()),
-        "--cluster=overcast-it",
-    ])
-    .await;
+    let driver = super::csi::vsphere_driver(dir.path(), sim.port, &sim.ca_file, "", false).await;
     let mut c = driver.controller().await;
 
     // Where vcsim puts a volume: the datastore the class then names.

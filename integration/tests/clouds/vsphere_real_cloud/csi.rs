@@ -34,6 +34,34 @@ pub(super) fn vsphere_conf(
     conf
 }
 
+/// The csi binary (controller and node, no node id) on the vCenter at `port`, its
+/// vsphere.conf in `dir` with `extra` appended (a `[Snapshot]` section, say) and, when
+/// `state`, its controller state in `dir/state` (an emptyDir in the vsphere overlay).
+pub(super) async fn vsphere_driver(
+    dir: &std::path::Path,
+    port: u16,
+    ca: &std::path::Path,
+    extra: &str,
+    state: bool,
+) -> Csi {
+    let conf = vsphere_conf(dir, port, ca);
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, format!("{text}{extra}")).unwrap();
+    let mut args = vec![
+        "--cloud=vsphere".to_owned(),
+        format!("--cloud-config={}", conf.display()),
+        "--cluster=overcast-it".to_owned(),
+    ];
+    if state {
+        args.push(format!(
+            "--controller-state-dir={}",
+            dir.join("state").display()
+        ));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Csi::start(&args).await
+}
+
 struct Cleanup(std::path::PathBuf);
 
 impl Drop for Cleanup {

@@ -9,8 +9,8 @@
 //! they are gone.
 
 use overcast_integration::cns_snapshots::{CnsSnapshots, Snapshot as CnsSnapshot};
+use overcast_integration::csi_v1 as csi;
 use overcast_integration::vcsim_front::{Part, VcsimFront};
-use overcast_integration::{csi_v1 as csi, Csi};
 use tonic::Code;
 
 use super::*;
@@ -46,24 +46,14 @@ async fn cns_snapshots_are_cut_listed_restored_and_deleted_as_vsphere_csi_driver
     let part = CnsSnapshots::new(Arc::clone(&admin));
     let front = VcsimFront::start(&sim, Arc::clone(&part) as Arc<dyn Part>).await;
     let dir = tempfile::tempdir().unwrap();
-    let conf = super::csi::vsphere_conf(dir.path(), front.port, &sim.ca_file);
     // Two snapshots a volume, as the cloud-config says.
-    let text = std::fs::read_to_string(&conf).unwrap();
-    std::fs::write(
-        &conf,
-        format!("{text}[Snapshot]\nglobal-max-snapshots-per-block-volume = 2\n"),
+    let mut driver = super::csi::vsphere_driver(
+        dir.path(),
+        front.port,
+        &sim.ca_file,
+        "[Snapshot]\nglobal-max-snapshots-per-block-volume = 2\n",
+        true,
     )
-    .unwrap();
-    let mut driver = Csi::start(&[
-        "--cloud=vsphere",
-        &format!("--cloud-config={}", conf.display()),
-        "--cluster=overcast-it",
-        // As the vsphere overlay sets it (an emptyDir).
-        &format!(
-            "--controller-state-dir={}",
-            dir.path().join("state").display()
-        ),
-    ])
     .await;
     let mut c = driver.controller().await;
     let volume = |name: &'static str, bytes: i64| {
@@ -374,13 +364,7 @@ async fn a_vcenter_without_cns_snapshots_is_told_apart_by_its_release() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let conf = super::csi::vsphere_conf(dir.path(), sim.port, &sim.ca_file);
-    let driver = Csi::start(&[
-        "--cloud=vsphere",
-        &format!("--cloud-config={}", conf.display()),
-        "--cluster=overcast-it",
-    ])
-    .await;
+    let driver = super::csi::vsphere_driver(dir.path(), sim.port, &sim.ca_file, "", false).await;
     let mut c = driver.controller().await;
     let volume = c
         .create_volume(overcast_integration::create_request("pvc-old-vc", 64 * MIB))
@@ -443,17 +427,8 @@ async fn a_cut_the_controller_was_killed_during_is_answered_once_after_the_resta
     let part = CnsSnapshots::new(Arc::clone(&admin));
     let front = VcsimFront::start(&sim, Arc::clone(&part) as Arc<dyn Part>).await;
     let dir = tempfile::tempdir().unwrap();
-    let conf = super::csi::vsphere_conf(dir.path(), front.port, &sim.ca_file);
-    let mut driver = Csi::start(&[
-        "--cloud=vsphere",
-        &format!("--cloud-config={}", conf.display()),
-        "--cluster=overcast-it",
-        &format!(
-            "--controller-state-dir={}",
-            dir.path().join("state").display()
-        ),
-    ])
-    .await;
+    let mut driver =
+        super::csi::vsphere_driver(dir.path(), front.port, &sim.ca_file, "", true).await;
     let mut c = driver.controller().await;
     let volume = c
         .create_volume(overcast_integration::create_request(
