@@ -118,6 +118,8 @@ start_in_cg() { local name=$1; shift; setsid sh -c "$enter_cg"'; exec "$@"' sh "
 cat > "$dir/hold.sh" <<EOF
 set -e
 mount --make-rprivate /
+# other tests' disks, copied in with this machine's mounts, are not this node's to hold
+sh "$here/drop-loop-mounts.sh"
 mkdir -p $dir/kubelet /var/lib/kubelet
 # the kit node's /var/lib/kubelet (a bind mount, with its pods' volumes under it) is not
 # this node's: gone from this namespace, so that the only mount there is this node's own

@@ -32,6 +32,7 @@ pub mod keystone_front;
 pub mod kubelet;
 pub mod kustomize;
 pub mod manifests;
+pub mod neighbour;
 pub mod node_b;
 pub mod ossim;
 pub mod ossim_project;

@@ -33,8 +33,11 @@ impl NamespacedController {
         let socket = dir.join("ns-controller.sock");
         // An earlier one's, left by its kill.
         let _ = std::fs::remove_file(&socket);
+        // Other tests' disks, copied in with this machine's mounts, let go first: the
+        // copies would hold them busy while this controller lives.
         let script = format!(
-            "mount --bind {state} {view} && exec {csi} --mode=controller --state-dir={view} --endpoint=unix://{socket} --node-id={NODE_ID} --zone={ZONE} --region={REGION}",
+            "sh {drop} && mount --bind {state} {view} && exec {csi} --mode=controller --state-dir={view} --endpoint=unix://{socket} --node-id={NODE_ID} --zone={ZONE} --region={REGION}",
+            drop = package_dir().join("scripts/drop-loop-mounts.sh").display(),
             state = state.display(),
             view = view.display(),
             csi = csi.display(),
@@ -80,6 +83,32 @@ impl Drop for NamespacedController {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A disk a test beside mounted before this controller's namespace was made is free once
+/// that test unmounts it, while the controller runs (the namespace's copy of the mount is
+/// dropped at its start; kept, it held the device busy until the controller ended).
+#[tokio::test]
+async fn a_namespaced_controller_holds_no_disk_of_a_test_beside_it() {
+    let mut neighbour = neighbour::NeighbourMount::new();
+    let dir = tempfile::Builder::new()
+        .prefix("overcast-it-ns-")
+        .tempdir()
+        .unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let mut ns = NamespacedController::start(dir.path(), &state).await;
+    assert!(
+        neighbour.unmounted_is_free(Duration::from_secs(2)),
+        "the controller's mount namespace keeps the disk busy"
+    );
+    // Still serving: its own bind mount is there.
+    ns.controller()
+        .await
+        .list_volumes(csi::ListVolumesRequest::default())
+        .await
+        .unwrap();
+    let _ = ns.child.kill();
 }
 
 /// The controller that bound a volume's loop device is replaced after its mount

@@ -136,6 +136,8 @@ pub fn volumes_follow_their_pod_on_the_zvirt_simulator(node: &Node) {
 fn vm_b_dies_and_comes_back(node: &Node, kit: &Path, cloud: &dyn Cloud, uncertain: &[Said]) {
     eprintln!("fencing on {}", cloud.name());
     cloud.say(Said::Running);
+    // A test beside, its disk mounted while vm-b's mount namespace is made.
+    let mut neighbour = overcast_integration::neighbour::NeighbourMount::new();
     let Some(b) = NodeB::up(
         kit,
         Path::new("/tmp/overcast-node-b"),
@@ -144,6 +146,11 @@ fn vm_b_dies_and_comes_back(node: &Node, kit: &Path, cloud: &dyn Cloud, uncertai
     ) else {
         return;
     };
+    assert!(
+        neighbour.unmounted_is_free(Duration::from_secs(2)),
+        "vm-b's mount namespace keeps a disk of a test beside it busy"
+    );
+    drop(neighbour);
     // Its images are the kit node's, copied at its start (ours among them): nothing to import.
     node.wait_for(
         "vm-b initialized by the ccm and its node plugin registered",
