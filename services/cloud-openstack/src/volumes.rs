@@ -25,11 +25,15 @@ use overcast_cloud::{
 use serde_json::{json, Value};
 
 use crate::client::{json, Microversion, OpenStack, Service};
+pub use backups::{
+    CinderBackup, BACKUP_MAX_DURATION_PARAMETER, BACKUP_METADATA, SRC_BACKUP_METADATA,
+};
 use model::{Many, One};
 pub use model::{Volume, VolumeAttachment};
 pub use snapshots::{CinderSnapshot, FORCE_CREATE_PARAMETER, SNAPSHOT_TYPE_PARAMETER};
 
 mod attach;
+mod backups;
 mod create;
 mod listing;
 mod model;
@@ -484,7 +488,8 @@ impl Disks for CinderDisks {
     }
 
     fn snapshots(&self) -> bool {
-        // Cinder snapshots, and volumes made from them (`snapshot_id`).
+        // Cinder snapshots, and volumes made from them (`snapshot_id`); Cinder backups
+        // for a class of `type: backup`.
         true
     }
 
@@ -493,11 +498,21 @@ impl Disks for CinderDisks {
     }
 
     async fn create_snapshot(&self, spec: SnapshotSpec) -> Result<Snapshot> {
-        self.create_snap(spec).await
+        snapshots::validate_snapshot_parameters(&spec.parameters)?;
+        if backups::is_backup(&spec.parameters) {
+            self.create_backup(spec).await
+        } else {
+            self.create_snap(spec).await
+        }
     }
 
+    /// A snapshot's id is a Cinder snapshot's or, for a class of `type: backup`, a
+    /// backup's (Cinder's ids are UUIDs of their own: one is never the other's).
     async fn snapshot(&self, id: &str) -> Result<Snapshot> {
-        Ok(self.cinder_snapshot(id).await?.to_snapshot())
+        match self.cinder_snapshot(id).await {
+            Err(CloudError::NotFound { .. }) => Ok(self.cinder_backup(id).await?.to_snapshot()),
+            r => Ok(r?.to_snapshot()),
+        }
     }
 
     async fn list_snapshots_page(
@@ -510,6 +525,9 @@ impl Disks for CinderDisks {
     }
 
     async fn delete_snapshot(&self, id: &str) -> Result<()> {
-        self.delete_snap(id).await
+        match self.delete_snap(id).await {
+            Err(CloudError::NotFound { .. }) => self.delete_backup(id).await,
+            r => r,
+        }
     }
 }

@@ -127,6 +127,28 @@ impl Cloud {
                 let _ = disks.delete_snapshot(&s.id).await;
             }
         }
+        // The backups tests made, ours and as cinder-csi-plugin makes them.
+        let r = self
+            .os
+            .call(
+                Service::BlockStorage,
+                "backup_list",
+                Method::GET,
+                "/backups/detail",
+                None,
+                None,
+            )
+            .await
+            .expect("list backups");
+        let backups: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+        for b in backups["backups"].as_array().into_iter().flatten() {
+            let name = b["name"].as_str().unwrap_or_default();
+            if name.starts_with("overcast-it-") || name.starts_with("snapshot-3b0c6a3e-") {
+                if let Some(id) = b["id"].as_str() {
+                    let _ = disks.delete_snapshot(id).await;
+                }
+            }
+        }
         for d in swept {
             let _ = disks.delete_disk(&d.id).await;
         }

@@ -34,14 +34,14 @@ impl CinderDisks {
                 existing.clear();
             }
         }
+        let mut metadata: BTreeMap<String, String> = spec.metadata.clone();
+        metadata.insert(CLUSTER_METADATA.to_owned(), self.cluster.clone());
+        metadata.insert(
+            PARAMETERS_METADATA.to_owned(),
+            serde_json::to_string(&spec.parameters).unwrap_or_default(),
+        );
         let volume = match existing.as_slice() {
             [] => {
-                let mut metadata: BTreeMap<String, String> = spec.metadata.clone();
-                metadata.insert(CLUSTER_METADATA.to_owned(), self.cluster.clone());
-                metadata.insert(
-                    PARAMETERS_METADATA.to_owned(),
-                    serde_json::to_string(&spec.parameters).unwrap_or_default(),
-                );
                 let mut body = json!({"volume": {
                     "name": spec.name,
                     "size": gib,
@@ -71,7 +71,7 @@ impl CinderDisks {
                         body["volume"]["snapshot_id"] = json!(source);
                     }
                 }
-                let resp = self
+                let mut resp = self
                     .os
                     .call(
                         Service::BlockStorage,
@@ -82,6 +82,34 @@ impl CinderDisks {
                         None,
                     )
                     .await?;
+                if let (404, Some(DiskSource::Snapshot(source))) =
+                    (resp.status.as_u16(), &spec.source)
+                {
+                    // No such snapshot: the id may be a backup's (a class of `type:
+                    // backup`), asked after the miss so that a restore from a snapshot
+                    // costs what it did.
+                    match self.cinder_backup(source).await {
+                        Ok(_) => {
+                            if let Some(v) = body["volume"].as_object_mut() {
+                                v.remove("snapshot_id");
+                            }
+                            self.restore_body(&mut body, source).await?;
+                            resp = self
+                                .os
+                                .call(
+                                    Service::BlockStorage,
+                                    "volume_create",
+                                    Method::POST,
+                                    "/volumes",
+                                    Some(&body),
+                                    Some(super::backups::VOLUME_FROM_BACKUP),
+                                )
+                                .await?;
+                        }
+                        Err(CloudError::NotFound { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
                 match resp.status.as_u16() {
                     200 | 202 => json::<One>("volume_create", &resp)?.volume,
                     413 => {
@@ -141,6 +169,7 @@ impl CinderDisks {
             }
             Err(e) => return Err(e),
         };
+        let ready = self.restored_metadata(ready, &spec, metadata).await?;
         Ok(self.to_disk(&ready))
     }
 
@@ -164,7 +193,8 @@ impl CinderDisks {
     /// could not be read is no reason to delete anything), and says why the create failed.
     async fn remove_failed(&self, id: &str, why: String) -> CloudError {
         match self.get(id).await {
-            Ok(v) if v.status == "error" => {}
+            // `error_restoring`: a restore from a backup that failed.
+            Ok(v) if v.status == "error" || v.status == "error_restoring" => {}
             _ => return CloudError::Internal(why),
         }
         let left = match self.delete_disk(id).await {

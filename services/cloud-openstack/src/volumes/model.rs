@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use overcast_cloud::{Attachment, Disk, DiskCondition, DiskSource, Zone};
 use serde::Deserialize;
 
-use super::{context, CinderDisks, GIB, PARAMETERS_METADATA};
+use super::{context, CinderDisks, BACKUP_METADATA, GIB, PARAMETERS_METADATA, SRC_BACKUP_METADATA};
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Volume {
@@ -82,7 +82,7 @@ impl CinderDisks {
         let condition = if v.status.starts_with("error")
             || matches!(
                 v.status.as_str(),
-                "creating" | "deleting" | "maintenance" | "awaiting-transfer"
+                "creating" | "deleting" | "maintenance" | "awaiting-transfer" | "restoring-backup"
             ) {
             DiskCondition::Abnormal(format!("the volume is {}", v.status))
         } else {
@@ -107,7 +107,14 @@ impl CinderDisks {
             source: match (&v.snapshot_id, &v.source_volid) {
                 (Some(snapshot), _) => Some(DiskSource::Snapshot(snapshot.clone())),
                 (None, Some(volume)) => Some(DiskSource::Disk(volume.clone())),
-                (None, None) => None,
+                // Restored from a backup (the CSI snapshot is the backup): Cinder says
+                // which once the restore is done (cinder-csi-plugin's restores too), our
+                // metadata while it runs.
+                (None, None) => v
+                    .metadata
+                    .get(SRC_BACKUP_METADATA)
+                    .or_else(|| v.metadata.get(BACKUP_METADATA))
+                    .map(|b| DiskSource::Snapshot(b.clone())),
             },
         }
     }

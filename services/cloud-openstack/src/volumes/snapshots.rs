@@ -29,10 +29,10 @@ use super::*;
 pub const FORCE_CREATE_PARAMETER: &str = "force-create";
 pub const SNAPSHOT_TYPE_PARAMETER: &str = "type";
 /// What cinder-csi-plugin writes as each snapshot's description (`snapshotDescription`).
-const SNAPSHOT_DESCRIPTION: &str = "Created by OpenStack Cinder CSI driver";
+pub(super) const SNAPSHOT_DESCRIPTION: &str = "Created by OpenStack Cinder CSI driver";
 /// How long a CreateSnapshot waits for Cinder before answering `ready_to_use: false`
 /// (the fake and LVM backends finish in a second or two; a Ceph one in about as long).
-const FIRST_ANSWER: Duration = Duration::from_secs(10);
+pub(super) const FIRST_ANSWER: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct CinderSnapshot {
@@ -79,7 +79,7 @@ impl CinderSnapshot {
 
 /// Cinder's `created_at`: naive (UTC) as Cinder writes it, or with an offset as a
 /// front might.
-fn cinder_time(s: &str) -> Option<SystemTime> {
+pub(super) fn cinder_time(s: &str) -> Option<SystemTime> {
     if let Ok(t) = s.parse::<jiff::Timestamp>() {
         return Some(t.into());
     }
@@ -89,7 +89,7 @@ fn cinder_time(s: &str) -> Option<SystemTime> {
 }
 
 /// Whether a class asks for an attached volume to be snapshotted (`force`).
-fn force(parameters: &BTreeMap<String, String>) -> Result<bool> {
+pub(super) fn force(parameters: &BTreeMap<String, String>) -> Result<bool> {
     match parameters.get(FORCE_CREATE_PARAMETER) {
         None => Ok(true),
         Some(v) => parse_bool(v).ok_or_else(|| {
@@ -116,26 +116,20 @@ pub(super) fn validate_snapshot_parameters(parameters: &BTreeMap<String, String>
                 force(parameters)?;
             }
             SNAPSHOT_TYPE_PARAMETER => match v.as_str() {
-                "" | "snapshot" => {}
-                "backup" => {
-                    return Err(CloudError::InvalidArgument(
-                        "snapshot class parameter type: \"backup\" (Cinder backups) is not supported yet; \
-                         use type \"snapshot\" or leave it out"
-                            .into(),
-                    ))
-                }
+                "" | "snapshot" | "backup" => {}
                 other => {
                     return Err(CloudError::InvalidArgument(format!(
                         "snapshot class parameter type: {other:?} (cinder-csi-plugin's classes take \"snapshot\" or \"backup\")"
                     )))
                 }
             },
-            // cinder-csi-plugin's backup zone: a class written for it keeps working (a
-            // snapshot stays where its volume is).
+            // cinder-csi-plugin's backup zone (a snapshot stays where its volume is).
             AVAILABILITY_PARAMETER => {}
+            super::backups::BACKUP_MAX_DURATION_PARAMETER => super::backups::validate_max_duration(v)?,
             _ => {
                 return Err(CloudError::InvalidArgument(format!(
-                    "unknown snapshot class parameter {k:?} (OpenStack takes {FORCE_CREATE_PARAMETER}, {SNAPSHOT_TYPE_PARAMETER}, {AVAILABILITY_PARAMETER})"
+                    "unknown snapshot class parameter {k:?} (OpenStack takes {FORCE_CREATE_PARAMETER}, {SNAPSHOT_TYPE_PARAMETER}, {AVAILABILITY_PARAMETER}, {})",
+                    super::backups::BACKUP_MAX_DURATION_PARAMETER
                 )))
             }
         }
@@ -167,7 +161,7 @@ impl CinderDisks {
     }
 
     /// Snapshots named `name` (Cinder filters by it; only the exact name counts).
-    async fn snapshots_named(&self, name: &str) -> Result<Vec<CinderSnapshot>> {
+    pub(super) async fn snapshots_named(&self, name: &str) -> Result<Vec<CinderSnapshot>> {
         let resp = self
             .os
             .call(
@@ -238,7 +232,7 @@ impl CinderDisks {
     }
 
     /// Asks Cinder for a snapshot of `source`.
-    async fn cut(
+    pub(super) async fn cut(
         &self,
         spec: &SnapshotSpec,
         source: &Volume,
@@ -290,7 +284,7 @@ impl CinderDisks {
 
     /// Polls a snapshot being cut for [`FIRST_ANSWER`] at most: `available`, or how far it
     /// got when Cinder takes longer. One in `error` is deleted and the create fails.
-    async fn until_cut(&self, snapshot: &CinderSnapshot) -> Result<CinderSnapshot> {
+    pub(super) async fn until_cut(&self, snapshot: &CinderSnapshot) -> Result<CinderSnapshot> {
         let started = Instant::now();
         let mut delay = Duration::from_millis(100);
         let mut now = snapshot.clone();
@@ -541,13 +535,17 @@ mod tests {
             class(&[("force-create", "true")]),
             class(&[("force-create", "False"), ("type", "snapshot")]),
             class(&[("type", ""), ("availability", "nova")]),
+            class(&[
+                ("type", "backup"),
+                ("backup-max-duration-seconds-per-gb", "40"),
+            ]),
         ] {
             validate_snapshot_parameters(&ok).unwrap();
         }
         for bad in [
             class(&[("force-create", "yes")]),
-            class(&[("type", "backup")]),
             class(&[("type", "clone")]),
+            class(&[("backup-max-duration-seconds-per-gb", "forty")]),
             class(&[("volumeType", "fast")]),
         ] {
             assert!(matches!(

@@ -11,6 +11,8 @@ use tonic::Code;
 
 use super::*;
 
+/// Cinder backups (`type: backup`), made, restored and deleted.
+mod backups;
 /// Cinder slow, failing and refusing.
 mod failures;
 /// csi-sanity's snapshot and clone specs.

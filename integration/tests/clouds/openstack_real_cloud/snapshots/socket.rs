@@ -113,14 +113,14 @@ async fn cinder_snapshots_are_cut_listed_restored_cloned_and_deleted_through_the
     assert_eq!(
         refused(
             c.create_snapshot(snapshot_request(
-                &format!("overcast-it-snap-bk-{pid}"),
+                &format!("overcast-it-snap-clone-{pid}"),
                 &a,
-                &[("type", "backup")]
+                &[("type", "clone")]
             ))
             .await
         ),
         Code::InvalidArgument,
-        "Cinder backups are not built"
+        "a type cinder-csi-plugin does not take (backups: backups.rs)"
     );
 
     // Of an attached volume: cut (force), unless the class says force-create "false".
