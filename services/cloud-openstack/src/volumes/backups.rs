@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Deserialize;
 
-use super::snapshots::{cinder_time, force, FIRST_ANSWER, SNAPSHOT_DESCRIPTION};
+use super::snapshots::{cinder_time, first_answer, force, Made, SNAPSHOT_DESCRIPTION};
 use super::*;
 
 /// cinder-csi-plugin's limit on its wait for a backup; taken (an integer, as it parses
@@ -74,6 +74,12 @@ struct OneBackup {
 #[derive(Deserialize)]
 struct ManyBackups {
     backups: Vec<CinderBackup>,
+}
+
+impl Made for CinderBackup {
+    fn status(&self) -> &str {
+        &self.status
+    }
 }
 
 impl CinderBackup {
@@ -290,42 +296,26 @@ impl CinderDisks {
         }
     }
 
-    /// Polls a backup being made for [`FIRST_ANSWER`] at most: `available`, or how far it
+    /// Polls a backup being made as long as [`first_answer`] does: `available`, or how far it
     /// got when cinder-backup takes longer. One in `error` is deleted and the create
     /// fails.
     async fn until_backed_up(&self, backup: &CinderBackup) -> Result<CinderBackup> {
-        let started = Instant::now();
-        let mut delay = Duration::from_millis(100);
-        let mut now = backup.clone();
-        loop {
-            match now.status.as_str() {
-                "available" => return Ok(now),
-                "error" => return Err(self.remove_failed_backup(&now).await),
-                "deleting" | "error_deleting" => {
-                    return Err(CloudError::Unavailable(format!(
-                    "openstack: backup {} named {:?} is {}; a retry makes it again once it is gone",
-                    now.id,
-                    now.name.as_deref().unwrap_or_default(),
-                    now.status
-                )))
-                }
-                _ => {}
-            }
-            if started.elapsed() + delay > FIRST_ANSWER {
-                return Ok(now);
-            }
-            tokio::time::sleep(delay).await;
-            delay = (delay + Duration::from_millis(100)).min(Duration::from_millis(500));
-            now = match self.cinder_backup(&backup.id).await {
-                Ok(b) => b,
-                Err(CloudError::NotFound { .. }) => {
-                    return Err(CloudError::Unavailable(format!(
-                        "openstack: backup {} was deleted while it was being made; a retry makes it again",
-                        backup.id
-                    )))
-                }
-                Err(e) => return Err(e),
-            };
+        let Some(now) = first_answer(backup.clone(), || self.cinder_backup(&backup.id)).await?
+        else {
+            return Err(CloudError::Unavailable(format!(
+                "openstack: backup {} was deleted while it was being made; a retry makes it again",
+                backup.id
+            )));
+        };
+        match now.status.as_str() {
+            "error" => Err(self.remove_failed_backup(&now).await),
+            "deleting" | "error_deleting" => Err(CloudError::Unavailable(format!(
+                "openstack: backup {} named {:?} is {}; a retry makes it again once it is gone",
+                now.id,
+                now.name.as_deref().unwrap_or_default(),
+                now.status
+            ))),
+            _ => Ok(now),
         }
     }
 

@@ -71,17 +71,7 @@ impl CinderDisks {
                         body["volume"]["snapshot_id"] = json!(source);
                     }
                 }
-                let mut resp = self
-                    .os
-                    .call(
-                        Service::BlockStorage,
-                        "volume_create",
-                        Method::POST,
-                        "/volumes",
-                        Some(&body),
-                        None,
-                    )
-                    .await?;
+                let mut resp = self.post_volume(&body, None).await?;
                 if let (404, Some(DiskSource::Snapshot(source))) =
                     (resp.status.as_u16(), &spec.source)
                 {
@@ -95,15 +85,7 @@ impl CinderDisks {
                             }
                             self.restore_body(&mut body, source).await?;
                             resp = self
-                                .os
-                                .call(
-                                    Service::BlockStorage,
-                                    "volume_create",
-                                    Method::POST,
-                                    "/volumes",
-                                    Some(&body),
-                                    Some(super::backups::VOLUME_FROM_BACKUP),
-                                )
+                                .post_volume(&body, Some(super::backups::VOLUME_FROM_BACKUP))
                                 .await?;
                         }
                         Err(CloudError::NotFound { .. }) => {}
@@ -171,6 +153,23 @@ impl CinderDisks {
         };
         let ready = self.restored_metadata(ready, &spec, metadata).await?;
         Ok(self.to_disk(&ready))
+    }
+
+    async fn post_volume(
+        &self,
+        body: &Value,
+        microversion: Option<Microversion>,
+    ) -> Result<overcast_cloud_http::Response> {
+        self.os
+            .call(
+                Service::BlockStorage,
+                "volume_create",
+                Method::POST,
+                "/volumes",
+                Some(body),
+                microversion,
+            )
+            .await
     }
 
     /// Waits until volume `id`, being deleted, is gone; `Busy` while it is still there

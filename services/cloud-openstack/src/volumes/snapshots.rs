@@ -32,7 +32,7 @@ pub const SNAPSHOT_TYPE_PARAMETER: &str = "type";
 pub(super) const SNAPSHOT_DESCRIPTION: &str = "Created by OpenStack Cinder CSI driver";
 /// How long a CreateSnapshot waits for Cinder before answering `ready_to_use: false`
 /// (the fake and LVM backends finish in a second or two; a Ceph one in about as long).
-pub(super) const FIRST_ANSWER: Duration = Duration::from_secs(10);
+const FIRST_ANSWER: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct CinderSnapshot {
@@ -74,6 +74,45 @@ impl CinderSnapshot {
                 .unwrap_or(SystemTime::UNIX_EPOCH),
             ready: self.status == "available",
         }
+    }
+}
+
+/// What Cinder makes and a create waits for: a snapshot, a backup.
+pub(super) trait Made {
+    fn status(&self) -> &str;
+}
+
+impl Made for CinderSnapshot {
+    fn status(&self) -> &str {
+        &self.status
+    }
+}
+
+/// Polls what Cinder is making (`fetch` asks for it again) for [`FIRST_ANSWER`] at most:
+/// the first answer in which it is no longer on its way (`available`, `error`, being
+/// deleted), or the last one when Cinder takes longer. `None`: it was deleted meanwhile.
+pub(super) async fn first_answer<T, Fut>(mut now: T, fetch: impl Fn() -> Fut) -> Result<Option<T>>
+where
+    T: Made,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let started = Instant::now();
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let settled = matches!(
+            now.status(),
+            "available" | "error" | "deleting" | "error_deleting"
+        );
+        if settled || started.elapsed() + delay > FIRST_ANSWER {
+            return Ok(Some(now));
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay + Duration::from_millis(100)).min(Duration::from_millis(500));
+        now = match fetch().await {
+            Ok(t) => t,
+            Err(CloudError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
     }
 }
 
@@ -285,38 +324,23 @@ impl CinderDisks {
     /// Polls a snapshot being cut for [`FIRST_ANSWER`] at most: `available`, or how far it
     /// got when Cinder takes longer. One in `error` is deleted and the create fails.
     pub(super) async fn until_cut(&self, snapshot: &CinderSnapshot) -> Result<CinderSnapshot> {
-        let started = Instant::now();
-        let mut delay = Duration::from_millis(100);
-        let mut now = snapshot.clone();
-        loop {
-            match now.status.as_str() {
-                "available" => return Ok(now),
-                "error" => return Err(self.remove_failed_snapshot(&now).await),
-                "deleting" | "error_deleting" => {
-                    return Err(CloudError::Unavailable(format!(
-                        "openstack: snapshot {} named {:?} is {}; a retry cuts it again once it is gone",
-                        now.id,
-                        now.name.as_deref().unwrap_or_default(),
-                        now.status
-                    )))
-                }
-                _ => {}
-            }
-            if started.elapsed() + delay > FIRST_ANSWER {
-                return Ok(now);
-            }
-            tokio::time::sleep(delay).await;
-            delay = (delay + Duration::from_millis(100)).min(Duration::from_millis(500));
-            now = match self.cinder_snapshot(&snapshot.id).await {
-                Ok(s) => s,
-                Err(CloudError::NotFound { .. }) => {
-                    return Err(CloudError::Unavailable(format!(
-                        "openstack: snapshot {} was deleted while it was being cut; a retry cuts it again",
-                        snapshot.id
-                    )))
-                }
-                Err(e) => return Err(e),
-            };
+        let Some(now) =
+            first_answer(snapshot.clone(), || self.cinder_snapshot(&snapshot.id)).await?
+        else {
+            return Err(CloudError::Unavailable(format!(
+                "openstack: snapshot {} was deleted while it was being cut; a retry cuts it again",
+                snapshot.id
+            )));
+        };
+        match now.status.as_str() {
+            "error" => Err(self.remove_failed_snapshot(&now).await),
+            "deleting" | "error_deleting" => Err(CloudError::Unavailable(format!(
+                "openstack: snapshot {} named {:?} is {}; a retry cuts it again once it is gone",
+                now.id,
+                now.name.as_deref().unwrap_or_default(),
+                now.status
+            ))),
+            _ => Ok(now),
         }
     }
 

@@ -15,16 +15,9 @@ async fn a_snapshot_a_crash_left_before_its_backup_is_backed_up_and_deleted() {
     if backup_data().is_none() {
         return;
     }
-    cloud.sweep().await;
     let pid = std::process::id();
     let work = tempfile::tempdir().unwrap();
-    let driver = driver(
-        &cloud,
-        work.path(),
-        "00000000-0000-4000-8000-000000000000",
-        "cinder.csi.openstack.org",
-    )
-    .await;
+    let driver = swept_driver(&cloud, work.path()).await;
     let mut c = driver.controller().await;
     let volume = provisioned(
         &mut c,
@@ -72,16 +65,9 @@ async fn a_slow_backup_is_answered_not_ready_and_loses_nothing() {
     let Some(data) = backup_data() else {
         return;
     };
-    cloud.sweep().await;
     let pid = std::process::id();
     let work = tempfile::tempdir().unwrap();
-    let driver = driver(
-        &cloud,
-        work.path(),
-        "00000000-0000-4000-8000-000000000000",
-        "cinder.csi.openstack.org",
-    )
-    .await;
+    let driver = swept_driver(&cloud, work.path()).await;
     let mut c = driver.controller().await;
     let volume = provisioned(
         &mut c,
@@ -159,14 +145,7 @@ async fn a_slow_backup_is_answered_not_ready_and_loses_nothing() {
     )
     .await;
     assert_eq!(restored(&data, &r.volume_id, held.len()), held);
-    for v in [&r.volume_id, &volume] {
-        c.delete_volume(csi::DeleteVolumeRequest {
-            volume_id: v.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("delete volume");
-    }
+    deleted(&mut c, &[&r.volume_id, &volume]).await;
     c.delete_snapshot(csi::DeleteSnapshotRequest {
         snapshot_id: ready.snapshot_id.clone(),
         ..Default::default()
@@ -189,16 +168,9 @@ async fn a_backup_cinder_fails_is_deleted_with_its_snapshot_and_made_anew() {
     let Some(data) = backup_data() else {
         return;
     };
-    cloud.sweep().await;
     let pid = std::process::id();
     let work = tempfile::tempdir().unwrap();
-    let driver = driver(
-        &cloud,
-        work.path(),
-        "00000000-0000-4000-8000-000000000000",
-        "cinder.csi.openstack.org",
-    )
-    .await;
+    let driver = swept_driver(&cloud, work.path()).await;
     let mut c = driver.controller().await;
     let volume = provisioned(
         &mut c,
@@ -265,14 +237,7 @@ async fn a_backup_cinder_fails_is_deleted_with_its_snapshot_and_made_anew() {
     )
     .await;
     assert_eq!(restored(&data, &r.volume_id, held.len()), held);
-    for v in [&r.volume_id, &volume] {
-        c.delete_volume(csi::DeleteVolumeRequest {
-            volume_id: v.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("delete volume");
-    }
+    deleted(&mut c, &[&r.volume_id, &volume]).await;
     c.delete_snapshot(csi::DeleteSnapshotRequest {
         snapshot_id: made.snapshot_id,
         ..Default::default()

@@ -110,6 +110,30 @@ async fn until_volume_status(cloud: &Cloud, id: &str, status: &str) {
     }
 }
 
+/// Our `csi` under cinder-csi-plugin's name, its cloud swept first.
+async fn swept_driver(cloud: &Cloud, work: &std::path::Path) -> Csi {
+    cloud.sweep().await;
+    driver(
+        cloud,
+        work,
+        "00000000-0000-4000-8000-000000000000",
+        "cinder.csi.openstack.org",
+    )
+    .await
+}
+
+/// DeleteVolume of each of `volumes`, each answered OK.
+async fn deleted(c: &mut ControllerClient, volumes: &[&String]) {
+    for v in volumes {
+        c.delete_volume(csi::DeleteVolumeRequest {
+            volume_id: v.to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("delete volume {v}: {e:?}"));
+    }
+}
+
 fn class(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
     BACKUP_CLASS.iter().chain(extra).copied().collect()
 }
@@ -123,16 +147,9 @@ async fn cinder_backups_are_made_restored_and_deleted_as_cinder_csi_makes_them()
     let Some(data) = backup_data() else {
         return;
     };
-    cloud.sweep().await;
     let pid = std::process::id();
     let work = tempfile::tempdir().unwrap();
-    let driver = driver(
-        &cloud,
-        work.path(),
-        "00000000-0000-4000-8000-000000000000",
-        "cinder.csi.openstack.org",
-    )
-    .await;
+    let driver = swept_driver(&cloud, work.path()).await;
     let mut c = driver.controller().await;
     let volume = |name: &str| overcast_integration::create_request(name, GIB);
     let claimed = |mut req: csi::CreateVolumeRequest, claim: &str| {
@@ -273,14 +290,7 @@ async fn cinder_backups_are_made_restored_and_deleted_as_cinder_csi_makes_them()
         Code::OutOfRange
     );
 
-    for volume in [&r.volume_id, &b] {
-        c.delete_volume(csi::DeleteVolumeRequest {
-            volume_id: volume.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("delete volume");
-    }
+    deleted(&mut c, &[&r.volume_id, &b]).await;
     // The backup outlives its volume.
     c.delete_volume(csi::DeleteVolumeRequest {
         volume_id: a.clone(),
@@ -445,14 +455,7 @@ async fn a_backup_cinder_csi_made_is_restored_and_deleted_after_the_switch() {
     )
     .await;
     assert_eq!(restored(&data, &r.volume_id, held.len()), held);
-    for v in [&r.volume_id, &volume] {
-        c.delete_volume(csi::DeleteVolumeRequest {
-            volume_id: v.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("delete volume");
-    }
+    deleted(&mut c, &[&r.volume_id, &volume]).await;
     c.delete_snapshot(csi::DeleteSnapshotRequest {
         snapshot_id: id.clone(),
         ..Default::default()
