@@ -24,10 +24,14 @@ since=$(date -u '+%Y-%m-%d %H:%M:%S')
 if [ -f "$pidfile" ] && kill -0 -- "-$(cat "$pidfile")" 2>/dev/null; then
   echo "cinder-backup: already running ($pidfile)" >&2
 else
-  (cd "$STATE" && OVERCAST_BACKUP_DATA=$data PYTHONPATH="$sim/pylib:$here" \
-     setsid sh -c 'echo $$ > "$0"; exec "$@"' "$pidfile" /usr/bin/python3 -c \
-     "import sys; sys.argv=['cinder-backup','--config-file','$STATE/etc/cinder.conf','--config-file','$STATE/etc/backup.conf','--log-file','$STATE/log/cinder-backup.log']; from cinder.cmd.backup import main; sys.exit(main())" \
-     > "$STATE/log/cinder-backup.out" 2>&1 < /dev/null &)
+  # In the background with every descriptor its own (a caller reading this script's
+  # output, as .ci/run does with $(…), must not wait for the service to end).
+  (
+    cd "$STATE"
+    OVERCAST_BACKUP_DATA=$data PYTHONPATH="$sim/pylib:$here" exec \
+      setsid sh -c 'echo $$ > "$0"; exec "$@"' "$pidfile" /usr/bin/python3 -c \
+      "import sys; sys.argv=['cinder-backup','--config-file','$STATE/etc/cinder.conf','--config-file','$STATE/etc/backup.conf','--log-file','$STATE/log/cinder-backup.log']; from cinder.cmd.backup import main; sys.exit(main())"
+  ) > "$STATE/log/cinder-backup.out" 2>&1 < /dev/null &
 fi
 # Up once this run has reported to Cinder's database (the API schedules a backup only to a
 # cinder-backup that reported within service_down_time; a row an earlier run left is not
