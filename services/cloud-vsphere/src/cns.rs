@@ -41,7 +41,14 @@ pub struct Volume {
     /// What its Kubernetes entities say, under the CSI metadata keys
     /// (`csi.storage.k8s.io/pv/name`, `…/pvc/name`, `…/pvc/namespace`).
     pub metadata: BTreeMap<String, String>,
+    /// The CSI snapshot a restore was made from ([`RESTORED_FROM_LABEL`] on its PV's
+    /// entity): CNS does not say a volume's source back otherwise.
+    pub restored_from: Option<String>,
 }
+
+/// Ours, a label of a restore's PERSISTENT_VOLUME entity: the CSI id of the snapshot it
+/// was made from (`<volume id>+<snapshot id>`).
+pub const RESTORED_FROM_LABEL: &str = "overcast.dev/restored-from";
 
 /// The CSI metadata keys the external-provisioner passes and CNS records as entities.
 pub const PV_NAME: &str = overcast_cloud::discovery::PV_NAME_KEY;
@@ -119,7 +126,12 @@ impl Cns {
         s.push_str(&el("vSphereUser", &spec.vsphere_user));
         s.push_str(&el("clusterFlavor", "VANILLA"));
         s.push_str("</containerCluster>");
-        s.push_str(&entities(&spec.metadata, &spec.cluster_id));
+        let restored_from = spec.snapshot.as_ref().map(|(v, s)| format!("{v}+{s}"));
+        s.push_str(&entities(
+            &spec.metadata,
+            &spec.cluster_id,
+            restored_from.as_deref(),
+        ));
         s.push_str("</metadata>");
         s.push_str(&format!(
             "<backingObjectDetails xsi:type=\"CnsBlockBackingDetails\">{}</backingObjectDetails>",
@@ -295,22 +307,36 @@ impl Cns {
     }
 }
 
-/// The Kubernetes entities of a create: the PV, and the PVC referring to it.
-fn entities(metadata: &BTreeMap<String, String>, cluster_id: &str) -> String {
+/// The Kubernetes entities of a create: the PV (labelled with the snapshot a restore is
+/// made from), and the PVC referring to it.
+fn entities(
+    metadata: &BTreeMap<String, String>,
+    cluster_id: &str,
+    restored_from: Option<&str>,
+) -> String {
     let mut out = String::new();
     let Some(pv) = metadata.get(PV_NAME) else {
         return out;
     };
-    let entity = |kind: &str, name: &str, namespace: Option<&str>, refers: &str| {
+    let entity = |kind: &str, name: &str, labels: &str, namespace: Option<&str>, refers: &str| {
         format!(
-            "<entityMetadata xsi:type=\"CnsKubernetesEntityMetadata\">{}<delete>false</delete>{}{}{}{refers}</entityMetadata>",
+            "<entityMetadata xsi:type=\"CnsKubernetesEntityMetadata\">{}{labels}<delete>false</delete>{}{}{}{refers}</entityMetadata>",
             el("entityName", name),
             el("clusterId", cluster_id),
             el("entityType", kind),
             namespace.map(|n| el("namespace", n)).unwrap_or_default(),
         )
     };
-    out.push_str(&entity("PERSISTENT_VOLUME", pv, None, ""));
+    let labels = restored_from
+        .map(|id| {
+            format!(
+                "<labels>{}{}</labels>",
+                el("key", RESTORED_FROM_LABEL),
+                el("value", id)
+            )
+        })
+        .unwrap_or_default();
+    out.push_str(&entity("PERSISTENT_VOLUME", pv, &labels, None, ""));
     if let (Some(pvc), Some(ns)) = (metadata.get(PVC_NAME), metadata.get(PVC_NAMESPACE)) {
         let refers = format!(
             "<referredEntity>{}{}{}</referredEntity>",
@@ -318,7 +344,13 @@ fn entities(metadata: &BTreeMap<String, String>, cluster_id: &str) -> String {
             el("entityName", pv),
             el("clusterId", cluster_id)
         );
-        out.push_str(&entity("PERSISTENT_VOLUME_CLAIM", pvc, Some(ns), &refers));
+        out.push_str(&entity(
+            "PERSISTENT_VOLUME_CLAIM",
+            pvc,
+            "",
+            Some(ns),
+            &refers,
+        ));
     }
     out
 }
@@ -343,7 +375,19 @@ fn volume(e: &Element) -> Volume {
         storage_policy_id: t(&["storagePolicyId"]),
         health: t(&["healthStatus"]),
         metadata: entity_metadata(e),
+        restored_from: restored_from(e),
     }
+}
+
+/// The [`RESTORED_FROM_LABEL`] of a volume's PERSISTENT_VOLUME entity.
+fn restored_from(volume: &Element) -> Option<String> {
+    volume
+        .child("metadata")?
+        .all("entityMetadata")
+        .filter(|e| e.text_at(&["entityType"]) == Some("PERSISTENT_VOLUME"))
+        .flat_map(|e| e.all("labels"))
+        .find(|l| l.text_at(&["key"]) == Some(RESTORED_FROM_LABEL))
+        .and_then(|l| l.text_at(&["value"]).map(str::to_owned))
 }
 
 /// A volume's Kubernetes entities under the CSI metadata keys.

@@ -248,10 +248,14 @@ impl VsphereDisks {
             "" | "green" => DiskCondition::Healthy,
             other => DiskCondition::Abnormal(format!("CNS health {other}")),
         };
+        // The state directory's record (a restore made without a PV name has no entity to
+        // carry it), else the volume's CNS metadata (a new pod's empty state directory).
         let source = self
             .restores
             .get(&v.name)
-            .map(|s| overcast_cloud::DiskSource::Snapshot(s.id));
+            .map(|s| s.id)
+            .or_else(|| v.restored_from.clone())
+            .map(overcast_cloud::DiskSource::Snapshot);
         Disk {
             id: v.id,
             name: v.name,

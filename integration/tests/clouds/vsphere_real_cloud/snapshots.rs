@@ -25,8 +25,12 @@ fn cut_request(name: &str, source: &str) -> csi::CreateSnapshotRequest {
     }
 }
 
+/// A restore as external-provisioner asks it with `--extra-create-metadata` (the
+/// overlay's): the PV's name among the parameters.
 fn restore_request(name: &str, snapshot: &str, bytes: i64) -> csi::CreateVolumeRequest {
     let mut r = overcast_integration::create_request(name, bytes);
+    r.parameters
+        .insert("csi.storage.k8s.io/pv/name".into(), name.into());
     r.volume_content_source = Some(csi::VolumeContentSource {
         r#type: Some(csi::volume_content_source::Type::Snapshot(
             csi::volume_content_source::SnapshotSource {
@@ -248,6 +252,20 @@ async fn cns_snapshots_are_cut_listed_restored_and_deleted_as_vsphere_csi_driver
     c.create_volume(restore_request("pvc-restored", &their_id, 128 * MIB))
         .await
         .expect("the same restore after a restart");
+    // And in a new pod, its state directory gone (an emptyDir): the source is read from
+    // the volume's CNS metadata (the label on its PV's entity).
+    driver.kill9();
+    std::fs::remove_dir_all(dir.path().join("state/vsphere-restores")).expect("the records");
+    driver.resume().await;
+    let mut c = driver.controller().await;
+    let again = c
+        .create_volume(restore_request("pvc-restored", &their_id, 128 * MIB))
+        .await
+        .expect("the same restore in a new pod")
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(again.volume_id, restored.volume_id);
     let other = c
         .create_volume(restore_request("pvc-restored", &one.snapshot_id, 128 * MIB))
         .await

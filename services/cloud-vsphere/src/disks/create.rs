@@ -178,6 +178,7 @@ impl VsphereDisks {
         let this_restore = match &spec.source {
             Some(DiskSource::Snapshot(id)) => {
                 self.restores.get(&spec.name).is_some_and(|r| r.id == *id)
+                    || v.restored_from.as_ref() == Some(id)
             }
             _ => false,
         };
