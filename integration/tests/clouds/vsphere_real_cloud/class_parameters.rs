@@ -5,6 +5,7 @@
 //! repeat naming another policy is ALREADY_EXISTS; ValidateVolumeCapabilities confirms
 //! the class the volume was made with and not another.
 
+use hyper::body::Bytes;
 use overcast_cloud_vsphere::cns::{Cns, Filter};
 use overcast_cloud_vsphere::pbm::Pbm;
 use overcast_integration::{csi_v1 as csi, mount_cap};
@@ -133,4 +134,91 @@ async fn a_repeated_create_of_a_class_with_parameters_answers_the_same_volume() 
             .await
             .expect("delete");
     }
+}
+
+/// The CnsQueryVolume by id that follows a volume's lookup by name, answered as if the
+/// volume had been deleted in between (its id in the filter swapped for one CNS does not
+/// know), once when armed.
+#[derive(Default)]
+struct GoneById {
+    armed: std::sync::atomic::AtomicBool,
+    fired: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl overcast_integration::vcsim_front::Part for GoneById {
+    async fn request(&self, _path: &str, body: Bytes) -> Bytes {
+        let text = String::from_utf8_lossy(&body);
+        if !text.contains("CnsQueryVolume") || !text.contains("<volumeIds>") {
+            return body;
+        }
+        if !self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return body;
+        }
+        self.fired.store(true, std::sync::atomic::Ordering::SeqCst);
+        let Some(start) = text.find("<volumeIds><id>") else {
+            return body;
+        };
+        let from = start + "<volumeIds><id>".len();
+        let Some(len) = text[from..].find("</id>") else {
+            return body;
+        };
+        let swapped = format!(
+            "{}00000000-0000-4000-8000-00000000dead{}",
+            &text[..from],
+            &text[from + len..]
+        );
+        Bytes::from(swapped)
+    }
+
+    async fn answer(&self, _path: &str, _request: &[u8], _status: u16, body: Bytes) -> Bytes {
+        body
+    }
+}
+
+/// A repeated create whose volume CNS finds by name and then no longer by id (deleted
+/// between the two answers) is made anew: OK with the volume the create then finds or
+/// makes, not NOT_FOUND (the spec's code for a missing source; the provisioner would
+/// give up on a claim it could still provision).
+#[tokio::test]
+async fn a_volume_gone_between_its_two_lookups_is_made_anew_not_not_found() {
+    let Some(sim) = Vcsim::start("a volume gone between its lookups", &[]) else {
+        return;
+    };
+    let admin = vcenter(&sim, &Arc::new(ApiMetrics::unregistered()));
+    let policies = Pbm::new(Arc::clone(&admin)).policies().await.unwrap();
+    let class = [("storagepolicyname", policies[0].name.as_str())];
+    let part = Arc::new(GoneById::default());
+    let front = overcast_integration::vcsim_front::VcsimFront::start(
+        &sim,
+        Arc::clone(&part) as Arc<dyn overcast_integration::vcsim_front::Part>,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let driver = super::csi::vsphere_driver(dir.path(), front.port, &sim.ca_file, "", false).await;
+    let mut c = driver.controller().await;
+    let made = c
+        .create_volume(create("pvc-gone-between", &class))
+        .await
+        .expect("made")
+        .into_inner()
+        .volume
+        .unwrap();
+    part.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let again = c
+        .create_volume(create("pvc-gone-between", &class))
+        .await
+        .expect("made anew, not NOT_FOUND")
+        .into_inner()
+        .volume
+        .unwrap();
+    assert!(
+        part.fired.load(std::sync::atomic::Ordering::SeqCst),
+        "the lookup by id was answered gone"
+    );
+    // vcsim still has it (only the answer said otherwise): the create found it by name.
+    assert_eq!(again.volume_id, made.volume_id);
+    c.delete_volume(overcast_integration::delete_request(&made.volume_id))
+        .await
+        .expect("delete");
 }

@@ -104,26 +104,32 @@ impl ControllerService {
 
         let _guard = self.inflight.name(name)?;
         // Idempotency by name: an existing disk answers if it fits what is asked now.
-        if let Some(disk) = self
+        let mut existing = self
             .cloud
             .disk_by_name(name)
             .await
-            .map_err(|e| to_status(&op, e))?
-        {
-            let fits = validation::size_fits(disk.size_bytes, req.capacity_range.as_ref())?;
-            // A disk another driver made (a create it began before the cluster switched,
-            // repeated to us) records no parameters of ours: its size and source are what
-            // there is to compare, as that driver compares.
+            .map_err(|e| to_status(&op, e))?;
+        // Whether it was made with this request's parameters. A disk another driver made (a
+        // create it began before the cluster switched, repeated to us) records no
+        // parameters of ours: its size and source are what there is to compare, as that
+        // driver compares. One gone between the two answers (deleted meanwhile) is made
+        // anew below: NOT_FOUND is the spec's answer for a missing source, not this.
+        let mut made_with = true;
+        if let Some(disk) = &existing {
             let foreign = disk
                 .metadata
                 .contains_key(overcast_cloud::discovery::MADE_BY);
-            let same_params = disk.source == source
-                && (foreign
-                    || self
-                        .cloud
-                        .made_with(&disk, &parameters)
-                        .await
-                        .map_err(|e| to_status(&op, e))?);
+            if disk.source == source && !foreign {
+                match self.cloud.made_with(disk, &parameters).await {
+                    Ok(same) => made_with = same,
+                    Err(CloudError::NotFound { .. }) => existing = None,
+                    Err(e) => return Err(to_status(&op, e)),
+                }
+            }
+        }
+        if let Some(disk) = existing {
+            let fits = validation::size_fits(disk.size_bytes, req.capacity_range.as_ref())?;
+            let same_params = disk.source == source && made_with;
             // A disk without a zone is reachable from every topology.
             let placed = match &req.accessibility_requirements {
                 _ if disk.zone == Zone::default() => true,
