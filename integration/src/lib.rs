@@ -970,8 +970,11 @@ pub async fn recording_upstream(heads: std::sync::Arc<std::sync::Mutex<Vec<Strin
 /// csi-sanity's verdict on one run.
 pub struct SanityRun {
     pub success: bool,
-    /// Its `[FAIL]` lines.
+    /// Its `[FAIL]` lines, and the `[FAILED]` blocks of attempts that were not retried.
     pub failures: Vec<String>,
+    /// The `[FAILED]` blocks of attempts run again (`--ginkgo.flake-attempts`), with the
+    /// lines before each (what failed): a spec that then passed is a flake, not a failure.
+    pub flaked: Vec<String>,
     /// Its summary line (`SUCCESS! -- 57 Passed | 0 Failed | …`), empty when missing.
     pub summary: String,
     /// The last 80 lines of its output, for a failure's message.
@@ -1059,22 +1062,28 @@ pub async fn run_csi_sanity(
         );
     }
     let lines: Vec<&str> = text.lines().collect();
+    // The failed specs, and what ginkgo says of each failure (its `[FAILED]` block: the
+    // error, the spec's line), which the tail may not reach. A block an "Attempt #n
+    // Failed. Retrying" follows was run again: a flake unless the spec failed at last.
+    let mut failures = Vec::new();
+    let mut flaked = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        if !(l.contains("[FAIL]") || l.contains("[FAILED]")) {
+            continue;
+        }
+        let after = &lines[i..(i + 8).min(lines.len())];
+        if l.contains("[FAILED]") && after.iter().any(|a| a.contains("Retrying")) {
+            flaked.push(lines[i.saturating_sub(20)..(i + 3).min(lines.len())].join("\n"));
+        } else if l.contains("[FAILED]") {
+            failures.push(after.join("\n"));
+        } else {
+            failures.push(l.to_string());
+        }
+    }
     SanityRun {
         success: out.status.success(),
-        // The failed specs, and what ginkgo says of each failure (its `[FAILED]` block:
-        // the error, the spec's line), which the tail may not reach.
-        failures: lines
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.contains("[FAIL]") || l.contains("[FAILED]"))
-            .map(|(i, l)| {
-                if l.contains("[FAILED]") {
-                    lines[i..(i + 8).min(lines.len())].join("\n")
-                } else {
-                    l.to_string()
-                }
-            })
-            .collect(),
+        failures,
+        flaked,
         summary,
         tail: lines[lines.len().saturating_sub(80)..].join("\n"),
         skip_reasons: lines

@@ -56,8 +56,10 @@ async fn csi_sanity_s_snapshot_and_clone_specs_pass_on_cinder() {
         );
         if run.tail.contains("FLAKEY") || run.summary.contains("Flaked") {
             eprintln!(
-                "csi-sanity on OpenStack (block {block}): a spec passed only at its second run: {}",
-                run.summary
+                "csi-sanity on OpenStack (block {block}): a spec passed only at its second run: {}\nits first run:\n{}\nthe driver's warnings and errors (last 30):\n{}",
+                run.summary,
+                run.flaked.join("\n---\n"),
+                said[said.len().saturating_sub(30)..].join("\n")
             );
         }
         assert!(run.summary.contains(" 0 Failed"), "{}", run.summary);
