@@ -13,6 +13,7 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 pub use overcast_api::csi_v1;
+pub use sanity::{run_csi_sanity, SanityRun};
 
 pub mod attacks;
 /// The simulators are crates of their own (`sim/`), here under the names the tests use.
@@ -39,6 +40,7 @@ pub mod ossim_project;
 pub mod real;
 pub mod real_node;
 pub mod release;
+pub mod sanity;
 pub mod scale;
 pub mod stall_front;
 pub mod terraform;
@@ -965,135 +967,6 @@ pub async fn recording_upstream(heads: std::sync::Arc<std::sync::Mutex<Vec<Strin
         }
     });
     port
-}
-
-/// csi-sanity's verdict on one run.
-pub struct SanityRun {
-    pub success: bool,
-    /// Its `[FAIL]` lines, and the `[FAILED]` blocks of attempts that were not retried.
-    pub failures: Vec<String>,
-    /// The `[FAILED]` blocks of attempts run again (`--ginkgo.flake-attempts`), with the
-    /// lines before each (what failed): a spec that then passed is a flake, not a failure.
-    pub flaked: Vec<String>,
-    /// Its summary line (`SUCCESS! -- 57 Passed | 0 Failed | …`), empty when missing.
-    pub summary: String,
-    /// The last 80 lines of its output, for a failure's message.
-    pub tail: String,
-    /// Why each skipped spec was skipped (`ControllerModifyVolume not supported`), one
-    /// entry a spec; only with `--ginkgo.v` among the arguments (ginkgo prints the
-    /// reasons only then).
-    pub skip_reasons: Vec<String>,
-}
-
-impl SanityRun {
-    /// How many specs passed, from the summary line (0 when there is none).
-    pub fn passed(&self) -> u32 {
-        self.summary
-            .split('|')
-            .find_map(|p| {
-                p.trim()
-                    .trim_start_matches("SUCCESS! --")
-                    .trim_start_matches("FAIL! --")
-                    .trim()
-                    .strip_suffix(" Passed")
-            })
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// The skip reasons that are none of `expected` (what a driver rightly does not run).
-    pub fn unexplained_skips(&self, expected: &[&str]) -> Vec<&String> {
-        self.skip_reasons
-            .iter()
-            .filter(|r| !expected.iter().any(|e| r.eq_ignore_ascii_case(e)))
-            .collect()
-    }
-}
-
-/// Runs kubernetes-csi's csi-sanity `binary` against the driver `csi`, in block or mount
-/// mode, with `extra` arguments; whatever it left mounted under the driver's directory
-/// is unmounted, also when it failed. The summary is written to stderr under `label`.
-pub async fn run_csi_sanity(
-    binary: &str,
-    csi: &Csi,
-    block: bool,
-    extra: &[String],
-    label: &str,
-) -> SanityRun {
-    let dir = csi.dir.path().to_path_buf();
-    let mut cmd = tokio::process::Command::new(binary);
-    cmd.arg(format!("--csi.endpoint=unix://{}", csi.socket.display()))
-        .arg(format!(
-            "--csi.stagingdir={}",
-            dir.join("sanity-staging").display()
-        ))
-        .arg(format!(
-            "--csi.mountdir={}",
-            dir.join("sanity-target").display()
-        ))
-        .arg("--csi.testvolumesize=16777216")
-        .arg("--ginkgo.no-color")
-        .args(extra)
-        // csi-test v5.3.1's utils.Connect (utils/grpcutil.go) dials without blocking, then
-        // waits for a change from `conn.GetState()`: when the connection is Ready before that
-        // first GetState — the handshake ran on another Go thread while this one was
-        // descheduled, as on a loaded CI machine — it waits for a change that never comes and
-        // fails the whole run with "Connection timed out" a minute later (sanity.go:272; CI of
-        // issue 69, twice). On one Go thread nothing runs between the Dial and the GetState.
-        .env("GOMAXPROCS", "1");
-    if block {
-        cmd.arg("--csi.testvolumeaccesstype=block");
-    }
-    let out = cmd.output().await.expect("run csi-sanity");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    unmount_under(&dir);
-    let summary = text
-        .lines()
-        .find(|l| l.contains(" Passed | "))
-        .unwrap_or_default()
-        .to_owned();
-    let mode = if block { "block" } else { "mount" };
-    {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "csi-sanity on {label} ({mode}): {summary}"
-        );
-    }
-    let lines: Vec<&str> = text.lines().collect();
-    // The failed specs, and what ginkgo says of each failure (its `[FAILED]` block: the
-    // error, the spec's line), which the tail may not reach. A block an "Attempt #n
-    // Failed. Retrying" follows was run again: a flake unless the spec failed at last.
-    let mut failures = Vec::new();
-    let mut flaked = Vec::new();
-    for (i, l) in lines.iter().enumerate() {
-        if !(l.contains("[FAIL]") || l.contains("[FAILED]")) {
-            continue;
-        }
-        let after = &lines[i..(i + 8).min(lines.len())];
-        if l.contains("[FAILED]") && after.iter().any(|a| a.contains("Retrying")) {
-            flaked.push(lines[i.saturating_sub(20)..(i + 3).min(lines.len())].join("\n"));
-        } else if l.contains("[FAILED]") {
-            failures.push(after.join("\n"));
-        } else {
-            failures.push(l.to_string());
-        }
-    }
-    SanityRun {
-        success: out.status.success(),
-        failures,
-        flaked,
-        summary,
-        tail: lines[lines.len().saturating_sub(80)..].join("\n"),
-        skip_reasons: lines
-            .iter()
-            .filter_map(|l| l.trim_start().strip_prefix("[SKIPPED] "))
-            // Not ginkgo's "[SKIPPED] in [BeforeEach] - file:line" location lines.
-            .filter(|reason| !reason.starts_with("in ["))
-            .map(str::to_owned)
-            .collect(),
-    }
 }
 
 /// The benchmarks' figures: the median of `v` (its upper middle), and a duration in ms.
