@@ -97,9 +97,29 @@ pub async fn run_csi_sanity(
         );
     }
     let lines: Vec<&str> = text.lines().collect();
-    // The failed specs, and what ginkgo says of each failure (its `[FAILED]` block: the
-    // error, the spec's line), which the tail may not reach. A block an "Attempt #n
-    // Failed. Retrying" follows was run again: a flake unless the spec failed at last.
+    let (failures, flaked) = failures_of(&lines);
+    SanityRun {
+        success: out.status.success(),
+        failures,
+        flaked,
+        summary,
+        tail: lines[lines.len().saturating_sub(80)..].join("\n"),
+        skip_reasons: lines
+            .iter()
+            .filter_map(|l| l.trim_start().strip_prefix("[SKIPPED] "))
+            // Not ginkgo's "[SKIPPED] in [BeforeEach] - file:line" location lines.
+            .filter(|reason| !reason.starts_with("in ["))
+            .map(str::to_owned)
+            .collect(),
+    }
+}
+
+/// The failed specs, and what ginkgo says of each failure (its `[FAILED]` block: the
+/// error, the spec's line), which the tail may not reach; apart, the blocks an "Attempt
+/// #n Failed. Retrying" follows — run again, a flake unless the spec failed at last (then
+/// its own final block or `[FAIL]` line is among the failures) — with the lines before
+/// each (what failed).
+fn failures_of(lines: &[&str]) -> (Vec<String>, Vec<String>) {
     let mut failures = Vec::new();
     let mut flaked = Vec::new();
     for (i, l) in lines.iter().enumerate() {
@@ -115,18 +135,53 @@ pub async fn run_csi_sanity(
             failures.push(l.to_string());
         }
     }
-    SanityRun {
-        success: out.status.success(),
-        failures,
-        flaked,
-        summary,
-        tail: lines[lines.len().saturating_sub(80)..].join("\n"),
-        skip_reasons: lines
-            .iter()
-            .filter_map(|l| l.trim_start().strip_prefix("[SKIPPED] "))
-            // Not ginkgo's "[SKIPPED] in [BeforeEach] - file:line" location lines.
-            .filter(|reason| !reason.starts_with("in ["))
-            .map(str::to_owned)
-            .collect(),
+    (failures, flaked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// csi-sanity v5.3.1's output in CI39, as its failure message quoted it (the
+    /// `[FAILED]` block and the summary line, verbatim): a spec's first attempt failed, its
+    /// second passed.
+    const FLAKED: &str = "  [FAILED] in [It] - /tmp/tmp.9tHNsTaZuy/csi-test-5.3.1/pkg/sanity/controller.go:1454 @ 12/05/26 02:40:41.475
+
+  Attempt #1 Failed.  Retrying \u{21ba} @ 12/05/26 02:40:41.476
+
+  STEP: reusing connection to CSI driver at unix:///tmp/overcast-it-XVrPSk/csi.sock @ 12/05/26 02:40:41.476
+  STEP: creating mount and staging directories @ 12/05/26 02:40:41.476
+  STEP: creating a volume @ 12/05/26 02:40:41.479
+  STEP: creating a snapshot @ 12/05/26 02:40:41.811
+SUCCESS! -- 19 Passed | 0 Failed | 1 Flaked | 1 Pending | 72 Skipped";
+
+    #[test]
+    fn a_retried_attempt_is_a_flake_and_a_last_one_a_failure() {
+        let lines: Vec<&str> = FLAKED.lines().collect();
+        let (failures, flaked) = failures_of(&lines);
+        assert!(failures.is_empty(), "{failures:?}");
+        assert_eq!(flaked.len(), 1);
+        assert!(flaked[0].contains("controller.go:1454"), "{flaked:?}");
+
+        // The same spec failing at its last attempt too: a block no retry follows, and
+        // ginkgo's summary of it (shaped as ginkgo v2 prints them).
+        let failed = format!(
+            "{}\n  [FAILED] in [It] - /tmp/csi-test-5.3.1/pkg/sanity/controller.go:1454 @ 12/05/26 02:40:45.475\n\
+             \u{2022} [FAILED] [4.336 seconds]\nSummarizing 1 Failure:\n  \
+             [FAIL] CreateSnapshot [Controller Server] [It] should succeed when creating snapshot with maximum-length name\n\
+             FAIL! -- 18 Passed | 1 Failed | 1 Pending | 72 Skipped",
+            FLAKED.lines().take(8).collect::<Vec<_>>().join("\n")
+        );
+        let lines: Vec<&str> = failed.lines().collect();
+        let (failures, flaked) = failures_of(&lines);
+        assert_eq!(flaked.len(), 1, "the first attempt");
+        assert!(
+            failures.iter().any(|f| f.contains("maximum-length name")),
+            "{failures:?}"
+        );
+        assert!(
+            failures.iter().any(|f| f.contains("02:40:45.475")),
+            "the last attempt's block: {failures:?}"
+        );
     }
 }
