@@ -113,6 +113,34 @@ async fn cut(c: &mut ControllerClient, req: csi::CreateSnapshotRequest) -> csi::
     }
 }
 
+/// What the CSI calls say of a snapshot (or backup) Cinder is still making: listed by id
+/// not ready, a restore from it (named `restore`) UNAVAILABLE, its delete
+/// FAILED_PRECONDITION (Cinder takes no delete of one being made).
+async fn still_being_made(c: &mut ControllerClient, id: &str, restore: &str) {
+    let listed = list(
+        c,
+        csi::ListSnapshotsRequest {
+            snapshot_id: id.to_owned(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(!listed.entries[0].snapshot.as_ref().unwrap().ready_to_use);
+    let early = c
+        .create_volume(restore_request(restore, GIB, 0, from_snapshot(id)))
+        .await
+        .expect_err("a restore from what is still being made");
+    assert_eq!(early.code(), Code::Unavailable, "{early:?}");
+    let refused = c
+        .delete_snapshot(csi::DeleteSnapshotRequest {
+            snapshot_id: id.to_owned(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("Cinder refuses to delete what is still being made");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+}
+
 async fn cinder(cloud: &Cloud, what: &str, id: &str) -> (u16, Value) {
     let r = cloud
         .os
