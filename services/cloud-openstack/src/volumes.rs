@@ -36,6 +36,7 @@ mod attach;
 mod backups;
 mod create;
 mod listing;
+mod made;
 mod model;
 mod resize;
 mod snapshots;

@@ -25,11 +25,12 @@
 //!   backup depending on it) is FAILED_PRECONDITION and the sidecar asks again
 //!   (cinder-csi: INTERNAL); ListSnapshots by a backup's id lists it (cinder-csi: empty).
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use serde::Deserialize;
 
-use super::snapshots::{cinder_time, first_answer, force, Made, SNAPSHOT_DESCRIPTION};
+use super::made::{first_answer, Deletion, Made};
+use super::snapshots::{cinder_time, force, SNAPSHOT_DESCRIPTION};
 use super::*;
 
 /// cinder-csi-plugin's limit on its wait for a backup; taken (an integer, as it parses
@@ -383,71 +384,29 @@ impl CinderDisks {
     pub(super) async fn delete_backup(&self, id: &str) -> Result<()> {
         let b = self.cinder_backup(id).await?;
         self.drop_backup_snapshot(&b).await;
-        match b.status.as_str() {
-            "deleting" => {}
-            "error_deleting" => {
-                return Err(CloudError::Internal(format!(
-                    "openstack: Cinder failed to delete backup {id} before (error_deleting); \
-                     it is deleted once an operator resets its state (cinder backup-reset-state)"
-                )))
-            }
-            _ => {
-                let resp = self
-                    .os
-                    .call(
-                        Service::BlockStorage,
-                        "backup_delete",
-                        Method::DELETE,
-                        &format!("/backups/{id}"),
-                        None,
-                        None,
-                    )
-                    .await?;
-                match resp.status.as_u16() {
-                    202 | 204 => {}
-                    404 => return Err(CloudError::not_found("backup", id)),
-                    // Still being made or restored, or an incremental backup depends
-                    // on it: a later retry is answered.
-                    400 => {
-                        return Err(CloudError::FailedPrecondition(format!(
-                            "{}",
-                            unexpected("backup_delete", &resp)
-                        )))
-                    }
-                    _ => return Err(unexpected("backup_delete", &resp)),
-                }
-            }
-        }
-        let started = Instant::now();
-        let mut delay = Duration::from_millis(100);
-        loop {
-            let b = match self.cinder_backup(id).await {
-                Err(CloudError::NotFound { .. }) => return Ok(()),
-                r => r?,
-            };
-            match b.status.as_str() {
-                "deleting" => {}
-                "error_deleting" => {
-                    return Err(CloudError::Internal(format!(
-                        "openstack: Cinder failed to delete backup {id} (error_deleting): {}",
-                        b.fail_reason.as_deref().unwrap_or("no reason given")
-                    )))
-                }
-                other => {
-                    return Err(CloudError::FailedPrecondition(format!(
-                        "openstack: Cinder kept backup {id} ({other})"
-                    )))
-                }
-            }
-            if started.elapsed() + delay > self.waits.deleted {
-                return Err(CloudError::DeadlineExceeded(format!(
-                    "openstack: backup {id} is still deleting after {:?}",
-                    self.waits.deleted
-                )));
-            }
-            tokio::time::sleep(delay).await;
-            delay = (delay + Duration::from_millis(100)).min(Duration::from_millis(500));
-        }
+        self.delete_made(
+            Deletion {
+                kind: "backup",
+                id,
+                call: "backup_delete",
+                path: format!("/backups/{id}"),
+                reset: "cinder backup-reset-state",
+            },
+            b,
+            || self.cinder_backup(id),
+            // cinder-backup puts a backup its driver failed to delete back to `error`,
+            // with the driver's reason; the next delete asks again.
+            |b: &CinderBackup| match b.status.as_str() {
+                "error" => CloudError::Internal(format!(
+                    "openstack: cinder-backup failed to delete backup {id}: {}",
+                    b.fail_reason.as_deref().unwrap_or("no reason given")
+                )),
+                other => CloudError::FailedPrecondition(format!(
+                    "openstack: Cinder kept backup {id} ({other})"
+                )),
+            },
+        )
+        .await
     }
 
     /// A volume restored from backup `backup`: `POST /volumes` with `backup_id`.

@@ -19,10 +19,11 @@
 //!   is still there and the sidecar asks again (cinder-csi answers OK and leaves it);
 //! - a source volume that does not exist is NOT_FOUND (cinder-csi: INTERNAL).
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use serde::Deserialize;
 
+use super::made::{first_answer, Deletion, Made};
 use super::*;
 
 /// cinder-csi-plugin's snapshot class parameters (openstack_snapshots.go).
@@ -30,9 +31,6 @@ pub const FORCE_CREATE_PARAMETER: &str = "force-create";
 pub const SNAPSHOT_TYPE_PARAMETER: &str = "type";
 /// What cinder-csi-plugin writes as each snapshot's description (`snapshotDescription`).
 pub(super) const SNAPSHOT_DESCRIPTION: &str = "Created by OpenStack Cinder CSI driver";
-/// How long a CreateSnapshot waits for Cinder before answering `ready_to_use: false`
-/// (the fake and LVM backends finish in a second or two; a Ceph one in about as long).
-const FIRST_ANSWER: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct CinderSnapshot {
@@ -60,6 +58,12 @@ struct ManySnapshots {
     snapshots: Vec<CinderSnapshot>,
 }
 
+impl Made for CinderSnapshot {
+    fn status(&self) -> &str {
+        &self.status
+    }
+}
+
 impl CinderSnapshot {
     pub fn to_snapshot(&self) -> Snapshot {
         Snapshot {
@@ -74,45 +78,6 @@ impl CinderSnapshot {
                 .unwrap_or(SystemTime::UNIX_EPOCH),
             ready: self.status == "available",
         }
-    }
-}
-
-/// What Cinder makes and a create waits for: a snapshot, a backup.
-pub(super) trait Made {
-    fn status(&self) -> &str;
-}
-
-impl Made for CinderSnapshot {
-    fn status(&self) -> &str {
-        &self.status
-    }
-}
-
-/// Polls what Cinder is making (`fetch` asks for it again) for [`FIRST_ANSWER`] at most:
-/// the first answer in which it is no longer on its way (`available`, `error`, being
-/// deleted), or the last one when Cinder takes longer. `None`: it was deleted meanwhile.
-pub(super) async fn first_answer<T, Fut>(mut now: T, fetch: impl Fn() -> Fut) -> Result<Option<T>>
-where
-    T: Made,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    let started = Instant::now();
-    let mut delay = Duration::from_millis(100);
-    loop {
-        let settled = matches!(
-            now.status(),
-            "available" | "error" | "deleting" | "error_deleting"
-        );
-        if settled || started.elapsed() + delay > FIRST_ANSWER {
-            return Ok(Some(now));
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay + Duration::from_millis(100)).min(Duration::from_millis(500));
-        now = match fetch().await {
-            Ok(t) => t,
-            Err(CloudError::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(e),
-        };
     }
 }
 
@@ -364,76 +329,26 @@ impl CinderDisks {
 
     pub(super) async fn delete_snap(&self, id: &str) -> Result<()> {
         let s = self.cinder_snapshot(id).await?;
-        if s.status == "error_deleting" {
-            // Cinder takes a DELETE only of an `available` or `error` snapshot: one its
-            // backend failed to delete stays until an operator resets its state.
-            return Err(CloudError::Internal(format!(
-                "openstack: Cinder failed to delete snapshot {id} before (error_deleting); \
-                 it is deleted once an operator resets its state (cinder snapshot-reset-state)"
-            )));
-        }
-        if s.status != "deleting" {
-            let resp = self
-                .os
-                .call(
-                    Service::BlockStorage,
-                    "snapshot_delete",
-                    Method::DELETE,
-                    &format!("/snapshots/{id}"),
-                    None,
-                    None,
-                )
-                .await?;
-            match resp.status.as_u16() {
-                202 | 204 => {}
-                404 => return Err(CloudError::not_found("snapshot", id)),
-                // Not `available` or `error` (still being cut, backing up, restoring):
-                // a later retry is answered.
-                400 => {
-                    return Err(CloudError::FailedPrecondition(format!(
-                        "{}",
-                        unexpected("snapshot_delete", &resp)
-                    )))
-                }
-                _ => return Err(unexpected("snapshot_delete", &resp)),
-            }
-        }
-        // Cinder marks it `deleting` before it answers; its backend then removes it, puts
-        // it back to `available` when volumes still depend on it (`SnapshotIsBusy`), or
-        // leaves it in `error_deleting`.
-        let started = Instant::now();
-        let mut delay = Duration::from_millis(100);
-        loop {
-            let s = match self.cinder_snapshot(id).await {
-                Err(CloudError::NotFound { .. }) => return Ok(()),
-                r => r?,
-            };
-            match s.status.as_str() {
-                "deleting" => {}
-                "error_deleting" => {
-                    return Err(CloudError::Internal(format!(
-                        "openstack: Cinder failed to delete snapshot {id} (error_deleting)"
-                    )))
-                }
-                other => {
-                    return Err(CloudError::FailedPrecondition(format!(
-                        "openstack: Cinder kept snapshot {id} ({other}): its backend refuses to delete a snapshot volumes still depend on"
-                    )))
-                }
-            }
-            if started.elapsed() + delay > self.waits.deleted {
-                return Err(CloudError::DeadlineExceeded(format!(
-                    "openstack: snapshot {id} is still deleting after {:?}",
-                    self.waits.deleted
-                )));
-            }
-            tokio::time::sleep(delay).await;
-            delay = if started.elapsed() < Duration::from_secs(10) {
-                (delay + Duration::from_millis(100)).min(Duration::from_millis(500))
-            } else {
-                Duration::from_secs(2)
-            };
-        }
+        // Its backend may put it back to `available` when volumes still depend on it
+        // (`SnapshotIsBusy`).
+        self.delete_made(
+            Deletion {
+                kind: "snapshot",
+                id,
+                call: "snapshot_delete",
+                path: format!("/snapshots/{id}"),
+                reset: "cinder snapshot-reset-state",
+            },
+            s,
+            || self.cinder_snapshot(id),
+            |s: &CinderSnapshot| {
+                CloudError::FailedPrecondition(format!(
+                    "openstack: Cinder kept snapshot {id} ({}): its backend refuses to delete a snapshot volumes still depend on",
+                    s.status
+                ))
+            },
+        )
+        .await
     }
 
     /// At most `want` snapshots (of volume `source` when given) after `after`, in id
